@@ -1,0 +1,72 @@
+# deja — top-level driver around CMake.  `make test` and `make run` are the two
+# commands a newcomer needs (see README.md); everything else is for developers.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 60
+SHARED     ?= $(abspath ../shared)
+
+# Debian packages the build needs.  Checked with dpkg first so the common case
+# (everything present) costs a few milliseconds and needs no root.
+DEPS      := cmake gcc make pkg-config libpcre2-dev
+FUZZ_DEPS := clang libclang-rt-14-dev
+
+.PHONY: all deps deps-fuzz build test asan fuzz run clean bench
+
+all: build
+
+define apt_install
+	@missing=""; for p in $(1); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null || \
+	    { echo "deps: apt-get install$$missing failed" >&2; exit 1; }; \
+	fi
+endef
+
+deps:
+	$(call apt_install,$(DEPS))
+
+deps-fuzz: deps
+	$(call apt_install,$(FUZZ_DEPS))
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DDJ_SHARED_DIR=$(SHARED) >/dev/null
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDJ_SANITIZE=ON -DDJ_SHARED_DIR=$(SHARED) >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS)
+
+# Builds every tests/fuzz/fuzz_*.c with clang + libFuzzer and runs each for
+# FUZZ_SECONDS seconds on its seed corpus (copied from ../shared, never committed).
+fuzz: deps-fuzz
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDJ_FUZZ=ON -DDJ_SHARED_DIR=$(SHARED) >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	@set -e; for f in $(FUZZ_BUILD)/fuzz/fuzz_*; do \
+	  name=$$(basename $$f); corpus=$(FUZZ_BUILD)/corpus/$$name; mkdir -p $$corpus; \
+	  sh tests/fuzz/seed.sh $$name $(SHARED) $$corpus; \
+	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -print_final_stats=1 $$corpus; \
+	done
+
+run: build
+	./$(BUILD)/bin/deja inspect $(SHARED)/models/codelm-15m-f16.gguf
+	./$(BUILD)/bin/deja tokenize -m $(SHARED)/models/codelm-15m-f16.gguf -p 'def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)'
+
+bench: build
+	./bench/tokenize.sh $(BUILD)/bin/deja $(SHARED)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,94 @@
+/*
+ * tokenizer.h — the vocabulary and tokenizers (internal header; the public
+ * subset is declared in include/deja.h).
+ *
+ * A struct dj_vocab is built from a GGUF file's tokenizer.ggml.* metadata and
+ * owns copies of everything it needs (the GGUF context may be closed after
+ * vocab_load_gguf returns).  Tokenizer kind from tokenizer.ggml.model:
+ *   "llama" → SentencePiece-style (score-driven merges, byte fallback <0xNN>, ▁ spaces)
+ *   "gpt2"  → byte-level BPE (GPT-2 byte↔unicode map, merges by rank, pre-tokenizer
+ *             regexes chosen by tokenizer.ggml.pre, matched with PCRE2 UTF+UCP)
+ * Anything else → DJ_ERR_UNSUPPORTED naming the model.
+ *
+ * Encoding results match llama.cpp's llama_tokenize() exactly (tests/unit/
+ * test_tokenizer_vectors.c checks every vector in ../shared/vocab).
+ */
+#ifndef DJ_TOKENIZER_H
+#define DJ_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deja.h"
+#include "gguf/gguf.h"
+
+enum dj_vocab_type {
+    DJ_VOCAB_SPM = 1, /* "llama" */
+    DJ_VOCAB_BPE = 2, /* "gpt2" */
+};
+
+/* tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
+enum dj_token_type {
+    DJ_TOKEN_UNDEFINED = 0,
+    DJ_TOKEN_NORMAL = 1,
+    DJ_TOKEN_UNKNOWN = 2,
+    DJ_TOKEN_CONTROL = 3,
+    DJ_TOKEN_USER_DEFINED = 4,
+    DJ_TOKEN_UNUSED = 5,
+    DJ_TOKEN_BYTE = 6,
+};
+
+/* Loads from an open GGUF context.  `ctx` may be closed afterwards. */
+enum dj_status vocab_load_gguf(const struct gguf_ctx *ctx, struct dj_vocab **out);
+
+enum dj_vocab_type vocab_type(const struct dj_vocab *v);
+const char *vocab_type_name(const struct dj_vocab *v); /* "spm" / "bpe" */
+const char *vocab_pre_name(const struct dj_vocab *v);  /* tokenizer.ggml.pre, or "default" */
+size_t vocab_n_tokens(const struct dj_vocab *v);
+/* Special ids; -1 where the vocab has none. */
+dj_token vocab_bos(const struct dj_vocab *v);
+dj_token vocab_eos(const struct dj_vocab *v);
+dj_token vocab_eot(const struct dj_vocab *v);
+dj_token vocab_unk(const struct dj_vocab *v);
+dj_token vocab_pad(const struct dj_vocab *v);
+bool vocab_add_bos(const struct dj_vocab *v);
+bool vocab_add_eos(const struct dj_vocab *v);
+bool vocab_add_space_prefix(const struct dj_vocab *v);
+/* The token's stored text (NUL-terminated) and type; NULL / UNDEFINED if out of range. */
+const char *vocab_token_text(const struct dj_vocab *v, dj_token tok);
+enum dj_token_type vocab_token_type(const struct dj_vocab *v, dj_token tok);
+bool vocab_is_eog(const struct dj_vocab *v, dj_token tok); /* eos, eot, or another end-of-generation token */
+
+/* Encodes text[0..len).  add_special: BOS/EOS as the vocab's add_bos/add_eos
+ * say.  parse_special: control and user-defined tokens written literally in
+ * the text are matched as those tokens; otherwise they are plain text.
+ * *out is malloc'd (caller frees), set only on DJ_OK.  Invalid UTF-8 in the
+ * input is not an error (bytes are encoded as the reference does). */
+enum dj_status vocab_tokenize(const struct dj_vocab *v, const char *text, size_t len, bool add_special,
+                              bool parse_special, dj_token **out, size_t *n_out);
+
+/* The text a token stands for: ▁ → space, <0xNN> → that byte, GPT-2 byte
+ * characters → raw bytes; control tokens give "" unless `special`.  Writes at
+ * most `size` bytes (no NUL) and returns the full length, like snprintf. */
+size_t vocab_token_to_piece(const struct dj_vocab *v, dj_token tok, bool special, char *buf, size_t size);
+
+/* Decodes a whole sequence; for SPM vocabs with add_space_prefix the single
+ * leading space the encoder added is removed (as llama.cpp's detokenize does).
+ * *out is malloc'd and NUL-terminated; set only on DJ_OK. */
+enum dj_status vocab_detokenize(const struct dj_vocab *v, const dj_token *toks, size_t n, bool special, char **out,
+                                size_t *out_len);
+
+/* Streaming decoder: feed ids one at a time, get back only complete UTF-8
+ * characters; bytes of a character that spans tokens are held until the
+ * character is complete.  Behaves like vocab_detokenize on the concatenation
+ * (same leading-space rule).  Invalid sequences become U+FFFD. */
+struct dj_detok;
+struct dj_detok *detok_create(const struct dj_vocab *v, bool special); /* NULL on OOM */
+void detok_destroy(struct dj_detok *d);
+/* Returns a pointer to the newly completed bytes (valid until the next call) and their length. */
+const char *detok_push(struct dj_detok *d, dj_token tok, size_t *len);
+/* Emits what is held (an incomplete tail becomes U+FFFD) and resets. */
+const char *detok_flush(struct dj_detok *d, size_t *len);
+
+#endif

@@ -1,0 +1,192 @@
+/*
+ * test_cli.c — end-to-end tests of the `deja` command: exit statuses and
+ * messages for bad input, `inspect` facts, and `tokenize` against the golden
+ * prompt tokens that llama.cpp produced (../shared/golden, with BOS and
+ * special-token parsing, as its README says).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static const char *deja_bin;
+
+/* Runs argv (argv[0] = deja binary), captures stdout+stderr; returns the exit status. */
+static int run(char *const *argv, char **out) {
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) buf = realloc(buf, cap *= 2);
+        ssize_t got = read(fd[0], buf + n, cap - n - 1);
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+#define RUN(out, ...) run((char *const[]){(char *)deja_bin, __VA_ARGS__, NULL}, out)
+
+/* Decodes the JSON string value of "key" in doc (\n, \", \\, \t, \uXXXX BMP). */
+static char *json_string(const char *doc, const char *key) {
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\": \"", key);
+    const char *p = strstr(doc, pat);
+    if (!p) return NULL;
+    p += strlen(pat);
+    char *s = malloc(strlen(p) + 1), *o = s;
+    while (*p && *p != '"') {
+        if (*p != '\\') { *o++ = *p++; continue; }
+        p++;
+        switch (*p) {
+        case 'n': *o++ = '\n'; p++; break;
+        case 't': *o++ = '\t'; p++; break;
+        case 'r': *o++ = '\r'; p++; break;
+        case 'u': {
+            unsigned cp = (unsigned)strtoul((char[5]){p[1], p[2], p[3], p[4], 0}, NULL, 16);
+            p += 5;
+            if (cp < 0x80) *o++ = (char)cp;
+            else if (cp < 0x800) { *o++ = (char)(0xc0 | cp >> 6); *o++ = (char)(0x80 | (cp & 63)); }
+            else { *o++ = (char)(0xe0 | cp >> 12); *o++ = (char)(0x80 | ((cp >> 6) & 63)); *o++ = (char)(0x80 | (cp & 63)); }
+            break;
+        }
+        default: *o++ = *p++; break;
+        }
+    }
+    *o = '\0';
+    return s;
+}
+
+/* The ids of "key": [a, b, ...] as a space-separated string. */
+static char *json_ids(const char *doc, const char *key) {
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\": [", key);
+    const char *p = strstr(doc, pat);
+    if (!p) return NULL;
+    p += strlen(pat);
+    char *s = malloc(strlen(p) + 1), *o = s;
+    while (*p && *p != ']') {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) { p++; continue; }
+        o += sprintf(o, o == s ? "%ld" : " %ld", v);
+        p = end;
+    }
+    *o = '\0';
+    return s;
+}
+
+static void test_golden_tokens(const char *shared, const char *model, const char *dir, int n_prompts) {
+    for (int i = 0; i < n_prompts; i++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "golden/%s/p%d.f32kv.json", dir, i);
+        char *doc = test_read_file(test_shared_path(shared, rel), NULL);
+        CHECKF(doc != NULL, "%s", rel);
+        if (!doc) continue;
+        char *prompt = json_string(doc, "prompt"), *want = json_ids(doc, "prompt_tokens");
+        CHECK(prompt && want);
+        char *out = NULL;
+        int rc = RUN(&out, "tokenize", "-m", (char *)test_shared_path(shared, model), "--parse-special", "-p", prompt);
+        CHECKF(rc == 0, "tokenize exit %d: %s", rc, out);
+        size_t ol = strlen(out);
+        while (ol && out[ol - 1] == '\n') out[--ol] = '\0';
+        CHECKF(strcmp(out, want) == 0, "%s prompt %d:\n got  %s\n want %s", dir, i, out, want);
+        free(out);
+        free(prompt);
+        free(want);
+        free(doc);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    const char *shared = argv[1];
+    deja_bin = argv[2];
+    const char *stories = test_shared_path(shared, "models/stories260K.gguf");
+    char *out = NULL;
+
+    /* help and usage errors */
+    CHECK(RUN(&out, "--help") == 0 && strstr(out, "inspect") && strstr(out, "tokenize"));
+    free(out);
+    CHECK(RUN(&out, "frobnicate") != 0 && strstr(out, "unknown command"));
+    free(out);
+    CHECK(RUN(&out, "inspect", "--help") == 0 && strstr(out, "usage"));
+    free(out);
+    CHECK(RUN(&out, "tokenize", "--help") == 0 && strstr(out, "usage"));
+    free(out);
+    CHECK(RUN(&out, "inspect") != 0 && strstr(out, "no model"));
+    free(out);
+    CHECK(RUN(&out, "inspect", "--bogus", (char *)stories) != 0 && strstr(out, "unknown option"));
+    free(out);
+    CHECK(RUN(&out, "tokenize", "-m", (char *)stories) != 0 && strstr(out, "-p TEXT or -f FILE"));
+    free(out);
+    CHECK(RUN(&out, "tokenize", "-m") != 0 && strstr(out, "needs a value"));
+    free(out);
+    CHECK(RUN(&out, "inspect", "/nonexistent/model.gguf") != 0 && strstr(out, "/nonexistent/model.gguf"));
+    free(out);
+    CHECK(RUN(&out, "tokenize", "-m", (char *)stories, "-f", "/nonexistent/prompt.txt") != 0 &&
+          strstr(out, "/nonexistent/prompt.txt"));
+    free(out);
+
+    /* a truncated model: a clear message, non-zero status, no crash */
+    size_t len = 0;
+    char *bytes = test_read_file(stories, &len);
+    CHECK(bytes != NULL && len > 100000);
+    char tmp[] = "/tmp/deja_test_cli_XXXXXX";
+    int fd = mkstemp(tmp);
+    CHECK(fd >= 0 && write(fd, bytes, len / 2) == (ssize_t)(len / 2));
+    close(fd);
+    int rc = RUN(&out, "inspect", tmp);
+    CHECKF(rc == 1 && strstr(out, tmp) && strstr(out, "past end of file"), "rc %d: %s", rc, out);
+    free(out);
+    rc = RUN(&out, "tokenize", "-m", tmp, "-p", "hello");
+    CHECKF(rc == 1 && strstr(out, tmp), "rc %d: %s", rc, out);
+    free(out);
+    unlink(tmp);
+    free(bytes);
+
+    /* inspect facts */
+    rc = RUN(&out, "inspect", (char *)stories);
+    CHECKF(rc == 0, "%s", out);
+    CHECK(strstr(out, "architecture:    llama") != NULL);
+    CHECK(strstr(out, "spm") && strstr(out, "512 tokens"));
+    CHECK(strstr(out, "embedding_length") != NULL);
+    free(out);
+    rc = RUN(&out, "inspect", (char *)test_shared_path(shared, "models/codelm-15m-f16.gguf"), "--tensors");
+    CHECKF(rc == 0, "%s", out);
+    CHECK(strstr(out, "32256 tokens") && strstr(out, "bpe"));
+    CHECK(strstr(out, "f16 ") != NULL && strstr(out, "token_embd.weight") != NULL);
+    free(out);
+
+    /* tokenize: BOS handling and the golden prompt tokens */
+    rc = RUN(&out, "tokenize", "-m", (char *)stories, "-p", "");
+    CHECKF(rc == 0 && strcmp(out, "1\n") == 0, "empty prompt gives BOS only: '%s'", out);
+    free(out);
+    rc = RUN(&out, "tokenize", "-m", (char *)stories, "--no-bos", "-p", "");
+    CHECKF(rc == 0 && strcmp(out, "\n") == 0, "'%s'", out);
+    free(out);
+    test_golden_tokens(shared, "models/stories260K.gguf", "stories260K", 4);
+    test_golden_tokens(shared, "models/aidreams260K.gguf", "aidreams260K", 4);
+    test_golden_tokens(shared, "models/codelm-15m-f16.gguf", "codelm", 6);
+    TEST_END();
+}

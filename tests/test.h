@@ -1,0 +1,69 @@
+/*
+ * test.h — a minimal test harness shared by the test programs.
+ *
+ * Each test program gets the shared data folder as argv[1] (../shared) and
+ * the deja binary as argv[2] (see CMakeLists.txt).  CHECK records a failure
+ * with file:line and goes on; TEST_END prints "N passed, N failed" and returns
+ * the exit status.
+ */
+#ifndef DJ_TEST_H
+#define DJ_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_passed, test_failed;
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (cond) {                                                              \
+            test_passed++;                                                       \
+        } else {                                                                 \
+            test_failed++;                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
+        }                                                                        \
+    } while (0)
+
+#define CHECKF(cond, ...)                                                        \
+    do {                                                                         \
+        if (cond) {                                                              \
+            test_passed++;                                                       \
+        } else {                                                                 \
+            test_failed++;                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);      \
+            fprintf(stderr, __VA_ARGS__);                                        \
+            fputc('\n', stderr);                                                 \
+        }                                                                        \
+    } while (0)
+
+#define TEST_END()                                                               \
+    do {                                                                         \
+        printf("%d passed, %d failed\n", test_passed, test_failed);              \
+        return test_failed ? 1 : 0;                                              \
+    } while (0)
+
+/* Path of a file in the shared folder: test_shared(argv, "models/x.gguf"). */
+static inline const char *test_shared_path(const char *shared, const char *rel) {
+    static char buf[8][4096];
+    static int slot;
+    char *b = buf[slot++ & 7];
+    snprintf(b, 4096, "%s/%s", shared, rel);
+    return b;
+}
+
+/* Reads a whole file into a malloc'd, NUL-terminated buffer; NULL on failure. */
+static inline char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) { free(p); p = NULL; }
+    fclose(f);
+    if (p) { p[n] = '\0'; if (len) *len = (size_t)n; }
+    return p;
+}
+
+#endif

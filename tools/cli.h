@@ -1,0 +1,21 @@
+/*
+ * cli.h — shared pieces of the `deja` command: subcommand entry points and
+ * small argument/file helpers.  Only tools/ has main() and may exit().
+ */
+#ifndef DJ_TOOLS_CLI_H
+#define DJ_TOOLS_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+int cmd_inspect(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+
+/* Prints "deja <cmd>: <message>" to stderr and returns 1 (the exit status). */
+int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The argument after argv[*i] for option `opt`; NULL (and a message) if missing. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+/* Reads a whole file into a malloc'd NUL-terminated buffer; NULL + message on failure. */
+char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * main.c — the `deja` command: dispatches to subcommands (DESIGN.md §5).
+ * Each subcommand lives in its own cmd_*.c file and returns the exit status.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "deja.h"
+
+struct subcommand {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct subcommand commands[] = {
+    {"inspect", cmd_inspect, "print a GGUF model's architecture, hyperparameters, tensors and vocabulary"},
+    {"tokenize", cmd_tokenize, "tokenize text with a model's tokenizer (ids on one line), or benchmark it"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "deja %s — an LLM inference engine for agentic workloads\n\n", DEJA_VERSION);
+    fprintf(f, "usage: deja <command> [options]   (deja <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int cli_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "deja %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_error(cmd, "option %s needs a value (see deja %s --help)", argv[*i], cmd);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+char *cli_read_file(const char *cmd, const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        cli_error(cmd, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (buf && ferror(f)) {
+        cli_error(cmd, "%s: read error: %s", path, strerror(errno));
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    if (!buf) {
+        cli_error(cmd, "%s: out of memory reading the file", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 1;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("deja %s\n", DEJA_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "deja: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 1;
+}
