@@ -27,7 +27,8 @@ void dj_error_prefix(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, errbuf, sizeof old);
-    snprintf(errbuf, sizeof errbuf, "%s: %s", prefix, old);
+    /* Both parts bounded so the result always fits (no silent truncation warning). */
+    snprintf(errbuf, sizeof errbuf, "%.400s: %.600s", prefix, old);
 }
 
 void dj_clear_error(void) { errbuf[0] = '\0'; }
