@@ -19,6 +19,7 @@ struct subcommand {
 
 static const struct subcommand commands[] = {
     {"inspect", cmd_inspect, "print a GGUF model's architecture, hyperparameters, tensors and vocabulary"},
+    {"run", cmd_run, "generate text from a prompt (greedy or sampled), with speed, logits hash and dumps"},
     {"tokenize", cmd_tokenize, "tokenize text with a model's tokenizer (ids on one line), or benchmark it"},
 };
 

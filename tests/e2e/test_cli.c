@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_json.h"
 
 static const char *deja_bin;
 
@@ -46,55 +47,6 @@ static int run(char *const *argv, char **out) {
 }
 
 #define RUN(out, ...) run((char *const[]){(char *)deja_bin, __VA_ARGS__, NULL}, out)
-
-/* Decodes the JSON string value of "key" in doc (\n, \", \\, \t, \uXXXX BMP). */
-static char *json_string(const char *doc, const char *key) {
-    char pat[128];
-    snprintf(pat, sizeof pat, "\"%s\": \"", key);
-    const char *p = strstr(doc, pat);
-    if (!p) return NULL;
-    p += strlen(pat);
-    char *s = malloc(strlen(p) + 1), *o = s;
-    while (*p && *p != '"') {
-        if (*p != '\\') { *o++ = *p++; continue; }
-        p++;
-        switch (*p) {
-        case 'n': *o++ = '\n'; p++; break;
-        case 't': *o++ = '\t'; p++; break;
-        case 'r': *o++ = '\r'; p++; break;
-        case 'u': {
-            unsigned cp = (unsigned)strtoul((char[5]){p[1], p[2], p[3], p[4], 0}, NULL, 16);
-            p += 5;
-            if (cp < 0x80) *o++ = (char)cp;
-            else if (cp < 0x800) { *o++ = (char)(0xc0 | cp >> 6); *o++ = (char)(0x80 | (cp & 63)); }
-            else { *o++ = (char)(0xe0 | cp >> 12); *o++ = (char)(0x80 | ((cp >> 6) & 63)); *o++ = (char)(0x80 | (cp & 63)); }
-            break;
-        }
-        default: *o++ = *p++; break;
-        }
-    }
-    *o = '\0';
-    return s;
-}
-
-/* The ids of "key": [a, b, ...] as a space-separated string. */
-static char *json_ids(const char *doc, const char *key) {
-    char pat[128];
-    snprintf(pat, sizeof pat, "\"%s\": [", key);
-    const char *p = strstr(doc, pat);
-    if (!p) return NULL;
-    p += strlen(pat);
-    char *s = malloc(strlen(p) + 1), *o = s;
-    while (*p && *p != ']') {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) { p++; continue; }
-        o += sprintf(o, o == s ? "%ld" : " %ld", v);
-        p = end;
-    }
-    *o = '\0';
-    return s;
-}
 
 static void test_golden_tokens(const char *shared, const char *model, const char *dir, int n_prompts) {
     for (int i = 0; i < n_prompts; i++) {

@@ -1,0 +1,354 @@
+/*
+ * forward.c — the decoder forward pass shared by llama, qwen2 and qwen3, and
+ * the inference context (KV cache, scratch, thread pool).
+ *
+ * Per ubatch of n tokens at positions p0 .. p0+n-1:
+ *
+ *   x = tok_embd[tok]                                   (n, n_embd)
+ *   for each layer:
+ *     xn = rmsnorm(x) * attn_norm
+ *     q, k, v = Wq xn (+bq), Wk xn (+bk), Wv xn (+bv)    qwen3: per-head rmsnorm of q, k
+ *     rope(q, k) at their positions; k, v → KV cache
+ *     att = softmax(q K^T / sqrt(hd)) V over positions 0..p (causal, GQA)
+ *     x += Wo att
+ *     xn = rmsnorm(x) * ffn_norm
+ *     x += W_down (silu(W_gate xn) * W_up xn)
+ *   logits = W_out (rmsnorm(x) * output_norm)           (only the rows asked for)
+ *
+ * Every per-token computation reads only that token's row and the KV cache,
+ * with a fixed order of operations, so results are independent of how the
+ * prompt is split into ubatches and of the thread count (DESIGN.md §3).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fp16.h"
+#include "core/ggml_type.h"
+#include "core/status.h"
+#include "model/context.h"
+
+struct dj_ctx_params ctx_default_params(void) {
+    struct dj_ctx_params p = {.n_ctx = 0, .n_ubatch = 512, .n_threads = 1};
+    return p;
+}
+
+/* ---- scalar building blocks ---------------------------------------------- */
+
+/* RMS norm as ggml computes it: sum of squares in double, scale in float. */
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+}
+
+/* A dot product with 8 independent partial sums combined in a fixed order:
+ * deterministic, and shaped so the compiler can vectorize it. */
+static float dot_f32(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    for (; i < n; i++) acc[0] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* Row `r` of a weight as float32 into dst (K = w->ne0 elements). */
+static void weight_row_f32(const struct dj_weight *w, int64_t r, float *dst) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    switch (w->type) {
+    case DJ_TYPE_F32: memcpy(dst, row, (size_t)w->ne0 * sizeof(float)); break;
+    case DJ_TYPE_F16:
+        for (int64_t i = 0; i < w->ne0; i++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * i, 2);
+            dst[i] = dj_fp16_to_f32(h);
+        }
+        break;
+    case DJ_TYPE_BF16:
+        for (int64_t i = 0; i < w->ne0; i++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * i, 2);
+            dst[i] = dj_bf16_to_f32(h);
+        }
+        break;
+    default: DJ_ASSERT(!"weight type without a kernel");
+    }
+}
+
+/* ---- matrix product ------------------------------------------------------ */
+
+struct mm_job {
+    struct dj_context *c;
+    const struct dj_weight *w;
+    const float *x;
+    int64_t n_tok;
+    float *y;
+};
+
+static void mm_task(void *arg, int ith, int nth) {
+    const struct mm_job *j = arg;
+    const struct dj_weight *w = j->w;
+    const int64_t K = w->ne0, N = w->ne1;
+    float *buf = j->c->wrow + (size_t)ith * j->c->wrow_stride;
+    long r0, r1;
+    threadpool_split((long)N, 16, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        const float *wr;
+        if (w->type == DJ_TYPE_F32) {
+            wr = (const float *)((const uint8_t *)w->data + (size_t)r * w->row_bytes);
+        } else {
+            weight_row_f32(w, r, buf);
+            wr = buf;
+        }
+        for (int64_t t = 0; t < j->n_tok; t++) j->y[t * N + r] = dot_f32(wr, j->x + t * K, K);
+    }
+}
+
+void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x, int64_t n_tok, float *y) {
+    struct mm_job j = {c, w, x, n_tok, y};
+    threadpool_run(c->pool, mm_task, &j);
+}
+
+/* ---- RoPE ------------------------------------------------------------------ */
+
+/* Rotates the first n_rot dims of each of n_heads heads of one token at `pos`,
+ * as ggml does: theta_i = pos * base^(-2i/n_rot) (computed by repeated
+ * multiplication in float), divided by a per-pair frequency factor if the
+ * model has rope_freqs, times the linear scale. */
+static void rope(const struct dj_model *m, float *x, int n_heads, uint32_t pos) {
+    const struct dj_hparams *hp = &m->hp;
+    const int n_rot = (int)hp->n_rot, hd = (int)hp->head_dim;
+    const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
+    const float *ff = (const float *)m->rope_freqs.data;
+    float cs[256], sn[256]; /* n_rot/2 <= 256, checked at context creation */
+    float theta = (float)pos;
+    for (int i = 0; i < n_rot / 2; i++) {
+        float t = hp->rope_linear_scale * (ff ? theta / ff[i] : theta);
+        cs[i] = cosf(t);
+        sn[i] = sinf(t);
+        theta *= theta_scale;
+    }
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * hd;
+        for (int i = 0; i < n_rot / 2; i++) {
+            int a = hp->rope_type == DJ_ROPE_NEOX ? i : 2 * i;
+            int b = hp->rope_type == DJ_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * cs[i] - x1 * sn[i];
+            v[b] = x0 * sn[i] + x1 * cs[i];
+        }
+    }
+}
+
+/* ---- attention --------------------------------------------------------------- */
+
+struct attn_job {
+    struct dj_context *c;
+    uint32_t il;
+    uint32_t p0;  /* position of the first token of the ubatch */
+    int64_t n;    /* tokens in the ubatch */
+};
+
+/* One (token, head) pair per work item; items are split over threads in
+ * fixed chunks, and each item's arithmetic is the same whoever runs it. */
+static void attn_task(void *arg, int ith, int nth) {
+    const struct attn_job *j = arg;
+    struct dj_context *c = j->c;
+    const struct dj_hparams *hp = &c->model->hp;
+    const int hd = (int)hp->head_dim, n_head = (int)hp->n_head, group = (int)(hp->n_head / hp->n_head_kv);
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *sc = c->scores + (size_t)ith * c->kv.n_ctx;
+    long i0, i1;
+    threadpool_split((long)j->n * n_head, 1, ith, nth, &i0, &i1);
+    for (long item = i0; item < i1; item++) {
+        const int64_t t = item / n_head;
+        const int h = (int)(item % n_head), hk = h / group;
+        const uint32_t pos = j->p0 + (uint32_t)t;
+        const float *q = c->q + (size_t)t * n_head * hd + (size_t)h * hd;
+        float mx = -INFINITY;
+        for (uint32_t p = 0; p <= pos; p++) {
+            float s = dot_f32(q, kv_k_row(&c->kv, j->il, p) + (size_t)hk * hd, hd) * scale;
+            sc[p] = s;
+            if (s > mx) mx = s;
+        }
+        double sum = 0.0;
+        for (uint32_t p = 0; p <= pos; p++) {
+            float e = expf(sc[p] - mx);
+            sc[p] = e;
+            sum += (double)e;
+        }
+        const float inv = (float)(1.0 / sum);
+        float *out = c->att + (size_t)t * n_head * hd + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) out[d] = 0.0f;
+        for (uint32_t p = 0; p <= pos; p++) {
+            const float wgt = sc[p] * inv;
+            const float *vr = kv_v_row(&c->kv, j->il, p) + (size_t)hk * hd;
+            for (int d = 0; d < hd; d++) out[d] += wgt * vr[d];
+        }
+    }
+}
+
+/* ---- the decoder ------------------------------------------------------------- */
+
+static void add_bias(float *y, const struct dj_weight *b, int64_t n_tok, int64_t n) {
+    if (!b->data) return;
+    const float *bv = b->data;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n; i++) y[t * n + i] += bv[i];
+}
+
+static void head_norm(float *x, const struct dj_weight *w, int64_t n_tok, int n_heads, int hd, float eps) {
+    if (!w->data) return;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * hd;
+            rmsnorm(v, v, w->data, hd, eps);
+        }
+}
+
+static void embed_row(const struct dj_weight *w, dj_token tok, float *dst) { weight_row_f32(w, tok, dst); }
+
+/* Forward pass of one ubatch; logits (if not NULL) get the rows asked for. */
+static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n, float *logits, bool all_logits) {
+    const struct dj_model *m = c->model;
+    const struct dj_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd,
+                  F = hp->n_ff;
+    const uint32_t p0 = c->kv.n_pos;
+
+    for (int64_t t = 0; t < n; t++) embed_row(&m->tok_embd, toks[t], c->x + t * E);
+
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        const struct dj_layer *L = &m->layers[il];
+        for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm.data, E, hp->rms_eps);
+        ctx_matmul(c, &L->wq, c->xn, n, c->q);
+        ctx_matmul(c, &L->wk, c->xn, n, c->k);
+        ctx_matmul(c, &L->wv, c->xn, n, c->v);
+        add_bias(c->q, &L->bq, n, Q);
+        add_bias(c->k, &L->bk, n, KV);
+        add_bias(c->v, &L->bv, n, KV);
+        head_norm(c->q, &L->q_norm, n, (int)hp->n_head, (int)hd, hp->rms_eps);
+        head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
+        for (int64_t t = 0; t < n; t++) {
+            rope(m, c->q + t * Q, (int)hp->n_head, p0 + (uint32_t)t);
+            rope(m, c->k + t * KV, (int)hp->n_head_kv, p0 + (uint32_t)t);
+            memcpy(kv_k_row(&c->kv, il, p0 + (uint32_t)t), c->k + t * KV, (size_t)KV * sizeof(float));
+            memcpy(kv_v_row(&c->kv, il, p0 + (uint32_t)t), c->v + t * KV, (size_t)KV * sizeof(float));
+        }
+        struct attn_job aj = {c, il, p0, n};
+        threadpool_run(c->pool, attn_task, &aj);
+        ctx_matmul(c, &L->wo, c->att, n, c->xn);
+        for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
+
+        for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
+        ctx_matmul(c, &L->w_gate, c->xn, n, c->ff_g);
+        ctx_matmul(c, &L->w_up, c->xn, n, c->ff_u);
+        for (int64_t i = 0; i < n * F; i++) {
+            const float g = c->ff_g[i];
+            c->ff_g[i] = g / (1.0f + expf(-g)) * c->ff_u[i];
+        }
+        ctx_matmul(c, &L->w_down, c->ff_g, n, c->xn);
+        for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
+    }
+    c->kv.n_pos += (uint32_t)n;
+
+    if (!logits) return;
+    const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
+    for (int64_t t = first; t < n; t++)
+        rmsnorm(c->xn + (t - first) * E, c->x + t * E, m->output_norm.data, E, hp->rms_eps);
+    ctx_matmul(c, &m->output, c->xn, n_out, logits);
+}
+
+enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, float *logits, bool all_logits) {
+    const struct dj_hparams *hp = &c->model->hp;
+    if (n == 0) return dj_fail(DJ_ERR_INVALID, "decode: no tokens");
+    if (n > (size_t)(c->kv.n_ctx - c->kv.n_pos))
+        return dj_fail(DJ_ERR_INVALID, "decode: %zu tokens at position %u exceed the context size %u", n, c->kv.n_pos,
+                       c->kv.n_ctx);
+    for (size_t i = 0; i < n; i++)
+        if (toks[i] < 0 || (uint32_t)toks[i] >= hp->n_vocab)
+            return dj_fail(DJ_ERR_INVALID, "decode: token %d at index %zu is outside the vocabulary (%u)", toks[i], i,
+                           hp->n_vocab);
+    for (size_t done = 0; done < n;) {
+        size_t nb = n - done < c->p.n_ubatch ? n - done : c->p.n_ubatch;
+        bool last = done + nb == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + done * hp->n_vocab;
+        else if (logits && last) out = logits;
+        forward_ubatch(c, toks + done, (int64_t)nb, out, all_logits);
+        done += nb;
+    }
+    return DJ_OK;
+}
+
+/* ---- context lifetime ---------------------------------------------------------- */
+
+enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, struct dj_context **out) {
+    const struct dj_hparams *hp = &m->hp;
+    if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
+    if (p.n_ubatch == 0) p.n_ubatch = 512;
+    if (p.n_threads <= 0) p.n_threads = 1;
+    if (hp->n_rot / 2 > 256) return dj_fail(DJ_ERR_UNSUPPORTED, "rope dimension %u is too large", hp->n_rot);
+    if (p.n_ubatch > p.n_ctx) p.n_ubatch = p.n_ctx;
+    struct dj_context *c = calloc(1, sizeof *c);
+    if (!c) return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context");
+    c->model = m;
+    c->p = p;
+    const size_t E = hp->n_embd, hd = hp->head_dim, Q = hp->n_head * hd, KV = hp->n_head_kv * hd, F = hp->n_ff,
+                 ub = p.n_ubatch;
+    c->kv.n_layer = hp->n_layer;
+    c->kv.n_ctx = p.n_ctx;
+    c->kv.n_embd_kv = (uint32_t)KV;
+    size_t kv_elems = (size_t)hp->n_layer * p.n_ctx * KV;
+    size_t wide = E > Q ? E : Q;
+    c->wrow_stride = E > F ? E : F;
+    if (Q > c->wrow_stride) c->wrow_stride = Q;
+    c->kv.k = malloc(kv_elems * sizeof(float));
+    c->kv.v = malloc(kv_elems * sizeof(float));
+    c->x = malloc(ub * E * sizeof(float));
+    c->xn = malloc(ub * wide * sizeof(float));
+    c->q = malloc(ub * Q * sizeof(float));
+    c->k = malloc(ub * KV * sizeof(float));
+    c->v = malloc(ub * KV * sizeof(float));
+    c->att = malloc(ub * Q * sizeof(float));
+    c->ff_g = malloc(ub * F * sizeof(float));
+    c->ff_u = malloc(ub * F * sizeof(float));
+    c->scores = malloc((size_t)p.n_threads * p.n_ctx * sizeof(float));
+    c->wrow = malloc((size_t)p.n_threads * c->wrow_stride * sizeof(float));
+    c->pool = threadpool_create(p.n_threads);
+    if (!c->kv.k || !c->kv.v || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
+        !c->scores || !c->wrow || !c->pool) {
+        ctx_free(c);
+        return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens (KV cache %.1f MiB)", p.n_ctx,
+                       (double)(2 * kv_elems * sizeof(float)) / (1 << 20));
+    }
+    *out = c;
+    return DJ_OK;
+}
+
+void ctx_free(struct dj_context *c) {
+    if (!c) return;
+    threadpool_destroy(c->pool);
+    free(c->kv.k);
+    free(c->kv.v);
+    free(c->x);
+    free(c->xn);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->ff_g);
+    free(c->ff_u);
+    free(c->scores);
+    free(c->wrow);
+    free(c);
+}
+
+void ctx_reset(struct dj_context *c) { c->kv.n_pos = 0; }
+
+void ctx_truncate(struct dj_context *c, uint32_t n_pos) {
+    DJ_ASSERT(n_pos <= c->kv.n_pos);
+    c->kv.n_pos = n_pos;
+}

@@ -1,0 +1,98 @@
+/*
+ * model.h — a loaded model: hyperparameters, weights bound to the mapped GGUF
+ * tensors, the vocabulary, and the forward pass over a batch of tokens.
+ *
+ * Architectures (one file each, sharing the blocks of blocks.c):
+ *   llama  — Llama 2/3, TinyStories, SmolLM, codelm: GQA, normal (interleaved) RoPE,
+ *            tied embeddings (output.weight falls back to token_embd.weight),
+ *            llama3-style rope scaling when the metadata has it
+ *   qwen2  — QKV biases, NeoX RoPE
+ *   qwen3  — per-head q_norm / k_norm, NeoX RoPE
+ *
+ * Ownership: the model owns the GGUF mapping (weights point into it) and the
+ * vocab.  A dj_model is read-only after loading and may be shared by
+ * contexts.  A dj_context owns its KV cache, scratch buffers and thread pool.
+ */
+#ifndef DJ_MODEL_H
+#define DJ_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deja.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3 };
+enum dj_rope_type { DJ_ROPE_NORM, DJ_ROPE_NEOX };
+
+struct dj_hparams {
+    enum dj_arch arch;
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;
+    uint32_t n_embd;
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t head_dim;   /* attention.key_length, default n_embd / n_head */
+    uint32_t n_ff;
+    uint32_t n_rot;      /* rope.dimension_count, default head_dim */
+    float rms_eps;
+    float rope_freq_base;
+    enum dj_rope_type rope_type;
+    /* llama3-style rope scaling (rope.scaling.type "llama3" or rope_freqs tensor) */
+    bool rope_llama3;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    uint32_t rope_orig_ctx;
+    float rope_linear_scale; /* rope.scaling.factor with type "linear"; 1 = none */
+};
+
+/* A weight matrix: rows of ne0 elements (the reduction dimension K), ne1 rows. */
+struct dj_weight {
+    const void *data; /* (ne1, ne0) row-major in the file's type; NULL if absent */
+    uint32_t type;    /* enum dj_ggml_type */
+    int64_t ne0;      /* K: elements per row */
+    int64_t ne1;      /* N: rows (output features) */
+    size_t row_bytes;
+};
+
+struct dj_layer {
+    struct dj_weight attn_norm;          /* (n_embd), f32 */
+    struct dj_weight wq, wk, wv, wo;     /* (n_head*hd, n_embd), (n_kv*hd, n_embd) x2, (n_embd, n_head*hd) */
+    struct dj_weight bq, bk, bv;         /* qwen2 biases, f32; data NULL otherwise */
+    struct dj_weight q_norm, k_norm;     /* qwen3 per-head norms (hd), f32; NULL otherwise */
+    struct dj_weight ffn_norm;           /* (n_embd), f32 */
+    struct dj_weight w_gate, w_up;       /* (n_ff, n_embd) */
+    struct dj_weight w_down;             /* (n_embd, n_ff) */
+};
+
+struct dj_model {
+    struct gguf_ctx *gguf;
+    struct dj_vocab *vocab;
+    struct dj_hparams hp;
+    struct dj_weight tok_embd;    /* (n_vocab, n_embd) */
+    struct dj_weight output_norm; /* (n_embd), f32 */
+    struct dj_weight output;      /* (n_vocab, n_embd); = tok_embd when tied */
+    struct dj_weight rope_freqs;  /* (n_rot/2) f32 factors, optional (llama3) */
+    struct dj_layer *layers;      /* n_layer */
+    char arch_name[32];
+};
+
+enum dj_status model_load(const char *path, struct dj_model **out);
+void model_free(struct dj_model *m); /* accepts NULL */
+const char *model_arch_name(enum dj_arch a);
+
+/* Architecture hooks (model/llama.c, qwen2.c, qwen3.c): read the hparams that
+ * differ and bind the extra tensors. */
+enum dj_status llama_load_hparams(struct dj_model *m);
+enum dj_status qwen2_load_hparams(struct dj_model *m);
+enum dj_status qwen3_load_hparams(struct dj_model *m);
+
+/* Binds tensor `name` (expected ne0 x ne1; ne1 = 1 for vectors) into *w.
+ * Absent + required → DJ_ERR_NOT_FOUND naming the tensor; wrong shape or an
+ * unsupported type → DJ_ERR_FORMAT / DJ_ERR_UNSUPPORTED. */
+enum dj_status model_bind(struct dj_model *m, struct dj_weight *w, const char *name, int64_t ne0, int64_t ne1,
+                          bool required);
+
+#endif
