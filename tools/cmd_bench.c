@@ -1,0 +1,204 @@
+/*
+ * cmd_bench.c — `deja bench`, like llama-bench: prefill (ppN: N tokens from an
+ * empty cache in ubatches) and decode (tgN: N tokens one at a time from an
+ * empty cache) throughput, the median of -r repetitions, and for decode the
+ * achieved GB/s of weights read (every weight but the token embedding, whose
+ * one row per token is negligible).  --membw measures this machine's memory
+ * read bandwidth in the same run (each thread streams its share of a 2 GiB
+ * buffer with 256-bit loads) and prints decode GB/s as a fraction of it.
+ */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core/ggml_type.h"
+#include "core/timer.h"
+#include "model/context.h"
+
+static void bench_usage(FILE *f) {
+    fprintf(f,
+            "usage: deja bench -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [--ubatch 512] [--membw] [--json]\n"
+            "  -p N     prefill test: N tokens (0 = skip)      -n N   decode test: N tokens (0 = skip)\n"
+            "  -r N     repetitions (median reported)          --membw  also measure memory read bandwidth\n"
+            "  deja bench --membw [-t THREADS]   measures only the bandwidth\n");
+}
+
+/* ---- memory bandwidth ---------------------------------------------------- */
+
+struct bw_job {
+    const uint8_t *buf;
+    size_t bytes;
+    uint64_t sink;
+};
+
+__attribute__((target("avx2"))) static void *bw_thread(void *arg) {
+    struct bw_job *j = arg;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= j->bytes; i += 128) {
+        const __m256i *p = (const __m256i *)(j->buf + i);
+        a0 = _mm256_xor_si256(a0, _mm256_load_si256(p));
+        a1 = _mm256_xor_si256(a1, _mm256_load_si256(p + 1));
+        a2 = _mm256_xor_si256(a2, _mm256_load_si256(p + 2));
+        a3 = _mm256_xor_si256(a3, _mm256_load_si256(p + 3));
+    }
+    a0 = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    j->sink = (uint64_t)_mm256_extract_epi64(a0, 0);
+    return NULL;
+}
+
+/* GB/s (1e9 bytes) reading `bytes` with n threads; median of 5 passes. */
+static double measure_membw(int n_threads, size_t bytes) {
+    uint8_t *buf = aligned_alloc(64, bytes);
+    if (!buf || !__builtin_cpu_supports("avx2")) {
+        free(buf);
+        return 0;
+    }
+    memset(buf, 1, bytes); /* fault the pages in */
+    double best[5];
+    for (int pass = 0; pass < 5; pass++) {
+        pthread_t th[64];
+        struct bw_job jobs[64];
+        int nt = n_threads > 64 ? 64 : n_threads;
+        size_t per = bytes / (size_t)nt / 128 * 128;
+        int64_t t0 = dj_time_us();
+        for (int i = 0; i < nt; i++) {
+            jobs[i] = (struct bw_job){buf + (size_t)i * per, per, 0};
+            pthread_create(&th[i], NULL, bw_thread, &jobs[i]);
+        }
+        for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+        double s = (double)(dj_time_us() - t0) / 1e6;
+        best[pass] = (double)per * nt / s / 1e9;
+    }
+    free(buf);
+    for (int i = 0; i < 5; i++) /* sort for the median */
+        for (int k = i + 1; k < 5; k++)
+            if (best[k] < best[i]) { double t = best[i]; best[i] = best[k]; best[k] = t; }
+    return best[2];
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL;
+    long n_pp = 512, n_tg = 128, reps = 3, n_threads = 1, ubatch = 512;
+    bool json = false, membw = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        long *dst = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            bench_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m")) {
+            if (!(model_path = cli_value("bench", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--membw")) membw = true;
+        else if (!strcmp(a, "-p")) dst = &n_pp;
+        else if (!strcmp(a, "-n")) dst = &n_tg;
+        else if (!strcmp(a, "-r")) dst = &reps;
+        else if (!strcmp(a, "-t")) dst = &n_threads;
+        else if (!strcmp(a, "--ubatch")) dst = &ubatch;
+        else {
+            bench_usage(stderr);
+            return cli_error("bench", "unknown argument '%s'", a);
+        }
+        if (dst) {
+            const char *v = cli_value("bench", argc, argv, &i);
+            if (!v) return 1;
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (*end || end == v || x < 0 || x > 1000000 || ((dst == &reps || dst == &n_threads || dst == &ubatch) && x < 1))
+                return cli_error("bench", "%s: '%s' is not a valid count", a, v);
+            *dst = x;
+        }
+    }
+    double bw = membw ? measure_membw((int)n_threads, (size_t)2 << 30) : 0;
+    if (!model_path) {
+        if (!membw) {
+            bench_usage(stderr);
+            return cli_error("bench", "no model given (-m MODEL)");
+        }
+        if (json) printf("{\"membw_gbs\": %.2f, \"threads\": %ld}\n", bw, n_threads);
+        else printf("memory read bandwidth: %.1f GB/s with %ld threads\n", bw, n_threads);
+        return 0;
+    }
+    struct dj_model *m = NULL;
+    if (model_load(model_path, &m) != DJ_OK) return cli_error("bench", "%s", dj_last_error());
+    size_t weight_bytes = 0;
+    for (size_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const struct gguf_tensor *t = gguf_tensor(m->gguf, i);
+        if (!(t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) || m->output.data == m->tok_embd.data)
+            weight_bytes += t->nbytes;
+    }
+    struct dj_ctx_params cp = ctx_default_params();
+    cp.n_ctx = (uint32_t)((n_pp > n_tg ? n_pp : n_tg) + 1);
+    cp.n_threads = (int)n_threads;
+    cp.n_ubatch = (uint32_t)ubatch;
+    struct dj_context *c = NULL;
+    float *logits = malloc(m->hp.n_vocab * sizeof(float));
+    dj_token *toks = malloc((size_t)(n_pp > n_tg ? n_pp : n_tg) * sizeof *toks + sizeof *toks);
+    if (!logits || !toks || ctx_create(m, cp, &c) != DJ_OK) {
+        free(logits);
+        free(toks);
+        model_free(m);
+        return cli_error("bench", "%s", dj_last_error());
+    }
+    uint64_t x = 0x2545F4914F6CDD1DULL; /* fixed token stream: same work every run */
+    for (long i = 0; i < (n_pp > n_tg ? n_pp : n_tg); i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        toks[i] = (dj_token)(x % m->hp.n_vocab);
+    }
+    double pp[64], tg[64];
+    int nr = reps > 64 ? 64 : (int)reps;
+    for (int r = 0; r < nr; r++) {
+        if (n_pp > 0) {
+            ctx_reset(c);
+            int64_t t0 = dj_time_us();
+            ctx_decode(c, toks, (size_t)n_pp, logits, false);
+            pp[r] = (double)n_pp / ((double)(dj_time_us() - t0) / 1e6);
+        }
+        if (n_tg > 0) {
+            ctx_reset(c);
+            int64_t t0 = dj_time_us();
+            for (long i = 0; i < n_tg; i++) ctx_decode(c, &toks[i], 1, logits, false);
+            tg[r] = (double)n_tg / ((double)(dj_time_us() - t0) / 1e6);
+        }
+    }
+    qsort(pp, (size_t)nr, sizeof(double), cmp_d);
+    qsort(tg, (size_t)nr, sizeof(double), cmp_d);
+    double pp_m = n_pp ? pp[nr / 2] : 0, tg_m = n_tg ? tg[nr / 2] : 0;
+    double gbs = tg_m * (double)weight_bytes / 1e9;
+    uint32_t ftype_n[DJ_TYPE_COUNT] = {0};
+    uint32_t main_type = DJ_TYPE_F32;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) ftype_n[m->layers[il].w_gate.type]++;
+    for (int t = 0; t < DJ_TYPE_COUNT; t++)
+        if (ftype_n[t] > ftype_n[main_type]) main_type = (uint32_t)t;
+    if (json) {
+        printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %ld, \"weight_bytes\": %zu, \"pp\": %ld, \"pp_tps\": %.2f, "
+               "\"tg\": %ld, \"tg_tps\": %.2f, \"tg_gbs\": %.2f",
+               model_path, dj_type_name(main_type), n_threads, weight_bytes, n_pp, pp_m, n_tg, tg_m, gbs);
+        if (membw) printf(", \"membw_gbs\": %.2f, \"tg_bw_fraction\": %.3f", bw, bw > 0 ? gbs / bw : 0);
+        printf("}\n");
+    } else {
+        printf("| model | type | threads | test | t/s (median of %d) | min | max |\n|---|---|---|---|---|---|---|\n", nr);
+        if (n_pp)
+            printf("| %s | %s | %ld | pp%ld | %.2f | %.2f | %.2f |\n", model_path, dj_type_name(main_type), n_threads, n_pp,
+                   pp_m, pp[0], pp[nr - 1]);
+        if (n_tg)
+            printf("| %s | %s | %ld | tg%ld | %.2f | %.2f | %.2f |\n", model_path, dj_type_name(main_type), n_threads, n_tg,
+                   tg_m, tg[0], tg[nr - 1]);
+        if (n_tg) printf("decode reads %.3f GB of weights per token: %.2f GB/s", (double)weight_bytes / 1e9, gbs);
+        if (n_tg && membw) printf(" = %.0f%% of the measured %.1f GB/s memory read bandwidth", 100 * gbs / bw, bw);
+        if (n_tg) putchar('\n');
+    }
+    ctx_free(c);
+    free(logits);
+    free(toks);
+    model_free(m);
+    return 0;
+}
