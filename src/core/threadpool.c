@@ -8,6 +8,7 @@
 #include "core/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -49,7 +50,8 @@ static void *worker_main(void *p) {
         int spins = 0;
         while ((gen = atomic_load(&pool->generation)) == seen && !atomic_load(&pool->stop)) {
             if (++spins < SPIN_ITERS) {
-                DJ_PAUSE();
+                if (spins % 64 == 0) sched_yield(); /* let an oversubscribed core run the caller */
+                else DJ_PAUSE();
                 continue;
             }
             pthread_mutex_lock(&pool->mu);
@@ -121,5 +123,10 @@ void threadpool_run(struct dj_threadpool *pool, dj_task_fn fn, void *arg) {
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
     fn(arg, 0, pool->n_threads);
-    while (atomic_load(&pool->n_done) != pool->n_threads - 1) DJ_PAUSE();
+    /* Spin briefly, then yield: with more threads than free cores a worker
+     * may be descheduled, and spinning would only delay it. */
+    for (int spins = 0; atomic_load(&pool->n_done) != pool->n_threads - 1; spins++) {
+        if (spins < 2000) DJ_PAUSE();
+        else sched_yield();
+    }
 }

@@ -1,0 +1,198 @@
+/*
+ * test_cli_model.c — end-to-end tests of the model commands: `deja run`
+ * (greedy ids and dumped logits against golden/, logits_hash invariant
+ * across ubatch sizes and thread counts), `deja perplexity` against
+ * llama.cpp's figure, `deja synth` for llama/qwen2/qwen3, and their errors.
+ */
+#include <math.h>
+
+#include "test.h"
+#include "test_json.h"
+#include "test_run.h"
+
+static char tmpdir[] = "/tmp/deja_test_model_XXXXXX";
+
+static const char *tmp_path(const char *name) {
+    static char buf[4][512];
+    static int slot;
+    char *b = buf[slot++ & 3];
+    snprintf(b, 512, "%s/%s", tmpdir, name);
+    return b;
+}
+
+/* The value of "key": "..." or "key": number in a one-line JSON object, as text. */
+static char *field(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    if (!p) return NULL;
+    p += strlen(pat);
+    if (*p == '"') p++;
+    size_t n = strcspn(p, "\",}");
+    char *s = malloc(n + 1);
+    memcpy(s, p, n);
+    s[n] = '\0';
+    return s;
+}
+
+static void test_run_golden(const char *shared) {
+    const char *model = test_shared_path(shared, "models/stories260K.gguf");
+    char *doc = test_read_file(test_shared_path(shared, "golden/stories260K/p2.f32kv.json"), NULL);
+    CHECK(doc != NULL);
+    if (!doc) return;
+    char *prompt = json_string(doc, "prompt");
+    int *greedy = NULL;
+    size_t ng = json_int_array(doc, "greedy", &greedy);
+    CHECK(ng == 64);
+    char *out = NULL;
+    int rc = RUN(&out, "run", "-m", (char *)model, "-p", prompt, "-n", "32", "--ignore-eos", "--json", "--dump-logits",
+                 (char *)tmp_path("steps.f32"));
+    CHECKF(rc == 0, "%s", out);
+    /* ids */
+    int *ids = NULL;
+    size_t n_ids = json_int_array(out, "ids", &ids);
+    CHECK(n_ids == 32);
+    CHECK(n_ids == 32 && !memcmp(ids, greedy, 32 * sizeof(int)));
+    char *hash = field(out, "logits_hash");
+    CHECK(hash && strlen(hash) == 16);
+    /* dumped rows against the golden steps */
+    size_t len = 0, glen = 0;
+    float *rows = (float *)test_read_file(tmp_path("steps.f32"), &len);
+    float *gold = (float *)test_read_file(test_shared_path(shared, "golden/stories260K/p2.f32kv.logits_steps.f32"), &glen);
+    CHECK(rows && len == 32 * 512 * sizeof(float) && gold && glen == 64 * 512 * sizeof(float));
+    if (rows && gold && len == 32 * 512 * sizeof(float)) {
+        float worst = 0;
+        for (size_t i = 0; i < 32 * 512; i++) worst = fmaxf(worst, fabsf(rows[i] - gold[i]));
+        CHECKF(worst < 2e-3f, "dumped logits differ from golden by %g", worst);
+    }
+    free(rows);
+    free(gold);
+    free(out);
+    /* the same hash for other batch shapes and thread counts */
+    const char *cfg[][4] = {{"--ubatch", "1", "-t", "1"}, {"--ubatch", "3", "-t", "2"}, {"--ubatch", "7", "-t", "2"}};
+    for (int k = 0; k < 3; k++) {
+        rc = RUN(&out, "run", "-m", (char *)model, "-p", prompt, "-n", "32", "--ignore-eos", "--json",
+                 (char *)cfg[k][0], (char *)cfg[k][1], (char *)cfg[k][2], (char *)cfg[k][3]);
+        char *h = field(out, "logits_hash");
+        CHECKF(rc == 0 && h && hash && !strcmp(h, hash), "%s %s %s %s: hash %s vs %s", cfg[k][0], cfg[k][1], cfg[k][2],
+               cfg[k][3], h ? h : "?", hash ? hash : "?");
+        free(h);
+        free(out);
+    }
+    /* sampling: the same seed gives the same ids, with any ubatch */
+    char *o1 = NULL, *o2 = NULL;
+    RUN(&o1, "run", "-m", (char *)model, "-p", prompt, "-n", "24", "--temp", "0.9", "--seed", "7", "--json");
+    RUN(&o2, "run", "-m", (char *)model, "-p", prompt, "-n", "24", "--temp", "0.9", "--seed", "7", "--json", "--ubatch",
+        "2", "-t", "2");
+    char *i1 = strstr(o1, "\"ids\""), *i2 = strstr(o2, "\"ids\"");
+    CHECK(i1 && i2 && !strncmp(i1, i2, (size_t)(strstr(i1, "]") - i1)));
+    free(o1);
+    free(o2);
+    free(hash);
+    free(ids);
+    free(greedy);
+    free(prompt);
+    free(doc);
+}
+
+static void test_perplexity(const char *shared) {
+    char *out = NULL;
+    int rc = RUN(&out, "perplexity", "-m", (char *)test_shared_path(shared, "models/stories260K.gguf"), "-f",
+                 (char *)test_shared_path(shared, "golden/tinystories_sample.txt"), "-c", "128", "-t", "2", "--json");
+    CHECKF(rc == 0, "%s", out);
+    char *ppl = field(out, "ppl"), *nch = field(out, "n_chunks"), *err = field(out, "ppl_err");
+    /* golden/README.md: llama-perplexity -c 128 → PPL = 5.7252 ± 0.17151 over 68 chunks */
+    CHECKF(ppl && fabs(atof(ppl) - 5.7252) / 5.7252 < 0.001, "ppl %s, llama.cpp 5.7252", ppl ? ppl : "?");
+    CHECKF(err && fabs(atof(err) - 0.17151) < 0.002, "ppl_err %s, llama.cpp 0.17151", err ? err : "?");
+    CHECK(nch && atoi(nch) == 68);
+    printf("stories260K perplexity -c 128: %s ± %s over %s chunks (llama.cpp: 5.7252 ± 0.17151, 68)\n", ppl, err, nch);
+    free(ppl);
+    free(nch);
+    free(err);
+    free(out);
+}
+
+static void test_synth(const char *shared) {
+    const char *vocab = test_shared_path(shared, "vocab/ggml-vocab-llama-spm.gguf");
+    const char *archs[] = {"llama", "qwen2", "qwen3"};
+    for (int a = 0; a < 3; a++) {
+        char name[64];
+        snprintf(name, sizeof name, "synth-%s.gguf", archs[a]);
+        const char *path = tmp_path(name);
+        char *out = NULL;
+        int rc = RUN(&out, "synth", "--arch", (char *)archs[a], "--preset", "tiny", "--vocab-from", (char *)vocab, "-o",
+                     (char *)path);
+        CHECKF(rc == 0, "synth %s: %s", archs[a], out);
+        free(out);
+        rc = RUN(&out, "inspect", (char *)path);
+        CHECKF(rc == 0 && strstr(out, archs[a]) && strstr(out, "32000 tokens"), "%s", out);
+        free(out);
+        /* runs, and is batch-invariant on every architecture's code path */
+        char *h1 = NULL, *h2 = NULL;
+        rc = RUN(&h1, "run", "-m", (char *)path, "-p", "Hello world, this is a test of", "-n", "8", "--ignore-eos",
+                 "--json");
+        CHECKF(rc == 0, "run %s: %s", archs[a], h1);
+        rc = RUN(&h2, "run", "-m", (char *)path, "-p", "Hello world, this is a test of", "-n", "8", "--ignore-eos",
+                 "--json", "--ubatch", "1", "-t", "2");
+        char *x = field(h1, "logits_hash"), *y = field(h2, "logits_hash");
+        CHECKF(x && y && !strcmp(x, y), "%s: %s vs %s", archs[a], x ? x : "?", y ? y : "?");
+        free(x);
+        free(y);
+        free(h1);
+        free(h2);
+    }
+    /* the same seed writes the same bytes */
+    char *out = NULL;
+    RUN(&out, "synth", "--arch", "llama", "--preset", "tiny", "--vocab-from", (char *)vocab, "-o",
+        (char *)tmp_path("again.gguf"), "-t", "1");
+    free(out);
+    size_t l1, l2;
+    char *b1 = test_read_file(tmp_path("synth-llama.gguf"), &l1), *b2 = test_read_file(tmp_path("again.gguf"), &l2);
+    CHECK(b1 && b2 && l1 == l2 && !memcmp(b1, b2, l1));
+    free(b1);
+    free(b2);
+    CHECK(RUN(&out, "synth", "--arch", "gpt9", "--preset", "tiny", "--vocab-from", (char *)vocab, "-o",
+              (char *)tmp_path("x.gguf")) == 1 && strstr(out, "gpt9"));
+    free(out);
+}
+
+static void test_errors(const char *shared) {
+    const char *model = test_shared_path(shared, "models/stories260K.gguf");
+    char *out = NULL;
+    CHECK(RUN(&out, "run", "-m", (char *)model, "-p", "x", "-n", "abc") == 1 && strstr(out, "-n"));
+    free(out);
+    CHECK(RUN(&out, "run", "-m", (char *)model, "-p", "Once upon a time", "-n", "100", "-c", "16") == 1 &&
+          strstr(out, "context size"));
+    free(out);
+    CHECK(RUN(&out, "run", "-m", (char *)test_shared_path(shared, "vocab/ggml-vocab-gpt-2.gguf"), "-p", "x") == 1 &&
+          strstr(out, "gpt2") != NULL);
+    free(out);
+    CHECK(RUN(&out, "perplexity", "-m", (char *)model, "-f", (char *)test_shared_path(shared, "golden/README.md"), "-c",
+              "4096") == 1 &&
+          strstr(out, "2*CTX"));
+    free(out);
+    CHECK(RUN(&out, "run", "--help") == 0 && strstr(out, "usage"));
+    free(out);
+    CHECK(RUN(&out, "bench", "--help") == 0 && strstr(out, "usage"));
+    free(out);
+    CHECK(RUN(&out, "quantize", "--help") == 0 && strstr(out, "usage"));
+    free(out);
+    CHECK(RUN(&out, "synth", "--help") == 0 && strstr(out, "usage"));
+    free(out);
+    CHECK(RUN(&out, "perplexity", "--help") == 0 && strstr(out, "usage"));
+    free(out);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    deja_bin = argv[2];
+    if (!mkdtemp(tmpdir)) return 2;
+    test_run_golden(argv[1]);
+    test_perplexity(argv[1]);
+    test_synth(argv[1]);
+    test_errors(argv[1]);
+    char *out = NULL;
+    run((char *const[]){"/bin/rm", "-rf", tmpdir, NULL}, &out);
+    free(out);
+    TEST_END();
+}
