@@ -61,9 +61,11 @@ fuzz: deps-fuzz
 	  $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -print_final_stats=1 $$corpus; \
 	done
 
+# A short generation on the bundled code model: ~64 tokens, greedy, with the
+# prefill/decode speed line on stderr.
 run: build
-	./$(BUILD)/bin/deja inspect $(SHARED)/models/codelm-15m-f16.gguf
-	./$(BUILD)/bin/deja tokenize -m $(SHARED)/models/codelm-15m-f16.gguf -p 'def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)'
+	./$(BUILD)/bin/deja run -m $(SHARED)/models/codelm-15m-f16.gguf -n 64 -t $(JOBS) \
+	  -p $$'import json\nimport os\n\n\ndef load_config(path):\n    """Load a JSON config file."""\n'
 
 bench: build
 	./bench/tokenize.sh $(BUILD)/bin/deja $(SHARED)

@@ -41,6 +41,14 @@ static void synth_usage(FILE *f) {
             "  --type: storage of the matrices (default f16); vectors are f32.\n");
 }
 
+/* A tensor to generate: name, K (row length), N (rows), a matrix (takes
+ * --type) or a vector (F32), initialised to ones (norms) or random. */
+struct spec {
+    char name[64];
+    int64_t K, N;
+    bool matrix, ones;
+};
+
 struct gen_job {
     const char *name;
     uint64_t seed;
@@ -130,6 +138,7 @@ int cmd_synth(int argc, char **argv) {
     uint8_t **bufs = NULL;
     size_t n_bufs = 0;
     float *rows = NULL;
+    struct spec *sp = NULL;
     if (!w || !pool) {
         cli_error("synth", "out of memory");
         goto done;
@@ -162,18 +171,11 @@ int cmd_synth(int argc, char **argv) {
         if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10) && (st = gguf_writer_copy_kv(w, voc, i))) goto fail_st;
     }
 
-    /* tensors: name, K (row length), N (rows), is a matrix, init to ones */
-    struct spec {
-        char name[64];
-        int64_t K, N;
-        bool matrix, ones;
-    };
     const int64_t E = P->n_embd, Q = (int64_t)P->n_head * hd, KV = (int64_t)P->n_head_kv * hd, F = P->n_ff;
     size_t max_specs = 3 + (size_t)P->n_layer * 14;
-    struct spec *sp = calloc(max_specs, sizeof *sp);
+    sp = calloc(max_specs, sizeof *sp);
     bufs = calloc(max_specs, sizeof *bufs);
     if (!sp || !bufs) {
-        free(sp);
         cli_error("synth", "out of memory");
         goto done;
     }
@@ -217,7 +219,6 @@ int cmd_synth(int argc, char **argv) {
 #undef ADD
     rows = malloc((size_t)n_threads * (size_t)(F > E ? F : E) * sizeof(float));
     if (!rows) {
-        free(sp);
         cli_error("synth", "out of memory");
         goto done;
     }
@@ -232,21 +233,16 @@ int cmd_synth(int argc, char **argv) {
         size_t nb = rb * (size_t)sp[i].N;
         bufs[n_bufs] = malloc(nb);
         if (!bufs[n_bufs]) {
-            free(sp);
             cli_error("synth", "out of memory allocating %zu bytes for %s (total so far %zu)", nb, sp[i].name, total);
             goto done;
         }
         struct gen_job j = {sp[i].name, seed, t, sp[i].K, sp[i].N, rb, bufs[n_bufs], rows, sp[i].ones};
         threadpool_run(pool, gen_task, &j);
         int64_t ne[2] = {sp[i].K, sp[i].N};
-        if ((st = gguf_writer_add_tensor(w, sp[i].name, t, sp[i].N == 1 ? 1 : 2, ne, bufs[n_bufs], nb))) {
-            free(sp);
-            goto fail_st;
-        }
+        if ((st = gguf_writer_add_tensor(w, sp[i].name, t, sp[i].N == 1 ? 1 : 2, ne, bufs[n_bufs], nb))) goto fail_st;
         n_bufs++;
         total += nb;
     }
-    free(sp);
     if ((st = gguf_writer_write(w, out_path))) goto fail_st;
     fprintf(stderr, "synth: wrote %s: %s %s, %zu tensors, %.2f GB of weights\n", out_path, arch, preset_name, n_bufs,
             (double)total / 1e9);
@@ -255,6 +251,7 @@ int cmd_synth(int argc, char **argv) {
 fail_st:
     cli_error("synth", "%s", dj_last_error());
 done:
+    free(sp);
     for (size_t i = 0; i < n_bufs; i++) free(bufs[i]);
     free(bufs);
     free(rows);
