@@ -120,7 +120,7 @@ int cmd_perplexity(int argc, char **argv) {
             float mx = lg[0];
             for (size_t k = 1; k < V; k++) mx = lg[k] > mx ? lg[k] : mx;
             double sum = 0;
-            for (size_t k = 0; k < V; k++) sum += exp((double)(lg[k] - mx));
+            for (size_t k = 0; k < V; k++) sum += (double)expf(lg[k] - mx); /* expf, summed in double: llama.cpp's log_softmax */
             const double v = -((double)(lg[chunk[j + 1]] - mx) - log(sum));
             nll += v;
             nll2 += v * v;

@@ -18,6 +18,7 @@
 #define DJ_MODEL_CONTEXT_H
 
 #include "core/threadpool.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 
 struct dj_ctx_params {
@@ -56,8 +57,9 @@ struct dj_context {
     float *ff_g;   /* (ub, n_ff) */
     float *ff_u;   /* (ub, n_ff) */
     float *scores; /* (n_threads, n_ctx) attention scores per thread */
-    float *wrow;   /* (n_threads, wrow_stride) a dequantized weight row per thread */
-    size_t wrow_stride; /* the largest K of any weight */
+    void *act;     /* (ub, act row bytes) activations converted for the kernels */
+    size_t wrow_stride; /* the largest K (row length) of any weight */
+    const struct dj_kernels *kern; /* the CPU's kernel table, chosen once */
 };
 
 enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, struct dj_context **out);

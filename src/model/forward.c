@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "core/status.h"
+#include "kernels/kernels.h"
 #include "model/context.h"
 
 struct dj_ctx_params ctx_default_params(void) {
@@ -54,60 +54,61 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-/* Row `r` of a weight as float32 into dst (K = w->ne0 elements). */
-static void weight_row_f32(const struct dj_weight *w, int64_t r, float *dst) {
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-    switch (w->type) {
-    case DJ_TYPE_F32: memcpy(dst, row, (size_t)w->ne0 * sizeof(float)); break;
-    case DJ_TYPE_F16:
-        for (int64_t i = 0; i < w->ne0; i++) {
-            uint16_t h;
-            memcpy(&h, row + 2 * i, 2);
-            dst[i] = dj_fp16_to_f32(h);
-        }
-        break;
-    case DJ_TYPE_BF16:
-        for (int64_t i = 0; i < w->ne0; i++) {
-            uint16_t h;
-            memcpy(&h, row + 2 * i, 2);
-            dst[i] = dj_bf16_to_f32(h);
-        }
-        break;
-    default: DJ_ASSERT(!"weight type without a kernel");
-    }
+/* ---- matrix product ------------------------------------------------------
+ * y = W x through the kernel table (src/kernels): the activation rows are
+ * first converted to the weight type's activation type (per row, so a token's
+ * activations never depend on the rest of the batch), then threads take fixed
+ * ranges of output rows.  The kernels guarantee every element equals the
+ * single dot product of its (row, token) pair, whatever the tile or range.
+ */
+
+struct act_job {
+    struct dj_context *c;
+    dj_quantize_fn q;
+    const float *x;
+    int64_t K, n_tok;
+    size_t a_row;
+};
+
+static void act_task(void *arg, int ith, int nth) {
+    const struct act_job *j = arg;
+    long t0, t1;
+    threadpool_split((long)j->n_tok, 1, ith, nth, &t0, &t1);
+    for (long t = t0; t < t1; t++) j->q(j->x + t * j->K, j->c->act + (size_t)t * j->a_row, j->K);
 }
 
-/* ---- matrix product ------------------------------------------------------ */
-
 struct mm_job {
-    struct dj_context *c;
+    const struct dj_wtype_kernels *wk;
     const struct dj_weight *w;
-    const float *x;
+    const void *a;
+    size_t a_row;
     int64_t n_tok;
     float *y;
 };
 
 static void mm_task(void *arg, int ith, int nth) {
     const struct mm_job *j = arg;
-    const struct dj_weight *w = j->w;
-    const int64_t K = w->ne0, N = w->ne1;
-    float *buf = j->c->wrow + (size_t)ith * j->c->wrow_stride;
     long r0, r1;
-    threadpool_split((long)N, 16, ith, nth, &r0, &r1);
-    for (long r = r0; r < r1; r++) {
-        const float *wr;
-        if (w->type == DJ_TYPE_F32) {
-            wr = (const float *)((const uint8_t *)w->data + (size_t)r * w->row_bytes);
-        } else {
-            weight_row_f32(w, r, buf);
-            wr = buf;
-        }
-        for (int64_t t = 0; t < j->n_tok; t++) j->y[t * N + r] = dot_f32(wr, j->x + t * K, K);
-    }
+    /* 16-row ranges: every kernel's row tile divides 16, so only the last
+     * range of a matrix ever runs a partial tile */
+    threadpool_split((long)j->w->ne1, 16, ith, nth, &r0, &r1);
+    if (r1 > r0)
+        j->wk->matmul(j->w->ne0, j->w->data, j->w->row_bytes, j->a, j->a_row, j->y, j->w->ne1, r0, r1, j->n_tok);
 }
 
 void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x, int64_t n_tok, float *y) {
-    struct mm_job j = {c, w, x, n_tok, y};
+    const struct dj_wtype_kernels *wk = &c->kern->w[w->type];
+    DJ_ASSERT(wk->matmul != NULL && n_tok <= (int64_t)c->p.n_ubatch);
+    const void *a = x;
+    size_t a_row = (size_t)w->ne0 * sizeof(float);
+    if (wk->act_type != DJ_TYPE_F32) {
+        a_row = dj_kernels_act_row_bytes(wk->act_type, w->ne0);
+        struct act_job aj = {c, c->kern->quantize_act[wk->act_type], x, w->ne0, n_tok, a_row};
+        if (n_tok == 1) act_task(&aj, 0, 1); /* one row: not worth waking the pool */
+        else threadpool_run(c->pool, act_task, &aj);
+        a = c->act;
+    }
+    struct mm_job j = {wk, w, a, a_row, n_tok, y};
     threadpool_run(c->pool, mm_task, &j);
 }
 
@@ -208,7 +209,9 @@ static void head_norm(float *x, const struct dj_weight *w, int64_t n_tok, int n_
         }
 }
 
-static void embed_row(const struct dj_weight *w, dj_token tok, float *dst) { weight_row_f32(w, tok, dst); }
+static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_token tok, float *dst) {
+    c->kern->w[w->type].dequantize_row((const uint8_t *)w->data + (size_t)tok * w->row_bytes, dst, w->ne0);
+}
 
 /* Forward pass of one ubatch; logits (if not NULL) get the rows asked for. */
 static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n, float *logits, bool all_logits) {
@@ -218,7 +221,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
                   F = hp->n_ff;
     const uint32_t p0 = c->kv.n_pos;
 
-    for (int64_t t = 0; t < n; t++) embed_row(&m->tok_embd, toks[t], c->x + t * E);
+    for (int64_t t = 0; t < n; t++) embed_row(c, &m->tok_embd, toks[t], c->x + t * E);
 
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const struct dj_layer *L = &m->layers[il];
@@ -316,10 +319,11 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->ff_g = malloc(ub * F * sizeof(float));
     c->ff_u = malloc(ub * F * sizeof(float));
     c->scores = malloc((size_t)p.n_threads * p.n_ctx * sizeof(float));
-    c->wrow = malloc((size_t)p.n_threads * c->wrow_stride * sizeof(float));
+    c->act = malloc(ub * c->wrow_stride * sizeof(float)); /* the widest activation row is F32 */
+    c->kern = dj_kernels();
     c->pool = threadpool_create(p.n_threads);
     if (!c->kv.k || !c->kv.v || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
-        !c->scores || !c->wrow || !c->pool) {
+        !c->scores || !c->act || !c->pool) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens (KV cache %.1f MiB)", p.n_ctx,
                        (double)(2 * kv_elems * sizeof(float)) / (1 << 20));
@@ -342,7 +346,7 @@ void ctx_free(struct dj_context *c) {
     free(c->ff_g);
     free(c->ff_u);
     free(c->scores);
-    free(c->wrow);
+    free(c->act);
     free(c);
 }
 

@@ -1,0 +1,139 @@
+/*
+ * blocks.h — the quantized block layouts of GGUF/ggml, byte for byte.
+ *
+ * A quantized row of K elements is K/QK consecutive blocks; a block holds
+ * QK values as small integers plus the scale(s) to turn them back into
+ * floats.  The structs below have exactly ggml's field order, sizes and
+ * (absence of) padding, so a row in a mapped GGUF file can be read through
+ * them directly.  Scales stored as `uint16_t` are IEEE half floats (see
+ * core/fp16.h).  All fields are little-endian, as GGUF is.
+ *
+ * Weights:
+ *
+ *   q8_0  (34 B / 32 values)  x[i] = d * qs[i]
+ *         +------+--------------------------------+
+ *         | d:f16| qs[32]: int8                   |
+ *         +------+--------------------------------+
+ *
+ *   q4_0  (18 B / 32 values)  x[i] = d * ((nibble i) - 8)
+ *         +------+----------------+   qs[j] & 0xF -> element j      (j < 16)
+ *         | d:f16| qs[16]: 2x4bit |   qs[j] >> 4  -> element j + 16
+ *         +------+----------------+
+ *
+ *   q4_K  (144 B / 256 values: 8 sub-blocks of 32)
+ *         +------+---------+------------+---------------------------+
+ *         | d:f16|dmin:f16 | scales[12] | qs[128]: 2x4bit            |
+ *         +------+---------+------------+---------------------------+
+ *         sub-block s (0..7) has a 6-bit scale sc_s and a 6-bit min m_s:
+ *           s < 4:  sc = scales[s] & 63,                 m = scales[s+4] & 63
+ *           s >= 4: sc = (scales[s+4] & 0xF) | (scales[s-4] >> 6) << 4,
+ *                   m  = (scales[s+4] >> 4)  | (scales[s]   >> 6) << 4
+ *         (ggml's get_scale_min_k4).  Elements 64c .. 64c+31 are the low
+ *         nibbles of qs[32c .. 32c+31] (sub-block 2c), elements 64c+32 ..
+ *         64c+63 their high nibbles (sub-block 2c+1), c = 0..3.
+ *         x = d*sc_s * q - dmin*m_s.
+ *
+ *   q6_K  (210 B / 256 values: 16 sub-blocks of 16)
+ *         +-------------+------------+-----------------+------+
+ *         | ql[128]:4bit| qh[64]:2bit| scales[16]: int8| d:f16|
+ *         +-------------+------------+-----------------+------+
+ *         For half h (elements 128h .. 128h+127), l = 0..31, with
+ *         L = ql + 64h, H = qh + 32h:
+ *           element 128h + l      = (L[l]    & 0xF) | ((H[l] >> 0) & 3) << 4
+ *           element 128h + l + 32 = (L[l+32] & 0xF) | ((H[l] >> 2) & 3) << 4
+ *           element 128h + l + 64 = (L[l]    >> 4)  | ((H[l] >> 4) & 3) << 4
+ *           element 128h + l + 96 = (L[l+32] >> 4)  | ((H[l] >> 6) & 3) << 4
+ *         x = d * scales[element/16] * (q - 32).
+ *
+ * Activations (deja quantizes one activation row at a time, DESIGN.md §3):
+ *
+ *   q8_0  as above (paired with q8_0 and q4_0 weights)
+ *   q8_K  (292 B / 256 values)  x[i] = d * qs[i]; bsums[g] = sum of qs[16g .. 16g+15]
+ *         +-------+----------------+-----------------+
+ *         | d:f32 | qs[256]: int8  | bsums[16]: int16|
+ *         +-------+----------------+-----------------+
+ *
+ * Layouts confirmed against llama.cpp's ggml-common.h (block_q8_0, block_q4_0,
+ * block_q4_K, block_q6_K, block_q8_K) and the dequantizers in ggml-quants.c.
+ */
+#ifndef DJ_KERNELS_BLOCKS_H
+#define DJ_KERNELS_BLOCKS_H
+
+#include <assert.h>
+#include <stdint.h>
+
+#include "core/ggml_type.h"
+
+#define DJ_QK8_0 32
+#define DJ_QK4_0 32
+#define DJ_QK_K 256
+#define DJ_K_SCALE_SIZE 12
+
+struct dj_block_q8_0 {
+    uint16_t d;            /* f16 scale */
+    int8_t qs[DJ_QK8_0];   /* values */
+};
+
+struct dj_block_q4_0 {
+    uint16_t d;                /* f16 scale */
+    uint8_t qs[DJ_QK4_0 / 2];  /* nibbles, +8 offset */
+};
+
+struct dj_block_q4_K {
+    uint16_t d;                        /* f16 super-scale of the 6-bit scales */
+    uint16_t dmin;                     /* f16 super-scale of the 6-bit mins */
+    uint8_t scales[DJ_K_SCALE_SIZE];   /* 8 scales + 8 mins, 6 bits each, packed */
+    uint8_t qs[DJ_QK_K / 2];           /* nibbles */
+};
+
+struct dj_block_q6_K {
+    uint8_t ql[DJ_QK_K / 2];      /* low 4 bits */
+    uint8_t qh[DJ_QK_K / 4];      /* high 2 bits */
+    int8_t scales[DJ_QK_K / 16];  /* 8-bit sub-block scales */
+    uint16_t d;                   /* f16 super-scale */
+};
+
+struct dj_block_q8_K {
+    float d;                       /* f32 scale */
+    int8_t qs[DJ_QK_K];            /* values */
+    int16_t bsums[DJ_QK_K / 16];   /* sums of 16 consecutive values */
+};
+
+static_assert(sizeof(struct dj_block_q8_0) == 34, "q8_0 block must be 34 bytes");
+static_assert(sizeof(struct dj_block_q4_0) == 18, "q4_0 block must be 18 bytes");
+static_assert(sizeof(struct dj_block_q4_K) == 144, "q4_K block must be 144 bytes");
+static_assert(sizeof(struct dj_block_q6_K) == 210, "q6_K block must be 210 bytes");
+static_assert(sizeof(struct dj_block_q8_K) == 292, "q8_K block must be 292 bytes");
+
+/* The 6-bit scale and min of sub-block s (0..7) of a q4_K block. */
+static inline void dj_q4_K_scale_min(int s, const uint8_t *scales, uint8_t *sc, uint8_t *m) {
+    if (s < 4) {
+        *sc = scales[s] & 63;
+        *m = scales[s + 4] & 63;
+    } else {
+        *sc = (uint8_t)((scales[s + 4] & 0xF) | ((scales[s - 4] >> 6) << 4));
+        *m = (uint8_t)((scales[s + 4] >> 4) | ((scales[s] >> 6) << 4));
+    }
+}
+
+/* The activation type paired with weight type `wtype` (an enum dj_ggml_type
+ * value), or -1 if deja has no kernel for it:
+ *   F32, BF16 -> F32;
+ *   F16 -> F16, as llama.cpp does (activations rounded to f16; the products of
+ *     two halves are exact in f32, and deja stays within ~1e-3 of llama.cpp's
+ *     logits on F16 models instead of ~1e-2);
+ *   Q8_0, Q4_0 -> Q8_0;  Q4_K, Q6_K -> Q8_K. */
+static inline int dj_kernels_act_type(uint32_t wtype) {
+    switch (wtype) {
+    case DJ_TYPE_F32:
+    case DJ_TYPE_BF16: return DJ_TYPE_F32;
+    case DJ_TYPE_F16: return DJ_TYPE_F16;
+    case DJ_TYPE_Q8_0:
+    case DJ_TYPE_Q4_0: return DJ_TYPE_Q8_0;
+    case DJ_TYPE_Q4_K:
+    case DJ_TYPE_Q6_K: return DJ_TYPE_Q8_K;
+    default: return -1;
+    }
+}
+
+#endif

@@ -1,0 +1,70 @@
+/*
+ * cpu_internal.h — what the per-ISA kernel files give the dispatcher, and
+ * helpers they share.
+ *
+ * Each ISA file fills a table: the generic one sets every entry; the AVX2 and
+ * AVX-512 ones start from the generic table and override what they speed up
+ * (an entry they leave alone keeps the generic kernel, which is itself
+ * batch-invariant).  The x86 files are compiled only for their ISA (see
+ * CMakeLists.txt) and are called only after dispatch.c has checked the CPU.
+ */
+#ifndef DJ_KERNELS_CPU_INTERNAL_H
+#define DJ_KERNELS_CPU_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+void dj_kernels_init_generic(struct dj_kernels *k);
+/* Return false when this build has no such kernels (non-x86 targets). */
+bool dj_kernels_init_avx2(struct dj_kernels *k);
+bool dj_kernels_init_avx512(struct dj_kernels *k);
+
+/* Unaligned little-endian loads (blocks are 2-byte aligned at best). */
+static inline uint16_t dj_load_u16(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint32_t dj_load_u32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/* The 8 scales and 8 mins of a q4_K block as bytes: *sc = sc0..sc7 (byte i =
+ * sub-block i), *m likewise (ggml's get_scale_min_k4 for all 8 at once). */
+static inline void dj_q4_K_unpack_scales(const uint8_t *scales, uint64_t *sc, uint64_t *m) {
+    const uint32_t u0 = dj_load_u32(scales), u1 = dj_load_u32(scales + 4), u2 = dj_load_u32(scales + 8);
+    const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+    *sc = (uint64_t)sc_lo | ((uint64_t)sc_hi << 32);
+    *m = (uint64_t)m_lo | ((uint64_t)m_hi << 32);
+}
+
+/*
+ * The driver every matmul shares: walks tokens in chunks (so a chunk of
+ * activations stays in L2 while the weights stream once per chunk), row
+ * tiles of up to mr_max rows, then token tiles of up to nt_max tokens, and
+ * calls tile(mr, nt, ...) for each.  The tile function must compute each
+ * (row, token) element independently of mr and nt — that is the kernel's
+ * half of the batch-invariance contract; this loop only decides which
+ * elements go together.
+ */
+typedef void (*dj_tile_fn)(int mr, int nt, int64_t k, const uint8_t *w, size_t ws,
+                           const uint8_t *a, size_t as, float *c, int64_t ldc);
+
+static inline void dj_matmul_drive(dj_tile_fn tile, int mr_max, int nt_max, int64_t k, const void *w, size_t ws, const void *a, size_t as,
+                                   float *c, int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
+    /* ~256 KiB of activations per chunk: half of a 512 KiB..2 MiB L2. */
+    int64_t tok_chunk = (int64_t)((256u << 10) / (as ? as : 1));
+    tok_chunk -= tok_chunk % nt_max;
+    if (tok_chunk < nt_max) tok_chunk = nt_max;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t t1 = t0 + tok_chunk < n_tok ? t0 + tok_chunk : n_tok;
+        for (int64_t r = r0; r < r1; r += mr_max) {
+            const int mr = (int)(r1 - r < mr_max ? r1 - r : mr_max);
+            for (int64_t t = t0; t < t1; t += nt_max) {
+                const int nt = (int)(t1 - t < nt_max ? t1 - t : nt_max);
+                tile(mr, nt, k, (const uint8_t *)w + (size_t)r * ws, ws,
+                     (const uint8_t *)a + (size_t)t * as, as, c + t * ldc + r, ldc);
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,86 @@
+/*
+ * kernels.h — the CPU compute kernels behind one small table of function
+ * pointers, chosen once at start-up by CPU feature detection.
+ *
+ * The central operation is a matrix product of a weight matrix with a batch
+ * of activation rows:
+ *
+ *     C[t][r] = dot(W row r, A row t)      r in [r0, r1), t in [0, n_tok)
+ *
+ *     w: (n_rows, k), dtype = weight type, rows w_row_bytes apart
+ *     a: (n_tok, k),  dtype = dj_kernels_act_type(weight type), rows a_row_bytes apart
+ *     c: (n_tok, ldc) float32; only columns [r0, r1) are written
+ *
+ * A thread pool splits the output rows: each thread calls matmul with its
+ * own [r0, r1) (never a part of k).  The activation rows are quantized first,
+ * one row at a time, with quantize_act[act_type].
+ *
+ * Batch invariance (DESIGN.md §3): for a given table, every output element
+ * C[t][r] is bitwise identical to dot(w row r, a row t) — whatever n_tok,
+ * whatever the position of (r, t) inside the kernel's tiles, whatever
+ * [r0, r1).  Each kernel gives every (row, token) pair its own accumulator
+ * with one fixed sequence of float operations; tiling only shares the loads
+ * and unpacking of a row or a token between pairs.  Integer partial sums are
+ * exact.  Different tables (ISAs) round differently; results are
+ * reproducible per table, not across tables.
+ *
+ * Table entries never change after start-up, so the pointers can be cached.
+ * DJ_ISA=generic|avx2|avx512 in the environment caps the choice (for tests
+ * and comparisons); a request the CPU cannot run falls back to the best it
+ * can, with a warning.
+ */
+#ifndef DJ_KERNELS_KERNELS_H
+#define DJ_KERNELS_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/ggml_type.h"
+#include "kernels/blocks.h"
+
+enum dj_isa {
+    DJ_ISA_GENERIC = 0, /* portable C */
+    DJ_ISA_AVX2,        /* AVX2 + FMA + F16C (x86-64-v3) */
+    DJ_ISA_AVX512,      /* AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Sapphire Rapids, Zen 4/5) */
+    DJ_ISA_COUNT
+};
+
+/* float row x (n elements) -> row y of the table's type (n a multiple of its block). */
+typedef void (*dj_quantize_fn)(const float *x, void *y, int64_t n);
+/* row x of the table's type -> float row y (n elements). */
+typedef void (*dj_dequantize_fn)(const void *x, float *y, int64_t n);
+/* dot(weight row w, activation row a) of k elements. */
+typedef float (*dj_dot_fn)(int64_t k, const void *w, const void *a);
+/* The matrix product above.  k a multiple of the weight's block size. */
+typedef void (*dj_matmul_fn)(int64_t k, const void *w, size_t w_row_bytes, const void *a,
+                             size_t a_row_bytes, float *c, int64_t ldc, int64_t r0, int64_t r1,
+                             int64_t n_tok);
+
+/* The kernels of one weight type; all NULL if the table has none for it. */
+struct dj_wtype_kernels {
+    int act_type;                    /* dj_kernels_act_type(weight type), or -1 */
+    dj_matmul_fn matmul;
+    dj_dot_fn dot;                   /* == one element of matmul, bitwise */
+    dj_dequantize_fn dequantize_row; /* bitwise equal to dj_ref_dequantize_row */
+};
+
+struct dj_kernels {
+    const char *name; /* "generic", "avx2", "avx512-vnni" */
+    enum dj_isa isa;
+    struct dj_wtype_kernels w[DJ_TYPE_COUNT];     /* indexed by weight type */
+    dj_quantize_fn quantize_act[DJ_TYPE_COUNT];   /* indexed by activation type: F32 (copy),
+                                                     F16, Q8_0, Q8_K; bitwise equal to
+                                                     dj_ref_quantize_act */
+};
+
+/* The table for this CPU (best ISA it supports, capped by DJ_ISA).  Never NULL. */
+const struct dj_kernels *dj_kernels(void);
+/* The table of one ISA, or NULL if this CPU (or this build) cannot run it. */
+const struct dj_kernels *dj_kernels_for_isa(enum dj_isa isa);
+const char *dj_isa_name(enum dj_isa isa); /* "generic", "avx2", "avx512" */
+
+/* Bytes of an activation row of k elements of act_type (k a multiple of its block). */
+size_t dj_kernels_act_row_bytes(int act_type, int64_t k);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * ref.h — the scalar reference kernels: the oracle every fast kernel is
+ * tested against.  Straightforward loops, never optimized; clarity and
+ * exactness over speed.
+ *
+ * Three families:
+ *
+ *  - Weight quantizers (float -> F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K) that produce
+ *    the same bytes as llama.cpp's reference quantizers (quantize_row_*_ref
+ *    in ggml-quants.c), which is what `llama-quantize` runs when no
+ *    importance matrix is given.  Same float operations in the same order,
+ *    same rounding helpers; this is what lets `deja quantize` reproduce
+ *    llama.cpp's files and perplexities.
+ *  - Dequantizers (type -> float), the same float formulas as ggml's
+ *    dequantize_row_* (so a fast dequantizer must match them bit for bit).
+ *  - Activation quantizers and dot products.  Each weight type is paired
+ *    with one activation type (DJ_KERNELS_ACT_TYPE below); the reference dot
+ *    computes the exact mathematical dot product of the dequantized weight
+ *    row with the dequantized activation row, accumulated in double.
+ *
+ * Activation quantization (deja's definition; both are per row, so a token's
+ * quantized activations never depend on the rest of the batch):
+ *   q8_0: amax = max|x|, d = amax/127, q = round-half-even(x * (127/amax)),
+ *         d stored as f16 — the formula of ggml's x86 quantize_row_q8_0.
+ *   q8_K: ggml's quantize_row_q8_K_ref (scale -127/max where max is the
+ *         first element of largest magnitude, round-half-even, clamp 127),
+ *         except that an all-zero block also gets zero bsums.
+ *
+ * Sizes: n (elements per row) must be a multiple of the type's block size;
+ * callers assert it.
+ */
+#ifndef DJ_KERNELS_REF_H
+#define DJ_KERNELS_REF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/blocks.h"
+
+/* ---- weight quantizers (llama.cpp-identical bytes) ------------------------ */
+void dj_ref_quantize_row_f16(const float *x, uint16_t *y, int64_t n);
+void dj_ref_quantize_row_bf16(const float *x, uint16_t *y, int64_t n);
+void dj_ref_quantize_row_q8_0(const float *x, struct dj_block_q8_0 *y, int64_t n);
+void dj_ref_quantize_row_q4_0(const float *x, struct dj_block_q4_0 *y, int64_t n);
+void dj_ref_quantize_row_q4_K(const float *x, struct dj_block_q4_K *y, int64_t n);
+void dj_ref_quantize_row_q6_K(const float *x, struct dj_block_q6_K *y, int64_t n);
+/* By type id: F32 (copy), F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.  False for any
+ * other type or an n that is not a multiple of the block size. */
+bool dj_ref_quantize_row(uint32_t type, const float *x, void *y, int64_t n);
+
+/* ---- activation quantizers ------------------------------------------------ */
+void dj_ref_quantize_act_q8_0(const float *x, struct dj_block_q8_0 *y, int64_t n);
+void dj_ref_quantize_act_q8_K(const float *x, struct dj_block_q8_K *y, int64_t n);
+/* F32 -> activation type of `act_type` (F32 copy, F16, Q8_0, Q8_K). */
+bool dj_ref_quantize_act(uint32_t act_type, const float *x, void *y, int64_t n);
+
+/* ---- dequantizers --------------------------------------------------------- */
+/* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K.  False for other types. */
+bool dj_ref_dequantize_row(uint32_t type, const void *x, float *y, int64_t n);
+
+/* ---- dot products --------------------------------------------------------- */
+/* Exact dot product (in double) of weight row w (n elements of wtype) and
+ * activation row a (n elements of dj_kernels_act_type(wtype)).  Also returns,
+ * in *mag if not NULL, the sum of the magnitudes of the terms a float kernel
+ * adds up (|w_i a_i| for plain types; |d sc q a| + |dmin m a| for q4_K), the
+ * scale of its rounding error. */
+double dj_ref_dot(uint32_t wtype, int64_t n, const void *w, const void *a, double *mag);
+
+#endif
