@@ -57,6 +57,17 @@ typedef void (*dj_matmul_fn)(int64_t k, const void *w, size_t w_row_bytes, const
                              size_t a_row_bytes, float *c, int64_t ldc, int64_t r0, int64_t r1,
                              int64_t n_tok);
 
+/* Attention over cached keys/values (float32, rows `stride` floats apart):
+ *   attn_scores: s[p] = scale * dot(q, K row p), p in [0, n)
+ *   attn_values: out[0..hd) = sum over p in order of w[p] * V row p
+ * Each score is one fixed sequence of operations on (q, K row p) alone, and
+ * each output lane accumulates positions in order, so a query's result does
+ * not depend on which other queries or keys are processed with it. */
+typedef void (*dj_attn_scores_fn)(int64_t hd, const float *q, const float *k, size_t stride, int64_t n,
+                                  float scale, float *s);
+typedef void (*dj_attn_values_fn)(int64_t hd, const float *w, const float *v, size_t stride, int64_t n,
+                                  float *out);
+
 /* The kernels of one weight type; all NULL if the table has none for it. */
 struct dj_wtype_kernels {
     int act_type;                    /* dj_kernels_act_type(weight type), or -1 */
@@ -72,6 +83,8 @@ struct dj_kernels {
     dj_quantize_fn quantize_act[DJ_TYPE_COUNT];   /* indexed by activation type: F32 (copy),
                                                      F16, Q8_0, Q8_K; bitwise equal to
                                                      dj_ref_quantize_act */
+    dj_attn_scores_fn attn_scores;
+    dj_attn_values_fn attn_values;
 };
 
 /* The table for this CPU (best ISA it supports, capped by DJ_ISA).  Never NULL. */

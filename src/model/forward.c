@@ -43,17 +43,6 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float e
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
 }
 
-/* A dot product with 8 independent partial sums combined in a fixed order:
- * deterministic, and shaped so the compiler can vectorize it. */
-static float dot_f32(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-    for (; i < n; i++) acc[0] += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
 /* ---- matrix product ------------------------------------------------------
  * y = W x through the kernel table (src/kernels): the activation rows are
  * first converted to the weight type's activation type (per row, so a token's
@@ -152,42 +141,37 @@ struct attn_job {
     int64_t n;    /* tokens in the ubatch */
 };
 
-/* One (token, head) pair per work item; items are split over threads in
- * fixed chunks, and each item's arithmetic is the same whoever runs it. */
+/* One (token, head) pair per work item.  Items are dealt to threads in turn
+ * (i, i + nth, ...), which balances the causal triangle; each item's
+ * arithmetic is the same whoever runs it and whatever else is in the batch:
+ * scores in position order, softmax (sum in double), values in position
+ * order (DESIGN.md §3). */
 static void attn_task(void *arg, int ith, int nth) {
     const struct attn_job *j = arg;
     struct dj_context *c = j->c;
     const struct dj_hparams *hp = &c->model->hp;
     const int hd = (int)hp->head_dim, n_head = (int)hp->n_head, group = (int)(hp->n_head / hp->n_head_kv);
     const float scale = 1.0f / sqrtf((float)hd);
+    const size_t stride = c->kv.n_embd_kv;
     float *sc = c->scores + (size_t)ith * c->kv.n_ctx;
-    long i0, i1;
-    threadpool_split((long)j->n * n_head, 1, ith, nth, &i0, &i1);
-    for (long item = i0; item < i1; item++) {
+    const long n_items = (long)j->n * n_head;
+    for (long item = ith; item < n_items; item += nth) {
         const int64_t t = item / n_head;
         const int h = (int)(item % n_head), hk = h / group;
-        const uint32_t pos = j->p0 + (uint32_t)t;
+        const int64_t n_keys = (int64_t)j->p0 + t + 1;
         const float *q = c->q + (size_t)t * n_head * hd + (size_t)h * hd;
+        c->kern->attn_scores(hd, q, kv_k_row(&c->kv, j->il, 0) + (size_t)hk * hd, stride, n_keys, scale, sc);
         float mx = -INFINITY;
-        for (uint32_t p = 0; p <= pos; p++) {
-            float s = dot_f32(q, kv_k_row(&c->kv, j->il, p) + (size_t)hk * hd, hd) * scale;
-            sc[p] = s;
-            if (s > mx) mx = s;
-        }
+        for (int64_t p = 0; p < n_keys; p++) mx = sc[p] > mx ? sc[p] : mx;
         double sum = 0.0;
-        for (uint32_t p = 0; p <= pos; p++) {
-            float e = expf(sc[p] - mx);
-            sc[p] = e;
-            sum += (double)e;
+        for (int64_t p = 0; p < n_keys; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += (double)sc[p];
         }
         const float inv = (float)(1.0 / sum);
+        for (int64_t p = 0; p < n_keys; p++) sc[p] *= inv;
         float *out = c->att + (size_t)t * n_head * hd + (size_t)h * hd;
-        for (int d = 0; d < hd; d++) out[d] = 0.0f;
-        for (uint32_t p = 0; p <= pos; p++) {
-            const float wgt = sc[p] * inv;
-            const float *vr = kv_v_row(&c->kv, j->il, p) + (size_t)hk * hd;
-            for (int d = 0; d < hd; d++) out[d] += wgt * vr[d];
-        }
+        c->kern->attn_values(hd, sc, kv_v_row(&c->kv, j->il, 0) + (size_t)hk * hd, stride, n_keys, out);
     }
 }
 

@@ -430,6 +430,36 @@ static void dequant_q4_0(const void *xv, float *y, int64_t n) {
     }
 }
 
+/* ---- attention: 8 lanes, element i in lane i % 8, a masked tail ---------------------- */
+
+static inline __m256i tail_mask8(int64_t r) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static void attn_scores_avx2(int64_t hd, const float *q, const float *k, size_t stride, int64_t n, float scale,
+                             float *s) {
+    const int64_t full = hd & ~(int64_t)7;
+    const __m256i m = tail_mask8(hd - full);
+    for (int64_t p = 0; p < n; p++, k += stride) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < full; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc);
+        if (full < hd)
+            acc = _mm256_fmadd_ps(_mm256_maskload_ps(q + full, m), _mm256_maskload_ps(k + full, m), acc);
+        s[p] = hsum8(acc) * scale;
+    }
+}
+
+static void attn_values_avx2(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out) {
+    for (int64_t d = 0; d < hd; d += 8) {
+        const __m256i m = tail_mask8(hd - d);
+        __m256 acc = _mm256_setzero_ps();
+        const float *vp = v + d;
+        for (int64_t p = 0; p < n; p++, vp += stride)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(w[p]), _mm256_maskload_ps(vp, m), acc);
+        _mm256_maskstore_ps(out + d, m, acc);
+    }
+}
+
 bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->name = "avx2";
     k->isa = DJ_ISA_AVX2;
@@ -452,6 +482,8 @@ bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->quantize_act[DJ_TYPE_F16] = quant_f16;
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
+    k->attn_scores = attn_scores_avx2;
+    k->attn_values = attn_values_avx2;
     return true;
 }
 

@@ -391,6 +391,31 @@ static void dequant_q8_0(const void *xv, float *y, int64_t n) {
     }
 }
 
+/* ---- attention: 16 lanes, element i in lane i % 16, a masked tail -------------------- */
+
+static void attn_scores_avx512(int64_t hd, const float *q, const float *k, size_t stride, int64_t n, float scale,
+                               float *s) {
+    const int64_t full = hd & ~(int64_t)15;
+    const __mmask16 m = (__mmask16)((1u << (hd - full)) - 1);
+    for (int64_t p = 0; p < n; p++, k += stride) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < full; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), acc);
+        if (full < hd) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + full), _mm512_maskz_loadu_ps(m, k + full), acc);
+        s[p] = hsum16(acc) * scale;
+    }
+}
+
+static void attn_values_avx512(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out) {
+    for (int64_t d = 0; d < hd; d += 16) {
+        const __mmask16 m = hd - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - d)) - 1);
+        __m512 acc = _mm512_setzero_ps();
+        const float *vp = v + d;
+        for (int64_t p = 0; p < n; p++, vp += stride)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), _mm512_maskz_loadu_ps(m, vp), acc);
+        _mm512_mask_storeu_ps(out + d, m, acc);
+    }
+}
+
 bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->name = "avx512-vnni";
     k->isa = DJ_ISA_AVX512;
@@ -411,6 +436,8 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->w[DJ_TYPE_Q8_0].dequantize_row = dequant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
+    k->attn_scores = attn_scores_avx512;
+    k->attn_values = attn_values_avx512;
     return true;
 }
 

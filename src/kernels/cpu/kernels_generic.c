@@ -287,6 +287,24 @@ static void quant_q8_K(const float *x, void *yv, int64_t n) {
     }
 }
 
+/* ---- attention ------------------------------------------------------------------------ */
+
+/* Eight partial sums (element i in sum i % 8) combined in a fixed tree. */
+static void attn_scores_generic(int64_t hd, const float *q, const float *k, size_t stride, int64_t n, float scale,
+                                float *s) {
+    for (int64_t p = 0; p < n; p++, k += stride) {
+        float acc[8] = {0};
+        for (int64_t i = 0; i < hd; i++) acc[i % 8] += q[i] * k[i];
+        s[p] = (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) * scale;
+    }
+}
+
+static void attn_values_generic(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out) {
+    for (int64_t d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int64_t p = 0; p < n; p++, v += stride)
+        for (int64_t d = 0; d < hd; d++) out[d] += w[p] * v[d];
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 void dj_kernels_init_generic(struct dj_kernels *k) {
@@ -309,4 +327,6 @@ void dj_kernels_init_generic(struct dj_kernels *k) {
     k->quantize_act[DJ_TYPE_F16] = quant_f16;
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
+    k->attn_scores = attn_scores_generic;
+    k->attn_values = attn_values_generic;
 }
