@@ -7,9 +7,10 @@
  *    `f32kv` variant (F32 K/V, no flash attention: differences come from
  *    summation order only; golden/README.md expects ~1e-3).
  *  codelm-15m (F16): prompt tokens and 64 greedy ids identical for the six
- *    prompts; logits at the last prompt position within 2e-2 (llama.cpp
- *    multiplies F16 weights with F16-rounded activations; we use F32
- *    activations — golden/codelm/README.md gives 2e-2 for this).
+ *    prompts; logits at the last prompt position within 1e-3.  The issue and
+ *    golden/codelm/README.md allow 2e-2 (they expect llama.cpp to round
+ *    activations to f16); measured, the reference did not, and deja's F16 x
+ *    F32 products land within 5e-6, so 1e-3 is asserted to catch regressions.
  *
  * Steps are teacher-forced with the golden ids, so one divergence is reported
  * once instead of cascading.
@@ -110,6 +111,6 @@ int main(int argc, char **argv) {
     if (argc < 2) return 2;
     check_model(argv[1], "models/stories260K.gguf", "stories260K", 4, true, 2e-3f);
     check_model(argv[1], "models/aidreams260K.gguf", "aidreams260K", 4, true, 2e-3f);
-    check_model(argv[1], "models/codelm-15m-f16.gguf", "codelm", 6, false, 2e-2f);
+    check_model(argv[1], "models/codelm-15m-f16.gguf", "codelm", 6, false, 1e-3f);
     TEST_END();
 }

@@ -88,7 +88,7 @@ static inline __m256 load8_bf16(const uint8_t *row, int64_t e, int64_t n) {
     }
 
 DEF_FLOAT_BODY(f32, load8_f32, load8_f32)
-DEF_FLOAT_BODY(f16, load8_f16, load8_f16)
+DEF_FLOAT_BODY(f16, load8_f16, load8_f32)
 DEF_FLOAT_BODY(bf16, load8_bf16, load8_f32)
 DJ_TILES_4x2(f32)
 DJ_TILES_4x2(f16)

@@ -96,7 +96,7 @@ static inline __m512 load16_bf16(const uint8_t *row, int64_t e, int64_t n) {
     }
 
 DEF_FLOAT_BODY(f32, load16_f32, load16_f32)
-DEF_FLOAT_BODY(f16, load16_f16, load16_f16)
+DEF_FLOAT_BODY(f16, load16_f16, load16_f32)
 DEF_FLOAT_BODY(bf16, load16_bf16, load16_f32)
 DJ_TILES_4x4(f32)
 DJ_TILES_4x4(f16)

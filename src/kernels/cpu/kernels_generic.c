@@ -34,9 +34,10 @@ static float dot_f32(int64_t k, const void *wv, const void *av) {
 }
 
 static float dot_f16(int64_t k, const void *wv, const void *av) {
-    const uint16_t *w = wv, *a = av;
+    const uint16_t *w = wv;
+    const float *a = av;
     float s[NLANE] = {0};
-    for (int64_t i = 0; i < k; i++) s[i % NLANE] += dj_fp16_to_f32(w[i]) * dj_fp16_to_f32(a[i]);
+    for (int64_t i = 0; i < k; i++) s[i % NLANE] += dj_fp16_to_f32(w[i]) * a[i];
     return reduce8(s);
 }
 

@@ -115,9 +115,9 @@ static double dot_plain(uint32_t wtype, int64_t n, const void *w, const void *a,
         } else if (wtype == DJ_TYPE_BF16) {
             wi = dj_bf16_to_f32(((const uint16_t *)w)[i]);
             ai = ((const float *)a)[i];
-        } else { /* F16 x F16 */
+        } else { /* F16 x F32 */
             wi = dj_fp16_to_f32(((const uint16_t *)w)[i]);
-            ai = dj_fp16_to_f32(((const uint16_t *)a)[i]);
+            ai = ((const float *)a)[i];
         }
         sum += wi * ai;
         m += fabs(wi * ai);
