@@ -2,10 +2,13 @@
  * test_determinism.c — DESIGN.md §3: the logits of every position of a prompt
  * are bitwise identical whether it is evaluated in one batch, token by token,
  * or in ubatches of 3, 7 and 64 tokens, with 1 or 2 threads — on every model
- * in ../shared/models.
+ * in ../shared/models and on every weight type: codelm quantized by
+ * `deja quantize` to q8_0, q4_0 and q4_k_m (which has Q4_K and Q6_K
+ * tensors), and a `deja synth` tiny model in bf16.
  */
 #include "model/context.h"
 #include "test.h"
+#include "test_run.h"
 
 static float *eval(const struct dj_model *m, const dj_token *toks, size_t n, uint32_t ubatch, int threads) {
     struct dj_ctx_params cp = ctx_default_params();
@@ -32,11 +35,34 @@ static const char *prompt =
     "{\"name\": \"bash\", \"arguments\": {\"command\": \"ls -la /tmp\"}}";
 
 int main(int argc, char **argv) {
-    if (argc < 2) return 2;
-    const char *models[] = {"models/stories260K.gguf", "models/aidreams260K.gguf", "models/codelm-15m-f16.gguf"};
-    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+    if (argc < 3) return 2;
+    deja_bin = argv[2];
+    char dir[] = "/tmp/deja_test_det_XXXXXX";
+    if (!mkdtemp(dir)) return 2;
+    char models[8][512];
+    size_t n_models = 0;
+    snprintf(models[n_models++], 512, "%s", test_shared_path(argv[1], "models/stories260K.gguf"));
+    snprintf(models[n_models++], 512, "%s", test_shared_path(argv[1], "models/aidreams260K.gguf"));
+    snprintf(models[n_models++], 512, "%s", test_shared_path(argv[1], "models/codelm-15m-f16.gguf"));
+    const char *qtypes[] = {"q8_0", "q4_0", "q4_k_m"};
+    for (int q = 0; q < 3; q++) {
+        char *out = NULL;
+        snprintf(models[n_models], 512, "%s/codelm-%s.gguf", dir, qtypes[q]);
+        int rc = RUN(&out, "quantize", models[2], models[n_models], (char *)qtypes[q]);
+        CHECKF(rc == 0, "quantize %s: %s", qtypes[q], out);
+        free(out);
+        n_models++;
+    }
+    char *out = NULL;
+    snprintf(models[n_models], 512, "%s/tiny-bf16.gguf", dir);
+    int rc = RUN(&out, "synth", "--arch", "qwen3", "--preset", "tiny", "--type", "bf16", "--vocab-from",
+                 (char *)test_shared_path(argv[1], "vocab/ggml-vocab-deepseek-coder.gguf"), "-o", models[n_models]);
+    CHECKF(rc == 0, "synth bf16: %s", out);
+    free(out);
+    n_models++;
+    for (size_t mi = 0; mi < n_models; mi++) {
         struct dj_model *m = NULL;
-        CHECKF(model_load(test_shared_path(argv[1], models[mi]), &m) == DJ_OK, "%s", dj_last_error());
+        CHECKF(model_load(models[mi], &m) == DJ_OK, "%s", dj_last_error());
         if (!m) continue;
         dj_token *toks = NULL;
         size_t n = 0;
@@ -57,5 +83,7 @@ int main(int argc, char **argv) {
         free(toks);
         model_free(m);
     }
+    run((char *const[]){"/bin/rm", "-rf", dir, NULL}, &out);
+    free(out);
     TEST_END();
 }
