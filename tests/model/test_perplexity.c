@@ -1,0 +1,64 @@
+/*
+ * test_perplexity.c — quantization quality against llama.cpp: codelm-15m
+ * quantized by `deja quantize` to q8_0, q4_0 and q4_k_m (and the F16
+ * original) scores a perplexity on golden/codelm's text (-c 512) within
+ * ±0.5 % of llama.cpp's figure for the same type.  The reference values are
+ * read from the "Final estimate" lines of golden/codelm/ppl_*.txt, the
+ * output of llama-perplexity on files made by llama-quantize.
+ */
+#include <math.h>
+
+#include "test.h"
+#include "test_run.h"
+
+static double ref_ppl(const char *shared, const char *file) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "golden/codelm/%s", file);
+    char *doc = test_read_file(test_shared_path(shared, rel), NULL);
+    if (!doc) return 0;
+    const char *p = strstr(doc, "Final estimate: PPL = ");
+    double v = p ? atof(p + strlen("Final estimate: PPL = ")) : 0;
+    free(doc);
+    return v;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    const char *shared = argv[1];
+    deja_bin = argv[2];
+    char dir[] = "/tmp/deja_test_ppl_XXXXXX";
+    if (!mkdtemp(dir)) return 2;
+    const char *f16 = test_shared_path(shared, "models/codelm-15m-f16.gguf");
+    const char *text = test_shared_path(shared, "golden/codelm/codelm_ppl_text.txt");
+    struct { const char *type, *ref; } cases[] = {
+        {NULL, "ppl_codelm-15m-f16.txt"},
+        {"q8_0", "ppl_codelm-Q8_0.txt"},
+        {"q4_0", "ppl_codelm-Q4_0.txt"},
+        {"q4_k_m", "ppl_codelm-Q4_K_M.txt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[512], *out = NULL;
+        snprintf(path, sizeof path, "%s", f16);
+        if (cases[i].type) {
+            snprintf(path, sizeof path, "%s/codelm-%s.gguf", dir, cases[i].type);
+            int rc = RUN(&out, "quantize", (char *)f16, path, (char *)cases[i].type);
+            CHECKF(rc == 0, "quantize: %s", out);
+            free(out);
+        }
+        int rc = RUN(&out, "perplexity", "-m", path, "-f", (char *)text, "-c", "512", "-t", "2", "--json");
+        CHECKF(rc == 0, "perplexity: %s", out);
+        const char *p = strstr(out, "\"ppl\": ");
+        double ppl = p ? atof(p + 7) : 0, ref = ref_ppl(shared, cases[i].ref);
+        CHECK(ref > 1);
+        double rel = ref > 0 ? (ppl - ref) / ref : 1;
+        CHECKF(fabs(rel) <= 0.005, "%s: PPL %.4f vs llama.cpp %.4f (%+.3f%%)", cases[i].type ? cases[i].type : "f16", ppl,
+               ref, 100 * rel);
+        printf("codelm %-6s PPL %.4f, llama.cpp %.4f (%+.3f%%)\n", cases[i].type ? cases[i].type : "f16", ppl, ref,
+               100 * rel);
+        free(out);
+    }
+    char *out = NULL;
+    run((char *const[]){"/bin/rm", "-rf", dir, NULL}, &out);
+    free(out);
+    TEST_END();
+}
