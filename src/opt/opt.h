@@ -1,0 +1,260 @@
+/*
+ * opt.h — the optimization layer's configuration and statistics
+ * (spec/optimization-layer.md §1.1, DESIGN.md §1 and §5).
+ *
+ * Configuration.  `struct llama_opt_config` carries the spec's fields with the
+ * spec's names, types and defaults, plus DESIGN.md's additions (diff_mode,
+ * diff_recompute).  A value comes from three places, later ones winning:
+ *
+ *     built-in default (the spec's)                       opt.h, below
+ *       → compile-time definition LLAMA_OPT_<NAME>=0|1     CMake option(...) of the same name
+ *         → environment variable LLAMA_OPT_<NAME>_…        llama_opt_config_load/_from_env
+ *
+ * The CMake options only choose the built-in default of an `*_enabled` flag;
+ * nothing is compiled out, so the environment can turn on what CMake left off
+ * (deja has no reason to drop code; the spec's "#ifdef LLAMA_OPT_<NAME>" guard
+ * becomes `#if LLAMA_OPT_<NAME>` on a 0/1 definition).  Tier 2 (approximate)
+ * options are off by default and stay off unless a variable turns them on.
+ *
+ * Every variable is described once, in a table (llama_opt_config_var): name,
+ * type, range, tier, CMake option, one line of documentation.  The loader, the
+ * tests and docs/CONFIG.md are checked against that table.  An invalid value
+ * (not a bool/number, out of range, unknown enum name, too long) is rejected
+ * with DJ_ERR_INVALID and a message naming the variable and the value; the
+ * config is then left untouched.  A variable set to "" counts as unset.
+ *
+ * Statistics.  `struct llama_opt_stats` holds the spec's monotonic counters.
+ * The engine keeps one running total per context; after a turn it prints the
+ * difference to the previous turn's snapshot as one line
+ *     opt-stats {"dedup_blocks_total":…,…}
+ * (DESIGN.md §5; LLAMA_OPT_STATS=1).  No global state: config and stats
+ * belong to whoever creates them.
+ */
+#ifndef DJ_OPT_OPT_H
+#define DJ_OPT_OPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "deja.h"
+
+/* Compile-time defaults, set by CMakeLists.txt's "optimization layer options"
+ * block as 0/1.  A build without CMake gets the spec's defaults. */
+#ifndef LLAMA_OPT_DEDUP
+#define LLAMA_OPT_DEDUP 1
+#endif
+#ifndef LLAMA_OPT_KV_DIFF
+#define LLAMA_OPT_KV_DIFF 1
+#endif
+#ifndef LLAMA_OPT_SCHEMA_SKIP
+#define LLAMA_OPT_SCHEMA_SKIP 1
+#endif
+#ifndef LLAMA_OPT_KV_CANON
+#define LLAMA_OPT_KV_CANON 1
+#endif
+#ifndef LLAMA_OPT_PRECOMPUTE
+#define LLAMA_OPT_PRECOMPUTE 1
+#endif
+#ifndef LLAMA_OPT_KV_PERSIST
+#define LLAMA_OPT_KV_PERSIST 0
+#endif
+#ifndef LLAMA_OPT_MEMO
+#define LLAMA_OPT_MEMO 1
+#endif
+#ifndef LLAMA_OPT_ATTN_PRUNE
+#define LLAMA_OPT_ATTN_PRUNE 0
+#endif
+#ifndef LLAMA_OPT_SPARSE_ATTN
+#define LLAMA_OPT_SPARSE_ATTN 0
+#endif
+#ifndef LLAMA_OPT_ACT_DEDUP
+#define LLAMA_OPT_ACT_DEDUP 0
+#endif
+#ifndef LLAMA_OPT_NOOP
+#define LLAMA_OPT_NOOP 1
+#endif
+#ifndef LLAMA_OPT_ALGEBRAIC
+#define LLAMA_OPT_ALGEBRAIC 0
+#endif
+
+#define LLAMA_OPT_PERSIST_DIR_MAX 4096 /* bytes, including the terminating NUL */
+
+/* LLAMA_OPT_DIFF_MODE (DESIGN.md §1): what is reused after the first edit. */
+enum llama_opt_diff_mode {
+    LLAMA_OPT_DIFF_EXACT = 0, /* Tier 1: reuse the longest common prefix only */
+    LLAMA_OPT_DIFF_APPROX,    /* Tier 2: also KEEP spans after an edit (RoPE-corrected,
+                                 with CacheBlend-style recompute of diff_recompute of them) */
+};
+
+struct llama_opt_config {
+    /* Block hashing */
+    uint32_t block_size;          /* tokens per KV block / hash block (64) */
+
+    /* Phase 1 — context block deduplication */
+    bool     dedup_enabled;       /* (true) */
+    uint32_t dedup_pool_max;      /* max blocks in the pool (16384) */
+
+    /* Phase 1 — structural KV cache diffing */
+    bool     diff_enabled;        /* (true) */
+    uint32_t diff_min_unchanged;  /* min KEEP span worth reusing after an edit (8) */
+    enum llama_opt_diff_mode diff_mode; /* DESIGN.md addition (exact) */
+    float    diff_recompute;      /* DESIGN.md addition: fraction of reused tokens
+                                     recomputed in approx mode (0.15) */
+
+    /* Phase 1 — schema-aware token skipping */
+    bool     schema_skip_enabled; /* (true) */
+
+    /* Phase 2 — KV cache canonicalization */
+    bool     canon_enabled;       /* (true) */
+
+    /* Phase 2 — deterministic precomputation */
+    bool     precompute_enabled;  /* (true) */
+    uint32_t precompute_rope_max; /* max RoPE cache entries (131072) */
+
+    /* Phase 2 — persistent cross-session KV cache */
+    bool     persist_enabled;     /* (false) */
+    char     persist_dir[LLAMA_OPT_PERSIST_DIR_MAX]; /* ("") */
+
+    /* Phase 3 — token-level output memoization */
+    bool     memo_enabled;        /* (true) */
+    uint32_t memo_trie_max;       /* max trie nodes (65536) */
+
+    /* Phase 4 — attention sink pruning (Tier 2) */
+    bool     attn_prune_enabled;  /* (false) */
+    uint32_t attn_prune_window;   /* turns of inactivity before eviction (10) */
+    float    attn_prune_threshold;/* attention weight threshold (0.001) */
+
+    /* Phase 4 — sparse attention over tool results (Tier 2) */
+    bool     sparse_attn_enabled; /* (false) */
+    float    sparse_relevance_threshold; /* min relevance score (0.1) */
+
+    /* Phase 5 */
+    bool     act_dedup_enabled;   /* activation CSE (false) */
+    bool     noop_enabled;        /* no-op elision (true) */
+    bool     algebraic_enabled;   /* algebraic rewriting (false) */
+
+    /* Statistics */
+    bool     stats_enabled;       /* print "opt-stats {json}" after every turn (false) */
+};
+
+/* The compile-time defaults (no environment). */
+struct llama_opt_config llama_opt_config_default(void);
+
+/* A getenv-like lookup: returns the value of `name` or NULL when unset.
+ * The returned string must stay valid until the loader returns. */
+typedef const char *(*llama_opt_getenv_fn)(const char *name, void *ud);
+
+/* Overrides the fields of *cfg with every variable `get` returns.  On failure
+ * returns DJ_ERR_INVALID with a message naming the variable and its value, and
+ * leaves *cfg unchanged. */
+enum dj_status llama_opt_config_load(struct llama_opt_config *cfg, llama_opt_getenv_fn get, void *ud);
+
+/* *cfg = defaults overridden by the process environment (getenv).  Unknown
+ * LLAMA_OPT_* variables in the environment are reported with a warning (they
+ * are usually typos) but are not an error.  *cfg is set only on success. */
+enum dj_status llama_opt_config_from_env(struct llama_opt_config *cfg);
+
+/* ---- The variable table ------------------------------------------------- */
+
+enum llama_opt_var_type {
+    LLAMA_OPT_VAR_BOOL,   /* 1/0, true/false, on/off, yes/no (any case) */
+    LLAMA_OPT_VAR_UINT,   /* decimal digits, within [min, max] */
+    LLAMA_OPT_VAR_FLOAT,  /* strtod syntax, finite, within [min, max] */
+    LLAMA_OPT_VAR_STRING, /* shorter than the field */
+    LLAMA_OPT_VAR_ENUM,   /* one of choices (any case) */
+};
+
+struct llama_opt_var {
+    const char *name;            /* "LLAMA_OPT_BLOCK_SIZE" */
+    enum llama_opt_var_type type;
+    size_t offset;               /* offsetof(struct llama_opt_config, field) */
+    size_t size;                 /* sizeof the field */
+    double min, max;             /* UINT, FLOAT: inclusive range */
+    const char *const *choices;  /* ENUM: NULL-terminated; index == enum value */
+    int tier;                    /* 1 exact, 2 approximate, 0 infrastructure (no effect on results) */
+    const char *cmake;           /* CMake option giving its built-in default, or NULL */
+    const char *field;           /* "block_size" */
+    const char *doc;             /* one line */
+};
+
+/* The i-th variable, or NULL past the end. */
+const struct llama_opt_var *llama_opt_config_var(size_t i);
+/* The variable named `name`, or NULL. */
+const struct llama_opt_var *llama_opt_config_find_var(const char *name);
+
+/* ---- Statistics ---------------------------------------------------------- */
+
+struct llama_opt_stats {
+    /* Phase 1 — context block dedup */
+    uint64_t dedup_blocks_total;
+    uint64_t dedup_blocks_hit;
+    uint64_t dedup_tokens_saved;
+
+    /* Phase 1 — KV cache diffing */
+    uint64_t diff_tokens_total;
+    uint64_t diff_tokens_unchanged;
+    uint64_t diff_tokens_recomputed;
+
+    /* Phase 1 — schema-aware skipping */
+    uint64_t schema_tokens_total;
+    uint64_t schema_tokens_skipped;
+    uint64_t schema_tokens_inferred;
+
+    /* Phase 2 — KV canonicalization */
+    uint64_t canon_entries_total;
+    uint64_t canon_entries_deduped;
+    uint64_t canon_bytes_saved;
+
+    /* Phase 2 — precomputation */
+    uint64_t precompute_rope_hits;
+    uint64_t precompute_norm_hits;
+    uint64_t precompute_mask_hits;
+
+    /* Phase 2 — persistent KV */
+    uint64_t persist_loads;
+    uint64_t persist_saves;
+    uint64_t persist_tokens_restored;
+
+    /* Phase 3 — output memoization */
+    uint64_t memo_lookups;
+    uint64_t memo_hits;
+    uint64_t memo_tokens_skipped;
+
+    /* Phase 4 — attention pruning */
+    uint64_t attn_blocks_pruned;
+    uint64_t attn_tokens_pruned;
+
+    /* Phase 5 — activation dedup */
+    uint64_t act_lookups;
+    uint64_t act_hits;
+
+    /* Phase 5 — no-op elision */
+    uint64_t noop_ops_elided;
+};
+
+void llama_opt_stats_reset(struct llama_opt_stats *s);
+
+/* Number of counters, and the name of the i-th (in declaration order; NULL past the end). */
+size_t llama_opt_stats_n_fields(void);
+const char *llama_opt_stats_field_name(size_t i);
+/* The i-th counter of s (i < llama_opt_stats_n_fields()). */
+uint64_t llama_opt_stats_get(const struct llama_opt_stats *s, size_t i);
+
+/* *out = now - before, counter by counter.  Counters only grow, so before <= now
+ * for every counter (asserted: a violation is a bug in the caller). */
+void llama_opt_stats_delta(const struct llama_opt_stats *now, const struct llama_opt_stats *before,
+                           struct llama_opt_stats *out);
+
+/* Writes s as one JSON object {"dedup_blocks_total":N,...} (every counter, in
+ * declaration order) to buf; returns the length it needed, like snprintf
+ * (the output is complete iff the result < cap). */
+size_t llama_opt_stats_format(const struct llama_opt_stats *s, char *buf, size_t cap);
+
+/* Prints "opt-stats {json}\n" for the per-turn delta now - *last to f in one
+ * write, then sets *last = *now (the next turn's baseline).  Returns 0, or -1
+ * when the write failed. */
+int llama_opt_stats_print_turn(FILE *f, struct llama_opt_stats *last, const struct llama_opt_stats *now);
+
+#endif

@@ -1,0 +1,342 @@
+/*
+ * test_opt_config.c — src/opt: the spec's defaults (Tier 2 off), the
+ * compile-time definitions, every LLAMA_OPT_* variable parsed through a fake
+ * environment, invalid values rejected with a message naming variable and
+ * value (config untouched), the real environment, the stats counters and the
+ * `opt-stats {json}` line, and docs/CONFIG.md listing every variable and
+ * CMake option of the table.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opt/opt.h"
+#include "test.h"
+
+struct fake_env {
+    const char *names[8];
+    const char *values[8];
+    int n;
+};
+
+static const char *fake_get(const char *name, void *ud) {
+    const struct fake_env *e = ud;
+    for (int i = 0; i < e->n; i++)
+        if (strcmp(e->names[i], name) == 0) return e->values[i];
+    return NULL;
+}
+
+static enum dj_status load1(struct llama_opt_config *c, const char *name, const char *value) {
+    struct fake_env e = {{name}, {value}, 1};
+    return llama_opt_config_load(c, fake_get, &e);
+}
+
+static void test_defaults(void) {
+    struct llama_opt_config c = llama_opt_config_default();
+    /* spec §1.1 defaults */
+    CHECK(c.block_size == 64);
+    CHECK(c.dedup_pool_max == 16384);
+    CHECK(c.diff_min_unchanged == 8);
+    CHECK(c.precompute_rope_max == 131072);
+    CHECK(c.memo_trie_max == 65536);
+    CHECK(c.attn_prune_window == 10);
+    CHECK(fabsf(c.attn_prune_threshold - 0.001f) == 0.0f);
+    CHECK(fabsf(c.sparse_relevance_threshold - 0.1f) == 0.0f);
+    CHECK(c.persist_dir[0] == '\0');
+    CHECK(c.stats_enabled == false);
+    /* DESIGN.md additions */
+    CHECK(c.diff_mode == LLAMA_OPT_DIFF_EXACT);
+    CHECK(fabsf(c.diff_recompute - 0.15f) == 0.0f);
+    /* flags follow the compile-time definitions (CMake options, spec defaults) */
+    CHECK(c.dedup_enabled == (LLAMA_OPT_DEDUP != 0));
+    CHECK(c.diff_enabled == (LLAMA_OPT_KV_DIFF != 0));
+    CHECK(c.schema_skip_enabled == (LLAMA_OPT_SCHEMA_SKIP != 0));
+    CHECK(c.canon_enabled == (LLAMA_OPT_KV_CANON != 0));
+    CHECK(c.precompute_enabled == (LLAMA_OPT_PRECOMPUTE != 0));
+    CHECK(c.persist_enabled == (LLAMA_OPT_KV_PERSIST != 0));
+    CHECK(c.memo_enabled == (LLAMA_OPT_MEMO != 0));
+    CHECK(c.attn_prune_enabled == (LLAMA_OPT_ATTN_PRUNE != 0));
+    CHECK(c.sparse_attn_enabled == (LLAMA_OPT_SPARSE_ATTN != 0));
+    CHECK(c.act_dedup_enabled == (LLAMA_OPT_ACT_DEDUP != 0));
+    CHECK(c.noop_enabled == (LLAMA_OPT_NOOP != 0));
+    CHECK(c.algebraic_enabled == (LLAMA_OPT_ALGEBRAIC != 0));
+#if LLAMA_OPT_DEDUP && LLAMA_OPT_KV_DIFF && LLAMA_OPT_SCHEMA_SKIP && LLAMA_OPT_KV_CANON && LLAMA_OPT_PRECOMPUTE && \
+    !LLAMA_OPT_KV_PERSIST && LLAMA_OPT_MEMO && !LLAMA_OPT_ATTN_PRUNE && !LLAMA_OPT_SPARSE_ATTN && \
+    !LLAMA_OPT_ACT_DEDUP && LLAMA_OPT_NOOP && !LLAMA_OPT_ALGEBRAIC
+    printf("compile-time defaults: the spec's\n");
+#else
+    printf("compile-time defaults: changed by CMake options\n");
+#endif
+    /* Tier 2 is off by default: every Tier-2 boolean, and diff_mode = exact. */
+    int tier2_on = 0;
+    for (size_t i = 0; llama_opt_config_var(i); i++) {
+        const struct llama_opt_var *v = llama_opt_config_var(i);
+        if (v->tier == 2 && v->type == LLAMA_OPT_VAR_BOOL) {
+            bool b;
+            memcpy(&b, (const char *)&c + v->offset, sizeof b);
+            if (b) { tier2_on++; fprintf(stderr, "Tier-2 %s on by default\n", v->name); }
+        }
+    }
+    CHECK(tier2_on == 0);
+}
+
+static void test_table(void) {
+    size_t n = 0;
+    int bad = 0;
+    for (; llama_opt_config_var(n); n++) {
+        const struct llama_opt_var *v = llama_opt_config_var(n);
+        if (strncmp(v->name, "LLAMA_OPT_", 10) != 0) bad++;
+        if (llama_opt_config_find_var(v->name) != v) bad++;
+        if (v->offset + v->size > sizeof(struct llama_opt_config)) bad++;
+        if (!v->doc || !*v->doc || !v->field) bad++;
+        if (v->tier < 0 || v->tier > 2) bad++;
+        for (size_t j = 0; j < n; j++)
+            if (llama_opt_config_var(j)->offset == v->offset) bad++;
+    }
+    CHECKF(bad == 0, "%d bad table entries", bad);
+    CHECK(n == 24);
+    CHECK(llama_opt_config_find_var("LLAMA_OPT_NOPE") == NULL);
+    /* The spec's table: every variable is present. */
+    static const char *const spec[] = {
+        "LLAMA_OPT_BLOCK_SIZE", "LLAMA_OPT_DEDUP_ENABLED", "LLAMA_OPT_DEDUP_POOL_MAX", "LLAMA_OPT_DIFF_ENABLED",
+        "LLAMA_OPT_DIFF_MIN_UNCHANGED", "LLAMA_OPT_SCHEMA_SKIP_ENABLED", "LLAMA_OPT_CANON_ENABLED",
+        "LLAMA_OPT_PRECOMPUTE_ENABLED", "LLAMA_OPT_PERSIST_ENABLED", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_MEMO_ENABLED",
+        "LLAMA_OPT_ATTN_PRUNE_ENABLED", "LLAMA_OPT_ATTN_PRUNE_WINDOW", "LLAMA_OPT_ATTN_PRUNE_THRESHOLD",
+        "LLAMA_OPT_SPARSE_ATTN_ENABLED", "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_NOOP_ENABLED",
+        "LLAMA_OPT_ALGEBRAIC_ENABLED", "LLAMA_OPT_STATS", "LLAMA_OPT_DIFF_MODE", "LLAMA_OPT_DIFF_RECOMPUTE"};
+    for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++)
+        CHECKF(llama_opt_config_find_var(spec[i]) != NULL, "%s missing", spec[i]);
+}
+
+static void test_load_valid(void) {
+    struct llama_opt_config c = llama_opt_config_default();
+    struct fake_env e = {{"LLAMA_OPT_BLOCK_SIZE", "LLAMA_OPT_DEDUP_ENABLED", "LLAMA_OPT_DIFF_MODE",
+                          "LLAMA_OPT_DIFF_RECOMPUTE", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_STATS",
+                          "LLAMA_OPT_ATTN_PRUNE_THRESHOLD", "LLAMA_OPT_DEDUP_POOL_MAX"},
+                         {"32", "off", "APPROX", "0.25", "/tmp/kv", "1", "1e-4", "1073741824"},
+                         8};
+    CHECK(llama_opt_config_load(&c, fake_get, &e) == DJ_OK);
+    CHECK(c.block_size == 32);
+    CHECK(c.dedup_enabled == false);
+    CHECK(c.diff_mode == LLAMA_OPT_DIFF_APPROX);
+    CHECK(c.diff_recompute == 0.25f);
+    CHECK(strcmp(c.persist_dir, "/tmp/kv") == 0);
+    CHECK(c.stats_enabled == true);
+    CHECK(c.attn_prune_threshold == 1e-4f);
+    CHECK(c.dedup_pool_max == 1073741824u);
+    /* the untouched fields keep their values */
+    CHECK(c.diff_min_unchanged == 8 && c.memo_enabled == (LLAMA_OPT_MEMO != 0));
+
+    /* every boolean spelling */
+    static const char *const yes[] = {"1", "true", "TRUE", "on", "Yes"}, *const no[] = {"0", "false", "Off", "NO"};
+    for (size_t i = 0; i < 5; i++) {
+        c.noop_enabled = false;
+        CHECK(load1(&c, "LLAMA_OPT_NOOP_ENABLED", yes[i]) == DJ_OK && c.noop_enabled);
+    }
+    for (size_t i = 0; i < 4; i++) {
+        c.noop_enabled = true;
+        CHECK(load1(&c, "LLAMA_OPT_NOOP_ENABLED", no[i]) == DJ_OK && !c.noop_enabled);
+    }
+    /* "" counts as unset */
+    c.block_size = 64;
+    CHECK(load1(&c, "LLAMA_OPT_BLOCK_SIZE", "") == DJ_OK && c.block_size == 64);
+    /* range ends are accepted */
+    CHECK(load1(&c, "LLAMA_OPT_BLOCK_SIZE", "1") == DJ_OK && c.block_size == 1);
+    CHECK(load1(&c, "LLAMA_OPT_BLOCK_SIZE", "65536") == DJ_OK && c.block_size == 65536);
+    CHECK(load1(&c, "LLAMA_OPT_DIFF_RECOMPUTE", "0") == DJ_OK && c.diff_recompute == 0.0f);
+    CHECK(load1(&c, "LLAMA_OPT_DIFF_RECOMPUTE", "1") == DJ_OK && c.diff_recompute == 1.0f);
+    CHECK(load1(&c, "LLAMA_OPT_DIFF_MODE", "exact") == DJ_OK && c.diff_mode == LLAMA_OPT_DIFF_EXACT);
+
+    /* every variable of the table takes a valid value of its type */
+    int bad = 0;
+    for (size_t i = 0; llama_opt_config_var(i); i++) {
+        const struct llama_opt_var *v = llama_opt_config_var(i);
+        const char *val = v->type == LLAMA_OPT_VAR_BOOL     ? "1"
+                          : v->type == LLAMA_OPT_VAR_UINT   ? "10"
+                          : v->type == LLAMA_OPT_VAR_FLOAT  ? "0.5"
+                          : v->type == LLAMA_OPT_VAR_STRING ? "x"
+                                                            : "approx";
+        struct llama_opt_config d = llama_opt_config_default();
+        if (load1(&d, v->name, val) != DJ_OK) { bad++; fprintf(stderr, "%s=%s: %s\n", v->name, val, dj_last_error()); }
+        const char *field = (const char *)&d + v->offset;
+        bool b; uint32_t u; float fl; enum llama_opt_diff_mode m;
+        switch (v->type) {
+        case LLAMA_OPT_VAR_BOOL: memcpy(&b, field, sizeof b); bad += !b; break;
+        case LLAMA_OPT_VAR_UINT: memcpy(&u, field, sizeof u); bad += u != 10; break;
+        case LLAMA_OPT_VAR_FLOAT: memcpy(&fl, field, sizeof fl); bad += fl != 0.5f; break;
+        case LLAMA_OPT_VAR_STRING: bad += strcmp(field, "x") != 0; break;
+        case LLAMA_OPT_VAR_ENUM: memcpy(&m, field, sizeof m); bad += m != LLAMA_OPT_DIFF_APPROX; break;
+        }
+    }
+    CHECK(bad == 0);
+}
+
+/* An invalid value: DJ_ERR_INVALID, a message naming the variable and the
+ * value, and the config left exactly as it was. */
+static void expect_invalid(const char *name, const char *value, const char *show) {
+    struct llama_opt_config c = llama_opt_config_default(), before;
+    c.block_size = 48; /* something not default, to see it survive */
+    before = c;
+    /* a valid variable in the same load must not be applied either */
+    struct fake_env e = {{"LLAMA_OPT_BLOCK_SIZE", name}, {"16", value}, 2};
+    if (strcmp(name, "LLAMA_OPT_BLOCK_SIZE") == 0) e.n = 1, e.values[0] = value;
+    enum dj_status st = llama_opt_config_load(&c, fake_get, &e);
+    const char *msg = dj_last_error();
+    CHECKF(st == DJ_ERR_INVALID, "%s=%s accepted", name, value);
+    CHECKF(strstr(msg, name) != NULL && strstr(msg, show) != NULL, "%s=%s: message '%s'", name, value, msg);
+    CHECKF(memcmp(&c, &before, sizeof c) == 0, "%s=%s: config changed on failure", name, value);
+}
+
+static void test_load_invalid(void) {
+    expect_invalid("LLAMA_OPT_DEDUP_ENABLED", "maybe", "'maybe'");
+    expect_invalid("LLAMA_OPT_DEDUP_ENABLED", "2", "'2'");
+    expect_invalid("LLAMA_OPT_STATS", " 1", "' 1'");
+    expect_invalid("LLAMA_OPT_BLOCK_SIZE", "0", "'0'");
+    expect_invalid("LLAMA_OPT_BLOCK_SIZE", "65537", "'65537'");
+    expect_invalid("LLAMA_OPT_BLOCK_SIZE", "-1", "'-1'");
+    expect_invalid("LLAMA_OPT_BLOCK_SIZE", "64k", "'64k'");
+    expect_invalid("LLAMA_OPT_BLOCK_SIZE", "0x40", "'0x40'");
+    expect_invalid("LLAMA_OPT_BLOCK_SIZE", "1.5", "'1.5'");
+    expect_invalid("LLAMA_OPT_BLOCK_SIZE", "+64", "'+64'");
+    expect_invalid("LLAMA_OPT_DEDUP_POOL_MAX", "99999999999999999999999", "'99999999999999999999999'");
+    expect_invalid("LLAMA_OPT_DEDUP_POOL_MAX", "4294967296", "'4294967296'");
+    expect_invalid("LLAMA_OPT_ATTN_PRUNE_WINDOW", "0", "'0'");
+    expect_invalid("LLAMA_OPT_DIFF_RECOMPUTE", "1.01", "'1.01'");
+    expect_invalid("LLAMA_OPT_DIFF_RECOMPUTE", "-0.1", "'-0.1'");
+    expect_invalid("LLAMA_OPT_DIFF_RECOMPUTE", "nan", "'nan'");
+    expect_invalid("LLAMA_OPT_DIFF_RECOMPUTE", "inf", "'inf'");
+    expect_invalid("LLAMA_OPT_DIFF_RECOMPUTE", "0.1x", "'0.1x'");
+    expect_invalid("LLAMA_OPT_DIFF_RECOMPUTE", "1e999", "'1e999'");
+    expect_invalid("LLAMA_OPT_ATTN_PRUNE_THRESHOLD", "abc", "'abc'");
+    expect_invalid("LLAMA_OPT_DIFF_MODE", "fuzzy", "'fuzzy'");
+    expect_invalid("LLAMA_OPT_DIFF_MODE", "exactly", "'exactly'");
+    /* too long a directory; the message shows a bounded prefix */
+    char *longdir = malloc(LLAMA_OPT_PERSIST_DIR_MAX + 10);
+    memset(longdir, 'd', LLAMA_OPT_PERSIST_DIR_MAX + 9);
+    longdir[LLAMA_OPT_PERSIST_DIR_MAX + 9] = '\0';
+    expect_invalid("LLAMA_OPT_PERSIST_DIR", longdir, "dddd...");
+    free(longdir);
+    /* the enum message lists the choices */
+    struct llama_opt_config c = llama_opt_config_default();
+    load1(&c, "LLAMA_OPT_DIFF_MODE", "fuzzy");
+    CHECK(strstr(dj_last_error(), "exact|approx") != NULL);
+}
+
+static void test_real_env(void) {
+    struct llama_opt_config c;
+    memset(&c, 0xab, sizeof c);
+    unsetenv("LLAMA_OPT_BLOCK_SIZE");
+    unsetenv("LLAMA_OPT_DIFF_MODE");
+    CHECK(llama_opt_config_from_env(&c) == DJ_OK);
+    struct llama_opt_config d = llama_opt_config_default();
+    /* ctest runs with a clean LLAMA_OPT_* environment unless a developer set one */
+    if (!getenv("LLAMA_OPT_STATS")) CHECK(c.stats_enabled == d.stats_enabled);
+    setenv("LLAMA_OPT_BLOCK_SIZE", "128", 1);
+    setenv("LLAMA_OPT_DIFF_MODE", "approx", 1);
+    setenv("LLAMA_OPT_DEDUP_ENABLE", "1", 1); /* a typo: warned about, not an error */
+    CHECK(llama_opt_config_from_env(&c) == DJ_OK);
+    CHECK(c.block_size == 128 && c.diff_mode == LLAMA_OPT_DIFF_APPROX);
+    setenv("LLAMA_OPT_BLOCK_SIZE", "huge", 1);
+    struct llama_opt_config before = c;
+    CHECK(llama_opt_config_from_env(&c) == DJ_ERR_INVALID);
+    CHECK(strstr(dj_last_error(), "LLAMA_OPT_BLOCK_SIZE") && strstr(dj_last_error(), "huge"));
+    CHECK(memcmp(&c, &before, sizeof c) == 0); /* out-param untouched on failure */
+    unsetenv("LLAMA_OPT_BLOCK_SIZE");
+    unsetenv("LLAMA_OPT_DIFF_MODE");
+    unsetenv("LLAMA_OPT_DEDUP_ENABLE");
+}
+
+static void test_stats(void) {
+    struct llama_opt_stats last, now;
+    llama_opt_stats_reset(&last);
+    llama_opt_stats_reset(&now);
+    CHECK(llama_opt_stats_n_fields() == 26);
+    CHECK(strcmp(llama_opt_stats_field_name(0), "dedup_blocks_total") == 0);
+    CHECK(strcmp(llama_opt_stats_field_name(25), "noop_ops_elided") == 0);
+    CHECK(llama_opt_stats_field_name(26) == NULL);
+
+    now.dedup_blocks_total = 10;
+    now.dedup_blocks_hit = 7;
+    now.diff_tokens_total = 5000;
+    now.noop_ops_elided = UINT64_MAX; /* the largest value prints in full */
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    CHECK(llama_opt_stats_print_turn(f, &last, &now) == 0);
+    CHECK(memcmp(&last, &now, sizeof now) == 0); /* the baseline moved */
+    now.dedup_blocks_total = 13;                 /* next turn: +3 */
+    CHECK(llama_opt_stats_print_turn(f, &last, &now) == 0);
+    rewind(f);
+    char line1[4096], line2[4096];
+    CHECK(fgets(line1, sizeof line1, f) != NULL);
+    CHECK(fgets(line2, sizeof line2, f) != NULL);
+    fclose(f);
+    const char *want1 = "opt-stats {\"dedup_blocks_total\":10,\"dedup_blocks_hit\":7,\"dedup_tokens_saved\":0,"
+                        "\"diff_tokens_total\":5000,";
+    CHECK(strncmp(line1, want1, strlen(want1)) == 0);
+    CHECK(strstr(line1, ",\"noop_ops_elided\":18446744073709551615}\n") != NULL);
+    CHECK(strstr(line2, "\"dedup_blocks_total\":3,\"dedup_blocks_hit\":0,") != NULL);
+    CHECK(strstr(line2, "\"noop_ops_elided\":0}\n") != NULL);
+    /* every counter appears exactly once, in declaration order */
+    const char *p = line1;
+    int bad = 0;
+    for (size_t i = 0; i < llama_opt_stats_n_fields(); i++) {
+        char key[64];
+        snprintf(key, sizeof key, "\"%s\":", llama_opt_stats_field_name(i));
+        const char *q = strstr(p, key);
+        if (!q) bad++;
+        else p = q + 1;
+    }
+    CHECK(bad == 0);
+
+    /* format: snprintf semantics, truncated output still terminated */
+    char small[16];
+    size_t need = llama_opt_stats_format(&now, small, sizeof small);
+    CHECK(need > sizeof small && strlen(small) == sizeof small - 1 && strncmp(small, "{\"dedup_blocks_t", 15) == 0);
+    char *big = malloc(need + 1);
+    CHECK(llama_opt_stats_format(&now, big, need + 1) == need && strlen(big) == need);
+    free(big);
+
+    struct llama_opt_stats d;
+    now.memo_hits = 4;
+    last.memo_hits = 1;
+    llama_opt_stats_delta(&now, &last, &d);
+    CHECK(d.memo_hits == 3 && d.dedup_blocks_total == 0);
+}
+
+/* docs/CONFIG.md (found from this file's path) names every variable and every CMake option. */
+static void test_docs(void) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s", __FILE__);
+    char *cut = strstr(path, "tests/unit/test_opt_config.c");
+    if (!cut) { printf("docs check skipped: __FILE__ is relative (%s)\n", __FILE__); return; }
+    strcpy(cut, "docs/CONFIG.md");
+    char *doc = test_read_file(path, NULL);
+    CHECKF(doc != NULL, "cannot read %s", path);
+    if (!doc) return;
+    int missing = 0;
+    for (size_t i = 0; llama_opt_config_var(i); i++) {
+        const struct llama_opt_var *v = llama_opt_config_var(i);
+        char key[128];
+        snprintf(key, sizeof key, "`%s`", v->name);
+        if (!strstr(doc, key)) { missing++; fprintf(stderr, "CONFIG.md lacks %s\n", key); }
+        if (v->cmake) {
+            snprintf(key, sizeof key, "`%s`", v->cmake);
+            if (!strstr(doc, key)) { missing++; fprintf(stderr, "CONFIG.md lacks %s\n", key); }
+        }
+    }
+    CHECK(missing == 0);
+    free(doc);
+}
+
+int main(void) {
+    test_defaults();
+    test_table();
+    test_load_valid();
+    test_load_invalid();
+    test_real_env();
+    test_stats();
+    test_docs();
+    TEST_END();
+}
