@@ -59,14 +59,17 @@ typedef void (*dj_matmul_fn)(int64_t k, const void *w, size_t w_row_bytes, const
 
 /* Attention over cached keys/values (float32, rows `stride` floats apart):
  *   attn_scores: s[p] = scale * dot(q, K row p), p in [0, n)
- *   attn_values: out[0..hd) = sum over p in order of w[p] * V row p
+ *   attn_values: out[0..hd) = sum over p in order of w[p] * V row p; with
+ *                acc, the sum continues from out (a previous call over the
+ *                preceding positions), bitwise as if made in one call
  * Each score is one fixed sequence of operations on (q, K row p) alone, and
  * each output lane accumulates positions in order, so a query's result does
- * not depend on which other queries or keys are processed with it. */
+ * not depend on which other queries or keys are processed with it, nor on how
+ * the cached positions are cut into blocks. */
 typedef void (*dj_attn_scores_fn)(int64_t hd, const float *q, const float *k, size_t stride, int64_t n,
                                   float scale, float *s);
 typedef void (*dj_attn_values_fn)(int64_t hd, const float *w, const float *v, size_t stride, int64_t n,
-                                  float *out);
+                                  float *out, bool acc);
 
 /* The kernels of one weight type; all NULL if the table has none for it. */
 struct dj_wtype_kernels {

@@ -1,52 +1,48 @@
 /*
- * context.h — an inference context over a loaded model: KV cache, scratch
- * buffers, thread pool, and ctx_decode, the forward pass over a batch.
+ * context.h — an inference context over a loaded model: scratch buffers, the
+ * thread pool, the kernel table, and ctx_decode, the forward pass over a
+ * batch of tokens appended to the current KV sequence.
  *
- * KV cache (this issue: contiguous per sequence; the paged cache replaces it
- * behind kv_k_row/kv_v_row):
- *
- *   k: [n_layer][n_ctx][n_kv_head * head_dim]  float32
- *   v: [n_layer][n_ctx][n_kv_head * head_dim]  float32
- *   positions 0 .. n_pos-1 are filled; decode appends at n_pos.
+ * KV cache: paged (src/kv/pool.h).  Position p of the current sequence lives
+ * in block table[p / block_size], row p % block_size, for every layer.  A
+ * context creates its own pool and sequence unless given a shared pool
+ * (ctx_params.pool), in which case the caller (the engine) owns the
+ * sequences and switches between them with ctx_set_seq.
  *
  * Determinism (DESIGN.md §3): a token's logits depend only on the tokens and
- * their positions, never on how they were split into ubatches or threads:
- * matrix products give each output element one fixed reduction order,
- * threads split output rows, attention visits keys in position order.
+ * their positions, never on how they were split into ubatches or threads or
+ * on where their K/V rows live: matrix products give each output element one
+ * fixed reduction order, threads split output rows, attention visits keys in
+ * position order, block by block, with the same arithmetic as one pass.
  */
 #ifndef DJ_MODEL_CONTEXT_H
 #define DJ_MODEL_CONTEXT_H
 
 #include "core/threadpool.h"
 #include "kernels/kernels.h"
+#include "kv/pool.h"
 #include "model/model.h"
 
 struct dj_ctx_params {
-    uint32_t n_ctx;    /* 0 = the model's training context */
-    uint32_t n_ubatch; /* tokens per forward step; 0 = 512 */
-    int n_threads;     /* 0 = 1 */
+    uint32_t n_ctx;         /* most positions of one sequence; 0 = the model's training context */
+    uint32_t n_ubatch;      /* tokens per forward step; 0 = 512 */
+    int n_threads;          /* 0 = 1 */
+    uint32_t block_size;    /* KV positions per block (own pool); 0 = 64 */
+    struct kv_pool *pool;   /* NULL: the context makes its own, sized for n_ctx */
 };
 
 struct dj_ctx_params ctx_default_params(void);
 
-struct dj_kv_cache {
-    uint32_t n_layer, n_ctx, n_embd_kv;
-    uint32_t n_pos;  /* filled positions */
-    float *k, *v;    /* see the picture above */
-};
-
-static inline float *kv_k_row(const struct dj_kv_cache *kv, uint32_t il, uint32_t pos) {
-    return kv->k + ((size_t)il * kv->n_ctx + pos) * kv->n_embd_kv;
-}
-static inline float *kv_v_row(const struct dj_kv_cache *kv, uint32_t il, uint32_t pos) {
-    return kv->v + ((size_t)il * kv->n_ctx + pos) * kv->n_embd_kv;
-}
-
 struct dj_context {
     const struct dj_model *model;
     struct dj_ctx_params p;
-    struct dj_kv_cache kv;
-    struct dj_threadpool *pool;
+    struct kv_pool *pool;    /* p.pool, or own_pool */
+    struct kv_pool *own_pool;
+    struct kv_seq own_seq;   /* the sequence used until ctx_set_seq */
+    struct kv_seq *seq;      /* the current sequence */
+    uint32_t block_size;
+    uint32_t n_embd_kv;
+    struct dj_threadpool *tpool;
     /* scratch for one ubatch of up to n_ubatch tokens */
     float *x;      /* (ub, n_embd) residual stream */
     float *xn;     /* (ub, max(n_embd, n_head*hd)) normed input / attention output */
@@ -64,14 +60,19 @@ struct dj_context {
 
 enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, struct dj_context **out);
 void ctx_free(struct dj_context *c); /* accepts NULL */
-void ctx_reset(struct dj_context *c); /* forget the KV cache */
-/* Truncates the cache to its first n_pos positions (n_pos <= current). */
+void ctx_reset(struct dj_context *c); /* forget the current sequence's positions */
+/* Truncates the current sequence to its first n_pos positions (n_pos <= current). */
 void ctx_truncate(struct dj_context *c, uint32_t n_pos);
+static inline uint32_t ctx_n_pos(const struct dj_context *c) { return (uint32_t)c->seq->n_pos; }
+/* Makes seq (of the context's pool) the current sequence; NULL: the context's own. */
+void ctx_set_seq(struct dj_context *c, struct kv_seq *seq);
 
-/* Evaluates n tokens at positions kv.n_pos .. kv.n_pos+n-1, in ubatches.
+/* Evaluates n tokens at positions n_pos .. n_pos+n-1 of the current sequence, in ubatches.
  * logits: NULL, or room for n_vocab floats (all_logits false: the last token's
  * logits) or n * n_vocab floats (all_logits true: every token's, in order).
- * Fails (DJ_ERR_INVALID) if the cache would overflow or a token is out of range. */
+ * Fails with DJ_ERR_INVALID if the sequence would pass n_ctx or a token is out
+ * of range, DJ_ERR_NOMEM if the KV budget is exhausted; positions computed
+ * before a failure stay in the sequence. */
 enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, float *logits, bool all_logits);
 
 /* One matrix product y = W x for n_tok activation rows, on the context's pool:

@@ -29,7 +29,7 @@
 #include "model/context.h"
 
 struct dj_ctx_params ctx_default_params(void) {
-    struct dj_ctx_params p = {.n_ctx = 0, .n_ubatch = 512, .n_threads = 1};
+    struct dj_ctx_params p = {.n_ctx = 0, .n_ubatch = 512, .n_threads = 1, .block_size = 64, .pool = NULL};
     return p;
 }
 
@@ -94,11 +94,11 @@ void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x,
         a_row = dj_kernels_act_row_bytes(wk->act_type, w->ne0);
         struct act_job aj = {c, c->kern->quantize_act[wk->act_type], x, w->ne0, n_tok, a_row};
         if (n_tok == 1) act_task(&aj, 0, 1); /* one row: not worth waking the pool */
-        else threadpool_run(c->pool, act_task, &aj);
+        else threadpool_run(c->tpool, act_task, &aj);
         a = c->act;
     }
     struct mm_job j = {wk, w, a, a_row, n_tok, y};
-    threadpool_run(c->pool, mm_task, &j);
+    threadpool_run(c->tpool, mm_task, &j);
 }
 
 /* ---- RoPE ------------------------------------------------------------------ */
@@ -152,15 +152,20 @@ static void attn_task(void *arg, int ith, int nth) {
     const struct dj_hparams *hp = &c->model->hp;
     const int hd = (int)hp->head_dim, n_head = (int)hp->n_head, group = (int)(hp->n_head / hp->n_head_kv);
     const float scale = 1.0f / sqrtf((float)hd);
-    const size_t stride = c->kv.n_embd_kv;
-    float *sc = c->scores + (size_t)ith * c->kv.n_ctx;
+    const size_t stride = c->n_embd_kv, bs = c->block_size;
+    const uint32_t *table = c->seq->table;
+    float *sc = c->scores + (size_t)ith * c->p.n_ctx;
     const long n_items = (long)j->n * n_head;
     for (long item = ith; item < n_items; item += nth) {
         const int64_t t = item / n_head;
         const int h = (int)(item % n_head), hk = h / group;
         const int64_t n_keys = (int64_t)j->p0 + t + 1;
         const float *q = c->q + (size_t)t * n_head * hd + (size_t)h * hd;
-        c->kern->attn_scores(hd, q, kv_k_row(&c->kv, j->il, 0) + (size_t)hk * hd, stride, n_keys, scale, sc);
+        for (int64_t p0 = 0; p0 < n_keys; p0 += (int64_t)bs) { /* block by block, in position order */
+            const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+            c->kern->attn_scores(hd, q, kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd, stride,
+                                 nb, scale, sc + p0);
+        }
         float mx = -INFINITY;
         for (int64_t p = 0; p < n_keys; p++) mx = sc[p] > mx ? sc[p] : mx;
         double sum = 0.0;
@@ -171,7 +176,11 @@ static void attn_task(void *arg, int ith, int nth) {
         const float inv = (float)(1.0 / sum);
         for (int64_t p = 0; p < n_keys; p++) sc[p] *= inv;
         float *out = c->att + (size_t)t * n_head * hd + (size_t)h * hd;
-        c->kern->attn_values(hd, sc, kv_v_row(&c->kv, j->il, 0) + (size_t)hk * hd, stride, n_keys, out);
+        for (int64_t p0 = 0; p0 < n_keys; p0 += (int64_t)bs) {
+            const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+            c->kern->attn_values(hd, sc + p0, kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd,
+                                 stride, nb, out, p0 > 0);
+        }
     }
 }
 
@@ -203,7 +212,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
     const struct dj_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd,
                   F = hp->n_ff;
-    const uint32_t p0 = c->kv.n_pos;
+    const uint32_t p0 = (uint32_t)c->seq->n_pos;
 
     for (int64_t t = 0; t < n; t++) embed_row(c, &m->tok_embd, toks[t], c->x + t * E);
 
@@ -221,11 +230,11 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
         for (int64_t t = 0; t < n; t++) {
             rope(m, c->q + t * Q, (int)hp->n_head, p0 + (uint32_t)t);
             rope(m, c->k + t * KV, (int)hp->n_head_kv, p0 + (uint32_t)t);
-            memcpy(kv_k_row(&c->kv, il, p0 + (uint32_t)t), c->k + t * KV, (size_t)KV * sizeof(float));
-            memcpy(kv_v_row(&c->kv, il, p0 + (uint32_t)t), c->v + t * KV, (size_t)KV * sizeof(float));
+            memcpy(kv_seq_k(c->seq, il, p0 + (size_t)t, c->block_size), c->k + t * KV, (size_t)KV * sizeof(float));
+            memcpy(kv_seq_v(c->seq, il, p0 + (size_t)t, c->block_size), c->v + t * KV, (size_t)KV * sizeof(float));
         }
         struct attn_job aj = {c, il, p0, n};
-        threadpool_run(c->pool, attn_task, &aj);
+        threadpool_run(c->tpool, attn_task, &aj);
         ctx_matmul(c, &L->wo, c->att, n, c->xn);
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
 
@@ -239,7 +248,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
         ctx_matmul(c, &L->w_down, c->ff_g, n, c->xn);
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     }
-    c->kv.n_pos += (uint32_t)n;
+    kv_seq_advance(c->seq, (size_t)n);
 
     if (!logits) return;
     const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
@@ -251,9 +260,9 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
 enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, float *logits, bool all_logits) {
     const struct dj_hparams *hp = &c->model->hp;
     if (n == 0) return dj_fail(DJ_ERR_INVALID, "decode: no tokens");
-    if (n > (size_t)(c->kv.n_ctx - c->kv.n_pos))
-        return dj_fail(DJ_ERR_INVALID, "decode: %zu tokens at position %u exceed the context size %u", n, c->kv.n_pos,
-                       c->kv.n_ctx);
+    if (n > (size_t)c->p.n_ctx - c->seq->n_pos)
+        return dj_fail(DJ_ERR_INVALID, "decode: %zu tokens at position %zu exceed the context size %u", n,
+                       c->seq->n_pos, c->p.n_ctx);
     for (size_t i = 0; i < n; i++)
         if (toks[i] < 0 || (uint32_t)toks[i] >= hp->n_vocab)
             return dj_fail(DJ_ERR_INVALID, "decode: token %d at index %zu is outside the vocabulary (%u)", toks[i], i,
@@ -264,6 +273,8 @@ enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, 
         float *out = NULL;
         if (logits && all_logits) out = logits + done * hp->n_vocab;
         else if (logits && last) out = logits;
+        enum dj_status st = kv_seq_prepare(c->seq, nb);
+        if (st) return st;
         forward_ubatch(c, toks + done, (int64_t)nb, out, all_logits);
         done += nb;
     }
@@ -277,6 +288,8 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
     if (p.n_ubatch == 0) p.n_ubatch = 512;
     if (p.n_threads <= 0) p.n_threads = 1;
+    if (p.block_size == 0) p.block_size = 64;
+    if (p.pool) p.block_size = kv_pool_params(p.pool)->block_size;
     if (hp->n_rot / 2 > 256) return dj_fail(DJ_ERR_UNSUPPORTED, "rope dimension %u is too large", hp->n_rot);
     if (p.n_ubatch > p.n_ctx) p.n_ubatch = p.n_ctx;
     struct dj_context *c = calloc(1, sizeof *c);
@@ -285,15 +298,31 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->p = p;
     const size_t E = hp->n_embd, hd = hp->head_dim, Q = hp->n_head * hd, KV = hp->n_head_kv * hd, F = hp->n_ff,
                  ub = p.n_ubatch;
-    c->kv.n_layer = hp->n_layer;
-    c->kv.n_ctx = p.n_ctx;
-    c->kv.n_embd_kv = (uint32_t)KV;
-    size_t kv_elems = (size_t)hp->n_layer * p.n_ctx * KV;
+    c->block_size = p.block_size;
+    c->n_embd_kv = (uint32_t)KV;
+    if (p.pool) {
+        const struct kv_pool_params *pp = kv_pool_params(p.pool);
+        if (pp->n_layer != hp->n_layer || pp->n_embd_kv != KV) {
+            free(c);
+            return dj_fail(DJ_ERR_INVALID, "context: the KV pool's shape (%u layers x %u) does not fit the model (%u x %zu)",
+                           pp->n_layer, pp->n_embd_kv, hp->n_layer, KV);
+        }
+        c->pool = p.pool;
+    } else {
+        /* one spare block for a copy on write of a partly filled last block */
+        struct kv_pool_params pp = {hp->n_layer, (uint32_t)KV, p.block_size, (p.n_ctx + p.block_size - 1) / p.block_size + 1};
+        enum dj_status st = kv_pool_create(&pp, &c->own_pool);
+        if (st) {
+            free(c);
+            return st;
+        }
+        c->pool = c->own_pool;
+    }
+    kv_seq_init(&c->own_seq, c->pool);
+    c->seq = &c->own_seq;
     size_t wide = E > Q ? E : Q;
     c->wrow_stride = E > F ? E : F;
     if (Q > c->wrow_stride) c->wrow_stride = Q;
-    c->kv.k = malloc(kv_elems * sizeof(float));
-    c->kv.v = malloc(kv_elems * sizeof(float));
     c->x = malloc(ub * E * sizeof(float));
     c->xn = malloc(ub * wide * sizeof(float));
     c->q = malloc(ub * Q * sizeof(float));
@@ -305,12 +334,11 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->scores = malloc((size_t)p.n_threads * p.n_ctx * sizeof(float));
     c->act = malloc(ub * c->wrow_stride * sizeof(float)); /* the widest activation row is F32 */
     c->kern = dj_kernels();
-    c->pool = threadpool_create(p.n_threads);
-    if (!c->kv.k || !c->kv.v || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
-        !c->scores || !c->act || !c->pool) {
+    c->tpool = threadpool_create(p.n_threads);
+    if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
+        !c->scores || !c->act || !c->tpool) {
         ctx_free(c);
-        return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens (KV cache %.1f MiB)", p.n_ctx,
-                       (double)(2 * kv_elems * sizeof(float)) / (1 << 20));
+        return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
     *out = c;
     return DJ_OK;
@@ -318,9 +346,9 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
 
 void ctx_free(struct dj_context *c) {
     if (!c) return;
-    threadpool_destroy(c->pool);
-    free(c->kv.k);
-    free(c->kv.v);
+    threadpool_destroy(c->tpool);
+    kv_seq_free(&c->own_seq);
+    kv_pool_destroy(c->own_pool);
     free(c->x);
     free(c->xn);
     free(c->q);
@@ -334,9 +362,11 @@ void ctx_free(struct dj_context *c) {
     free(c);
 }
 
-void ctx_reset(struct dj_context *c) { c->kv.n_pos = 0; }
+void ctx_reset(struct dj_context *c) { kv_seq_truncate(c->seq, 0); }
 
-void ctx_truncate(struct dj_context *c, uint32_t n_pos) {
-    DJ_ASSERT(n_pos <= c->kv.n_pos);
-    c->kv.n_pos = n_pos;
+void ctx_truncate(struct dj_context *c, uint32_t n_pos) { kv_seq_truncate(c->seq, n_pos); }
+
+void ctx_set_seq(struct dj_context *c, struct kv_seq *seq) {
+    DJ_ASSERT(!seq || seq->pool == c->pool);
+    c->seq = seq ? seq : &c->own_seq;
 }

@@ -5,7 +5,8 @@
  *  - scores and weighted value sums are within float rounding of an exact
  *    (double) reference: |err| <= 2 * hd * 2^-24 * sum |terms|;
  *  - positions accumulate in order: zero weights after a prefix give the
- *    prefix's sum, bitwise;
+ *    prefix's sum, bitwise; and a sum cut into pieces (acc = true), as the
+ *    paged KV cache does, equals one call, bitwise;
  *  - head dims that are not multiples of the vector width (8, 12, 40) work.
  */
 #include <math.h>
@@ -41,7 +42,7 @@ static void check_table(const struct dj_kernels *k) {
         CHECKF(bad_ref == 0, "%s hd %lld: %d scores off the exact value", k->name, (long long)hd, bad_ref);
 
         for (int64_t p = 0; p < n; p++) w[p] = (float)trng_unif(&r);
-        k->attn_values(hd, w, kv, stride, n, out);
+        k->attn_values(hd, w, kv, stride, n, out, false);
         int bad_val = 0;
         for (int64_t d = 0; d < hd; d++) {
             double exact = 0, mag = 0;
@@ -56,15 +57,23 @@ static void check_table(const struct dj_kernels *k) {
          * positions is the sum over the first 20, bitwise (adding 0 * v leaves a sum as is) */
         float wz[37];
         for (int64_t p = 0; p < n; p++) wz[p] = p < 20 ? w[p] : 0.0f;
-        k->attn_values(hd, wz, kv, stride, 20, out_pre);
-        k->attn_values(hd, wz, kv, stride, n, out);
+        k->attn_values(hd, wz, kv, stride, 20, out_pre, false);
+        k->attn_values(hd, wz, kv, stride, n, out, false);
         CHECKF(!memcmp(out_pre, out, (size_t)hd * sizeof(float)), "%s hd %lld: prefix sum differs", k->name,
                (long long)hd);
         /* out-of-range lanes of `out` are not written */
         float guard[129];
         for (int i = 0; i < 129; i++) guard[i] = 12345.0f;
-        k->attn_values(hd, w, kv, stride, n, guard);
+        k->attn_values(hd, w, kv, stride, n, guard, false);
         CHECK(guard[hd] == 12345.0f);
+        /* cut into pieces (as a paged KV cache does), accumulating: bitwise one call */
+        float pieces[128];
+        k->attn_values(hd, w, kv, stride, n, out, false);
+        k->attn_values(hd, w, kv, stride, 5, pieces, false);
+        k->attn_values(hd, w + 5, kv + 5 * stride, stride, 16, pieces, true);
+        k->attn_values(hd, w + 21, kv + 21 * stride, stride, n - 21, pieces, true);
+        CHECKF(!memcmp(pieces, out, (size_t)hd * sizeof(float)), "%s hd %lld: pieces differ from one call", k->name,
+               (long long)hd);
         free(q);
         free(kv);
     }

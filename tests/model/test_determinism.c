@@ -1,7 +1,8 @@
 /*
  * test_determinism.c — DESIGN.md §3: the logits of every position of a prompt
  * are bitwise identical whether it is evaluated in one batch, token by token,
- * or in ubatches of 3, 7 and 64 tokens, with 1 or 2 threads — on every model
+ * or in ubatches of 3, 7 and 64 tokens, with 1 or 2 threads, and with KV
+ * blocks of 1, 7, 16, 64 positions or one block for everything — on every model
  * in ../shared/models and on every weight type: codelm quantized by
  * `deja quantize` to q8_0, q4_0 and q4_k_m (which has Q4_K and Q6_K
  * tensors), and a `deja synth` tiny model in bf16.
@@ -10,11 +11,13 @@
 #include "test.h"
 #include "test_run.h"
 
-static float *eval(const struct dj_model *m, const dj_token *toks, size_t n, uint32_t ubatch, int threads) {
+static float *eval(const struct dj_model *m, const dj_token *toks, size_t n, uint32_t ubatch, int threads,
+                   uint32_t block_size) {
     struct dj_ctx_params cp = ctx_default_params();
     cp.n_ctx = (uint32_t)n;
     cp.n_ubatch = ubatch;
     cp.n_threads = threads;
+    cp.block_size = block_size;
     struct dj_context *c = NULL;
     if (ctx_create(m, cp, &c) != DJ_OK) return NULL;
     float *out = malloc(n * m->hp.n_vocab * sizeof(float));
@@ -69,16 +72,20 @@ int main(int argc, char **argv) {
         CHECK(vocab_tokenize(m->vocab, prompt, strlen(prompt), true, false, &toks, &n) == DJ_OK);
         CHECK(n > 64);
         const size_t bytes = n * m->hp.n_vocab * sizeof(float);
-        float *base = eval(m, toks, n, (uint32_t)n, 1);
+        /* the baseline: one batch, one thread, the whole prompt in one KV block */
+        float *base = eval(m, toks, n, (uint32_t)n, 1, (uint32_t)n);
         CHECK(base != NULL);
-        struct { uint32_t ub; int th; } cfg[] = {{1, 1}, {3, 1}, {7, 2}, {64, 1}, {64, 2}, {(uint32_t)n, 2}};
-        for (size_t k = 0; k < sizeof cfg / sizeof cfg[0] && base; k++) {
-            float *o = eval(m, toks, n, cfg[k].ub, cfg[k].th);
-            CHECKF(o && !memcmp(o, base, bytes), "%s: ubatch %u threads %d differs from one batch", models[mi],
-                   cfg[k].ub, cfg[k].th);
+        struct { uint32_t ub; int th; uint32_t bs; } cfg[] = {
+            {1, 1, 64}, {3, 1, 64}, {7, 2, 64}, {64, 1, 64}, {64, 2, 16}, {(uint32_t)n, 2, 64}, {5, 2, 7}, {1, 1, 1}};
+        const size_t n_cfg = sizeof cfg / sizeof cfg[0];
+        for (size_t k = 0; k < n_cfg && base; k++) {
+            float *o = eval(m, toks, n, cfg[k].ub, cfg[k].th, cfg[k].bs);
+            CHECKF(o && !memcmp(o, base, bytes), "%s: ubatch %u threads %d KV block %u differs from one batch",
+                   models[mi], cfg[k].ub, cfg[k].th, cfg[k].bs);
             free(o);
         }
-        printf("%s: %zu tokens, 6 batch/thread configurations bitwise equal to one batch\n", models[mi], n);
+        printf("%s: %zu tokens, %zu batch/thread/KV-block configurations bitwise equal to one batch\n", models[mi], n,
+               n_cfg);
         free(base);
         free(toks);
         model_free(m);

@@ -449,10 +449,11 @@ static void attn_scores_avx2(int64_t hd, const float *q, const float *k, size_t 
     }
 }
 
-static void attn_values_avx2(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out) {
+static void attn_values_avx2(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out,
+                             bool accumulate) {
     for (int64_t d = 0; d < hd; d += 8) {
         const __m256i m = tail_mask8(hd - d);
-        __m256 acc = _mm256_setzero_ps();
+        __m256 acc = accumulate ? _mm256_maskload_ps(out + d, m) : _mm256_setzero_ps();
         const float *vp = v + d;
         for (int64_t p = 0; p < n; p++, vp += stride)
             acc = _mm256_fmadd_ps(_mm256_set1_ps(w[p]), _mm256_maskload_ps(vp, m), acc);

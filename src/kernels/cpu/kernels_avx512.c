@@ -405,10 +405,11 @@ static void attn_scores_avx512(int64_t hd, const float *q, const float *k, size_
     }
 }
 
-static void attn_values_avx512(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out) {
+static void attn_values_avx512(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out,
+                               bool accumulate) {
     for (int64_t d = 0; d < hd; d += 16) {
         const __mmask16 m = hd - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - d)) - 1);
-        __m512 acc = _mm512_setzero_ps();
+        __m512 acc = accumulate ? _mm512_maskz_loadu_ps(m, out + d) : _mm512_setzero_ps();
         const float *vp = v + d;
         for (int64_t p = 0; p < n; p++, vp += stride)
             acc = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), _mm512_maskz_loadu_ps(m, vp), acc);

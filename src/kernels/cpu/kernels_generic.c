@@ -300,8 +300,10 @@ static void attn_scores_generic(int64_t hd, const float *q, const float *k, size
     }
 }
 
-static void attn_values_generic(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out) {
-    for (int64_t d = 0; d < hd; d++) out[d] = 0.0f;
+static void attn_values_generic(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out,
+                                bool acc) {
+    if (!acc)
+        for (int64_t d = 0; d < hd; d++) out[d] = 0.0f;
     for (int64_t p = 0; p < n; p++, v += stride)
         for (int64_t d = 0; d < hd; d++) out[d] += w[p] * v[d];
 }

@@ -1,0 +1,246 @@
+/*
+ * pool.c — block storage, reference counts, LRU eviction and sequences'
+ * block tables (see pool.h for the life of a block).
+ *
+ * Invariants (checked by tests/unit/test_kv_pool.c through the stats):
+ *   in_use blocks = pinned (ref > 0) + cached (sealed, ref 0, on the LRU list);
+ *   a block with ref 0 that is not sealed is never kept;
+ *   free_ids holds exactly the ids that are not in_use.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/status.h"
+#include "kv/pool_internal.h"
+
+enum dj_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **out) {
+    if (p->n_layer == 0 || p->n_embd_kv == 0 || p->block_size == 0 || p->max_blocks == 0 ||
+        p->max_blocks == KV_BLOCK_NONE)
+        return dj_fail(DJ_ERR_INVALID, "KV pool: bad parameters (layers %u, kv width %u, block size %u, blocks %u)",
+                       p->n_layer, p->n_embd_kv, p->block_size, p->max_blocks);
+    struct kv_pool *pool = calloc(1, sizeof *pool);
+    size_t floats;
+    if (!pool || dj_mul_overflow((size_t)2 * p->n_layer, (size_t)p->block_size * p->n_embd_kv, &floats)) {
+        free(pool);
+        return dj_fail(DJ_ERR_NOMEM, "KV pool: out of memory");
+    }
+    pool->p = *p;
+    pool->block_floats = floats;
+    uint32_t nb = 1;
+    while (nb < p->max_blocks && nb < (1u << 30)) nb <<= 1;
+    pool->bucket_mask = nb - 1;
+    pool->b = calloc(p->max_blocks, sizeof *pool->b);
+    pool->free_ids = malloc((size_t)p->max_blocks * sizeof *pool->free_ids);
+    pool->buckets = malloc((size_t)nb * sizeof *pool->buckets);
+    if (!pool->b || !pool->free_ids || !pool->buckets) {
+        kv_pool_destroy(pool);
+        return dj_fail(DJ_ERR_NOMEM, "KV pool: out of memory for %u blocks", p->max_blocks);
+    }
+    for (uint32_t i = 0; i < nb; i++) pool->buckets[i] = KV_BLOCK_NONE;
+    for (uint32_t i = 0; i < p->max_blocks; i++) pool->free_ids[i] = p->max_blocks - 1 - i;
+    pool->n_free = p->max_blocks;
+    pool->lru_head = pool->lru_tail = KV_BLOCK_NONE;
+    *out = pool;
+    return DJ_OK;
+}
+
+void kv_pool_destroy(struct kv_pool *pool) {
+    if (!pool) return;
+    if (pool->b)
+        for (uint32_t i = 0; i < pool->p.max_blocks; i++) {
+            free(pool->b[i].data);
+            free(pool->b[i].tokens);
+        }
+    free(pool->b);
+    free(pool->free_ids);
+    free(pool->buckets);
+    free(pool);
+}
+
+const struct kv_pool_params *kv_pool_params(const struct kv_pool *pool) { return &pool->p; }
+
+void kv_pool_get_stats(const struct kv_pool *pool, struct kv_pool_stats *out) {
+    out->capacity = pool->p.max_blocks;
+    out->allocated = pool->n_in_use;
+    out->pinned = pool->n_pinned;
+    out->sealed = pool->n_sealed;
+    out->evicted = pool->n_evicted;
+    out->cow_copies = pool->n_cow;
+    out->block_bytes = pool->block_floats * sizeof(float);
+}
+
+void kv_lru_remove(struct kv_pool *pool, uint32_t id) {
+    struct kv_block *b = &pool->b[id];
+    if (b->lru_prev != KV_BLOCK_NONE) pool->b[b->lru_prev].lru_next = b->lru_next;
+    else pool->lru_head = b->lru_next;
+    if (b->lru_next != KV_BLOCK_NONE) pool->b[b->lru_next].lru_prev = b->lru_prev;
+    else pool->lru_tail = b->lru_prev;
+    b->lru_prev = b->lru_next = KV_BLOCK_NONE;
+}
+
+void kv_lru_push(struct kv_pool *pool, uint32_t id) {
+    struct kv_block *b = &pool->b[id];
+    b->lru_prev = pool->lru_tail;
+    b->lru_next = KV_BLOCK_NONE;
+    if (pool->lru_tail != KV_BLOCK_NONE) pool->b[pool->lru_tail].lru_next = id;
+    else pool->lru_head = id;
+    pool->lru_tail = id;
+}
+
+/* Returns an id to the free stack; its data buffer is kept for the next user. */
+static void release(struct kv_pool *pool, uint32_t id) {
+    struct kv_block *b = &pool->b[id];
+    b->in_use = false;
+    b->gen++;
+    pool->n_in_use--;
+    pool->free_ids[pool->n_free++] = id;
+}
+
+void kv_pool_evict(struct kv_pool *pool, uint32_t id) {
+    struct kv_block *b = &pool->b[id];
+    DJ_ASSERT(b->in_use && b->ref == 0 && b->sealed);
+    kv_lru_remove(pool, id);
+    kv_index_remove(pool, id);
+    pool->n_evicted++;
+    release(pool, id);
+}
+
+enum dj_status kv_pool_alloc(struct kv_pool *pool, uint32_t *out) {
+    if (pool->n_free == 0) {
+        if (pool->lru_head == KV_BLOCK_NONE)
+            return dj_fail(DJ_ERR_NOMEM,
+                           "KV cache budget exhausted: all %u blocks (%zu KiB each) are pinned by live sequences",
+                           pool->p.max_blocks, pool->block_floats * sizeof(float) / 1024);
+        kv_pool_evict(pool, pool->lru_head);
+    }
+    uint32_t id = pool->free_ids[pool->n_free - 1];
+    struct kv_block *b = &pool->b[id];
+    if (!b->data) {
+        b->data = malloc(pool->block_floats * sizeof(float));
+        if (!b->data)
+            return dj_fail(DJ_ERR_NOMEM, "KV cache: out of memory allocating a block of %zu KiB",
+                           pool->block_floats * sizeof(float) / 1024);
+    }
+    pool->n_free--;
+    b->in_use = true;
+    b->sealed = false;
+    b->ref = 1;
+    b->last_turn = pool->turn;
+    b->lru_prev = b->lru_next = b->hnext = KV_BLOCK_NONE;
+    pool->n_in_use++;
+    pool->n_pinned++;
+    *out = id;
+    return DJ_OK;
+}
+
+void kv_pool_ref(struct kv_pool *pool, uint32_t id) {
+    struct kv_block *b = &pool->b[id];
+    DJ_ASSERT(b->in_use);
+    if (b->ref++ == 0) {
+        kv_lru_remove(pool, id); /* a cached block becomes pinned */
+        pool->n_pinned++;
+    }
+    b->last_turn = pool->turn;
+}
+
+void kv_pool_unref(struct kv_pool *pool, uint32_t id) {
+    struct kv_block *b = &pool->b[id];
+    DJ_ASSERT(b->in_use && b->ref > 0);
+    b->last_turn = pool->turn;
+    if (--b->ref > 0) return;
+    pool->n_pinned--;
+    if (b->sealed) kv_lru_push(pool, id);
+    else release(pool, id);
+}
+
+uint32_t kv_pool_refcount(const struct kv_pool *pool, uint32_t id) { return pool->b[id].ref; }
+bool kv_pool_is_sealed(const struct kv_pool *pool, uint32_t id) { return pool->b[id].sealed; }
+
+float *kv_pool_k(const struct kv_pool *pool, uint32_t id, uint32_t il) {
+    return pool->b[id].data + (size_t)il * pool->p.block_size * pool->p.n_embd_kv;
+}
+
+float *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il) {
+    return pool->b[id].data + ((size_t)pool->p.n_layer + il) * pool->p.block_size * pool->p.n_embd_kv;
+}
+
+/* ---- sequences ---------------------------------------------------------------- */
+
+void kv_seq_init(struct kv_seq *s, struct kv_pool *pool) {
+    memset(s, 0, sizeof *s);
+    s->pool = pool;
+}
+
+void kv_seq_free(struct kv_seq *s) {
+    if (!s->pool) return;
+    for (size_t i = 0; i < s->n_blocks; i++) kv_pool_unref(s->pool, s->table[i]);
+    free(s->table);
+    memset(s, 0, sizeof *s);
+}
+
+static enum dj_status table_push(struct kv_seq *s, uint32_t id) {
+    if (s->n_blocks == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        uint32_t *t = realloc(s->table, cap * sizeof *t);
+        if (!t) return dj_fail(DJ_ERR_NOMEM, "KV cache: out of memory growing a block table");
+        s->table = t;
+        s->cap = cap;
+    }
+    s->table[s->n_blocks++] = id;
+    return DJ_OK;
+}
+
+enum dj_status kv_seq_prepare(struct kv_seq *s, size_t n) {
+    struct kv_pool *pool = s->pool;
+    const size_t bs = pool->p.block_size, end = s->n_pos + n;
+    enum dj_status st;
+    size_t lb = s->n_pos / bs;
+    if (n > 0 && lb < s->n_blocks) {
+        uint32_t old = s->table[lb];
+        if (pool->b[old].sealed || pool->b[old].ref > 1) { /* copy on write */
+            uint32_t id;
+            kv_pool_ref(pool, old); /* keep it alive while allocation may evict */
+            if ((st = kv_pool_alloc(pool, &id))) {
+                kv_pool_unref(pool, old);
+                return st;
+            }
+            memcpy(pool->b[id].data, pool->b[old].data, pool->block_floats * sizeof(float));
+            kv_pool_unref(pool, old);
+            kv_pool_unref(pool, old);
+            s->table[lb] = id;
+            pool->n_cow++;
+        }
+    }
+    while (s->n_blocks * bs < end) {
+        uint32_t id;
+        if ((st = kv_pool_alloc(pool, &id))) return st;
+        if ((st = table_push(s, id))) {
+            kv_pool_unref(pool, id);
+            return st;
+        }
+    }
+    return DJ_OK;
+}
+
+void kv_seq_advance(struct kv_seq *s, size_t n) {
+    DJ_ASSERT(s->n_pos + n <= s->n_blocks * s->pool->p.block_size);
+    s->n_pos += n;
+}
+
+void kv_seq_truncate(struct kv_seq *s, size_t n_pos) {
+    DJ_ASSERT(n_pos <= s->n_pos);
+    const size_t bs = s->pool->p.block_size, keep = (n_pos + bs - 1) / bs;
+    while (s->n_blocks > keep) kv_pool_unref(s->pool, s->table[--s->n_blocks]);
+    s->n_pos = n_pos;
+}
+
+enum dj_status kv_seq_append_block(struct kv_seq *s, uint32_t id) {
+    const size_t bs = s->pool->p.block_size;
+    DJ_ASSERT(s->n_pos % bs == 0 && s->n_pos / bs == s->n_blocks);
+    enum dj_status st = table_push(s, id);
+    if (st) return st;
+    kv_pool_ref(s->pool, id);
+    s->n_pos += bs;
+    return DJ_OK;
+}

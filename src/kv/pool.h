@@ -1,0 +1,124 @@
+/*
+ * pool.h — the paged KV cache: a pool of fixed-size blocks of K and V rows,
+ * reference-counted, with a dedup index of sealed blocks by chain hash and
+ * LRU eviction of the unpinned ones; and per-sequence block tables (kv_seq).
+ *
+ * A block holds block_size consecutive positions of one sequence, for every
+ * layer:
+ *
+ *   data: K[n_layer][block_size][n_embd_kv] | V[n_layer][block_size][n_embd_kv]   float32
+ *
+ * Life of a block:
+ *
+ *   alloc (ref 1, writable) --rows written--> full --seal(chain, parent, tokens)-->
+ *   sealed: immutable, findable by kv_pool_lookup; other sequences ref it
+ *   ref 0 and sealed: cached (LRU list), evicted only under memory pressure
+ *   ref 0 and not sealed: freed at once
+ *
+ * A block's K/V depend on every earlier token (DESIGN.md §1), so a sealed
+ * block is keyed by its chain hash and found only when the tokens AND the
+ * parent block (id and generation) match: a hash collision or a parent that
+ * was evicted and recomputed elsewhere is a miss, never a wrong reuse.
+ *
+ * Sequences (struct kv_seq) map positions to blocks: position p lives in
+ * table[p / block_size] at row p % block_size.  A sequence pins (refs) every
+ * block of its table.  Writing into a block that is sealed or shared copies
+ * it first (copy on write), so a sequence never changes K/V another one reads.
+ *
+ * Not thread-safe: one engine thread drives the pool; the forward pass only
+ * reads and writes rows of blocks the sequence already holds.
+ */
+#ifndef DJ_KV_POOL_H
+#define DJ_KV_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deja.h"
+
+#define KV_BLOCK_NONE UINT32_MAX
+
+struct kv_pool_params {
+    uint32_t n_layer;
+    uint32_t n_embd_kv;  /* n_head_kv * head_dim */
+    uint32_t block_size; /* positions per block (LLAMA_OPT_BLOCK_SIZE, default 64) */
+    uint32_t max_blocks; /* memory budget in blocks */
+};
+
+struct kv_pool_stats {
+    uint32_t capacity;   /* max_blocks */
+    uint32_t allocated;  /* blocks holding data (pinned + cached) */
+    uint32_t pinned;     /* ref > 0 */
+    uint32_t sealed;     /* in the dedup index */
+    uint64_t evicted;    /* blocks evicted so far */
+    uint64_t cow_copies; /* copy-on-write copies so far */
+    size_t block_bytes;  /* bytes of K+V per block */
+};
+
+struct kv_pool;
+
+enum dj_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **out);
+void kv_pool_destroy(struct kv_pool *pool); /* accepts NULL */
+const struct kv_pool_params *kv_pool_params(const struct kv_pool *pool);
+void kv_pool_get_stats(const struct kv_pool *pool, struct kv_pool_stats *out);
+
+/* A fresh writable block with ref 1 and no rows.  At capacity, evicts the
+ * least recently used cached block; DJ_ERR_NOMEM (with a message giving the
+ * budget) if every block is pinned. */
+enum dj_status kv_pool_alloc(struct kv_pool *pool, uint32_t *out);
+void kv_pool_ref(struct kv_pool *pool, uint32_t id);
+void kv_pool_unref(struct kv_pool *pool, uint32_t id);
+uint32_t kv_pool_refcount(const struct kv_pool *pool, uint32_t id);
+bool kv_pool_is_sealed(const struct kv_pool *pool, uint32_t id);
+
+/* Rows of layer il: [block_size][n_embd_kv]. */
+float *kv_pool_k(const struct kv_pool *pool, uint32_t id, uint32_t il);
+float *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il);
+
+/* ---- dedup (kv/dedup.c) --------------------------------------------------- */
+
+/* Makes a full block immutable and findable: chain = its chain hash, parent
+ * = the block before it in the sequence (KV_BLOCK_NONE for the first block),
+ * tokens = its block_size tokens (copied, for verification). */
+enum dj_status kv_pool_seal(struct kv_pool *pool, uint32_t id, uint64_t chain, uint32_t parent, const dj_token *tokens);
+/* A sealed block with this chain hash, this parent and these tokens, or
+ * KV_BLOCK_NONE.  Does not ref it; marks it used this turn. */
+uint32_t kv_pool_lookup(struct kv_pool *pool, uint64_t chain, uint32_t parent, const dj_token *tokens);
+/* Turn counter for LRU (the spec's turn_counter). */
+void kv_pool_next_turn(struct kv_pool *pool);
+uint64_t kv_pool_turn(const struct kv_pool *pool);
+/* Evicts cached (unpinned, sealed) blocks last used before min_turn; returns how many. */
+uint32_t kv_pool_evict_stale(struct kv_pool *pool, uint64_t min_turn);
+
+/* ---- sequences ------------------------------------------------------------ */
+
+struct kv_seq {
+    struct kv_pool *pool;
+    uint32_t *table;  /* physical block of each logical block */
+    size_t n_blocks;  /* entries in table */
+    size_t cap;
+    size_t n_pos;     /* positions filled */
+};
+
+void kv_seq_init(struct kv_seq *s, struct kv_pool *pool);
+void kv_seq_free(struct kv_seq *s); /* unrefs every block */
+/* Makes positions [n_pos, n_pos + n) writable: allocates blocks, copies a
+ * shared or sealed block that would be written (copy on write).  Does not
+ * advance n_pos (kv_seq_advance does, once the rows are written). */
+enum dj_status kv_seq_prepare(struct kv_seq *s, size_t n);
+void kv_seq_advance(struct kv_seq *s, size_t n);
+/* Forgets positions >= n_pos (n_pos <= s->n_pos), unreffing whole blocks past it. */
+void kv_seq_truncate(struct kv_seq *s, size_t n_pos);
+/* Appends an existing full block (from kv_pool_lookup) at a block boundary:
+ * refs it and advances n_pos by block_size. */
+enum dj_status kv_seq_append_block(struct kv_seq *s, uint32_t id);
+
+static inline float *kv_seq_k(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {
+    return kv_pool_k(s->pool, s->table[pos / block_size], il) + (pos % block_size) * kv_pool_params(s->pool)->n_embd_kv;
+}
+static inline float *kv_seq_v(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {
+    return kv_pool_v(s->pool, s->table[pos / block_size], il) + (pos % block_size) * kv_pool_params(s->pool)->n_embd_kv;
+}
+
+#endif

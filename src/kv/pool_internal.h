@@ -1,0 +1,49 @@
+/*
+ * pool_internal.h — the block pool's private layout, shared by kv/pool.c
+ * (storage, references, eviction, sequences) and kv/dedup.c (the index).
+ *
+ *   blocks[max_blocks]      one entry per physical block id
+ *   free_ids[n_free]        ids holding nothing (stack)
+ *   LRU list (lru_head ..)  sealed blocks with ref 0, least recently used first
+ *   buckets[chain & mask]   dedup index: singly linked through hnext
+ */
+#ifndef DJ_KV_POOL_INTERNAL_H
+#define DJ_KV_POOL_INTERNAL_H
+
+#include "kv/pool.h"
+
+struct kv_block {
+    float *data;        /* 2 * n_layer * block_size * n_embd_kv floats; kept for reuse */
+    dj_token *tokens;   /* block_size tokens while sealed */
+    uint64_t chain;     /* chain hash while sealed */
+    uint64_t last_turn; /* pool turn of the last use */
+    uint32_t ref;
+    uint32_t gen;       /* bumped whenever the id is freed: identifies this incarnation */
+    uint32_t parent, parent_gen;
+    uint32_t lru_prev, lru_next;
+    uint32_t hnext;
+    bool in_use;        /* pinned or cached */
+    bool sealed;
+};
+
+struct kv_pool {
+    struct kv_pool_params p;
+    size_t block_floats;
+    struct kv_block *b;
+    uint32_t *free_ids;
+    uint32_t n_free;
+    uint32_t lru_head, lru_tail;
+    uint32_t *buckets;
+    uint32_t bucket_mask;
+    uint64_t turn;
+    uint32_t n_pinned, n_sealed, n_in_use;
+    uint64_t n_evicted, n_cow;
+};
+
+/* LRU list maintenance and eviction (pool.c); index maintenance (dedup.c). */
+void kv_lru_remove(struct kv_pool *pool, uint32_t id);
+void kv_lru_push(struct kv_pool *pool, uint32_t id); /* as most recently used */
+void kv_pool_evict(struct kv_pool *pool, uint32_t id);
+void kv_index_remove(struct kv_pool *pool, uint32_t id);
+
+#endif
