@@ -61,10 +61,13 @@ enum dj_token_type vocab_token_type(const struct dj_vocab *v, dj_token tok);
 bool vocab_is_eog(const struct dj_vocab *v, dj_token tok); /* eos, eot, or another end-of-generation token */
 
 /* Encodes text[0..len).  add_special: BOS/EOS as the vocab's add_bos/add_eos
- * say.  parse_special: control and user-defined tokens written literally in
- * the text are matched as those tokens; otherwise they are plain text.
- * *out is malloc'd (caller frees), set only on DJ_OK.  Invalid UTF-8 in the
- * input is not an error (bytes are encoded as the reference does). */
+ * say.  parse_special: control (and unknown) tokens written literally in the
+ * text are matched as those tokens; otherwise they are plain text.
+ * User-defined tokens are matched in either case, as llama.cpp and HF
+ * tokenizers do (HF "added tokens"; the deepseek and mpt vectors rely on it).
+ * *out is malloc'd (caller frees; never NULL on DJ_OK, even for 0 tokens),
+ * set only on DJ_OK.  Invalid UTF-8 in the input is not an error: it is
+ * encoded as llama.cpp does (SPM: byte tokens; BPE: U+FFFD per bad byte). */
 enum dj_status vocab_tokenize(const struct dj_vocab *v, const char *text, size_t len, bool add_special,
                               bool parse_special, dj_token **out, size_t *n_out);
 
@@ -73,9 +76,12 @@ enum dj_status vocab_tokenize(const struct dj_vocab *v, const char *text, size_t
  * most `size` bytes (no NUL) and returns the full length, like snprintf. */
 size_t vocab_token_to_piece(const struct dj_vocab *v, dj_token tok, bool special, char *buf, size_t size);
 
-/* Decodes a whole sequence; for SPM vocabs with add_space_prefix the single
- * leading space the encoder added is removed (as llama.cpp's detokenize does).
- * *out is malloc'd and NUL-terminated; set only on DJ_OK. */
+/* Decodes a whole sequence; for vocabs with add_space_prefix (SPM by default)
+ * one leading space of the first token's piece is removed, the one the encoder
+ * added (llama.cpp's rule: only the first token, even if it renders nothing,
+ * so [BOS, ▁Hello] gives " Hello").  llama.cpp's clean_spaces pass (" ," → ",")
+ * is not applied: the text comes back byte for byte.  An id outside the vocab
+ * is DJ_ERR_INVALID.  *out is malloc'd and NUL-terminated; set only on DJ_OK. */
 enum dj_status vocab_detokenize(const struct dj_vocab *v, const dj_token *toks, size_t n, bool special, char **out,
                                 size_t *out_len);
 
@@ -86,9 +92,17 @@ enum dj_status vocab_detokenize(const struct dj_vocab *v, const dj_token *toks, 
 struct dj_detok;
 struct dj_detok *detok_create(const struct dj_vocab *v, bool special); /* NULL on OOM */
 void detok_destroy(struct dj_detok *d);
-/* Returns a pointer to the newly completed bytes (valid until the next call) and their length. */
+/* Returns a pointer to the newly completed bytes (valid until the next call) and their length.
+ * An id outside the vocab is ignored. */
 const char *detok_push(struct dj_detok *d, dj_token tok, size_t *len);
 /* Emits what is held (an incomplete tail becomes U+FFFD) and resets. */
 const char *detok_flush(struct dj_detok *d, size_t *len);
+
+/* The streaming decoder's UTF-8 rule applied to a whole string: each maximal
+ * ill-formed subpart becomes U+FFFD (Unicode §3.9).  For any token sequence,
+ * the pushes + flush of a detok equal detok_sanitize(vocab_detokenize(...)),
+ * which is vocab_detokenize's output itself whenever that is valid UTF-8.
+ * *out is malloc'd and NUL-terminated; set only on DJ_OK. */
+enum dj_status detok_sanitize(const char *s, size_t n, char **out, size_t *out_len);
 
 #endif
