@@ -78,8 +78,8 @@ struct mm_job {
 static void mm_task(void *arg, int ith, int nth) {
     const struct mm_job *j = arg;
     long r0, r1;
-    /* 16-row ranges: every kernel's row tile divides 16, so only the last
-     * range of a matrix ever runs a partial tile */
+    /* ranges of 16 rows (a multiple of the 4-row tiles; 6-row tiles end each
+     * range with a shorter one — results do not depend on the tiling) */
     threadpool_split((long)j->w->ne1, 16, ith, nth, &r0, &r1);
     if (r1 > r0)
         j->wk->matmul(j->w->ne0, j->w->data, j->w->row_bytes, j->a, j->a_row, j->y, j->w->ne1, r0, r1, j->n_tok);

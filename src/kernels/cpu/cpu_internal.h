@@ -21,6 +21,12 @@ void dj_kernels_init_generic(struct dj_kernels *k);
 bool dj_kernels_init_avx2(struct dj_kernels *k);
 bool dj_kernels_init_avx512(struct dj_kernels *k);
 
+/* A 64-byte-aligned buffer of at least `bytes`, owned by the calling thread
+ * (scratch.c): valid until this thread's next call, contents not kept.
+ * For kernels that repack an operand once per call and reuse it across a
+ * tile loop; never fails (aborts when out of memory). */
+void *dj_kernel_scratch(size_t bytes);
+
 /* Unaligned little-endian loads (blocks are 2-byte aligned at best). */
 static inline uint16_t dj_load_u16(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t dj_load_u32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }

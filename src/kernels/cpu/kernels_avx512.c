@@ -20,9 +20,11 @@
  *     (vpmaddubsw, then vpdpwssd with the sub-block scales as words), then
  *     one (q4_K: two) fma per super-block into the float accumulator.
  *
- * Tiles (rows x tokens): 4x4 for float, q8_0 and q4_0, 2x4 for the k-quants
- * (two accumulators per pair; 2x4 measured ~10-30% faster than 4x2 there);
- * up to 2 tokens, 1-row tiles (cpu/tile.h).  All fused/rounded float
+ * Tiles (rows x tokens): 6x4 for f16, 4x4 for the other float types, q8_0
+ * and q4_0 (q4_0 on operands unpacked once per call: see q4_0_matmul), 2x4
+ * for the k-quants (two accumulators per pair; 2x4 measured ~10-30% faster
+ * than 4x2 there); up to 2 tokens, 1-row tiles (cpu/tile.h; f16 past
+ * k = 4096: 6-row).  All fused/rounded float
  * operations per pair are the same for every tile shape: that is the
  * batch-invariance contract.  The integer paths never
  * overflow: per lane and super-block at most |q6_K| 8*2*16002*128 and the
@@ -72,7 +74,7 @@ static inline __m512 load16_bf16(const uint8_t *row, int64_t e, int64_t n) {
 /* One step of 16 elements from e for an MR x NT tile; n = elements left (>= 16: plain loads). */
 #define FLOAT_STEP(WLOAD, ALOAD, n_)                                                           \
     do {                                                                                       \
-        __m512 wv[4];                                                                          \
+        __m512 wv[6];                                                                          \
         DJ_UNROLL for (int i = 0; i < MR; i++) wv[i] = WLOAD(w + (size_t)i * ws, e, n_);       \
         DJ_UNROLL for (int j = 0; j < NT; j++) {                                               \
             const __m512 av = ALOAD(a + (size_t)j * as, e, n_);                                \
@@ -85,7 +87,7 @@ static inline __m512 load16_bf16(const uint8_t *row, int64_t e, int64_t n) {
                                                     const uint8_t *w, size_t ws,               \
                                                     const uint8_t *a, size_t as, float *c,     \
                                                     int64_t ldc) {                             \
-        __m512 acc[4][4];                                                                      \
+        __m512 acc[6][6];                                                                      \
         DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)          \
             acc[i][j] = _mm512_setzero_ps();                                                   \
         int64_t e = 0;                                                                         \
@@ -99,10 +101,25 @@ DEF_FLOAT_BODY(f32, load16_f32, load16_f32)
 DEF_FLOAT_BODY(f16, load16_f16, load16_f32)
 DEF_FLOAT_BODY(bf16, load16_bf16, load16_f32)
 DJ_TILES_4x4(f32)
-DJ_TILES_4x4(f16)
+/* f16: 6x4 (24 accumulators, 6 converted weight vectors, 1 token vector of the
+ * 32 zmm registers) measured 145-162 GFLOP/s vs 125-133 for 4x4 (2048 x 4096,
+ * k = 2048, 128 tokens, 1 thread, Zen 5), ~+15% at k = 8192. */
+DJ_TILES_6x4(f16)
 DJ_TILES_4x4(bf16)
 DJ_TILED_KERNEL(f32, 4)
-DJ_TILED_KERNEL(f16, 1)
+/* Decode: one row per tile while the f32 activation row fits L1 comfortably
+ * (k <= 4096: 27-31 GB/s vs 17-22 for 2-6 rows, k = 2048); beyond, every row
+ * re-reads it from L2 and 6-row tiles share it (k = 8192: 22-23 GB/s vs 15-17). */
+static void f16_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1, int64_t n_tok) {
+    const int mr = n_tok <= DJ_SMALL_BATCH && k <= 4096 ? 1 : f16_MR;
+    dj_matmul_drive(f16_tile, mr, f16_NT, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
+static float f16_dot(int64_t k, const void *w, const void *a) {
+    float c;
+    f16_1x1(k, w, 0, a, 0, &c, 1);
+    return c;
+}
 DJ_TILED_KERNEL(bf16, 1)
 
 /* ---- q8_0 x q8_0 and q4_0 x q8_0 ------------------------------------------------------ */
@@ -184,9 +201,171 @@ static inline DJ_ALWAYS_INLINE void q4_0_body(const int MR, const int NT, int64_
 }
 
 DJ_TILES_4x4(q8_0)
-DJ_TILES_4x4(q4_0)
 DJ_TILED_KERNEL(q8_0, 1)
-DJ_TILED_KERNEL(q4_0, 1)
+
+/* ---- q4_0 x q8_0: the same arithmetic on operands prepared once per call ----------------
+ *
+ * Per pair and per step of two blocks, q8_step above does one vpdpbusd, one
+ * cvt, one mul and one fma; unpacking the nibbles and f16 scales of a weight
+ * row (~13 instructions) and of a token (~12) cost as much again and were
+ * redone for every tile.  q4_0_matmul instead unpacks each token of a chunk
+ * once into its q4_0_astep form (aq, the -8 correction, [d_a]x8|[d_a']x8),
+ * and for GEMM each 4-row weight tile once into q4_0_wstep form (nibbles as
+ * bytes, [d_w]x8|[d_w']x8), then runs the tiles on those — the very values
+ * q8_step computes, so every pair's float operations are unchanged and
+ * q4_0_dot (the raw q8_step, 1x1) stays bitwise equal to every element.
+ * The k loop runs in slabs of Q4_0_SLAB steps so that a 4-row tile's prepared
+ * weights stay in L1 while the chunk's tokens pass (accumulators parked in
+ * memory between slabs, exactly).  Decode (<= DJ_SMALL_BATCH tokens) keeps
+ * the raw tiles: see q4_0_matmul. */
+struct q4_0_wstep { __m512i q; __m512 d; };                /* one weight row, one step */
+struct q4_0_astep { __m512i q; __m512i ncorr; __m512 d; }; /* one token, one step */
+
+/* The nibbles and scales of two raw q4_0 blocks at p (two == 0: one, the rest zeros) —
+ * q4_0_load2 and scales2 with one load and two word permutes.  `room`: at least 64
+ * bytes are readable at p (a plain load; else a masked one, which measured ~10x
+ * slower on Zen 5, so only a row's last steps take it). */
+static inline DJ_ALWAYS_INLINE void q4_0_unpack2(const uint8_t *p, const int two, const int room, __m512i *q,
+                                                 __m512 *d) {
+    /* words of the 36 bytes: 0 = d, 1-8 = qs (block 0), 9 = d', 10-17 = qs' */
+    static const uint16_t qidx[32] = {1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8,
+                                      10, 11, 12, 13, 14, 15, 16, 17, 10, 11, 12, 13, 14, 15, 16, 17};
+    static const uint16_t didx[32] = {0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9};
+    const __mmask64 m = two ? (__mmask64)0xFFFFFFFFFull : (__mmask64)0x3FFFFull;
+    const __m512i l = room ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(m, p);
+    const __m512i z = _mm512_permutexvar_epi16(_mm512_loadu_si512(qidx), l);
+    *q = _mm512_and_si512(_mm512_srlv_epi64(z, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0F));
+    *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(didx), l)));
+}
+
+static void q4_0_prep_a(int64_t nb, const uint8_t *a, struct q4_0_astep *o) {
+    const __m512i off = _mm512_set1_epi8(8), zero = _mm512_setzero_si512();
+    for (int64_t ib = 0; ib < nb; ib += 2, o++) {
+        const uint8_t *q = a + (size_t)ib * sizeof(struct dj_block_q8_0);
+        const uint8_t *q1 = ib + 1 < nb ? q + sizeof(struct dj_block_q8_0) : NULL;
+        const __m512i aq = q8_0_load2(q, q1);
+        o->q = aq;
+        o->ncorr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, aq));
+        o->d = scales2(q, q1);
+    }
+}
+
+static void q4_0_prep_w(int64_t nb, const uint8_t *w, struct q4_0_wstep *o) {
+    const int64_t bs = sizeof(struct dj_block_q4_0), safe = nb * bs - 64; /* plain loads up to here */
+    int64_t ib = 0;
+    for (; ib + 2 <= nb && ib * bs <= safe; ib += 2, o++) q4_0_unpack2(w + ib * bs, 1, 1, &o->q, &o->d);
+    for (; ib + 2 <= nb; ib += 2, o++) q4_0_unpack2(w + ib * bs, 1, 0, &o->q, &o->d);
+    if (ib < nb) q4_0_unpack2(w + ib * bs, 0, 0, &o->q, &o->d);
+}
+
+/* GEMM tile on prepared operands, steps [s0, s1) of the pairs' accumulation:
+ * w/a = q4_0_wstep/q4_0_astep rows ws/as bytes apart (indexed from step 0 of
+ * the slab, s0 only says which slab this is); the accumulators come from and
+ * go back to accb (token j, row i at accb[4 * j + i]) between slabs, exactly,
+ * and the last slab reduces them into c. */
+static inline DJ_ALWAYS_INLINE void q4_0p_body(const int MR, const int NT, int64_t ns, const int first,
+                                               const int last, const uint8_t *w, size_t ws, const uint8_t *a,
+                                               size_t as, __m512 *accb, float *c, int64_t ldc) {
+    __m512 acc[4][4];
+    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
+        acc[i][j] = first ? _mm512_setzero_ps() : accb[4 * j + i];
+    for (int64_t s = 0; s < ns; s++) {
+        __m512i wq[4];
+        __m512 wd[4];
+        DJ_UNROLL for (int i = 0; i < MR; i++) {
+            const struct q4_0_wstep *p = (const struct q4_0_wstep *)(w + (size_t)i * ws) + s;
+            wq[i] = p->q;
+            wd[i] = p->d;
+        }
+        DJ_UNROLL for (int j = 0; j < NT; j++) {
+            const struct q4_0_astep *q = (const struct q4_0_astep *)(a + (size_t)j * as) + s;
+            DJ_UNROLL for (int i = 0; i < MR; i++) {
+                const __m512i x = _mm512_dpbusd_epi32(q->ncorr, wq[i], q->q);
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), _mm512_mul_ps(wd[i], q->d), acc[i][j]);
+            }
+        }
+    }
+    if (last) {
+        DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
+            c[j * ldc + i] = hsum16(acc[i][j]);
+    } else {
+        DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
+            accb[4 * j + i] = acc[i][j];
+    }
+}
+
+typedef void (*q4_0p_fn)(int64_t ns, int first, int last, const uint8_t *w, size_t ws, const uint8_t *a,
+                         size_t as, __m512 *accb, float *c, int64_t ldc);
+#define Q4_0P_SHAPE(M, N)                                                                                   \
+    static void q4_0p_##M##x##N(int64_t ns, int first, int last, const uint8_t *w, size_t ws,               \
+                                const uint8_t *a, size_t as, __m512 *accb, float *c, int64_t ldc) {         \
+        q4_0p_body(M, N, ns, first, last, w, ws, a, as, accb, c, ldc);                                      \
+    }
+Q4_0P_SHAPE(1, 1) Q4_0P_SHAPE(1, 2) Q4_0P_SHAPE(1, 3) Q4_0P_SHAPE(1, 4)
+Q4_0P_SHAPE(2, 1) Q4_0P_SHAPE(2, 2) Q4_0P_SHAPE(2, 3) Q4_0P_SHAPE(2, 4)
+Q4_0P_SHAPE(3, 1) Q4_0P_SHAPE(3, 2) Q4_0P_SHAPE(3, 3) Q4_0P_SHAPE(3, 4)
+Q4_0P_SHAPE(4, 1) Q4_0P_SHAPE(4, 2) Q4_0P_SHAPE(4, 3) Q4_0P_SHAPE(4, 4)
+static const q4_0p_fn q4_0p_tab[4][4] = {{q4_0p_1x1, q4_0p_1x2, q4_0p_1x3, q4_0p_1x4},
+                                         {q4_0p_2x1, q4_0p_2x2, q4_0p_2x3, q4_0p_2x4},
+                                         {q4_0p_3x1, q4_0p_3x2, q4_0p_3x3, q4_0p_3x4},
+                                         {q4_0p_4x1, q4_0p_4x2, q4_0p_4x3, q4_0p_4x4}};
+
+/* Decode keeps the raw tiles (q8_step on the rows as stored; also GEMM past
+ * k = 4096, see q4_0_matmul): a prepared token
+ * is 2.8x the bytes of a raw one, and with the weights streaming from DRAM it
+ * measured ~2x slower (11 vs 22 GB/s, k = 8192, 1 thread), though faster
+ * from cache (29 vs 23 GB/s). */
+DJ_TILES_4x4(q4_0)
+
+#define Q4_0_SLAB 32 /* steps (2048 weights) per slab: a 4-row slab of prepared weights is 16 KiB */
+
+static void q4_0_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    const uint8_t *w = wv, *a = av;
+    /* Past k = 4096 the prepared path measured slower (k = 8192, 256 tokens: 160-190
+     * vs 200-208 GFLOP/s; a chunk then holds only ~20 prepared tokens, so each 4-row
+     * tile is unpacked for few of them): the raw tiles there. */
+    if (n_tok <= DJ_SMALL_BATCH || k > 4096) {
+        dj_matmul_drive(q4_0_tile, n_tok <= DJ_SMALL_BATCH ? 1 : q4_0_MR, q4_0_NT, k, w, ws, a, as, c, ldc, r0, r1,
+                        n_tok);
+        return;
+    }
+    const int64_t nb = k / DJ_QK4_0, ns = (nb + 1) / 2;
+    const size_t aps = (size_t)ns * sizeof(struct q4_0_astep), wps = (size_t)ns * sizeof(struct q4_0_wstep);
+    /* prepared tokens of a chunk: ~512 KiB, half of a Zen 5 L2 */
+    int64_t tok_chunk = (int64_t)(((size_t)512 << 10) / aps);
+    tok_chunk -= tok_chunk % 4;
+    if (tok_chunk < 4) tok_chunk = 4;
+    if (tok_chunk > n_tok) tok_chunk = (n_tok + 3) & ~(int64_t)3;
+    uint8_t *ap = dj_kernel_scratch((size_t)tok_chunk * (aps + 4 * sizeof(__m512)) + 4 * wps);
+    uint8_t *wp = ap + (size_t)tok_chunk * aps;
+    __m512 *accb = (__m512 *)(wp + 4 * wps);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
+        for (int64_t t = 0; t < nt_c; t++)
+            q4_0_prep_a(nb, a + (size_t)(t0 + t) * as, (struct q4_0_astep *)(ap + (size_t)t * aps));
+        for (int64_t r = r0; r < r1; r += 4) {
+            const int mr = (int)(r1 - r < 4 ? r1 - r : 4);
+            for (int i = 0; i < mr; i++)
+                q4_0_prep_w(nb, w + (size_t)(r + i) * ws, (struct q4_0_wstep *)(wp + (size_t)i * wps));
+            for (int64_t s0 = 0; s0 < ns; s0 += Q4_0_SLAB) {
+                const int64_t s1 = ns - s0 < Q4_0_SLAB ? ns : s0 + Q4_0_SLAB;
+                for (int64_t t = 0; t < nt_c; t += 4) {
+                    const int nt = (int)(nt_c - t < 4 ? nt_c - t : 4);
+                    q4_0p_tab[mr - 1][nt - 1](s1 - s0, s0 == 0, s1 == ns, wp + (size_t)s0 * sizeof(struct q4_0_wstep),
+                                              wps, ap + (size_t)t * aps + (size_t)s0 * sizeof(struct q4_0_astep), aps,
+                                              accb + 4 * t, c + (t0 + t) * ldc + r, ldc);
+                }
+            }
+        }
+    }
+}
+
+static float q4_0_dot(int64_t k, const void *w, const void *a) {
+    float c;
+    q4_0_1x1(k, w, 0, a, 0, &c, 1);
+    return c;
+}
 
 /* ---- q4_K x q8_K ---------------------------------------------------------------------- */
 

@@ -88,6 +88,27 @@ typedef void (*dj_tile_shape_fn)(int64_t k, const uint8_t *w, size_t ws, const u
         {name##_4x1, name##_4x2, name##_4x3, name##_4x4}};                                   \
     DJ_TILE_PICK(name, 4, 4)
 
+#define DJ_TILES_ROW4(name, M)                                                               \
+    DJ_TILE_SHAPE(name, M, 1) DJ_TILE_SHAPE(name, M, 2) DJ_TILE_SHAPE(name, M, 3) DJ_TILE_SHAPE(name, M, 4)
+#define DJ_TILES_ROW6(name, M) DJ_TILES_ROW4(name, M) DJ_TILE_SHAPE(name, M, 5) DJ_TILE_SHAPE(name, M, 6)
+#define DJ_TAB_ROW4(name, M) {name##_##M##x1, name##_##M##x2, name##_##M##x3, name##_##M##x4}
+#define DJ_TAB_ROW6(name, M)                                                                 \
+    {name##_##M##x1, name##_##M##x2, name##_##M##x3, name##_##M##x4, name##_##M##x5, name##_##M##x6}
+
+#define DJ_TILES_6x4(name)                                                                   \
+    DJ_TILES_ROW4(name, 1) DJ_TILES_ROW4(name, 2) DJ_TILES_ROW4(name, 3)                     \
+    DJ_TILES_ROW4(name, 4) DJ_TILES_ROW4(name, 5) DJ_TILES_ROW4(name, 6)                     \
+    static const dj_tile_shape_fn name##_tab[6][4] = {                                       \
+        DJ_TAB_ROW4(name, 1), DJ_TAB_ROW4(name, 2), DJ_TAB_ROW4(name, 3),                    \
+        DJ_TAB_ROW4(name, 4), DJ_TAB_ROW4(name, 5), DJ_TAB_ROW4(name, 6)};                   \
+    DJ_TILE_PICK(name, 6, 4)
+
+#define DJ_TILES_4x6(name)                                                                   \
+    DJ_TILES_ROW6(name, 1) DJ_TILES_ROW6(name, 2) DJ_TILES_ROW6(name, 3) DJ_TILES_ROW6(name, 4) \
+    static const dj_tile_shape_fn name##_tab[4][6] = {                                       \
+        DJ_TAB_ROW6(name, 1), DJ_TAB_ROW6(name, 2), DJ_TAB_ROW6(name, 3), DJ_TAB_ROW6(name, 4)}; \
+    DJ_TILE_PICK(name, 4, 6)
+
 /* The matmul and dot of a tiled kernel: dot is the 1x1 tile, so it runs the
  * very code of every element of the matmul.
  *
