@@ -6,6 +6,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 60
 SHARED     ?= $(abspath ../shared)
+FUZZERS    := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
 # Debian packages the build needs.  Checked with dpkg first so the common case
 # (everything present) costs a few milliseconds and needs no root.
@@ -53,7 +54,7 @@ asan: deps
 # FUZZ_SECONDS seconds on its seed corpus (copied from ../shared, never committed).
 fuzz: deps-fuzz
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDJ_FUZZ=ON -DDJ_SHARED_DIR=$(SHARED) >/dev/null
-	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZERS)
 	@set -e; for f in $(FUZZ_BUILD)/fuzz/fuzz_*; do \
 	  name=$$(basename $$f); corpus=$(FUZZ_BUILD)/corpus/$$name; mkdir -p $$corpus; \
 	  sh tests/fuzz/seed.sh $$name $(SHARED) $$corpus; \
