@@ -1,0 +1,356 @@
+/*
+ * engine.c — the engine, its sessions and the exact turn (engine.h has the
+ * picture and the contract).
+ *
+ * Invariants, true between turns and after every failure:
+ *   s->seq.n_pos == s->hist.n_tok: the history holds exactly the tokens whose
+ *     K/V the sequence holds, position by position;
+ *   with dedup on, the sealed blocks of a table form a prefix of it (blocks
+ *     are sealed in order; a seal that fails stops the walk), and a sealed
+ *     block is the only one in the pool with its (chain, parent, tokens):
+ *     sealing an identical block switches to the existing one instead;
+ *   the sessions of an engine are on its list; the context's current
+ *     sequence is the context's own (empty) one outside engine_turn.
+ */
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "core/timer.h"
+#include "kv/diff.h"
+#include "kv/hash.h"
+#include "kv/history.h"
+#include "model/context.h"
+#include "sample/sampler.h"
+
+struct dj_session {
+    struct dj_engine *e;
+    struct kv_seq seq;
+    struct kv_history hist;
+    uint64_t last_turn; /* pool turn of its last use: parking goes oldest first */
+    struct dj_session *prev, *next;
+};
+
+struct dj_engine {
+    const struct dj_model *model;
+    struct dj_context *ctx;
+    struct kv_pool *pool;
+    struct llama_opt_config cfg;
+    struct llama_opt_stats stats, stats_last;
+    FILE *stats_out;
+    float *logits;      /* n_vocab */
+    uint32_t block_size;
+    size_t block_bytes;
+    uint32_t peak_allocated, peak_pinned;
+    struct dj_session *sessions; /* doubly linked list */
+};
+
+struct dj_engine_params engine_default_params(void) {
+    struct dj_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.n_ubatch = 512;
+    p.n_threads = 1;
+    p.opt = llama_opt_config_default();
+    return p;
+}
+
+enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_params *p, struct dj_engine **out) {
+    const struct dj_hparams *hp = &m->hp;
+    const struct llama_opt_config *cfg = &p->opt;
+    if (cfg->diff_mode != LLAMA_OPT_DIFF_EXACT)
+        return dj_fail(DJ_ERR_INVALID, "LLAMA_OPT_DIFF_MODE=approx (Tier 2) is not implemented yet; use exact");
+    if (cfg->block_size == 0) return dj_fail(DJ_ERR_INVALID, "engine: block size 0");
+    const size_t n_embd_kv = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t block_bytes = 2 * (size_t)hp->n_layer * cfg->block_size * n_embd_kv * sizeof(float);
+    uint64_t max_blocks = cfg->dedup_pool_max;
+    if (p->kv_budget_mib < 0)
+        return dj_fail(DJ_ERR_INVALID, "KV budget %.3f MiB is negative", p->kv_budget_mib);
+    if (p->kv_budget_mib > 0) {
+        double blocks = p->kv_budget_mib * 1048576.0 / (double)block_bytes;
+        if (blocks < 1.0)
+            return dj_fail(DJ_ERR_INVALID,
+                           "KV budget %.3f MiB is smaller than one KV block (%.3f MiB: %u layers x %u positions x "
+                           "%zu K+V floats)",
+                           p->kv_budget_mib, (double)block_bytes / 1048576.0, hp->n_layer, cfg->block_size,
+                           2 * n_embd_kv);
+        max_blocks = blocks > 1073741824.0 ? 1073741824u : (uint64_t)blocks;
+    }
+    struct dj_engine *e = calloc(1, sizeof *e);
+    if (!e) return dj_fail(DJ_ERR_NOMEM, "out of memory creating an engine");
+    e->model = m;
+    e->cfg = *cfg;
+    e->stats_out = p->stats_out ? p->stats_out : stderr;
+    e->block_size = cfg->block_size;
+    e->block_bytes = block_bytes;
+    struct kv_pool_params pp = {hp->n_layer, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks};
+    enum dj_status st = kv_pool_create(&pp, &e->pool);
+    if (st) {
+        free(e);
+        return st;
+    }
+    struct dj_ctx_params cp = ctx_default_params();
+    cp.n_ctx = p->n_ctx;
+    cp.n_ubatch = p->n_ubatch;
+    cp.n_threads = p->n_threads;
+    cp.block_size = cfg->block_size;
+    cp.pool = e->pool;
+    if ((st = ctx_create(m, cp, &e->ctx))) {
+        kv_pool_destroy(e->pool);
+        free(e);
+        return st;
+    }
+    e->logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    if (!e->logits) {
+        engine_destroy(e);
+        return dj_fail(DJ_ERR_NOMEM, "out of memory creating an engine");
+    }
+    *out = e;
+    return DJ_OK;
+}
+
+void engine_destroy(struct dj_engine *e) {
+    if (!e) return;
+    while (e->sessions) engine_session_destroy(e->sessions);
+    ctx_free(e->ctx); /* its own sequence lives in the pool: free the context first */
+    kv_pool_destroy(e->pool);
+    free(e->logits);
+    free(e);
+}
+
+enum dj_status engine_session_create(struct dj_engine *e, struct dj_session **out) {
+    struct dj_session *s = calloc(1, sizeof *s);
+    if (!s) return dj_fail(DJ_ERR_NOMEM, "out of memory creating a session");
+    s->e = e;
+    kv_seq_init(&s->seq, e->pool);
+    kv_history_init(&s->hist, e->block_size);
+    s->next = e->sessions;
+    if (e->sessions) e->sessions->prev = s;
+    e->sessions = s;
+    *out = s;
+    return DJ_OK;
+}
+
+void engine_session_destroy(struct dj_session *s) {
+    if (!s) return;
+    struct dj_engine *e = s->e;
+    if (e->ctx->seq == &s->seq) ctx_set_seq(e->ctx, NULL);
+    if (s->prev) s->prev->next = s->next;
+    else e->sessions = s->next;
+    if (s->next) s->next->prev = s->prev;
+    kv_seq_free(&s->seq);
+    kv_history_free(&s->hist);
+    free(s);
+}
+
+const dj_token *engine_session_tokens(const struct dj_session *s, size_t *n) {
+    *n = s->hist.n_tok;
+    return s->hist.tok;
+}
+
+size_t engine_session_n_blocks(const struct dj_session *s) { return s->seq.n_blocks; }
+const struct llama_opt_config *engine_config(const struct dj_engine *e) { return &e->cfg; }
+void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out) { *out = e->stats; }
+void engine_pool_stats(const struct dj_engine *e, struct kv_pool_stats *out) { kv_pool_get_stats(e->pool, out); }
+uint32_t engine_block_size(const struct dj_engine *e) { return e->block_size; }
+uint32_t engine_n_ctx(const struct dj_engine *e) { return e->ctx->p.n_ctx; }
+
+void engine_peak_blocks(const struct dj_engine *e, uint32_t *allocated, uint32_t *pinned) {
+    *allocated = e->peak_allocated;
+    *pinned = e->peak_pinned;
+}
+
+/* ---- a turn ----------------------------------------------------------------- */
+
+/* Keeps the first n positions of the session (sequence and history together). */
+static void session_truncate(struct dj_session *s, size_t n) {
+    kv_seq_truncate(&s->seq, n);
+    kv_history_truncate(&s->hist, n);
+}
+
+/* Drops the pins of the least recently used other session that holds
+ * anything: its sealed blocks stay cached (found again by chain hash), the
+ * rest is freed.  Returns false when there is none. */
+static bool park_one(struct dj_engine *e, const struct dj_session *cur) {
+    struct dj_session *victim = NULL;
+    for (struct dj_session *o = e->sessions; o; o = o->next)
+        if (o != cur && o->seq.n_blocks > 0 && (!victim || o->last_turn < victim->last_turn)) victim = o;
+    if (!victim) return false;
+    session_truncate(victim, 0);
+    return true;
+}
+
+/* Feeds n tokens to the session's sequence (the context's current one) and
+ * records them in its history.  Under memory pressure parks other sessions
+ * one by one and goes on.  On failure the session holds what was computed. */
+static enum dj_status feed(struct dj_engine *e, struct dj_session *s, const dj_token *toks, size_t n, float *logits,
+                           size_t *n_parked) {
+    const size_t base = s->seq.n_pos;
+    enum dj_status st = ctx_decode(e->ctx, toks, n, logits, false);
+    while (st == DJ_ERR_NOMEM && park_one(e, s)) {
+        (*n_parked)++;
+        size_t done = s->seq.n_pos - base;
+        st = ctx_decode(e->ctx, toks + done, n - done, logits, false);
+    }
+    if (st == DJ_ERR_NOMEM) {
+        struct kv_pool_stats ps;
+        kv_pool_get_stats(e->pool, &ps);
+        st = dj_fail(DJ_ERR_NOMEM,
+                     "KV budget too small: %u blocks of %zu KiB (%.1f MiB) are all pinned by this sequence of %zu "
+                     "positions; raise --kv-budget or LLAMA_OPT_DEDUP_POOL_MAX",
+                     ps.capacity, ps.block_bytes / 1024, (double)ps.capacity * (double)ps.block_bytes / 1048576.0,
+                     s->seq.n_pos);
+    }
+    size_t done = s->seq.n_pos - base;
+    if (done > 0) {
+        enum dj_status hs = kv_history_append(&s->hist, toks, done);
+        if (hs) {
+            kv_seq_truncate(&s->seq, base);
+            return hs;
+        }
+    }
+    return st;
+}
+
+/* Step 2: full blocks of the prompt found in the pool, from the block that
+ * holds position seq.n_pos (see engine.h).  Returns the positions gained. */
+static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
+                                 size_t *own) {
+    const size_t bs = e->block_size;
+    size_t k = s->seq.n_pos / bs, n_chain;
+    const uint64_t *chains = kv_history_chain(&s->hist, &n_chain);
+    DJ_ASSERT(n_chain >= k);
+    uint64_t chain = k ? chains[k - 1] : KV_CHAIN_ROOT;
+    uint32_t parent = k ? s->seq.table[k - 1] : KV_BLOCK_NONE;
+    while ((k + 1) * bs < n) { /* the last prompt token is always computed */
+        const dj_token *bt = prompt + k * bs;
+        uint64_t c = kv_hash_chain(chain, bt, bs);
+        e->stats.dedup_blocks_total++;
+        uint32_t id = kv_pool_lookup(e->pool, c, parent, bt);
+        if (id == KV_BLOCK_NONE) break;
+        if (s->seq.n_pos > k * bs) { /* a partly matching own block: the pool's is whole */
+            session_truncate(s, k * bs);
+            *own = k * bs;
+        }
+        enum dj_status st = kv_seq_append_block(&s->seq, id);
+        if (st) return st;
+        if ((st = kv_history_append(&s->hist, bt, bs))) {
+            kv_seq_truncate(&s->seq, k * bs);
+            return st;
+        }
+        e->stats.dedup_blocks_hit++;
+        e->stats.dedup_tokens_saved += bs;
+        chain = c;
+        parent = id;
+        k++;
+    }
+    return DJ_OK;
+}
+
+/* Step 5: seals the full blocks not sealed yet, in order, switching to an
+ * identical sealed block where one exists (canonicalization). */
+static void seal_blocks(struct dj_engine *e, struct dj_session *s) {
+    const size_t bs = e->block_size;
+    size_t nb;
+    const uint64_t *chains = kv_history_chain(&s->hist, &nb);
+    DJ_ASSERT(nb == s->seq.n_pos / bs);
+    for (size_t b = 0; b < nb; b++) {
+        uint32_t id = s->seq.table[b];
+        if (kv_pool_is_sealed(e->pool, id)) continue;
+        uint32_t parent = b ? s->seq.table[b - 1] : KV_BLOCK_NONE;
+        if (parent != KV_BLOCK_NONE && !kv_pool_is_sealed(e->pool, parent)) return; /* a seal failed */
+        const dj_token *bt = s->hist.tok + b * bs;
+        e->stats.canon_entries_total++;
+        uint32_t other = kv_pool_lookup(e->pool, chains[b], parent, bt);
+        if (other != KV_BLOCK_NONE) {
+            kv_pool_ref(e->pool, other);
+            kv_pool_unref(e->pool, id); /* not sealed, ours alone: freed */
+            s->seq.table[b] = other;
+            e->stats.canon_entries_deduped++;
+            e->stats.canon_bytes_saved += e->block_bytes;
+        } else if (kv_pool_seal(e->pool, id, chains[b], parent, bt) != DJ_OK) {
+            dj_log(DJ_LOG_WARN, "%s (block %zu stays private)", dj_last_error(), b);
+            return;
+        }
+    }
+}
+
+static double ms_since(int64_t t0) { return (double)(dj_time_us() - t0) / 1000.0; }
+
+enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
+                           const struct dj_turn_params *tp, dj_token *ids, struct dj_turn_result *res) {
+    const struct dj_hparams *hp = &e->model->hp;
+    const size_t bs = e->block_size, V = hp->n_vocab, n_ctx = e->ctx->p.n_ctx;
+    struct dj_turn_result r;
+    memset(&r, 0, sizeof r);
+    r.n_prompt = n;
+    if (n == 0) return dj_fail(DJ_ERR_INVALID, "turn: empty prompt");
+    if (tp->n_gen == 0) return dj_fail(DJ_ERR_INVALID, "turn: n_gen must be at least 1");
+    if (n > n_ctx || tp->n_gen - 1 > n_ctx - n)
+        return dj_fail(DJ_ERR_INVALID, "turn: prompt of %zu tokens + %zu generated exceed the context size %zu", n,
+                       tp->n_gen, n_ctx);
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || (uint32_t)prompt[i] >= hp->n_vocab)
+            return dj_fail(DJ_ERR_INVALID, "turn: token %d at index %zu is outside the vocabulary (%u)", prompt[i], i,
+                           hp->n_vocab);
+    /* one sequence, plus one block for a copy on write of a partly reused block */
+    const size_t need = (n + tp->n_gen - 1 + bs - 1) / bs + 1;
+    struct kv_pool_stats ps;
+    kv_pool_get_stats(e->pool, &ps);
+    if (need > ps.capacity)
+        return dj_fail(DJ_ERR_NOMEM,
+                       "KV budget too small: %u blocks of %zu KiB (%.1f MiB) cannot hold one sequence of %zu tokens "
+                       "(%zu blocks of %zu); raise --kv-budget or LLAMA_OPT_DEDUP_POOL_MAX",
+                       ps.capacity, ps.block_bytes / 1024, (double)ps.capacity * (double)ps.block_bytes / 1048576.0,
+                       n + tp->n_gen - 1, need, bs);
+
+    const int64_t t0 = dj_time_us();
+    kv_pool_next_turn(e->pool);
+    s->last_turn = kv_pool_turn(e->pool);
+    ctx_set_seq(e->ctx, &s->seq);
+    enum dj_status st = DJ_OK;
+
+    /* 1. the session's own prefix */
+    size_t own = 0;
+    if (e->cfg.diff_enabled) own = diff_common_prefix(s->hist.tok, s->hist.n_tok, prompt, n);
+    if (own >= n) own = n - 1;
+    session_truncate(s, own);
+
+    /* 2. pool blocks */
+    if (e->cfg.dedup_enabled && (st = reuse_pool(e, s, prompt, n, &own))) goto done;
+    r.n_reused_own = own;
+    r.n_reused_pool = s->seq.n_pos - own;
+
+    /* 3. the rest of the prompt */
+    const size_t from = s->seq.n_pos;
+    r.n_computed = n - from;
+    if (e->cfg.diff_enabled) {
+        e->stats.diff_tokens_total += n;
+        e->stats.diff_tokens_unchanged += r.n_reused_own;
+        e->stats.diff_tokens_recomputed += r.n_computed;
+    }
+    if ((st = feed(e, s, prompt + from, n - from, e->logits, &r.n_parked))) goto done;
+    r.t_prefill_ms = ms_since(t0);
+
+    /* 4. greedy generation; the last token is not fed */
+    for (size_t i = 0; i < tp->n_gen; i++) {
+        if (i > 0 && (st = feed(e, s, &ids[i - 1], 1, e->logits, &r.n_parked))) goto done;
+        if (tp->on_logits) tp->on_logits(tp->ud, e->logits, V);
+        ids[i] = sampler_argmax(e->logits, V);
+        r.n_gen = i + 1;
+        if (i == 0) r.t_ttft_ms = ms_since(t0);
+    }
+    r.t_decode_ms = ms_since(t0) - r.t_ttft_ms;
+
+done:
+    /* 5. seal what is full (also after a failure: those blocks are exact) */
+    if (e->cfg.dedup_enabled) seal_blocks(e, s);
+    ctx_set_seq(e->ctx, NULL);
+    kv_pool_get_stats(e->pool, &ps);
+    if (ps.allocated > e->peak_allocated) e->peak_allocated = ps.allocated;
+    if (ps.pinned > e->peak_pinned) e->peak_pinned = ps.pinned;
+    if (e->cfg.stats_enabled) llama_opt_stats_print_turn(e->stats_out, &e->stats_last, &e->stats);
+    if (res && st == DJ_OK) *res = r;
+    return st;
+}

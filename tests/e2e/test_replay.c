@@ -1,0 +1,286 @@
+/*
+ * test_replay.c — the invariant of issue 4, end to end through `deja replay`:
+ * exact (Tier 1) reuse changes nothing.  For every Tier-1 switch alone
+ * (LLAMA_OPT_DIFF_ENABLED, LLAMA_OPT_DEDUP_ENABLED) and both together, the
+ * replay's logits_hash and ids_hash equal those of a replay with every
+ * optimization off (each prompt recomputed from scratch) — with interleaved
+ * sessions of one harness (dedup hits across sessions are asserted), with a
+ * KV budget so small that cached blocks are evicted and idle sessions parked
+ * mid-replay (asserted), with ubatch sizes 1, 7 and 512, and with a block
+ * size of 16.  With enough budget the tokens computed equal the exact
+ * minimum the tool models independently, and no block stays pinned at the end.
+ *
+ * Traces: short excerpts of real ones, written to a temporary folder:
+ * prompt'_k = prompt_k[:H] + prompt_k[S:] (code points), which keeps the
+ * shared head (system prompt) and the per-turn edit structure (appends,
+ * OpenHands' mid-prompt rewrites) at a size the test models replay in
+ * seconds.  Models: stories260K (SPM) and codelm-15m (BPE).
+ */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "engine/trace.h"
+#include "test.h"
+#include "test_json.h"
+#include "test_run.h"
+
+static char tmpdir[256];
+
+/* Under AddressSanitizer (a Debug build, ~20x slower) the matrix is cut to
+ * cold / all / tiny budget on stories260K so the test stays within its timeout. */
+#if defined(__SANITIZE_ADDRESS__)
+static const bool light = true;
+#else
+static const bool light = false;
+#endif
+
+/* Byte offset of code point k in s[0, n) (n if past the end). */
+static size_t cp_off(const char *s, size_t n, size_t k) {
+    size_t c = 0, i = 0;
+    for (; i < n; i++)
+        if (((unsigned char)s[i] & 0xc0) != 0x80) {
+            if (c == k) break;
+            c++;
+        }
+    return i;
+}
+
+static void put_json_str(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+/* Writes <tmpdir>/<name>: the first max_turns prompts of traces/<src>, cut to
+ * prompt[:head] + prompt[skip:] code points, as keep/text lines. */
+static const char *excerpt(const char *shared, const char *src, const char *name, size_t head, size_t skip,
+                           size_t max_turns) {
+    static char out[8][512];
+    static int slot;
+    char *path = out[slot++ & 7];
+    snprintf(path, 512, "%s/%s", tmpdir, name);
+    char in[512];
+    snprintf(in, sizeof in, "%s/traces/%s", shared, src);
+    struct trace *t = NULL;
+    CHECKF(trace_open(in, &t) == DJ_OK, "%s", dj_last_error());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!t || !f) return path;
+    char *prev = NULL;
+    size_t n_prev = 0;
+    for (size_t k = 0; k < max_turns; k++) {
+        bool done;
+        CHECKF(trace_next(t, &done) == DJ_OK, "%s", dj_last_error());
+        if (done) break;
+        size_t h = cp_off(t->prompt, t->prompt_len, head), s = cp_off(t->prompt, t->prompt_len, skip);
+        size_t n = h + (t->prompt_len - s);
+        char *cur = malloc(n + 1);
+        memcpy(cur, t->prompt, h);
+        memcpy(cur + h, t->prompt + s, t->prompt_len - s);
+        size_t lcp = 0;
+        while (lcp < n && lcp < n_prev && cur[lcp] == prev[lcp]) lcp++;
+        while (lcp > 0 && ((unsigned char)cur[lcp] & 0xc0) == 0x80) lcp--; /* a code point boundary */
+        fprintf(f, "{\"session\": \"%s\", \"turn\": %zu, \"keep\": %zu, \"text\": ", name, k, trace_count_cp(cur, lcp));
+        put_json_str(f, cur + lcp, n - lcp);
+        fprintf(f, ", \"response\": null, \"n_chars\": %zu}\n", trace_count_cp(cur, n));
+        free(prev);
+        prev = cur;
+        n_prev = n;
+    }
+    free(prev);
+    fclose(f);
+    trace_close(t);
+    return path;
+}
+
+/* The number after "key": in the totals object of a replay's JSON. */
+static unsigned long long total(const char *doc, const char *key) {
+    const char *t = strstr(doc, "\"totals\"");
+    if (!t) return ~0ull;
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(t, pat);
+    return p ? strtoull(p + strlen(pat), NULL, 10) : ~0ull;
+}
+
+struct result {
+    char *logits, *ids;
+    unsigned long long computed, min_computed, pool_hits, evicted, parked, pinned_end, reused;
+    int rc;
+};
+
+static void result_free(struct result *r) {
+    free(r->logits);
+    free(r->ids);
+}
+
+/* Runs `deja replay --json` with env "diff dedup" switches and extra args. */
+static struct result replay(const char *model, const char *const *traces, int n_traces, bool diff, bool dedup,
+                            const char *block, const char *ubatch, const char *budget, const char *n_gen) {
+    setenv("LLAMA_OPT_DIFF_ENABLED", diff ? "1" : "0", 1);
+    setenv("LLAMA_OPT_DEDUP_ENABLED", dedup ? "1" : "0", 1);
+    setenv("LLAMA_OPT_BLOCK_SIZE", block, 1);
+    char *argv[40];
+    int a = 0;
+    argv[a++] = (char *)deja_bin;
+    argv[a++] = "replay";
+    argv[a++] = "-m";
+    argv[a++] = (char *)model;
+    for (int i = 0; i < n_traces; i++) {
+        argv[a++] = "--trace";
+        argv[a++] = (char *)traces[i];
+    }
+    argv[a++] = "-n";
+    argv[a++] = (char *)n_gen;
+    argv[a++] = "-c";
+    argv[a++] = "8192";
+    argv[a++] = "-t";
+    argv[a++] = "2";
+    argv[a++] = "--ubatch";
+    argv[a++] = (char *)ubatch;
+    if (budget) {
+        argv[a++] = "--kv-budget";
+        argv[a++] = (char *)budget;
+    }
+    argv[a++] = "--json";
+    argv[a] = NULL;
+    char *out = NULL;
+    struct result r;
+    memset(&r, 0, sizeof r);
+    r.rc = run(argv, &out);
+    CHECKF(r.rc == 0, "replay failed (diff %d dedup %d block %s ubatch %s budget %s):\n%s", diff, dedup, block, ubatch,
+           budget ? budget : "-", out);
+    r.logits = json_string(out, "logits_hash");
+    r.ids = json_string(out, "ids_hash");
+    r.computed = total(out, "n_computed");
+    r.min_computed = total(out, "n_min_computed");
+    r.reused = total(out, "n_reused");
+    r.pool_hits = total(out, "dedup_blocks_hit");
+    r.evicted = total(out, "kv_blocks_evicted");
+    r.parked = total(out, "sessions_parked");
+    r.pinned_end = total(out, "kv_blocks_pinned_end");
+    CHECK(r.logits && r.ids);
+    if (!r.logits) r.logits = strdup("?");
+    if (!r.ids) r.ids = strdup("?");
+    printf("  diff %d dedup %d block %-3s ubatch %-3s budget %-4s: computed %llu (min %llu) reused %llu, pool hits "
+           "%llu, evicted %llu, parked %llu, logits %s ids %s\n",
+           diff, dedup, block, ubatch, budget ? budget : "-", r.computed, r.min_computed, r.reused, r.pool_hits,
+           r.evicted, r.parked, r.logits, r.ids);
+    fflush(stdout);
+    free(out);
+    return r;
+}
+
+static void same(const struct result *base, const struct result *r, const char *what) {
+    CHECKF(strcmp(base->logits, r->logits) == 0, "%s: logits_hash %s != cold %s", what, r->logits, base->logits);
+    CHECKF(strcmp(base->ids, r->ids) == 0, "%s: ids_hash %s != cold %s", what, r->ids, base->ids);
+}
+
+int main(int argc, char **argv) {
+    const char *shared = argc > 1 ? argv[1] : "../shared";
+    deja_bin = argc > 2 ? argv[2] : "build/bin/deja";
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/dj_replay_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        fprintf(stderr, "cannot create a temporary folder\n");
+        return 1;
+    }
+    unsetenv("LLAMA_OPT_STATS");
+    unsetenv("LLAMA_OPT_DEDUP_POOL_MAX");
+
+    /* tau-bench airline: one harness, same system prompt; DelegatorAgent:
+     * OpenHands rewrites the middle of the prompt (n_chars goes down) */
+    const char *tau0 = excerpt(shared, "tau_airline__0.jsonl", "tau0.jsonl", 300, 15560, 4);
+    const char *tau1 = excerpt(shared, "tau_airline__1.jsonl", "tau1.jsonl", 300, 15560, 4);
+    const char *dele = excerpt(shared, "openhands_mock__DelegatorAgent_test_edits.jsonl", "dele.jsonl", 300, 1500, 6);
+    const char *traces[] = {tau0, tau1, dele};
+    const char *stories = test_shared_path(shared, "models/stories260K.gguf");
+
+    printf("stories260K, 3 interleaved sessions:\n");
+    struct result cold = replay(stories, traces, 3, false, false, "64", "512", NULL, "6");
+    CHECK(cold.reused == 0);
+    if (light) {
+        struct result all = replay(stories, traces, 3, true, true, "64", "512", NULL, "6");
+        same(&cold, &all, "diff + dedup");
+        CHECK(all.pool_hits > 0 && all.computed == all.min_computed && all.pinned_end == 0);
+        struct result tiny = replay(stories, traces, 3, true, true, "64", "7", "2.5", "6");
+        same(&cold, &tiny, "tiny KV budget");
+        CHECK(tiny.evicted > 0 && tiny.parked > 0 && tiny.pinned_end == 0);
+        result_free(&cold);
+        result_free(&all);
+        result_free(&tiny);
+        goto errors;
+    }
+    struct result diff = replay(stories, traces, 3, true, false, "64", "512", NULL, "6");
+    same(&cold, &diff, "diff only");
+    CHECK(diff.reused > 0 && diff.pool_hits == 0);
+    struct result dedup = replay(stories, traces, 3, false, true, "64", "512", NULL, "6");
+    same(&cold, &dedup, "dedup only");
+    CHECK(dedup.pool_hits > 0);
+    struct result all = replay(stories, traces, 3, true, true, "64", "512", NULL, "6");
+    same(&cold, &all, "diff + dedup");
+    CHECKF(all.pool_hits > 0, "no dedup hit across sessions of one harness");
+    CHECKF(all.computed == all.min_computed, "computed %llu != exact minimum %llu", all.computed, all.min_computed);
+    CHECK(all.computed < diff.computed && all.computed < dedup.computed);
+    CHECK(all.pinned_end == 0 && cold.pinned_end == 0);
+    struct result u1 = replay(stories, traces, 3, true, true, "64", "1", NULL, "6");
+    same(&cold, &u1, "ubatch 1");
+    struct result u7 = replay(stories, traces, 3, true, true, "64", "7", NULL, "6");
+    same(&cold, &u7, "ubatch 7");
+    struct result b16 = replay(stories, traces, 3, true, true, "16", "512", NULL, "6");
+    same(&cold, &b16, "block size 16");
+    CHECK(b16.computed == b16.min_computed && b16.pool_hits > all.pool_hits);
+    /* ~2.5 MiB = 32 blocks of 80 KiB: one sequence fits, three do not */
+    struct result tiny = replay(stories, traces, 3, true, true, "64", "7", "2.5", "6");
+    same(&cold, &tiny, "tiny KV budget");
+    CHECKF(tiny.evicted > 0, "the tiny budget evicted nothing");
+    CHECKF(tiny.parked > 0, "the tiny budget parked no session");
+    CHECK(tiny.pinned_end == 0);
+    struct result tiny16 = replay(stories, traces, 3, false, true, "16", "512", "2.5", "6");
+    same(&cold, &tiny16, "tiny KV budget, dedup only, block 16");
+    struct result bfs[] = {cold, diff, dedup, all, u1, u7, b16, tiny, tiny16};
+    for (size_t i = 0; i < sizeof bfs / sizeof bfs[0]; i++) result_free(&bfs[i]);
+
+    printf("codelm-15m, 2 interleaved sessions:\n");
+    const char *codelm = test_shared_path(shared, "models/codelm-15m-f16.gguf");
+    const char *tau_c0 = excerpt(shared, "tau_airline__0.jsonl", "tauc0.jsonl", 600, 15500, 3);
+    const char *tau_c1 = excerpt(shared, "tau_airline__1.jsonl", "tauc1.jsonl", 600, 15500, 3);
+    const char *ctraces[] = {tau_c0, tau_c1, dele};
+    struct result ccold = replay(codelm, ctraces, 3, false, false, "64", "512", NULL, "4");
+    struct result call = replay(codelm, ctraces, 3, true, true, "64", "512", NULL, "4");
+    same(&ccold, &call, "codelm diff + dedup");
+    CHECK(call.pool_hits > 0 && call.computed == call.min_computed);
+    struct result cu7 = replay(codelm, ctraces, 3, true, true, "64", "7", "20", "4");
+    same(&ccold, &cu7, "codelm ubatch 7, 20 MiB budget");
+    struct result cfs[] = {ccold, call, cu7};
+    for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) result_free(&cfs[i]);
+
+errors:
+    /* malformed trace lines name file:line */
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/bad.jsonl", tmpdir);
+    FILE *f = fopen(bad, "w");
+    fputs("{\"keep\": 0, \"text\": \"hello\"}\n{\"keep\": 0, \"text\": \"unterminated}\n", f);
+    fclose(f);
+    char *out = NULL;
+    int rc = RUN(&out, "replay", "-m", (char *)stories, "--trace", bad, "-n", "2");
+    CHECKF(rc == 1 && strstr(out, "bad.jsonl:2: column"), "%s", out);
+    free(out);
+    rc = RUN(&out, "replay", "-m", (char *)stories, "--trace", "/nonexistent.jsonl");
+    CHECKF(rc == 1 && strstr(out, "/nonexistent.jsonl: cannot open"), "%s", out);
+    free(out);
+    /* a budget that cannot hold one sequence: a clear error, not a crash */
+    setenv("LLAMA_OPT_BLOCK_SIZE", "64", 1);
+    rc = RUN(&out, "replay", "-m", (char *)stories, "--trace", (char *)tau0, "--kv-budget", "0.2", "-n", "2");
+    CHECKF(rc == 1 && strstr(out, "KV budget too small"), "%s", out);
+    free(out);
+
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    TEST_END();
+}

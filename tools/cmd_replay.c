@@ -1,0 +1,421 @@
+/*
+ * cmd_replay.c — `deja replay`: replays multi-turn agent traces
+ * (../shared/traces/README.md) through the engine, one session per file,
+ * files interleaved round-robin turn by turn (as a server with several
+ * agents sees them).  Every turn prefills its prompt (reusing what the
+ * LLAMA_OPT_* configuration allows) and generates -n tokens greedily.
+ *
+ * Output per turn: n_prompt, n_reused (own prefix / pool), n_computed,
+ * prefill ms, TTFT; then a summary.  --json gives one object (DESIGN.md §5)
+ * with per-turn entries, totals, logits_hash (FNV-1a 64 over the float32
+ * bits of every logits vector, all turns in order) and ids_hash (FNV-1a 64
+ * over every generated id as LE uint32).
+ *
+ * n_min_computed is an independent model of the exact minimum: the tokens
+ * after the longest reusable prefix, i.e. max(own prefix L, pool prefix P)
+ * where L = the common prefix with what the session's sequence holds (its
+ * last prompt + generated tokens but the last; capped at n-1, 0 with diff
+ * off) and P = the longest run of full blocks from position 0 whose chain
+ * hashes some earlier sequence held (capped before the last token, 0 with
+ * dedup off).  It does not look inside the engine; with enough budget (no
+ * evictions, no parked sessions) the engine must compute exactly that.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core/hash.h"
+#include "core/status.h"
+#include "core/timer.h"
+#include "engine/engine.h"
+#include "engine/trace.h"
+#include "kv/diff.h"
+#include "kv/hash.h"
+
+static void replay_usage(FILE *f) {
+    fprintf(f,
+            "usage: deja replay -m MODEL --trace FILE.jsonl [--trace FILE2 ...] [options]\n"
+            "  --max-turns N     replay at most N turns of each trace\n"
+            "  --max-chars N     stop a trace at its first prompt longer than N characters (code points)\n"
+            "  -n N              tokens generated greedily per turn (default 32)\n"
+            "  -c N              context size (default: the model's training context; may exceed it)\n"
+            "  -t N              threads (default 1)\n"
+            "  --ubatch N        tokens per forward step during prefill (default 512)\n"
+            "  --kv-budget MIB   KV block memory (default: LLAMA_OPT_DEDUP_POOL_MAX blocks)\n"
+            "  --json            one JSON object instead of the per-turn lines\n"
+            "Reuse is configured by LLAMA_OPT_DIFF_ENABLED, LLAMA_OPT_DEDUP_ENABLED, LLAMA_OPT_BLOCK_SIZE\n"
+            "(docs/CONFIG.md); LLAMA_OPT_STATS=1 prints opt-stats lines on stderr.\n");
+}
+
+static bool parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_error("replay", "%s: '%s' is not a number in [%g, %g]", opt, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+/* ---- a set of chain hashes (open addressing; 0 is the empty slot) -------------- */
+
+struct hset {
+    uint64_t *v;
+    size_t cap, n;
+};
+
+static bool hset_has(const struct hset *h, uint64_t x) {
+    if (!h->cap) return false;
+    x |= x == 0;
+    for (size_t i = (size_t)(x * 0x9e3779b97f4a7c15ULL) & (h->cap - 1);; i = (i + 1) & (h->cap - 1)) {
+        if (h->v[i] == x) return true;
+        if (h->v[i] == 0) return false;
+    }
+}
+
+static bool hset_add(struct hset *h, uint64_t x) {
+    x |= x == 0;
+    if ((h->n + 1) * 2 > h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 1024;
+        uint64_t *v = calloc(cap, sizeof *v);
+        if (!v) return false;
+        for (size_t k = 0; k < h->cap; k++) {
+            uint64_t y = h->v[k];
+            if (!y) continue;
+            size_t i = (size_t)(y * 0x9e3779b97f4a7c15ULL) & (cap - 1);
+            while (v[i]) i = (i + 1) & (cap - 1);
+            v[i] = y;
+        }
+        free(h->v);
+        h->v = v;
+        h->cap = cap;
+    }
+    size_t i = (size_t)(x * 0x9e3779b97f4a7c15ULL) & (h->cap - 1);
+    while (h->v[i] && h->v[i] != x) i = (i + 1) & (h->cap - 1);
+    if (!h->v[i]) {
+        h->v[i] = x;
+        h->n++;
+    }
+    return true;
+}
+
+/* ---- sessions ---------------------------------------------------------------- */
+
+struct rsess {
+    struct trace *tr;
+    struct dj_session *s;
+    dj_token *held; /* what the model of the minimum thinks the sequence holds */
+    size_t n_held;
+    size_t n_turns;
+    bool active;
+};
+
+struct turn_row {
+    size_t sess, turn;
+    struct dj_turn_result r;
+    size_t n_min;
+};
+
+struct logits_acc {
+    uint64_t hash;
+};
+
+static void on_logits(void *ud, const float *logits, size_t n_vocab) {
+    struct logits_acc *a = ud;
+    a->hash = dj_fnv1a(a->hash, logits, n_vocab * sizeof(float)); /* x86-64: float bits are little-endian */
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, size_t n, double p) {
+    if (!n) return 0.0;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t k = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[k < n ? k : n - 1];
+}
+
+int cmd_replay(int argc, char **argv) {
+    const char *model_path = NULL;
+    const char **paths = NULL;
+    size_t n_paths = 0;
+    double n_gen = 32, n_ctx = 0, n_threads = 1, ubatch = 512, max_turns = 0, max_chars = 0, budget = 0;
+    bool json = false;
+    int rc = 1;
+    paths = calloc((size_t)argc, sizeof *paths);
+    if (!paths) return cli_error("replay", "out of memory");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        double v;
+#define NUM(name, lo, hi, dst)                                                            \
+    else if (!strcmp(a, name)) {                                                          \
+        const char *s = cli_value("replay", argc, argv, &i);                              \
+        if (!s || !parse_num(name, s, lo, hi, &v)) goto out_args;                         \
+        dst = v;                                                                          \
+    }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            replay_usage(stdout);
+            free(paths);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = cli_value("replay", argc, argv, &i))) goto out_args;
+        } else if (!strcmp(a, "--trace")) {
+            if (!(paths[n_paths] = cli_value("replay", argc, argv, &i))) goto out_args;
+            n_paths++;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        }
+        NUM("-n", 1, 1e7, n_gen)
+        NUM("-c", 1, 1e8, n_ctx)
+        NUM("-t", 1, 1024, n_threads)
+        NUM("--ubatch", 1, 1e6, ubatch)
+        NUM("--max-turns", 0, 1e9, max_turns)
+        NUM("--max-chars", 0, 1e12, max_chars)
+        NUM("--kv-budget", 1e-6, 1e9, budget)
+        else {
+            replay_usage(stderr);
+            cli_error("replay", "unknown argument '%s'", a);
+            goto out_args;
+        }
+#undef NUM
+    }
+    if (!model_path || n_paths == 0) {
+        replay_usage(stderr);
+        cli_error("replay", "%s", !model_path ? "no model given (-m MODEL)" : "no trace given (--trace FILE.jsonl)");
+        goto out_args;
+    }
+
+    struct dj_model *m = NULL;
+    struct dj_engine *e = NULL;
+    struct rsess *rs = NULL;
+    struct turn_row *rows = NULL;
+    size_t n_rows = 0, cap_rows = 0;
+    dj_token *ids = NULL;
+    struct hset chains = {0};
+    struct dj_engine_params ep = engine_default_params();
+    if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
+        cli_error("replay", "%s", dj_last_error());
+        goto done;
+    }
+    if (model_load(model_path, &m) != DJ_OK) {
+        cli_error("replay", "%s", dj_last_error());
+        goto done;
+    }
+    ep.n_ctx = n_ctx > 0 ? (uint32_t)n_ctx : m->hp.n_ctx_train;
+    if (ep.n_ctx > m->hp.n_ctx_train)
+        dj_log(DJ_LOG_WARN, "context size %u exceeds the model's training context %u: results past it are "
+               "mechanically exact but not meaningful text", ep.n_ctx, m->hp.n_ctx_train);
+    ep.n_threads = (int)n_threads;
+    ep.n_ubatch = (uint32_t)ubatch;
+    ep.kv_budget_mib = budget;
+    if (engine_create(m, &ep, &e) != DJ_OK) {
+        cli_error("replay", "%s", dj_last_error());
+        goto done;
+    }
+    const size_t bs = engine_block_size(e);
+    const bool diff_on = ep.opt.diff_enabled, dedup_on = ep.opt.dedup_enabled;
+    rs = calloc(n_paths, sizeof *rs);
+    ids = malloc((size_t)n_gen * sizeof *ids);
+    if (!rs || !ids) {
+        cli_error("replay", "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n_paths; i++) {
+        if (trace_open(paths[i], &rs[i].tr) != DJ_OK || engine_session_create(e, &rs[i].s) != DJ_OK) {
+            cli_error("replay", "%s", dj_last_error());
+            goto done;
+        }
+        rs[i].active = true;
+    }
+    if (!json)
+        printf("%-5s %-44s %8s %8s %8s %8s %8s %10s %10s\n", "turn", "session", "n_prompt", "own", "pool",
+               "computed", "minimum", "prefill_ms", "ttft_ms");
+
+    struct logits_acc acc = {DJ_FNV_OFFSET};
+    uint64_t ids_hash = DJ_FNV_OFFSET;
+    struct dj_turn_params tp = {(size_t)n_gen, on_logits, &acc};
+    const int64_t t_start = dj_time_us();
+    for (size_t n_active = n_paths; n_active > 0;) {
+        for (size_t i = 0; i < n_paths; i++) {
+            struct rsess *r = &rs[i];
+            if (!r->active) continue;
+            bool end = max_turns > 0 && (double)r->n_turns >= max_turns;
+            if (!end && trace_next(r->tr, &end) != DJ_OK) {
+                cli_error("replay", "%s", dj_last_error());
+                goto done;
+            }
+            if (!end && max_chars > 0 && (double)r->tr->prompt_cp > max_chars) end = true;
+            if (end) { /* the session ends: its blocks are unpinned */
+                engine_session_destroy(r->s);
+                r->s = NULL;
+                r->active = false;
+                n_active--;
+                continue;
+            }
+            dj_token *toks = NULL;
+            size_t n = 0;
+            if (vocab_tokenize(m->vocab, r->tr->prompt, r->tr->prompt_len, true, true, &toks, &n) != DJ_OK) {
+                cli_error("replay", "%s:%zu: %s", r->tr->path, r->tr->line_no, dj_last_error());
+                goto done;
+            }
+            /* the exact minimum (see the top of the file) */
+            size_t L = diff_on ? diff_common_prefix(r->held, r->n_held, toks, n) : 0, P = 0;
+            if (L >= n && n > 0) L = n - 1;
+            if (dedup_on) {
+                uint64_t c = KV_CHAIN_ROOT;
+                while ((P / bs + 1) * bs < n && hset_has(&chains, c = kv_hash_chain(c, toks + P, bs))) P += bs;
+            }
+            size_t n_min = n - (L > P ? L : P);
+
+            struct dj_turn_result tr;
+            if (engine_turn(e, r->s, toks, n, &tp, ids, &tr) != DJ_OK) {
+                cli_error("replay", "%s:%zu: turn of %zu tokens: %s", r->tr->path, r->tr->line_no, n, dj_last_error());
+                free(toks);
+                goto done;
+            }
+            for (size_t k = 0; k < tp.n_gen; k++) ids_hash = dj_fnv1a_u32(ids_hash, (uint32_t)ids[k]);
+            /* what the sequence now holds: the prompt and the generated tokens but the last */
+            size_t nh = n + tp.n_gen - 1;
+            dj_token *held = realloc(r->held, nh * sizeof *held);
+            if (!held) {
+                free(toks);
+                cli_error("replay", "out of memory");
+                goto done;
+            }
+            memcpy(held, toks, n * sizeof *held);
+            memcpy(held + n, ids, (tp.n_gen - 1) * sizeof *held);
+            r->held = held;
+            r->n_held = nh;
+            free(toks);
+            uint64_t c = KV_CHAIN_ROOT;
+            for (size_t b = 0; dedup_on && (b + 1) * bs <= nh; b++)
+                if (!hset_add(&chains, c = kv_hash_chain(c, held + b * bs, bs))) {
+                    cli_error("replay", "out of memory");
+                    goto done;
+                }
+            if (n_rows == cap_rows) {
+                cap_rows = cap_rows ? cap_rows * 2 : 64;
+                struct turn_row *nr = realloc(rows, cap_rows * sizeof *nr);
+                if (!nr) {
+                    cli_error("replay", "out of memory");
+                    goto done;
+                }
+                rows = nr;
+            }
+            rows[n_rows++] = (struct turn_row){i, r->n_turns, tr, n_min};
+            if (!json) {
+                printf("%-5zu %-44.44s %8zu %8zu %8zu %8zu %8zu %10.1f %10.1f\n", r->n_turns,
+                       r->tr->session ? r->tr->session : r->tr->path, n, tr.n_reused_own, tr.n_reused_pool,
+                       tr.n_computed, n_min, tr.t_prefill_ms, tr.t_ttft_ms);
+                fflush(stdout);
+            }
+            r->n_turns++;
+        }
+    }
+    const double wall_ms = (double)(dj_time_us() - t_start) / 1000.0;
+
+    /* ---- totals ---- */
+    size_t tot_prompt = 0, tot_own = 0, tot_pool = 0, tot_comp = 0, tot_min = 0, tot_gen = 0, tot_parked = 0;
+    double tot_prefill = 0, tot_decode = 0;
+    double *ttft = malloc((n_rows ? n_rows : 1) * sizeof *ttft);
+    if (!ttft) {
+        cli_error("replay", "out of memory");
+        goto done;
+    }
+    for (size_t k = 0; k < n_rows; k++) {
+        const struct dj_turn_result *t = &rows[k].r;
+        tot_prompt += t->n_prompt;
+        tot_own += t->n_reused_own;
+        tot_pool += t->n_reused_pool;
+        tot_comp += t->n_computed;
+        tot_min += rows[k].n_min;
+        tot_gen += t->n_gen;
+        tot_parked += t->n_parked;
+        tot_prefill += t->t_prefill_ms;
+        tot_decode += t->t_decode_ms;
+        ttft[k] = t->t_ttft_ms;
+    }
+    double ttft_med = percentile(ttft, n_rows, 0.5), ttft_p90 = percentile(ttft, n_rows, 0.9);
+    free(ttft);
+    struct kv_pool_stats ps;
+    engine_pool_stats(e, &ps);
+    uint32_t peak_alloc, peak_pinned;
+    engine_peak_blocks(e, &peak_alloc, &peak_pinned);
+    struct llama_opt_stats os;
+    engine_get_stats(e, &os);
+    if (json) {
+        printf("{\"model\": ");
+        json_str(stdout, model_path);
+        printf(", \"n_ctx\": %u, \"block_size\": %zu, \"n_gen\": %zu, \"diff_enabled\": %s, \"dedup_enabled\": %s, "
+               "\"turns\": [",
+               engine_n_ctx(e), bs, (size_t)n_gen, diff_on ? "true" : "false", dedup_on ? "true" : "false");
+        for (size_t k = 0; k < n_rows; k++) {
+            const struct dj_turn_result *t = &rows[k].r;
+            printf("%s\n  {\"session\": ", k ? "," : "");
+            json_str(stdout, rs[rows[k].sess].tr->session);
+            printf(", \"turn\": %zu, \"n_prompt\": %zu, \"n_reused\": %zu, \"n_reused_own\": %zu, "
+                   "\"n_reused_pool\": %zu, \"n_reused_disk\": 0, \"n_computed\": %zu, \"n_min_computed\": %zu, "
+                   "\"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"t_decode_ms\": %.3f}",
+                   rows[k].turn, t->n_prompt, t->n_reused_own + t->n_reused_pool, t->n_reused_own, t->n_reused_pool,
+                   t->n_computed, rows[k].n_min, t->n_gen, t->t_prefill_ms, t->t_ttft_ms, t->t_decode_ms);
+        }
+        printf("],\n \"totals\": {\"sessions\": %zu, \"turns\": %zu, \"n_prompt\": %zu, \"n_reused\": %zu, "
+               "\"n_reused_own\": %zu, \"n_reused_pool\": %zu, \"n_computed\": %zu, \"n_min_computed\": %zu, "
+               "\"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"t_decode_ms\": %.3f, \"t_wall_ms\": %.3f, "
+               "\"ttft_median_ms\": %.3f, \"ttft_p90_ms\": %.3f, \"kv_block_bytes\": %zu, \"kv_blocks_capacity\": %u, "
+               "\"kv_blocks_peak\": %u, \"kv_blocks_pinned_peak\": %u, \"kv_blocks_pinned_end\": %u, "
+               "\"kv_blocks_evicted\": %" PRIu64 ", \"kv_cow_copies\": %" PRIu64 ", \"sessions_parked\": %zu, "
+               "\"dedup_blocks_total\": %" PRIu64 ", \"dedup_blocks_hit\": %" PRIu64 ", \"canon_entries_deduped\": %"
+               PRIu64 "},\n \"logits_hash\": \"%016" PRIx64 "\", \"ids_hash\": \"%016" PRIx64 "\"}\n",
+               n_paths, n_rows, tot_prompt, tot_own + tot_pool, tot_own, tot_pool, tot_comp, tot_min, tot_gen,
+               tot_prefill, tot_decode, wall_ms, ttft_med, ttft_p90, ps.block_bytes, ps.capacity, peak_alloc,
+               peak_pinned, ps.pinned, ps.evicted, ps.cow_copies, tot_parked, os.dedup_blocks_total,
+               os.dedup_blocks_hit, os.canon_entries_deduped, acc.hash, ids_hash);
+    } else {
+        printf("\n%zu sessions, %zu turns: %zu prompt tokens, reused %zu (own %zu, pool %zu), computed %zu "
+               "(exact minimum %zu)\n",
+               n_paths, n_rows, tot_prompt, tot_own + tot_pool, tot_own, tot_pool, tot_comp, tot_min);
+        printf("prefill %.1f ms, decode %.1f ms, wall %.1f ms; TTFT median %.1f ms, p90 %.1f ms\n", tot_prefill,
+               tot_decode, wall_ms, ttft_med, ttft_p90);
+        printf("KV blocks of %zu KiB: peak %u allocated (%.1f MiB), %u pinned; %" PRIu64 " evicted, %zu sessions "
+               "parked; budget %u blocks\n",
+               ps.block_bytes / 1024, peak_alloc, (double)peak_alloc * (double)ps.block_bytes / 1048576.0,
+               peak_pinned, ps.evicted, tot_parked, ps.capacity);
+        printf("logits_hash %016" PRIx64 "  ids_hash %016" PRIx64 "\n", acc.hash, ids_hash);
+    }
+    rc = 0;
+done:
+    if (rs)
+        for (size_t i = 0; i < n_paths; i++) {
+            engine_session_destroy(rs[i].s);
+            trace_close(rs[i].tr);
+            free(rs[i].held);
+        }
+    free(rs);
+    free(rows);
+    free(ids);
+    free(chains.v);
+    engine_destroy(e);
+    model_free(m);
+out_args:
+    free(paths);
+    return rc;
+}
