@@ -67,38 +67,57 @@ static void act_task(void *arg, int ith, int nth) {
 }
 
 struct mm_job {
-    const struct dj_wtype_kernels *wk;
-    const struct dj_weight *w;
+    const struct dj_kernels *kern;
+    const struct dj_weight *const *w; /* n_w weights with the same K and activation type */
+    float *const *y;
+    int n_w;
     const void *a;
     size_t a_row;
     int64_t n_tok;
-    float *y;
 };
 
 static void mm_task(void *arg, int ith, int nth) {
     const struct mm_job *j = arg;
-    long r0, r1;
-    /* ranges of 16 rows (a multiple of the 4-row tiles; 6-row tiles end each
-     * range with a shorter one — results do not depend on the tiling) */
-    threadpool_split((long)j->w->ne1, 16, ith, nth, &r0, &r1);
-    if (r1 > r0)
-        j->wk->matmul(j->w->ne0, j->w->data, j->w->row_bytes, j->a, j->a_row, j->y, j->w->ne1, r0, r1, j->n_tok);
+    for (int i = 0; i < j->n_w; i++) {
+        const struct dj_weight *w = j->w[i];
+        long r0, r1;
+        /* ranges of 16 rows (a multiple of the 4-row tiles; 6-row tiles end each
+         * range with a shorter one — results do not depend on the tiling) */
+        threadpool_split((long)w->ne1, 16, ith, nth, &r0, &r1);
+        if (r1 > r0)
+            j->kern->w[w->type].matmul(w->ne0, w->data, w->row_bytes, j->a, j->a_row, j->y[i], w->ne1, r0, r1, j->n_tok);
+    }
 }
 
-void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x, int64_t n_tok, float *y) {
-    const struct dj_wtype_kernels *wk = &c->kern->w[w->type];
-    DJ_ASSERT(wk->matmul != NULL && n_tok <= (int64_t)c->p.n_ubatch);
+/* Products of several weights with the same input (Q/K/V, gate/up): when they
+ * share K and the activation type, the input is converted once and one pool
+ * run computes them all (fewer synchronizations per layer). */
+static void ctx_matmul_n(struct dj_context *c, const struct dj_weight *const *ws, float *const *ys, int n_w,
+                         const float *x, int64_t n_tok) {
+    const int act_type = c->kern->w[ws[0]->type].act_type;
+    for (int i = 1; i < n_w; i++)
+        if (c->kern->w[ws[i]->type].act_type != act_type || ws[i]->ne0 != ws[0]->ne0) {
+            for (int k = 0; k < n_w; k++) ctx_matmul(c, ws[k], x, n_tok, ys[k]);
+            return;
+        }
+    for (int i = 0; i < n_w; i++) DJ_ASSERT(c->kern->w[ws[i]->type].matmul != NULL);
+    DJ_ASSERT(n_tok <= (int64_t)c->p.n_ubatch);
+    const int64_t K = ws[0]->ne0;
     const void *a = x;
-    size_t a_row = (size_t)w->ne0 * sizeof(float);
-    if (wk->act_type != DJ_TYPE_F32) {
-        a_row = dj_kernels_act_row_bytes(wk->act_type, w->ne0);
-        struct act_job aj = {c, c->kern->quantize_act[wk->act_type], x, w->ne0, n_tok, a_row};
+    size_t a_row = (size_t)K * sizeof(float);
+    if (act_type != DJ_TYPE_F32) {
+        a_row = dj_kernels_act_row_bytes(act_type, K);
+        struct act_job aj = {c, c->kern->quantize_act[act_type], x, K, n_tok, a_row};
         if (n_tok == 1) act_task(&aj, 0, 1); /* one row: not worth waking the pool */
         else threadpool_run(c->tpool, act_task, &aj);
         a = c->act;
     }
-    struct mm_job j = {wk, w, a, a_row, n_tok, y};
+    struct mm_job j = {c->kern, ws, ys, n_w, a, a_row, n_tok};
     threadpool_run(c->tpool, mm_task, &j);
+}
+
+void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x, int64_t n_tok, float *y) {
+    ctx_matmul_n(c, &w, &y, 1, x, n_tok);
 }
 
 /* ---- RoPE ------------------------------------------------------------------ */
@@ -219,9 +238,9 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         const struct dj_layer *L = &m->layers[il];
         for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm.data, E, hp->rms_eps);
-        ctx_matmul(c, &L->wq, c->xn, n, c->q);
-        ctx_matmul(c, &L->wk, c->xn, n, c->k);
-        ctx_matmul(c, &L->wv, c->xn, n, c->v);
+        const struct dj_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *const qkv_out[3] = {c->q, c->k, c->v};
+        ctx_matmul_n(c, qkv, qkv_out, 3, c->xn, n);
         add_bias(c->q, &L->bq, n, Q);
         add_bias(c->k, &L->bk, n, KV);
         add_bias(c->v, &L->bv, n, KV);
@@ -239,8 +258,9 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
 
         for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
-        ctx_matmul(c, &L->w_gate, c->xn, n, c->ff_g);
-        ctx_matmul(c, &L->w_up, c->xn, n, c->ff_u);
+        const struct dj_weight *gate_up[2] = {&L->w_gate, &L->w_up};
+        float *const gate_up_out[2] = {c->ff_g, c->ff_u};
+        ctx_matmul_n(c, gate_up, gate_up_out, 2, c->xn, n);
         for (int64_t i = 0; i < n * F; i++) {
             const float g = c->ff_g[i];
             c->ff_g[i] = g / (1.0f + expf(-g)) * c->ff_u[i];
