@@ -9,6 +9,7 @@
 #                   and a small hand-built file with every value kind
 #                   (nested and string arrays, alignment, a q8_0 tensor)
 #   fuzz_tokenizer  the vocab test inputs (*.inp)
+#   fuzz_trace      the first 3 lines of every trace in traces/, cut to 16 KB
 set -eu
 
 # Little-endian writers for the hand-built seed (POSIX sh arithmetic is 64-bit).
@@ -60,6 +61,13 @@ fuzz_tokenizer)
         [ -f "$f" ] || continue
         rm -f "$corpus/$(basename "$f")"
         cat "$f" > "$corpus/$(basename "$f")"
+    done
+    ;;
+fuzz_trace)
+    for f in "$shared"/traces/*.jsonl; do
+        [ -f "$f" ] || continue
+        rm -f "$corpus/$(basename "$f")"
+        head -n 3 "$f" | head -c 16384 > "$corpus/$(basename "$f")"
     done
     ;;
 *)
