@@ -2,13 +2,13 @@
  * main.c — the `deja` command: dispatches to subcommands (DESIGN.md §5).
  * Each subcommand lives in its own cmd_*.c file and returns the exit status.
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "core/file.h"
 #include "deja.h"
 
 struct subcommand {
@@ -54,37 +54,11 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
 }
 
 char *cli_read_file(const char *cmd, const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cli_error(cmd, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    if (dj_read_file(path, &buf, len) != DJ_OK) {
+        cli_error(cmd, "%s", dj_last_error());
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    if (buf && ferror(f)) {
-        cli_error(cmd, "%s: read error: %s", path, strerror(errno));
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    if (!buf) {
-        cli_error(cmd, "%s: out of memory reading the file", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
     return buf;
 }
 

@@ -7,11 +7,11 @@
  */
 #include "engine/trace.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "core/status.h"
 
 #define MAX_DEPTH 64
@@ -314,37 +314,17 @@ static size_t cp_offset(const char *s, size_t n, size_t k) {
 /* ---- files ------------------------------------------------------------------- */
 
 enum dj_status trace_open(const char *path, struct trace **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dj_fail(DJ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct trace *t = calloc(1, sizeof *t);
-    size_t cap = 1 << 16;
-    char *buf = t ? malloc(cap) : NULL;
+    char *buf = NULL;
     size_t n = 0;
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f) ? errno : 0;
-    fclose(f);
-    if (!t || !buf || !(t->path = strdup(path))) {
+    enum dj_status st = dj_read_file(path, &buf, &n);
+    if (st) return st;
+    struct trace *t = calloc(1, sizeof *t);
+    if (!t || !(t->path = strdup(path))) {
         free(buf);
         trace_close(t);
         return dj_fail(DJ_ERR_NOMEM, "%s: out of memory reading the trace", path);
     }
-    if (err) {
-        free(buf);
-        trace_close(t);
-        return dj_fail(DJ_ERR_IO, "%s: read error: %s", path, strerror(err));
-    }
-    buf[n] = '\0';
-    t->data = buf;
+    t->data = buf; /* NUL-terminated by dj_read_file */
     t->len = n;
     *out = t;
     return DJ_OK;
