@@ -24,8 +24,8 @@
  * and q4_0 (q4_0 on operands unpacked once per call: see q4_0_matmul), 2x4
  * for the k-quants (two accumulators per pair; 2x4 measured ~10-30% faster
  * than 4x2 there); up to 2 tokens, 1-row tiles (cpu/tile.h; f16 past
- * k = 4096: 6-row).  All fused/rounded float
- * operations per pair are the same for every tile shape: that is the
+ * k = 4096: 6-row; f16 prefill visits its tiles in its own order, see
+ * f16_matmul).  All fused/rounded float operations per pair are the same for every tile shape: that is the
  * batch-invariance contract.  The integer paths never
  * overflow: per lane and super-block at most |q6_K| 8*2*16002*128 and the
  * like, far below 2^31.
@@ -109,11 +109,58 @@ DJ_TILES_4x4(bf16)
 DJ_TILED_KERNEL(f32, 4)
 /* Decode: one row per tile while the f32 activation row fits L1 comfortably
  * (k <= 4096: 27-31 GB/s vs 17-22 for 2-6 rows, k = 2048); beyond, every row
- * re-reads it from L2 and 6-row tiles share it (k = 8192: 22-23 GB/s vs 15-17). */
+ * re-reads it from L2 and 6-row tiles share it (k = 8192: 22-23 GB/s vs 15-17).
+ *
+ * Prefill, k <= 4096: weight-stationary.  A block of ~512 KiB of weight rows stays
+ * in L2 while every token tile passes over it (its 4 activation rows, <= 64 KiB,
+ * from L1/L2 for all the block's row tiles), so the weights come from memory once
+ * per call and the activations, shared by the threads, from L3 once per block.
+ * dj_matmul_drive's order (256 KiB token chunks, weights re-streamed from DRAM
+ * once per chunk, 16 times for 512 tokens) left the in-model 2-thread rate at
+ * 115-144 GFLOP/s for the 4096 x 2048 per-thread gate/up products vs 145-173
+ * with this order (1.1B F16 pp512, Zen 5, 2 threads).  k > 4096: dj_matmul_drive's
+ * order with 512 KiB token chunks (16 tokens of k = 8192 instead of 8: the weights
+ * stream from DRAM half as often), in the model 85-107 -> 115-129 GFLOP/s for the
+ * 1024 x 8192 down product — although alone on the machine (bench_kernels, one
+ * thread) 8 tokens is faster (~160 vs ~135): the memory traffic two threads share
+ * is what decides.  Only the order of the tiles changes: every element is still
+ * f16_1x1's. */
 static void f16_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                        int64_t r0, int64_t r1, int64_t n_tok) {
-    const int mr = n_tok <= DJ_SMALL_BATCH && k <= 4096 ? 1 : f16_MR;
-    dj_matmul_drive(f16_tile, mr, f16_NT, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+    if (n_tok <= DJ_SMALL_BATCH) {
+        dj_matmul_drive(f16_tile, k <= 4096 ? 1 : f16_MR, f16_NT, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
+    const uint8_t *wb = w, *ab = a;
+    if (k <= 4096) {
+        int64_t mc = (int64_t)((512u << 10) / ws);
+        mc -= mc % f16_MR;
+        if (mc < f16_MR) mc = f16_MR;
+        for (int64_t rb = r0; rb < r1; rb += mc) {
+            const int64_t re = rb + mc < r1 ? rb + mc : r1;
+            for (int64_t t = 0; t < n_tok; t += f16_NT) {
+                const int nt = (int)(n_tok - t < f16_NT ? n_tok - t : f16_NT);
+                for (int64_t r = rb; r < re; r += f16_MR) {
+                    const int mr = (int)(re - r < f16_MR ? re - r : f16_MR);
+                    f16_tile(mr, nt, k, wb + (size_t)r * ws, ws, ab + (size_t)t * as, as, c + t * ldc + r, ldc);
+                }
+            }
+        }
+        return;
+    }
+    int64_t tc = (int64_t)((512u << 10) / as);
+    tc -= tc % f16_NT;
+    if (tc < f16_NT) tc = f16_NT;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const int64_t t1 = t0 + tc < n_tok ? t0 + tc : n_tok;
+        for (int64_t r = r0; r < r1; r += f16_MR) {
+            const int mr = (int)(r1 - r < f16_MR ? r1 - r : f16_MR);
+            for (int64_t t = t0; t < t1; t += f16_NT) {
+                const int nt = (int)(t1 - t < f16_NT ? t1 - t : f16_NT);
+                f16_tile(mr, nt, k, wb + (size_t)r * ws, ws, ab + (size_t)t * as, as, c + t * ldc + r, ldc);
+            }
+        }
+    }
 }
 static float f16_dot(int64_t k, const void *w, const void *a) {
     float c;
