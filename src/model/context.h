@@ -75,6 +75,14 @@ void ctx_set_seq(struct dj_context *c, struct kv_seq *seq);
  * before a failure stay in the sequence. */
 enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, float *logits, bool all_logits);
 
+/* RoPE position correction (spec §1.4 llama_opt_rope_correction; for the
+ * Tier-2 approximate reuse of K after an edit): rotates the n_heads heads of
+ * a K row computed at position p so that it is the K of position p + delta.
+ * Exact in real arithmetic; in float it agrees with computing K at p + delta
+ * to ~1e-6 (tests/model/test_rope_shift.c).  Only layer 0's K is fully
+ * corrected by this: deeper layers also depend on the earlier tokens. */
+void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t delta);
+
 /* One matrix product y = W x for n_tok activation rows, on the context's pool:
  * y[t][r] = dot(W row r, x row t).  Exposed for tests. */
 void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x, int64_t n_tok, float *y);

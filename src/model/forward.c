@@ -126,13 +126,13 @@ void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x,
  * as ggml does: theta_i = pos * base^(-2i/n_rot) (computed by repeated
  * multiplication in float), divided by a per-pair frequency factor if the
  * model has rope_freqs, times the linear scale. */
-static void rope(const struct dj_model *m, float *x, int n_heads, uint32_t pos) {
+static void rope(const struct dj_model *m, float *x, int n_heads, float pos) {
     const struct dj_hparams *hp = &m->hp;
     const int n_rot = (int)hp->n_rot, hd = (int)hp->head_dim;
     const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
     const float *ff = (const float *)m->rope_freqs.data;
     float cs[256], sn[256]; /* n_rot/2 <= 256, checked at context creation */
-    float theta = (float)pos;
+    float theta = pos;
     for (int i = 0; i < n_rot / 2; i++) {
         float t = hp->rope_linear_scale * (ff ? theta / ff[i] : theta);
         cs[i] = cosf(t);
@@ -149,6 +149,11 @@ static void rope(const struct dj_model *m, float *x, int n_heads, uint32_t pos) 
             v[b] = x0 * sn[i] + x1 * cs[i];
         }
     }
+}
+
+void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t delta) {
+    /* R(p + delta) = R(delta) R(p): rotating by delta moves a K row from p to p + delta */
+    rope(m, k, n_heads, (float)delta);
 }
 
 /* ---- attention --------------------------------------------------------------- */
@@ -247,8 +252,8 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
         head_norm(c->q, &L->q_norm, n, (int)hp->n_head, (int)hd, hp->rms_eps);
         head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
         for (int64_t t = 0; t < n; t++) {
-            rope(m, c->q + t * Q, (int)hp->n_head, p0 + (uint32_t)t);
-            rope(m, c->k + t * KV, (int)hp->n_head_kv, p0 + (uint32_t)t);
+            rope(m, c->q + t * Q, (int)hp->n_head, (float)(p0 + (uint32_t)t));
+            rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)(p0 + (uint32_t)t));
             memcpy(kv_seq_k(c->seq, il, p0 + (size_t)t, c->block_size), c->k + t * KV, (size_t)KV * sizeof(float));
             memcpy(kv_seq_v(c->seq, il, p0 + (size_t)t, c->block_size), c->v + t * KV, (size_t)KV * sizeof(float));
         }
