@@ -52,7 +52,7 @@ struct dj_context {
     float *att;    /* (ub, n_head*hd) */
     float *ff_g;   /* (ub, n_ff) */
     float *ff_u;   /* (ub, n_ff) */
-    float *scores; /* (n_threads, n_ctx) attention scores per thread */
+    float *scores; /* (n_threads, GQA group, n_ctx) attention scores per thread */
     void *act;     /* (ub, act row bytes) activations converted for the kernels */
     size_t wrow_stride; /* the largest K (row length) of any weight */
     const struct dj_kernels *kern; /* the CPU's kernel table, chosen once */

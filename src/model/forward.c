@@ -165,8 +165,11 @@ struct attn_job {
     int64_t n;    /* tokens in the ubatch */
 };
 
-/* One (token, head) pair per work item.  Items are dealt to threads in turn
- * (i, i + nth, ...), which balances the causal triangle; each item's
+/* One (token, KV head) pair per work item: the query heads of a GQA group
+ * are scored and summed together block by block, so each block of K and V
+ * rows is read from memory once for the whole group (decode at long
+ * contexts is bound by these reads).  Items are dealt to threads in turn
+ * (i, i + nth, ...), which balances the causal triangle.  Per query head the
  * arithmetic is the same whoever runs it and whatever else is in the batch:
  * scores in position order, softmax (sum in double), values in position
  * order (DESIGN.md §3). */
@@ -174,36 +177,41 @@ static void attn_task(void *arg, int ith, int nth) {
     const struct attn_job *j = arg;
     struct dj_context *c = j->c;
     const struct dj_hparams *hp = &c->model->hp;
-    const int hd = (int)hp->head_dim, n_head = (int)hp->n_head, group = (int)(hp->n_head / hp->n_head_kv);
+    const int hd = (int)hp->head_dim, n_head = (int)hp->n_head, n_kv = (int)hp->n_head_kv, group = n_head / n_kv;
     const float scale = 1.0f / sqrtf((float)hd);
-    const size_t stride = c->n_embd_kv, bs = c->block_size;
+    const size_t stride = c->n_embd_kv, bs = c->block_size, n_ctx = c->p.n_ctx;
     const uint32_t *table = c->seq->table;
-    float *sc = c->scores + (size_t)ith * c->p.n_ctx;
-    const long n_items = (long)j->n * n_head;
+    float *sc = c->scores + (size_t)ith * (size_t)group * n_ctx; /* group rows of n_ctx scores */
+    const long n_items = (long)j->n * n_kv;
     for (long item = ith; item < n_items; item += nth) {
-        const int64_t t = item / n_head;
-        const int h = (int)(item % n_head), hk = h / group;
+        const int64_t t = item / n_kv;
+        const int hk = (int)(item % n_kv);
         const int64_t n_keys = (int64_t)j->p0 + t + 1;
-        const float *q = c->q + (size_t)t * n_head * hd + (size_t)h * hd;
+        const float *q = c->q + (size_t)t * n_head * hd + (size_t)hk * group * hd; /* the group's first head */
         for (int64_t p0 = 0; p0 < n_keys; p0 += (int64_t)bs) { /* block by block, in position order */
             const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
-            c->kern->attn_scores(hd, q, kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd, stride,
-                                 nb, scale, sc + p0);
+            const float *kb = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd;
+            for (int g = 0; g < group; g++)
+                c->kern->attn_scores(hd, q + (size_t)g * hd, kb, stride, nb, scale, sc + (size_t)g * n_ctx + p0);
         }
-        float mx = -INFINITY;
-        for (int64_t p = 0; p < n_keys; p++) mx = sc[p] > mx ? sc[p] : mx;
-        double sum = 0.0;
-        for (int64_t p = 0; p < n_keys; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += (double)sc[p];
+        for (int g = 0; g < group; g++) {
+            float *s = sc + (size_t)g * n_ctx;
+            float mx = -INFINITY;
+            for (int64_t p = 0; p < n_keys; p++) mx = s[p] > mx ? s[p] : mx;
+            double sum = 0.0;
+            for (int64_t p = 0; p < n_keys; p++) {
+                s[p] = expf(s[p] - mx);
+                sum += (double)s[p];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (int64_t p = 0; p < n_keys; p++) s[p] *= inv;
         }
-        const float inv = (float)(1.0 / sum);
-        for (int64_t p = 0; p < n_keys; p++) sc[p] *= inv;
-        float *out = c->att + (size_t)t * n_head * hd + (size_t)h * hd;
+        float *out = c->att + (size_t)t * n_head * hd + (size_t)hk * group * hd;
         for (int64_t p0 = 0; p0 < n_keys; p0 += (int64_t)bs) {
             const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
-            c->kern->attn_values(hd, sc + p0, kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd,
-                                 stride, nb, out, p0 > 0);
+            const float *vb = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd;
+            for (int g = 0; g < group; g++)
+                c->kern->attn_values(hd, sc + (size_t)g * n_ctx + p0, vb, stride, nb, out + (size_t)g * hd, p0 > 0);
         }
     }
 }
@@ -356,7 +364,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->att = malloc(ub * Q * sizeof(float));
     c->ff_g = malloc(ub * F * sizeof(float));
     c->ff_u = malloc(ub * F * sizeof(float));
-    c->scores = malloc((size_t)p.n_threads * p.n_ctx * sizeof(float));
+    c->scores = malloc((size_t)p.n_threads * (hp->n_head / hp->n_head_kv) * p.n_ctx * sizeof(float));
     c->act = malloc(ub * c->wrow_stride * sizeof(float)); /* the widest activation row is F32 */
     c->kern = dj_kernels();
     c->tpool = threadpool_create(p.n_threads);
