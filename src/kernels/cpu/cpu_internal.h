@@ -54,10 +54,11 @@ static inline void dj_q4_K_unpack_scales(const uint8_t *scales, uint64_t *sc, ui
 typedef void (*dj_tile_fn)(int mr, int nt, int64_t k, const uint8_t *w, size_t ws,
                            const uint8_t *a, size_t as, float *c, int64_t ldc);
 
-static inline void dj_matmul_drive(dj_tile_fn tile, int mr_max, int nt_max, int64_t k, const void *w, size_t ws, const void *a, size_t as,
-                                   float *c, int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
-    /* ~256 KiB of activations per chunk: half of a 512 KiB..2 MiB L2. */
-    int64_t tok_chunk = (int64_t)((256u << 10) / (as ? as : 1));
+/* The drive loop with token chunks of ~chunk_bytes of activations. */
+static inline void dj_matmul_drive_chunked(dj_tile_fn tile, int mr_max, int nt_max, size_t chunk_bytes, int64_t k,
+                                           const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                                           int64_t r0, int64_t r1, int64_t n_tok) {
+    int64_t tok_chunk = (int64_t)(chunk_bytes / (as ? as : 1));
     tok_chunk -= tok_chunk % nt_max;
     if (tok_chunk < nt_max) tok_chunk = nt_max;
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
@@ -71,6 +72,13 @@ static inline void dj_matmul_drive(dj_tile_fn tile, int mr_max, int nt_max, int6
             }
         }
     }
+}
+
+/* ~256 KiB of activations per chunk: half of a 512 KiB..2 MiB L2. */
+static inline void dj_matmul_drive(dj_tile_fn tile, int mr_max, int nt_max, int64_t k, const void *w, size_t ws,
+                                   const void *a, size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
+                                   int64_t n_tok) {
+    dj_matmul_drive_chunked(tile, mr_max, nt_max, 256u << 10, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 
 #endif

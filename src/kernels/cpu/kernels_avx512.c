@@ -148,19 +148,7 @@ static void f16_matmul(int64_t k, const void *w, size_t ws, const void *a, size_
         }
         return;
     }
-    int64_t tc = (int64_t)((512u << 10) / as);
-    tc -= tc % f16_NT;
-    if (tc < f16_NT) tc = f16_NT;
-    for (int64_t t0 = 0; t0 < n_tok; t0 += tc) {
-        const int64_t t1 = t0 + tc < n_tok ? t0 + tc : n_tok;
-        for (int64_t r = r0; r < r1; r += f16_MR) {
-            const int mr = (int)(r1 - r < f16_MR ? r1 - r : f16_MR);
-            for (int64_t t = t0; t < t1; t += f16_NT) {
-                const int nt = (int)(t1 - t < f16_NT ? t1 - t : f16_NT);
-                f16_tile(mr, nt, k, wb + (size_t)r * ws, ws, ab + (size_t)t * as, as, c + t * ldc + r, ldc);
-            }
-        }
-    }
+    dj_matmul_drive_chunked(f16_tile, f16_MR, f16_NT, 512u << 10, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 static float f16_dot(int64_t k, const void *w, const void *a) {
     float c;
