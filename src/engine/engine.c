@@ -264,9 +264,7 @@ static void seal_blocks(struct dj_engine *e, struct dj_session *s) {
         e->stats.canon_entries_total++;
         uint32_t other = kv_pool_lookup(e->pool, chains[b], parent, bt);
         if (other != KV_BLOCK_NONE) {
-            kv_pool_ref(e->pool, other);
-            kv_pool_unref(e->pool, id); /* not sealed, ours alone: freed */
-            s->seq.table[b] = other;
+            kv_seq_replace_block(&s->seq, b, other); /* ours (not sealed, ours alone) is freed */
             e->stats.canon_entries_deduped++;
             e->stats.canon_bytes_saved += e->block_bytes;
         } else if (kv_pool_seal(e->pool, id, chains[b], parent, bt) != DJ_OK) {

@@ -235,6 +235,13 @@ void kv_seq_truncate(struct kv_seq *s, size_t n_pos) {
     s->n_pos = n_pos;
 }
 
+void kv_seq_replace_block(struct kv_seq *s, size_t b, uint32_t id) {
+    DJ_ASSERT(b < s->n_blocks);
+    kv_pool_ref(s->pool, id);
+    kv_pool_unref(s->pool, s->table[b]);
+    s->table[b] = id;
+}
+
 enum dj_status kv_seq_append_block(struct kv_seq *s, uint32_t id) {
     const size_t bs = s->pool->p.block_size;
     DJ_ASSERT(s->n_pos % bs == 0 && s->n_pos / bs == s->n_blocks);

@@ -113,6 +113,9 @@ void kv_seq_truncate(struct kv_seq *s, size_t n_pos);
 /* Appends an existing full block (from kv_pool_lookup) at a block boundary:
  * refs it and advances n_pos by block_size. */
 enum dj_status kv_seq_append_block(struct kv_seq *s, uint32_t id);
+/* Points logical block b at block id instead (canonicalization: an identical
+ * sealed block replaces the sequence's own copy): refs id, unrefs the old. */
+void kv_seq_replace_block(struct kv_seq *s, size_t b, uint32_t id);
 
 static inline float *kv_seq_k(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {
     return kv_pool_k(s->pool, s->table[pos / block_size], il) + (pos % block_size) * kv_pool_params(s->pool)->n_embd_kv;
