@@ -11,6 +11,15 @@
  * bits of every logits vector, all turns in order) and ids_hash (FNV-1a 64
  * over every generated id as LE uint32).
  *
+ * Tier 2 (LLAMA_OPT_DIFF_MODE=approx): n_reused_approx counts positions after
+ * an edit reused approximately.  --compare-exact runs a second engine with
+ * the same configuration but exact reuse beside it, session for session:
+ * the exact engine generates greedily, the approximate one is fed the same
+ * tokens (teacher forcing), and every generated step's two next-token
+ * distributions are compared — KL(exact || approx) and whether the top-1
+ * tokens agree — over all turns and over the turns that reused anything
+ * approximately.
+ *
  * n_min_computed is an independent model of the exact minimum: the tokens
  * after the longest reusable prefix, i.e. max(own prefix L, pool prefix P)
  * where L = the common prefix with what the session's sequence holds (its
@@ -22,6 +31,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +56,8 @@ static void replay_usage(FILE *f) {
             "  --ubatch N        tokens per forward step during prefill (default 512)\n"
             "  --kv-budget MIB   KV block memory (default: LLAMA_OPT_DEDUP_POOL_MAX blocks)\n"
             "  --json            one JSON object instead of the per-turn lines\n"
+            "  --compare-exact   (with LLAMA_OPT_DIFF_MODE=approx) also run exact reuse and report the\n"
+            "                    KL divergence and top-1 agreement of every generated step\n"
             "Reuse is configured by LLAMA_OPT_DIFF_ENABLED, LLAMA_OPT_DEDUP_ENABLED, LLAMA_OPT_BLOCK_SIZE\n"
             "(docs/CONFIG.md); LLAMA_OPT_STATS=1 prints opt-stats lines on stderr.\n");
 }
@@ -120,6 +132,7 @@ static bool hset_add(struct hset *h, uint64_t x) {
 struct rsess {
     struct trace *tr;
     struct dj_session *s;
+    struct dj_session *sx; /* --compare-exact: the session in the exact engine */
     dj_token *held; /* what the model of the minimum thinks the sequence holds */
     size_t n_held;
     size_t n_turns;
@@ -130,6 +143,9 @@ struct turn_row {
     size_t sess, turn;
     struct dj_turn_result r;
     size_t n_min;
+    double kl_sum, kl_max;  /* --compare-exact: over the turn's steps */
+    size_t n_top1, n_steps;
+    double t_exact_prefill_ms;
 };
 
 struct logits_acc {
@@ -139,6 +155,52 @@ struct logits_acc {
 static void on_logits(void *ud, const float *logits, size_t n_vocab) {
     struct logits_acc *a = ud;
     a->hash = dj_fnv1a(a->hash, logits, n_vocab * sizeof(float)); /* x86-64: float bits are little-endian */
+}
+
+/* --compare-exact: the exact engine's logits of one turn, then the approximate
+ * engine's compared with them step by step. */
+struct compare {
+    struct logits_acc *acc; /* the approximate engine's logits_hash */
+    float *ref;             /* n_gen x n_vocab */
+    size_t i;
+    double kl_sum, kl_max;
+    size_t n_top1, n_steps;
+};
+
+static void on_ref_logits(void *ud, const float *logits, size_t n_vocab) {
+    struct compare *c = ud;
+    memcpy(c->ref + c->i++ * n_vocab, logits, n_vocab * sizeof *logits);
+}
+
+static size_t argmax(const float *x, size_t n) {
+    size_t b = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static double log_sum_exp(const float *x, size_t n, size_t imax) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += exp((double)x[i] - (double)x[imax]);
+    return (double)x[imax] + log(sum);
+}
+
+static void on_cmp_logits(void *ud, const float *logits, size_t n_vocab) {
+    struct compare *c = ud;
+    on_logits(c->acc, logits, n_vocab);
+    const float *ref = c->ref + c->i++ * n_vocab;
+    const size_t ar = argmax(ref, n_vocab), aq = argmax(logits, n_vocab);
+    const double lr = log_sum_exp(ref, n_vocab, ar), lq = log_sum_exp(logits, n_vocab, aq);
+    double kl = 0.0; /* sum p (log p - log q), p the exact distribution */
+    for (size_t i = 0; i < n_vocab; i++) {
+        const double lp = (double)ref[i] - lr;
+        kl += exp(lp) * (lp - ((double)logits[i] - lq));
+    }
+    if (kl < 0) kl = 0; /* rounding of identical distributions */
+    c->kl_sum += kl;
+    if (kl > c->kl_max) c->kl_max = kl;
+    c->n_top1 += ar == aq;
+    c->n_steps++;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -158,7 +220,7 @@ int cmd_replay(int argc, char **argv) {
     const char **paths = NULL;
     size_t n_paths = 0;
     double n_gen = 32, n_ctx = 0, n_threads = 1, ubatch = 512, max_turns = 0, max_chars = 0, budget = 0;
-    bool json = false;
+    bool json = false, compare = false;
     int rc = 1;
     paths = calloc((size_t)argc, sizeof *paths);
     if (!paths) return cli_error("replay", "out of memory");
@@ -182,6 +244,8 @@ int cmd_replay(int argc, char **argv) {
             n_paths++;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--compare-exact")) {
+            compare = true;
         }
         NUM("-n", 1, 1e7, n_gen)
         NUM("-c", 1, 1e8, n_ctx)
@@ -204,8 +268,10 @@ int cmd_replay(int argc, char **argv) {
     }
 
     struct dj_model *m = NULL;
-    struct dj_engine *e = NULL;
+    struct dj_engine *e = NULL, *ex = NULL;
     struct rsess *rs = NULL;
+    float *ref = NULL;
+    dj_token *ids_x = NULL;
     struct turn_row *rows = NULL;
     size_t n_rows = 0, cap_rows = 0;
     dj_token *ids = NULL;
@@ -230,6 +296,26 @@ int cmd_replay(int argc, char **argv) {
         cli_error("replay", "%s", dj_last_error());
         goto done;
     }
+    if (compare) {
+        if (ep.opt.diff_mode != LLAMA_OPT_DIFF_APPROX || !ep.opt.diff_enabled) {
+            cli_error("replay", "--compare-exact compares approximate reuse with exact reuse: set "
+                      "LLAMA_OPT_DIFF_MODE=approx (and leave LLAMA_OPT_DIFF_ENABLED on)");
+            goto done;
+        }
+        struct dj_engine_params xp = ep;
+        xp.opt.diff_mode = LLAMA_OPT_DIFF_EXACT;
+        xp.opt.stats_enabled = false;
+        ref = malloc((size_t)n_gen * m->hp.n_vocab * sizeof *ref);
+        ids_x = malloc((size_t)n_gen * sizeof *ids_x);
+        if (!ref || !ids_x) {
+            cli_error("replay", "out of memory");
+            goto done;
+        }
+        if (engine_create(m, &xp, &ex) != DJ_OK) {
+            cli_error("replay", "%s", dj_last_error());
+            goto done;
+        }
+    }
     const size_t bs = engine_block_size(e);
     const bool diff_on = ep.opt.diff_enabled, dedup_on = ep.opt.dedup_enabled;
     rs = calloc(n_paths, sizeof *rs);
@@ -239,19 +325,20 @@ int cmd_replay(int argc, char **argv) {
         goto done;
     }
     for (size_t i = 0; i < n_paths; i++) {
-        if (trace_open(paths[i], &rs[i].tr) != DJ_OK || engine_session_create(e, &rs[i].s) != DJ_OK) {
+        if (trace_open(paths[i], &rs[i].tr) != DJ_OK || engine_session_create(e, &rs[i].s) != DJ_OK ||
+            (ex && engine_session_create(ex, &rs[i].sx) != DJ_OK)) {
             cli_error("replay", "%s", dj_last_error());
             goto done;
         }
         rs[i].active = true;
     }
     if (!json)
-        printf("%-5s %-44s %8s %8s %8s %8s %8s %10s %10s\n", "turn", "session", "n_prompt", "own", "pool",
-               "computed", "minimum", "prefill_ms", "ttft_ms");
+        printf("%-5s %-44s %8s %8s %8s %8s %8s %8s %10s %10s%s\n", "turn", "session", "n_prompt", "own", "pool",
+               "approx", "computed", "minimum", "prefill_ms", "ttft_ms", compare ? "  exact_ms   mean_kl top1" : "");
 
     struct logits_acc acc = {DJ_FNV_OFFSET};
     uint64_t ids_hash = DJ_FNV_OFFSET;
-    struct dj_turn_params tp = {(size_t)n_gen, on_logits, &acc};
+    struct dj_turn_params tp = {.n_gen = (size_t)n_gen, .on_logits = on_logits, .ud = &acc};
     const int64_t t_start = dj_time_us();
     for (size_t n_active = n_paths; n_active > 0;) {
         for (size_t i = 0; i < n_paths; i++) {
@@ -265,7 +352,8 @@ int cmd_replay(int argc, char **argv) {
             if (!end && max_chars > 0 && (double)r->tr->prompt_cp > max_chars) end = true;
             if (end) { /* the session ends: its blocks are unpinned */
                 engine_session_destroy(r->s);
-                r->s = NULL;
+                engine_session_destroy(r->sx);
+                r->s = r->sx = NULL;
                 r->active = false;
                 n_active--;
                 continue;
@@ -285,13 +373,29 @@ int cmd_replay(int argc, char **argv) {
             }
             size_t n_min = n - (L > P ? L : P);
 
-            struct dj_turn_result tr;
-            if (engine_turn(e, r->s, toks, n, &tp, ids, &tr) != DJ_OK) {
+            struct dj_turn_result tr, trx;
+            struct compare cmp = {&acc, ref, 0, 0, 0, 0, 0};
+            struct dj_turn_params tpa = tp;
+            if (ex) { /* the exact twin first; the approximate engine is fed its tokens */
+                struct dj_turn_params tpx = {.n_gen = tp.n_gen, .on_logits = on_ref_logits, .ud = &cmp};
+                if (engine_turn(ex, r->sx, toks, n, &tpx, ids_x, &trx) != DJ_OK) {
+                    cli_error("replay", "%s:%zu: exact turn of %zu tokens: %s", r->tr->path, r->tr->line_no, n,
+                              dj_last_error());
+                    free(toks);
+                    goto done;
+                }
+                cmp.i = 0;
+                tpa.on_logits = on_cmp_logits;
+                tpa.ud = &cmp;
+                tpa.force = ids_x;
+            }
+            if (engine_turn(e, r->s, toks, n, &tpa, ids, &tr) != DJ_OK) {
                 cli_error("replay", "%s:%zu: turn of %zu tokens: %s", r->tr->path, r->tr->line_no, n, dj_last_error());
                 free(toks);
                 goto done;
             }
             for (size_t k = 0; k < tp.n_gen; k++) ids_hash = dj_fnv1a_u32(ids_hash, (uint32_t)ids[k]);
+            const dj_token *fed = ex ? ids_x : ids; /* what the sequence was fed */
             /* what the sequence now holds: the prompt and the generated tokens but the last */
             size_t nh = n + tp.n_gen - 1;
             dj_token *held = realloc(r->held, nh * sizeof *held);
@@ -301,7 +405,7 @@ int cmd_replay(int argc, char **argv) {
                 goto done;
             }
             memcpy(held, toks, n * sizeof *held);
-            memcpy(held + n, ids, (tp.n_gen - 1) * sizeof *held);
+            memcpy(held + n, fed, (tp.n_gen - 1) * sizeof *held);
             r->held = held;
             r->n_held = nh;
             free(toks);
@@ -320,11 +424,16 @@ int cmd_replay(int argc, char **argv) {
                 }
                 rows = nr;
             }
-            rows[n_rows++] = (struct turn_row){i, r->n_turns, tr, n_min};
+            rows[n_rows++] = (struct turn_row){i, r->n_turns, tr, n_min, cmp.kl_sum, cmp.kl_max, cmp.n_top1,
+                                               cmp.n_steps, ex ? trx.t_prefill_ms : 0.0};
             if (!json) {
-                printf("%-5zu %-44.44s %8zu %8zu %8zu %8zu %8zu %10.1f %10.1f\n", r->n_turns,
+                printf("%-5zu %-44.44s %8zu %8zu %8zu %8zu %8zu %8zu %10.1f %10.1f", r->n_turns,
                        r->tr->session ? r->tr->session : r->tr->path, n, tr.n_reused_own, tr.n_reused_pool,
-                       tr.n_computed, n_min, tr.t_prefill_ms, tr.t_ttft_ms);
+                       tr.n_reused_approx, tr.n_computed, n_min, tr.t_prefill_ms, tr.t_ttft_ms);
+                if (ex)
+                    printf(" %9.1f %9.2e %2zu/%zu", trx.t_prefill_ms, cmp.kl_sum / (double)cmp.n_steps, cmp.n_top1,
+                           cmp.n_steps);
+                printf("\n");
                 fflush(stdout);
             }
             r->n_turns++;
@@ -334,7 +443,11 @@ int cmd_replay(int argc, char **argv) {
 
     /* ---- totals ---- */
     size_t tot_prompt = 0, tot_own = 0, tot_pool = 0, tot_comp = 0, tot_min = 0, tot_gen = 0, tot_parked = 0;
-    double tot_prefill = 0, tot_decode = 0;
+    size_t tot_approx = 0, tot_blend = 0, tot_probed = 0;
+    double tot_prefill = 0, tot_decode = 0, tot_prefill_x = 0;
+    /* --compare-exact: [0] every turn, [1] the turns that reused something approximately */
+    double q_kl[2] = {0, 0}, q_kl_max[2] = {0, 0};
+    size_t q_top1[2] = {0, 0}, q_steps[2] = {0, 0}, q_turns[2] = {0, 0};
     double *ttft = malloc((n_rows ? n_rows : 1) * sizeof *ttft);
     if (!ttft) {
         cli_error("replay", "out of memory");
@@ -351,6 +464,18 @@ int cmd_replay(int argc, char **argv) {
         tot_parked += t->n_parked;
         tot_prefill += t->t_prefill_ms;
         tot_decode += t->t_decode_ms;
+        tot_approx += t->n_reused_approx;
+        tot_blend += t->n_blend;
+        tot_probed += t->n_probed;
+        tot_prefill_x += rows[k].t_exact_prefill_ms;
+        for (int g = 0; g < 2; g++) {
+            if (g == 1 && t->n_reused_approx == 0) continue;
+            q_kl[g] += rows[k].kl_sum;
+            if (rows[k].kl_max > q_kl_max[g]) q_kl_max[g] = rows[k].kl_max;
+            q_top1[g] += rows[k].n_top1;
+            q_steps[g] += rows[k].n_steps;
+            q_turns[g]++;
+        }
         ttft[k] = t->t_ttft_ms;
     }
     double ttft_med = percentile(ttft, n_rows, 0.5), ttft_p90 = percentile(ttft, n_rows, 0.9);
@@ -372,27 +497,50 @@ int cmd_replay(int argc, char **argv) {
             printf("%s\n  {\"session\": ", k ? "," : "");
             json_str(stdout, rs[rows[k].sess].tr->session);
             printf(", \"turn\": %zu, \"n_prompt\": %zu, \"n_reused\": %zu, \"n_reused_own\": %zu, "
-                   "\"n_reused_pool\": %zu, \"n_reused_disk\": 0, \"n_computed\": %zu, \"n_min_computed\": %zu, "
-                   "\"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"t_decode_ms\": %.3f}",
-                   rows[k].turn, t->n_prompt, t->n_reused_own + t->n_reused_pool, t->n_reused_own, t->n_reused_pool,
-                   t->n_computed, rows[k].n_min, t->n_gen, t->t_prefill_ms, t->t_ttft_ms, t->t_decode_ms);
+                   "\"n_reused_pool\": %zu, \"n_reused_disk\": 0, \"n_reused_approx\": %zu, \"n_blend\": %zu, "
+                   "\"n_probed\": %zu, \"n_computed\": %zu, \"n_min_computed\": %zu, "
+                   "\"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"t_decode_ms\": %.3f",
+                   rows[k].turn, t->n_prompt, t->n_reused_own + t->n_reused_pool + t->n_reused_approx,
+                   t->n_reused_own, t->n_reused_pool, t->n_reused_approx, t->n_blend, t->n_probed, t->n_computed,
+                   rows[k].n_min, t->n_gen, t->t_prefill_ms, t->t_ttft_ms, t->t_decode_ms);
+            if (ex)
+                printf(", \"exact_prefill_ms\": %.3f, \"kl_mean\": %.6e, \"kl_max\": %.6e, \"top1_agree\": %zu",
+                       rows[k].t_exact_prefill_ms, rows[k].n_steps ? rows[k].kl_sum / (double)rows[k].n_steps : 0.0,
+                       rows[k].kl_max, rows[k].n_top1);
+            printf("}");
         }
         printf("],\n \"totals\": {\"sessions\": %zu, \"turns\": %zu, \"n_prompt\": %zu, \"n_reused\": %zu, "
-               "\"n_reused_own\": %zu, \"n_reused_pool\": %zu, \"n_computed\": %zu, \"n_min_computed\": %zu, "
+               "\"n_reused_own\": %zu, \"n_reused_pool\": %zu, \"n_reused_approx\": %zu, \"n_blend\": %zu, "
+               "\"n_probed\": %zu, \"n_computed\": %zu, \"n_min_computed\": %zu, "
                "\"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"t_decode_ms\": %.3f, \"t_wall_ms\": %.3f, "
                "\"ttft_median_ms\": %.3f, \"ttft_p90_ms\": %.3f, \"kv_block_bytes\": %zu, \"kv_blocks_capacity\": %u, "
                "\"kv_blocks_peak\": %u, \"kv_blocks_pinned_peak\": %u, \"kv_blocks_pinned_end\": %u, "
                "\"kv_blocks_evicted\": %" PRIu64 ", \"kv_cow_copies\": %" PRIu64 ", \"sessions_parked\": %zu, "
                "\"dedup_blocks_total\": %" PRIu64 ", \"dedup_blocks_hit\": %" PRIu64 ", \"canon_entries_deduped\": %"
-               PRIu64 "},\n \"logits_hash\": \"%016" PRIx64 "\", \"ids_hash\": \"%016" PRIx64 "\"}\n",
-               n_paths, n_rows, tot_prompt, tot_own + tot_pool, tot_own, tot_pool, tot_comp, tot_min, tot_gen,
+               PRIu64 "},\n \"logits_hash\": \"%016" PRIx64 "\", \"ids_hash\": \"%016" PRIx64 "\"",
+               n_paths, n_rows, tot_prompt, tot_own + tot_pool + tot_approx, tot_own, tot_pool, tot_approx, tot_blend,
+               tot_probed, tot_comp, tot_min, tot_gen,
                tot_prefill, tot_decode, wall_ms, ttft_med, ttft_p90, ps.block_bytes, ps.capacity, peak_alloc,
                peak_pinned, ps.pinned, ps.evicted, ps.cow_copies, tot_parked, os.dedup_blocks_total,
                os.dedup_blocks_hit, os.canon_entries_deduped, acc.hash, ids_hash);
+        if (ex) {
+            printf(",\n \"approx_quality\": {\"exact_prefill_ms\": %.3f", tot_prefill_x);
+            const char *scope[2] = {"all_turns", "approx_turns"};
+            for (int g = 0; g < 2; g++)
+                printf(", \"%s\": {\"turns\": %zu, \"steps\": %zu, \"kl_mean\": %.6e, \"kl_max\": %.6e, "
+                       "\"top1_agree\": %.6f}",
+                       scope[g], q_turns[g], q_steps[g], q_steps[g] ? q_kl[g] / (double)q_steps[g] : 0.0, q_kl_max[g],
+                       q_steps[g] ? (double)q_top1[g] / (double)q_steps[g] : 1.0);
+            printf("}");
+        }
+        printf("}\n");
     } else {
-        printf("\n%zu sessions, %zu turns: %zu prompt tokens, reused %zu (own %zu, pool %zu), computed %zu "
-               "(exact minimum %zu)\n",
-               n_paths, n_rows, tot_prompt, tot_own + tot_pool, tot_own, tot_pool, tot_comp, tot_min);
+        printf("\n%zu sessions, %zu turns: %zu prompt tokens, reused %zu (own %zu, pool %zu, approx %zu), computed "
+               "%zu (exact minimum %zu)\n",
+               n_paths, n_rows, tot_prompt, tot_own + tot_pool + tot_approx, tot_own, tot_pool, tot_approx, tot_comp,
+               tot_min);
+        if (tot_probed)
+            printf("Tier 2: %zu positions probed, %zu candidates recomputed after the probe\n", tot_probed, tot_blend);
         printf("prefill %.1f ms, decode %.1f ms, wall %.1f ms; TTFT median %.1f ms, p90 %.1f ms\n", tot_prefill,
                tot_decode, wall_ms, ttft_med, ttft_p90);
         printf("KV blocks of %zu KiB: peak %u allocated (%.1f MiB), %u pinned; %" PRIu64 " evicted, %zu sessions "
@@ -400,12 +548,21 @@ int cmd_replay(int argc, char **argv) {
                ps.block_bytes / 1024, peak_alloc, (double)peak_alloc * (double)ps.block_bytes / 1048576.0,
                peak_pinned, ps.evicted, tot_parked, ps.capacity);
         printf("logits_hash %016" PRIx64 "  ids_hash %016" PRIx64 "\n", acc.hash, ids_hash);
+        if (ex) {
+            printf("approx vs exact (teacher-forced): prefill %.1f ms vs %.1f ms\n", tot_prefill, tot_prefill_x);
+            const char *scope[2] = {"all turns", "turns with approximate reuse"};
+            for (int g = 0; g < 2; g++)
+                printf("  %s: %zu turns, %zu steps, mean KL %.3e, max KL %.3e, top-1 agreement %.4f\n", scope[g],
+                       q_turns[g], q_steps[g], q_steps[g] ? q_kl[g] / (double)q_steps[g] : 0.0, q_kl_max[g],
+                       q_steps[g] ? (double)q_top1[g] / (double)q_steps[g] : 1.0);
+        }
     }
     rc = 0;
 done:
     if (rs)
         for (size_t i = 0; i < n_paths; i++) {
             engine_session_destroy(rs[i].s);
+            engine_session_destroy(rs[i].sx);
             trace_close(rs[i].tr);
             free(rs[i].held);
         }
@@ -413,6 +570,9 @@ done:
     free(rows);
     free(ids);
     free(chains.v);
+    free(ref);
+    free(ids_x);
+    engine_destroy(ex);
     engine_destroy(e);
     model_free(m);
 out_args:

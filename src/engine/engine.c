@@ -14,6 +14,7 @@
  */
 #include "engine/engine.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@ struct dj_session {
     struct dj_engine *e;
     struct kv_seq seq;
     struct kv_history hist;
+    size_t n_exact;     /* positions [0, n_exact) hold exact K/V (Tier 2 reuse leaves approximate rows after) */
     uint64_t last_turn; /* pool turn of its last use: parking goes oldest first */
     struct dj_session *prev, *next;
 };
@@ -59,8 +61,6 @@ struct dj_engine_params engine_default_params(void) {
 enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_params *p, struct dj_engine **out) {
     const struct dj_hparams *hp = &m->hp;
     const struct llama_opt_config *cfg = &p->opt;
-    if (cfg->diff_mode != LLAMA_OPT_DIFF_EXACT)
-        return dj_fail(DJ_ERR_INVALID, "LLAMA_OPT_DIFF_MODE=approx (Tier 2) is not implemented yet; use exact");
     if (cfg->block_size == 0) return dj_fail(DJ_ERR_INVALID, "engine: block size 0");
     const size_t n_embd_kv = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t block_bytes = 2 * (size_t)hp->n_layer * cfg->block_size * n_embd_kv * sizeof(float);
@@ -167,6 +167,7 @@ void engine_peak_blocks(const struct dj_engine *e, uint32_t *allocated, uint32_t
 static void session_truncate(struct dj_session *s, size_t n) {
     kv_seq_truncate(&s->seq, n);
     kv_history_truncate(&s->hist, n);
+    if (s->n_exact > n) s->n_exact = n;
 }
 
 /* Drops the pins of the least recently used other session that holds
@@ -209,6 +210,7 @@ static enum dj_status feed(struct dj_engine *e, struct dj_session *s, const dj_t
             kv_seq_truncate(&s->seq, base);
             return hs;
         }
+        if (s->n_exact == base) s->n_exact = base + done; /* computed after exact rows only */
     }
     return st;
 }
@@ -239,6 +241,7 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
             kv_seq_truncate(&s->seq, k * bs);
             return st;
         }
+        if (s->n_exact == k * bs) s->n_exact += bs;
         e->stats.dedup_blocks_hit++;
         e->stats.dedup_tokens_saved += bs;
         chain = c;
@@ -255,7 +258,7 @@ static void seal_blocks(struct dj_engine *e, struct dj_session *s) {
     size_t nb;
     const uint64_t *chains = kv_history_chain(&s->hist, &nb);
     DJ_ASSERT(nb == s->seq.n_pos / bs);
-    for (size_t b = 0; b < nb; b++) {
+    for (size_t b = 0; b < nb && (b + 1) * bs <= s->n_exact; b++) { /* approximate rows stay private */
         uint32_t id = s->seq.table[b];
         if (kv_pool_is_sealed(e->pool, id)) continue;
         uint32_t parent = b ? s->seq.table[b - 1] : KV_BLOCK_NONE;
@@ -272,6 +275,137 @@ static void seal_blocks(struct dj_engine *e, struct dj_session *s) {
             return;
         }
     }
+}
+
+/* ---- Tier 2: approximate reuse after an edit (LLAMA_OPT_DIFF_MODE=approx) ----
+ *
+ * After steps 1-2 the sequence holds the exact prefix [0, P).  The diff of
+ * the session's old tokens against the prompt gives KEEP spans after the
+ * edit; their tokens (spans of at least diff_min_unchanged, never the last
+ * prompt token) are "mapped": prompt position j was old position o.  Then:
+ *
+ *   a. rows P..n-1 are appended: mapped ones get the old K (every layer,
+ *      rotated by j - o: model_rope_shift) and V; the others zeros;
+ *   b. probe (CacheBlend): every token of [P, n) runs layer 0 and layer 1's
+ *      K/V projection; the distance of each mapped token's fresh layer-1 K to
+ *      the reused one says how much the edit changed it;
+ *   c. the diff_recompute fraction of mapped tokens with the largest
+ *      distance, plus every unmapped token, are recomputed through all
+ *      layers at their positions (ctx_decode_at); the rest keep the reused
+ *      rows (layers 0-1 fresh from the probe, deeper ones approximate).
+ *
+ * The rows after P are approximate: s->n_exact stays P, so they (and what is
+ * generated after them) are never sealed into the shared pool. */
+
+struct blend_cand {
+    double dev;
+    uint32_t j;
+};
+
+static int cmp_cand(const void *a, const void *b) {
+    const struct blend_cand *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev > y->dev ? -1 : 1; /* largest deviation first */
+    return x->j < y->j ? -1 : x->j > y->j;
+}
+
+/* old/n_old and snap: the session's tokens and sequence before the turn.
+ * *done: the prompt's K/V and the last position's logits are computed.  A
+ * resource failure here is not an error: the turn falls back to exact. */
+static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, const dj_token *old, size_t n_old,
+                                   const struct kv_seq *snap, const dj_token *prompt, size_t n,
+                                   struct dj_turn_result *r, bool *done) {
+    const struct dj_hparams *hp = &e->model->hp;
+    const size_t P = s->seq.n_pos, bs = e->block_size, R = n - P, kv = (size_t)hp->n_head_kv * hp->head_dim;
+    *done = false;
+    if (P + 1 >= n) return DJ_OK;
+    struct diff_result d;
+    if (diff_compute(old, n_old, prompt, n, bs, &d) != DJ_OK) return DJ_OK;
+    int64_t *src = malloc(R * sizeof *src);
+    uint32_t *pos = malloc(R * sizeof *pos);
+    dj_token *tok = malloc(R * sizeof *tok);
+    double *dev = malloc(R * sizeof *dev);
+    struct blend_cand *cand = malloc(R * sizeof *cand);
+    enum dj_status st = DJ_OK;
+    if (!src || !pos || !tok || !dev || !cand) goto out;
+    size_t n_map = 0;
+    for (size_t j = 0; j < R; j++) src[j] = -1;
+    for (size_t i = 0; i < d.n_spans; i++) {
+        const struct diff_span *sp = &d.spans[i];
+        if (sp->op != DIFF_KEEP || sp->length < e->cfg.diff_min_unchanged) continue;
+        for (size_t k = 0; k < sp->length; k++) {
+            const size_t j = sp->curr_start + k;
+            if (j < P || j + 1 >= n) continue;
+            src[j - P] = (int64_t)(sp->prev_start + k);
+            n_map++;
+        }
+    }
+    if (n_map == 0) goto out;
+
+    /* a. rows P..n-1 */
+    while ((st = kv_seq_prepare(&s->seq, R)) == DJ_ERR_NOMEM && park_one(e, s)) r->n_parked++;
+    if (st) { /* no room for the new rows beside the old ones: compute exactly instead */
+        kv_seq_truncate(&s->seq, P);
+        st = DJ_OK;
+        goto out;
+    }
+    for (size_t j = 0; j < R; j++)
+        for (uint32_t il = 0; il < hp->n_layer; il++) {
+            float *kd = kv_seq_k(&s->seq, il, P + j, (uint32_t)bs), *vd = kv_seq_v(&s->seq, il, P + j, (uint32_t)bs);
+            if (src[j] < 0) {
+                memset(kd, 0, kv * sizeof(float));
+                memset(vd, 0, kv * sizeof(float));
+                continue;
+            }
+            memcpy(kd, kv_seq_k(snap, il, (size_t)src[j], (uint32_t)bs), kv * sizeof(float));
+            memcpy(vd, kv_seq_v(snap, il, (size_t)src[j], (uint32_t)bs), kv * sizeof(float));
+            const int64_t delta = (int64_t)(P + j) - src[j];
+            if (delta) model_rope_shift(e->model, kd, (int)hp->n_head_kv, delta);
+        }
+    kv_seq_advance(&s->seq, R);
+    if ((st = kv_history_append(&s->hist, prompt + P, R))) {
+        kv_seq_truncate(&s->seq, P);
+        goto out;
+    }
+
+    /* b. the probe over [P, n) */
+    for (size_t j = 0; j < R; j++) pos[j] = (uint32_t)(P + j);
+    if ((st = ctx_probe_k(e->ctx, prompt + P, pos, R, hp->n_layer > 1 ? 1 : 0, dev))) goto fail;
+
+    /* c. recompute the unmapped tokens and the most deviating mapped ones */
+    size_t n_cand = 0;
+    for (size_t j = 0; j < R; j++)
+        if (src[j] >= 0) cand[n_cand++] = (struct blend_cand){dev[j], (uint32_t)j};
+    qsort(cand, n_cand, sizeof *cand, cmp_cand);
+    size_t n_sel = (size_t)ceil((double)e->cfg.diff_recompute * (double)n_map);
+    if (n_sel > n_map) n_sel = n_map;
+    for (size_t i = 0; i < n_sel; i++) src[cand[i].j] = -1;
+    size_t n_c = 0;
+    for (size_t j = 0; j < R; j++)
+        if (src[j] < 0) {
+            pos[n_c] = (uint32_t)(P + j);
+            tok[n_c++] = prompt[P + j];
+        }
+    if ((st = ctx_decode_at(e->ctx, tok, pos, n_c, e->logits))) goto fail;
+
+    r->n_reused_approx = n_map - n_sel;
+    r->n_blend = n_sel;
+    r->n_probed = R;
+    r->n_computed = n_c;
+    e->stats.diff_tokens_approx += n_map - n_sel;
+    e->stats.diff_tokens_blend += n_sel;
+    e->stats.diff_tokens_probed += R;
+    *done = true;
+    goto out;
+fail:
+    session_truncate(s, P);
+out:
+    diff_result_free(&d);
+    free(src);
+    free(pos);
+    free(tok);
+    free(dev);
+    free(cand);
+    return st;
 }
 
 static double ms_since(int64_t t0) { return (double)(dj_time_us() - t0) / 1000.0; }
@@ -313,6 +447,17 @@ enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_t
     size_t own = 0;
     if (e->cfg.diff_enabled) own = diff_common_prefix(s->hist.tok, s->hist.n_tok, prompt, n);
     if (own >= n) own = n - 1;
+    /* Tier 2: an edit with tokens after it: keep the old sequence for its KEEP spans */
+    struct kv_seq snap = {0};
+    dj_token *old = NULL;
+    size_t n_old = 0;
+    if (e->cfg.diff_enabled && e->cfg.diff_mode == LLAMA_OPT_DIFF_APPROX && own < s->hist.n_tok &&
+        n - own > e->cfg.diff_min_unchanged && (old = malloc(s->hist.n_tok * sizeof *old))) {
+        if (kv_seq_clone(&snap, &s->seq) == DJ_OK) {
+            n_old = s->hist.n_tok;
+            memcpy(old, s->hist.tok, n_old * sizeof *old);
+        }
+    }
     session_truncate(s, own);
 
     /* 2. pool blocks */
@@ -320,20 +465,28 @@ enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_t
     r.n_reused_own = own;
     r.n_reused_pool = s->seq.n_pos - own;
 
-    /* 3. the rest of the prompt */
+    /* 3. the rest of the prompt (Tier 2: part of it reused approximately) */
     const size_t from = s->seq.n_pos;
     r.n_computed = n - from;
+    bool prefilled = false;
+    if (n_old) {
+        st = approx_reuse(e, s, old, n_old, &snap, prompt, n, &r, &prefilled);
+        kv_seq_free(&snap);
+        n_old = 0;
+        if (st) goto done;
+    }
     if (e->cfg.diff_enabled) {
         e->stats.diff_tokens_total += n;
         e->stats.diff_tokens_unchanged += r.n_reused_own;
         e->stats.diff_tokens_recomputed += r.n_computed;
     }
-    if ((st = feed(e, s, prompt + from, n - from, e->logits, &r.n_parked))) goto done;
+    if (!prefilled && (st = feed(e, s, prompt + from, n - from, e->logits, &r.n_parked))) goto done;
     r.t_prefill_ms = ms_since(t0);
 
     /* 4. greedy generation; the last token is not fed */
+    const dj_token *fed = tp->force ? tp->force : ids;
     for (size_t i = 0; i < tp->n_gen; i++) {
-        if (i > 0 && (st = feed(e, s, &ids[i - 1], 1, e->logits, &r.n_parked))) goto done;
+        if (i > 0 && (st = feed(e, s, &fed[i - 1], 1, e->logits, &r.n_parked))) goto done;
         if (tp->on_logits) tp->on_logits(tp->ud, e->logits, V);
         ids[i] = sampler_argmax(e->logits, V);
         r.n_gen = i + 1;
@@ -342,6 +495,8 @@ enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_t
     r.t_decode_ms = ms_since(t0) - r.t_ttft_ms;
 
 done:
+    if (n_old) kv_seq_free(&snap); /* a failure before step 3 */
+    free(old);
     /* 5. seal what is full (also after a failure: those blocks are exact) */
     if (e->cfg.dedup_enabled) seal_blocks(e, s);
     ctx_set_seq(e->ctx, NULL);

@@ -35,8 +35,14 @@
  * Exactness: every reused row is the K/V of the same token at the same
  * position after the same prefix, and the forward pass is batch-invariant
  * (DESIGN.md §3), so logits and tokens are bitwise those of a cold run.
- * Nothing after the first difference is reused (Tier 2, LLAMA_OPT_DIFF_MODE=
- * approx, is not implemented here; it is rejected at engine creation).
+ * Nothing after the first difference is reused — unless Tier 2 is on
+ * (LLAMA_OPT_DIFF_MODE=approx, off by default): then KEEP spans after the
+ * edit of at least LLAMA_OPT_DIFF_MIN_UNCHANGED tokens are reused with
+ * RoPE-corrected K, and the LLAMA_OPT_DIFF_RECOMPUTE fraction of them whose
+ * layer-1 K deviates most from a fresh probe is recomputed (CacheBlend; see
+ * approx_reuse in engine.c).  Approximate rows, and everything computed after
+ * them, are never sealed into the shared pool: other sessions only ever
+ * reuse exact blocks.
  *
  * Memory pressure: blocks of live sessions are pinned; cached (sealed,
  * unreferenced) blocks are evicted LRU when the budget is reached.  When
@@ -79,13 +85,20 @@ struct dj_turn_params {
     size_t n_gen;          /* tokens to generate greedily (>= 1); end-of-generation does not stop */
     dj_logits_fn on_logits; /* NULL: none */
     void *ud;
+    const dj_token *force; /* NULL, or n_gen tokens fed instead of the greedy choice (teacher
+                              forcing, to compare two configurations on the same text); ids
+                              still get the greedy choices */
 };
 
 struct dj_turn_result {
     size_t n_prompt;
     size_t n_reused_own;   /* positions kept from the session's own sequence */
     size_t n_reused_pool;  /* positions taken from pool blocks (dedup hits) */
-    size_t n_computed;     /* prompt positions computed: n_prompt - own - pool */
+    size_t n_computed;     /* prompt positions computed through every layer: n_prompt - own - pool
+                              (- approx in Tier 2) */
+    size_t n_reused_approx; /* Tier 2: positions after an edit reused with RoPE-corrected K */
+    size_t n_blend;        /* Tier 2: candidates recomputed after the probe (in n_computed) */
+    size_t n_probed;       /* Tier 2: positions run through the probe (layer 0, layer-1 K/V) */
     size_t n_gen;
     size_t n_parked;       /* other sessions parked under memory pressure during the turn */
     double t_prefill_ms;   /* reuse + computing the prompt's K/V and logits */
@@ -97,8 +110,7 @@ struct dj_engine;
 struct dj_session;
 
 /* The engine borrows m (it must outlive the engine).  Fails with
- * DJ_ERR_INVALID (a message) for a budget that holds no block, or for
- * LLAMA_OPT_DIFF_MODE=approx (Tier 2 is not implemented). */
+ * DJ_ERR_INVALID (a message) for a budget that holds no block. */
 enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_params *p, struct dj_engine **out);
 /* Destroys the sessions still alive, then the engine.  Accepts NULL. */
 void engine_destroy(struct dj_engine *e);

@@ -179,6 +179,19 @@ void kv_seq_free(struct kv_seq *s) {
     memset(s, 0, sizeof *s);
 }
 
+enum dj_status kv_seq_clone(struct kv_seq *dst, const struct kv_seq *src) {
+    kv_seq_init(dst, src->pool);
+    if (src->n_blocks > 0) {
+        dst->table = malloc(src->n_blocks * sizeof *dst->table);
+        if (!dst->table) return dj_fail(DJ_ERR_NOMEM, "KV cache: out of memory copying a block table");
+        memcpy(dst->table, src->table, src->n_blocks * sizeof *dst->table);
+        dst->n_blocks = dst->cap = src->n_blocks;
+        for (size_t i = 0; i < dst->n_blocks; i++) kv_pool_ref(src->pool, dst->table[i]);
+    }
+    dst->n_pos = src->n_pos;
+    return DJ_OK;
+}
+
 static enum dj_status table_push(struct kv_seq *s, uint32_t id) {
     if (s->n_blocks == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 16;

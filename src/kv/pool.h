@@ -103,6 +103,10 @@ struct kv_seq {
 
 void kv_seq_init(struct kv_seq *s, struct kv_pool *pool);
 void kv_seq_free(struct kv_seq *s); /* unrefs every block */
+/* dst (uninitialized) = a second table of the same blocks (each ref'd once
+ * more): a snapshot of src that later writes to src do not change (they copy
+ * on write).  DJ_ERR_NOMEM leaves dst empty. */
+enum dj_status kv_seq_clone(struct kv_seq *dst, const struct kv_seq *src);
 /* Makes positions [n_pos, n_pos + n) writable: allocates blocks, copies a
  * shared or sealed block that would be written (copy on write).  Does not
  * advance n_pos (kv_seq_advance does, once the rows are written). */

@@ -54,6 +54,7 @@ struct dj_context {
     float *ff_u;   /* (ub, n_ff) */
     float *scores; /* (n_threads, GQA group, n_ctx) attention scores per thread */
     void *act;     /* (ub, act row bytes) activations converted for the kernels */
+    uint32_t *pos; /* (ub) positions of the ubatch's tokens */
     size_t wrow_stride; /* the largest K (row length) of any weight */
     const struct dj_kernels *kern; /* the CPU's kernel table, chosen once */
 };
@@ -74,6 +75,24 @@ void ctx_set_seq(struct dj_context *c, struct kv_seq *seq);
  * of range, DJ_ERR_NOMEM if the KV budget is exhausted; positions computed
  * before a failure stay in the sequence. */
 enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, float *logits, bool all_logits);
+
+/* Recomputes n tokens at positions pos[0..n) (strictly increasing) that the
+ * current sequence already holds (Tier-2 reuse after an edit: the rows were
+ * filled with approximate K/V and some are recomputed): every layer's K/V
+ * rows of those positions are overwritten; a token attends to every position
+ * up to its own, whatever those rows hold.  logits: NULL, or room for n_vocab
+ * floats (the last token's).  The positions must lie in blocks only this
+ * sequence holds, unsealed (DJ_ERR_INVALID otherwise).  Same arithmetic per
+ * token as ctx_decode: with the same rows before, the same bits. */
+enum dj_status ctx_decode_at(struct dj_context *c, const dj_token *toks, const uint32_t *pos, size_t n,
+                             float *logits);
+
+/* The CacheBlend probe: runs layers < il whole for the n tokens at pos[0..n)
+ * (as ctx_decode_at, writing their K/V), then at layer il computes their K
+ * and V, stores dev[t] = squared L2 distance between the fresh K row and the
+ * row the sequence held, and writes the fresh rows.  Layers > il untouched. */
+enum dj_status ctx_probe_k(struct dj_context *c, const dj_token *toks, const uint32_t *pos, size_t n, uint32_t il,
+                           double *dev);
 
 /* RoPE position correction (spec §1.4 llama_opt_rope_correction; for the
  * Tier-2 approximate reuse of K after an edit): rotates the n_heads heads of

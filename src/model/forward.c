@@ -161,8 +161,8 @@ void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t d
 struct attn_job {
     struct dj_context *c;
     uint32_t il;
-    uint32_t p0;  /* position of the first token of the ubatch */
-    int64_t n;    /* tokens in the ubatch */
+    const uint32_t *pos; /* position of each token of the ubatch */
+    int64_t n;           /* tokens in the ubatch */
 };
 
 /* One (token, KV head) pair per work item: the query heads of a GQA group
@@ -186,7 +186,7 @@ static void attn_task(void *arg, int ith, int nth) {
     for (long item = ith; item < n_items; item += nth) {
         const int64_t t = item / n_kv;
         const int hk = (int)(item % n_kv);
-        const int64_t n_keys = (int64_t)j->p0 + t + 1;
+        const int64_t n_keys = (int64_t)j->pos[t] + 1;
         const float *q = c->q + (size_t)t * n_head * hd + (size_t)hk * group * hd; /* the group's first head */
         for (int64_t p0 = 0; p0 < n_keys; p0 += (int64_t)bs) { /* block by block, in position order */
             const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
@@ -238,13 +238,22 @@ static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_
     c->kern->w[w->type].dequantize_row((const uint8_t *)w->data + (size_t)tok * w->row_bytes, dst, w->ne0);
 }
 
-/* Forward pass of one ubatch; logits (if not NULL) get the rows asked for. */
-static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n, float *logits, bool all_logits) {
+/* What a probe pass (ctx_probe_k) does at its last layer. */
+struct probe {
+    uint32_t il;  /* layers < il run whole; layer il only computes K and V */
+    double *dev;  /* per token: squared L2 distance of the fresh K row to the stored one */
+};
+
+/* Forward pass of one ubatch of n tokens at positions pos[0..n) (increasing;
+ * their KV rows exist in the current sequence).  logits (if not NULL) get the
+ * rows asked for.  With pr: stops at layer pr->il after measuring and
+ * storing its K/V rows. */
+static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos, int64_t n, float *logits,
+                           bool all_logits, const struct probe *pr) {
     const struct dj_model *m = c->model;
     const struct dj_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd,
                   F = hp->n_ff;
-    const uint32_t p0 = (uint32_t)c->seq->n_pos;
 
     for (int64_t t = 0; t < n; t++) embed_row(c, &m->tok_embd, toks[t], c->x + t * E);
 
@@ -260,12 +269,22 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
         head_norm(c->q, &L->q_norm, n, (int)hp->n_head, (int)hd, hp->rms_eps);
         head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
         for (int64_t t = 0; t < n; t++) {
-            rope(m, c->q + t * Q, (int)hp->n_head, (float)(p0 + (uint32_t)t));
-            rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)(p0 + (uint32_t)t));
-            memcpy(kv_seq_k(c->seq, il, p0 + (size_t)t, c->block_size), c->k + t * KV, (size_t)KV * sizeof(float));
-            memcpy(kv_seq_v(c->seq, il, p0 + (size_t)t, c->block_size), c->v + t * KV, (size_t)KV * sizeof(float));
+            rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t]);
+            rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t]);
+            float *krow = kv_seq_k(c->seq, il, pos[t], c->block_size);
+            if (pr && il == pr->il) {
+                double d2 = 0.0;
+                for (int64_t i = 0; i < KV; i++) {
+                    const double d = (double)c->k[t * KV + i] - (double)krow[i];
+                    d2 += d * d;
+                }
+                pr->dev[t] = d2;
+            }
+            memcpy(krow, c->k + t * KV, (size_t)KV * sizeof(float));
+            memcpy(kv_seq_v(c->seq, il, pos[t], c->block_size), c->v + t * KV, (size_t)KV * sizeof(float));
         }
-        struct attn_job aj = {c, il, p0, n};
+        if (pr && il == pr->il) return;
+        struct attn_job aj = {c, il, pos, n};
         threadpool_run(c->tpool, attn_task, &aj);
         ctx_matmul(c, &L->wo, c->att, n, c->xn);
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
@@ -281,7 +300,6 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, int64_t n
         ctx_matmul(c, &L->w_down, c->ff_g, n, c->xn);
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     }
-    kv_seq_advance(c->seq, (size_t)n);
 
     if (!logits) return;
     const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
@@ -308,7 +326,57 @@ enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, 
         else if (logits && last) out = logits;
         enum dj_status st = kv_seq_prepare(c->seq, nb);
         if (st) return st;
-        forward_ubatch(c, toks + done, (int64_t)nb, out, all_logits);
+        for (size_t t = 0; t < nb; t++) c->pos[t] = (uint32_t)(c->seq->n_pos + t);
+        forward_ubatch(c, toks + done, c->pos, (int64_t)nb, out, all_logits, NULL);
+        kv_seq_advance(c->seq, nb);
+        done += nb;
+    }
+    return DJ_OK;
+}
+
+/* Checks the arguments of ctx_decode_at / ctx_probe_k: tokens in range,
+ * positions increasing, inside the sequence, in blocks this sequence alone
+ * holds and may write (not sealed, not shared). */
+static enum dj_status check_at(const struct dj_context *c, const char *what, const dj_token *toks,
+                               const uint32_t *pos, size_t n) {
+    const struct dj_hparams *hp = &c->model->hp;
+    if (n == 0) return dj_fail(DJ_ERR_INVALID, "%s: no tokens", what);
+    for (size_t i = 0; i < n; i++) {
+        if (toks[i] < 0 || (uint32_t)toks[i] >= hp->n_vocab)
+            return dj_fail(DJ_ERR_INVALID, "%s: token %d at index %zu is outside the vocabulary (%u)", what, toks[i], i,
+                           hp->n_vocab);
+        if (pos[i] >= c->seq->n_pos || (i > 0 && pos[i] <= pos[i - 1]))
+            return dj_fail(DJ_ERR_INVALID, "%s: position %u at index %zu is not increasing inside the sequence (%zu)",
+                           what, pos[i], i, c->seq->n_pos);
+        const uint32_t id = c->seq->table[pos[i] / c->block_size];
+        if (kv_pool_is_sealed(c->pool, id) || kv_pool_refcount(c->pool, id) != 1)
+            return dj_fail(DJ_ERR_INVALID, "%s: position %u lies in a sealed or shared KV block", what, pos[i]);
+    }
+    return DJ_OK;
+}
+
+enum dj_status ctx_decode_at(struct dj_context *c, const dj_token *toks, const uint32_t *pos, size_t n,
+                             float *logits) {
+    enum dj_status st = check_at(c, "decode_at", toks, pos, n);
+    if (st) return st;
+    for (size_t done = 0; done < n;) {
+        size_t nb = n - done < c->p.n_ubatch ? n - done : c->p.n_ubatch;
+        forward_ubatch(c, toks + done, pos + done, (int64_t)nb, done + nb == n ? logits : NULL, false, NULL);
+        done += nb;
+    }
+    return DJ_OK;
+}
+
+enum dj_status ctx_probe_k(struct dj_context *c, const dj_token *toks, const uint32_t *pos, size_t n, uint32_t il,
+                           double *dev) {
+    if (il >= c->model->hp.n_layer)
+        return dj_fail(DJ_ERR_INVALID, "probe: layer %u of a model of %u layers", il, c->model->hp.n_layer);
+    enum dj_status st = check_at(c, "probe", toks, pos, n);
+    if (st) return st;
+    for (size_t done = 0; done < n;) {
+        size_t nb = n - done < c->p.n_ubatch ? n - done : c->p.n_ubatch;
+        struct probe pr = {il, dev + done};
+        forward_ubatch(c, toks + done, pos + done, (int64_t)nb, NULL, false, &pr);
         done += nb;
     }
     return DJ_OK;
@@ -366,10 +434,11 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->ff_u = malloc(ub * F * sizeof(float));
     c->scores = malloc((size_t)p.n_threads * (hp->n_head / hp->n_head_kv) * p.n_ctx * sizeof(float));
     c->act = malloc(ub * c->wrow_stride * sizeof(float)); /* the widest activation row is F32 */
+    c->pos = malloc(ub * sizeof *c->pos);
     c->kern = dj_kernels();
     c->tpool = threadpool_create(p.n_threads);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
-        !c->scores || !c->act || !c->tpool) {
+        !c->scores || !c->act || !c->pos || !c->tpool) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
@@ -392,6 +461,7 @@ void ctx_free(struct dj_context *c) {
     free(c->ff_u);
     free(c->scores);
     free(c->act);
+    free(c->pos);
     free(c);
 }
 

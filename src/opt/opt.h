@@ -196,6 +196,10 @@ struct llama_opt_stats {
     uint64_t diff_tokens_total;
     uint64_t diff_tokens_unchanged;
     uint64_t diff_tokens_recomputed;
+    /* DESIGN.md additions, Tier 2 (LLAMA_OPT_DIFF_MODE=approx) only */
+    uint64_t diff_tokens_approx;   /* KEEP tokens after an edit reused with RoPE-corrected K */
+    uint64_t diff_tokens_blend;    /* of the candidates, recomputed after the CacheBlend probe */
+    uint64_t diff_tokens_probed;   /* tokens run through the probe (layer 0 + layer-1 K/V) */
 
     /* Phase 1 — schema-aware skipping */
     uint64_t schema_tokens_total;

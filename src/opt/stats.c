@@ -23,6 +23,7 @@ static const struct {
 #define S(f) {#f, offsetof(struct llama_opt_stats, f)}
     S(dedup_blocks_total),   S(dedup_blocks_hit),       S(dedup_tokens_saved),
     S(diff_tokens_total),    S(diff_tokens_unchanged),  S(diff_tokens_recomputed),
+    S(diff_tokens_approx),   S(diff_tokens_blend),      S(diff_tokens_probed),
     S(schema_tokens_total),  S(schema_tokens_skipped),  S(schema_tokens_inferred),
     S(canon_entries_total),  S(canon_entries_deduped),  S(canon_bytes_saved),
     S(precompute_rope_hits), S(precompute_norm_hits),   S(precompute_mask_hits),
@@ -86,7 +87,7 @@ size_t llama_opt_stats_format(const struct llama_opt_stats *s, char *buf, size_t
 int llama_opt_stats_print_turn(FILE *f, struct llama_opt_stats *last, const struct llama_opt_stats *now) {
     struct llama_opt_stats d;
     llama_opt_stats_delta(now, last, &d);
-    /* 26 counters x (name <= 24 + 20 digits + 4) < 2 KiB */
+    /* 29 counters x (name <= 24 + 20 digits + 4) < 2 KiB */
     char line[2048];
     memcpy(line, "opt-stats ", 10);
     size_t n = llama_opt_stats_format(&d, line + 10, sizeof line - 11);

@@ -252,10 +252,11 @@ static void test_stats(void) {
     struct llama_opt_stats last, now;
     llama_opt_stats_reset(&last);
     llama_opt_stats_reset(&now);
-    CHECK(llama_opt_stats_n_fields() == 26);
+    CHECK(llama_opt_stats_n_fields() == 29); /* the spec's 26 + 3 Tier-2 diff counters */
     CHECK(strcmp(llama_opt_stats_field_name(0), "dedup_blocks_total") == 0);
-    CHECK(strcmp(llama_opt_stats_field_name(25), "noop_ops_elided") == 0);
-    CHECK(llama_opt_stats_field_name(26) == NULL);
+    CHECK(strcmp(llama_opt_stats_field_name(6), "diff_tokens_approx") == 0);
+    CHECK(strcmp(llama_opt_stats_field_name(28), "noop_ops_elided") == 0);
+    CHECK(llama_opt_stats_field_name(29) == NULL);
 
     now.dedup_blocks_total = 10;
     now.dedup_blocks_hit = 7;
