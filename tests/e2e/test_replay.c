@@ -9,6 +9,9 @@
  * mid-replay (asserted), with ubatch sizes 1, 7 and 512, and with a block
  * size of 16.  With enough budget the tokens computed equal the exact
  * minimum the tool models independently, and no block stays pinned at the end.
+ * Tier 2 (approx): with every candidate recomputed the hashes are the cold
+ * ones; at the default fraction an OpenHands session reuses tokens after its
+ * edits and --compare-exact reports its top-1 agreement and KL.
  *
  * Traces: short excerpts of real ones, written to a temporary folder:
  * prompt'_k = prompt_k[:H] + prompt_k[S:] (code points), which keeps the
@@ -181,6 +184,47 @@ static void same(const struct result *base, const struct result *r, const char *
     CHECKF(strcmp(base->ids, r->ids) == 0, "%s: ids_hash %s != cold %s", what, r->ids, base->ids);
 }
 
+/* The number after "key": in the approx_quality.<scope> object of a --compare-exact replay. */
+static double quality(const char *doc, const char *scope, const char *key) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\": {", scope);
+    const char *t = strstr(doc, pat);
+    if (!t) return -1.0;
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(t, pat);
+    return p ? strtod(p + strlen(pat), NULL) : -1.0;
+}
+
+/* Tier 2 (LLAMA_OPT_DIFF_MODE=approx): recomputing every candidate is exact;
+ * at the default fraction the OpenHands session reuses tokens after its
+ * edits, and --compare-exact reports how close the result stays. */
+static void check_approx(const char *model, const char *const *traces, int n_traces, const struct result *cold) {
+    setenv("LLAMA_OPT_DIFF_MODE", "approx", 1);
+    setenv("LLAMA_OPT_DIFF_RECOMPUTE", "1", 1);
+    struct result full = replay(model, traces, n_traces, true, true, "64", "512", NULL, "6");
+    same(cold, &full, "approx, everything recomputed");
+    result_free(&full);
+    setenv("LLAMA_OPT_DIFF_RECOMPUTE", "0.15", 1);
+    char *out = NULL;
+    int rc = RUN(&out, "replay", "-m", (char *)model, "--trace", (char *)traces[n_traces - 1], "-n", "6", "-c", "8192",
+                 "-t", "2", "--json", "--compare-exact");
+    CHECKF(rc == 0, "%s", out);
+    const unsigned long long approx = total(out, "n_reused_approx");
+    const double turns = quality(out, "approx_turns", "turns"), top1 = quality(out, "approx_turns", "top1_agree"),
+                 kl = quality(out, "approx_turns", "kl_mean");
+    printf("  approx 0.15: %llu positions reused approximately in %.0f turns; top-1 agreement %.4f, mean KL %.3e\n",
+           approx, turns, top1, kl);
+    CHECKF(approx > 0 && approx != ~0ull && turns >= 1, "no approximate reuse on an OpenHands session:\n%s", out);
+    CHECKF(top1 >= 0.8 && top1 <= 1.0 && kl >= 0.0 && kl < 0.1, "top-1 %g, KL %g (measured 0.967, 3.3e-3)", top1, kl);
+    free(out);
+    /* --compare-exact without approx mode is refused */
+    unsetenv("LLAMA_OPT_DIFF_MODE");
+    rc = RUN(&out, "replay", "-m", (char *)model, "--trace", (char *)traces[0], "-n", "2", "--compare-exact");
+    CHECKF(rc == 1 && strstr(out, "LLAMA_OPT_DIFF_MODE=approx"), "%s", out);
+    free(out);
+    unsetenv("LLAMA_OPT_DIFF_RECOMPUTE");
+}
+
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : "../shared";
     deja_bin = argc > 2 ? argv[2] : "build/bin/deja";
@@ -191,6 +235,8 @@ int main(int argc, char **argv) {
     }
     unsetenv("LLAMA_OPT_STATS");
     unsetenv("LLAMA_OPT_DEDUP_POOL_MAX");
+    unsetenv("LLAMA_OPT_DIFF_MODE");
+    unsetenv("LLAMA_OPT_DIFF_RECOMPUTE");
 
     /* tau-bench airline: one harness, same system prompt; DelegatorAgent:
      * OpenHands rewrites the middle of the prompt (n_chars goes down) */
@@ -210,6 +256,7 @@ int main(int argc, char **argv) {
         struct result tiny = replay(stories, traces, 3, true, true, "64", "7", "2.5", "6");
         same(&cold, &tiny, "tiny KV budget");
         CHECK(tiny.evicted > 0 && tiny.parked > 0 && tiny.pinned_end == 0);
+        check_approx(stories, traces, 3, &cold);
         result_free(&cold);
         result_free(&all);
         result_free(&tiny);
@@ -242,6 +289,7 @@ int main(int argc, char **argv) {
     CHECK(tiny.pinned_end == 0);
     struct result tiny16 = replay(stories, traces, 3, false, true, "16", "512", "2.5", "6");
     same(&cold, &tiny16, "tiny KV budget, dedup only, block 16");
+    check_approx(stories, traces, 3, &cold);
     struct result bfs[] = {cold, diff, dedup, all, u1, u7, b16, tiny, tiny16};
     for (size_t i = 0; i < sizeof bfs / sizeof bfs[0]; i++) result_free(&bfs[i]);
 
