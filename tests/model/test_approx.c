@@ -12,7 +12,9 @@
  *    candidate is recomputed and the logits are bitwise those of exact
  *    reuse; with 0.15 the counts add up (approx + computed + prefix = prompt);
  *    approximate rows never reach the shared pool: another session sending
- *    the same prompt gets exactly the cold logits; no block stays pinned.
+ *    the same prompt gets exactly the cold logits; no block stays pinned;
+ *    a budget too small for the old and new rows together falls back to
+ *    exact computation.
  */
 #include <math.h>
 
@@ -219,8 +221,20 @@ static void test_engine(void) {
     engine_session_destroy(b);
     engine_session_destroy(c);
     ends_clean(e);
+    struct kv_pool_stats ps;
+    engine_pool_stats(e, &ps);
     engine_destroy(e);
     engine_destroy(ex);
+
+    /* a budget that holds one sequence (22 blocks of 16) but not the old one
+     * beside the new rows: the turn falls back to exact computation */
+    e = make_engine(true, 0.15f, 25.0 * (double)ps.block_bytes / 1048576.0);
+    if (!e) return;
+    CHECK(edit_scenario(e, &r, p2, &n2) == exact);
+    CHECKF(r.n_reused_approx == 0 && r.n_probed == 0 && r.n_reused_own == 100 && r.n_computed == 220,
+           "approx %zu probed %zu own %zu computed %zu", r.n_reused_approx, r.n_probed, r.n_reused_own, r.n_computed);
+    ends_clean(e);
+    engine_destroy(e);
 }
 
 int main(int argc, char **argv) {
