@@ -286,9 +286,10 @@ static void seal_blocks(struct dj_engine *e, struct dj_session *s) {
  *
  *   a. rows P..n-1 are appended: mapped ones get the old K (every layer,
  *      rotated by j - o: model_rope_shift) and V; the others zeros;
- *   b. probe (CacheBlend): every token of [P, n) runs layer 0 and layer 1's
- *      K/V projection; the distance of each mapped token's fresh layer-1 K to
- *      the reused one says how much the edit changed it;
+ *   b. probe (CacheBlend): the unmapped tokens' layer-0 K/V are computed (a
+ *      projection, no attention), then every mapped token runs layer 0 and
+ *      layer 1's K/V projection; the distance of its fresh layer-1 K to the
+ *      reused one says how much the edit changed it;
  *   c. the diff_recompute fraction of mapped tokens with the largest
  *      distance, plus every unmapped token, are recomputed through all
  *      layers at their positions (ctx_decode_at); the rest keep the reused
@@ -367,14 +368,26 @@ static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, co
         goto out;
     }
 
-    /* b. the probe over [P, n) */
-    for (size_t j = 0; j < R; j++) pos[j] = (uint32_t)(P + j);
-    if ((st = ctx_probe_k(e->ctx, prompt + P, pos, R, hp->n_layer > 1 ? 1 : 0, dev))) goto fail;
-
-    /* c. recompute the unmapped tokens and the most deviating mapped ones */
-    size_t n_cand = 0;
+    /* b. the probe.  A new token's layer-0 K/V is a projection of its
+     * embedding at its position: computing it (probe to layer 0) is all the
+     * candidates' layer-0 attention needs from the new tokens, which step c
+     * recomputes whole anyway.  Then the candidates: layer 0, layer-1 K/V. */
+    size_t n_new = 0, n_cand = 0;
     for (size_t j = 0; j < R; j++)
-        if (src[j] >= 0) cand[n_cand++] = (struct blend_cand){dev[j], (uint32_t)j};
+        if (src[j] < 0) {
+            pos[n_new] = (uint32_t)(P + j);
+            tok[n_new++] = prompt[P + j];
+        }
+    if (n_new && (st = ctx_probe_k(e->ctx, tok, pos, n_new, 0, dev))) goto fail;
+    for (size_t j = 0; j < R; j++)
+        if (src[j] >= 0) {
+            pos[n_cand] = (uint32_t)(P + j);
+            tok[n_cand++] = prompt[P + j];
+        }
+    if ((st = ctx_probe_k(e->ctx, tok, pos, n_cand, hp->n_layer > 1 ? 1 : 0, dev))) goto fail;
+
+    /* c. recompute the new tokens and the candidates that deviate most */
+    for (size_t i = 0; i < n_cand; i++) cand[i] = (struct blend_cand){dev[i], pos[i] - (uint32_t)P};
     qsort(cand, n_cand, sizeof *cand, cmp_cand);
     size_t n_sel = (size_t)ceil((double)e->cfg.diff_recompute * (double)n_map);
     if (n_sel > n_map) n_sel = n_map;
@@ -389,11 +402,11 @@ static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, co
 
     r->n_reused_approx = n_map - n_sel;
     r->n_blend = n_sel;
-    r->n_probed = R;
+    r->n_probed = n_map;
     r->n_computed = n_c;
     e->stats.diff_tokens_approx += n_map - n_sel;
     e->stats.diff_tokens_blend += n_sel;
-    e->stats.diff_tokens_probed += R;
+    e->stats.diff_tokens_probed += n_map;
     *done = true;
     goto out;
 fail:

@@ -98,7 +98,7 @@ struct dj_turn_result {
                               (- approx in Tier 2) */
     size_t n_reused_approx; /* Tier 2: positions after an edit reused with RoPE-corrected K */
     size_t n_blend;        /* Tier 2: candidates recomputed after the probe (in n_computed) */
-    size_t n_probed;       /* Tier 2: positions run through the probe (layer 0, layer-1 K/V) */
+    size_t n_probed;       /* Tier 2: candidates run through the probe (layer 0, layer-1 K/V) */
     size_t n_gen;
     size_t n_parked;       /* other sessions parked under memory pressure during the turn */
     double t_prefill_ms;   /* reuse + computing the prompt's K/V and logits */
