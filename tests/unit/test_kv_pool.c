@@ -168,6 +168,30 @@ int main(void) {
     kv_seq_free(&f);
     kv_pool_get_stats(pool, &st);
     CHECK(st.pinned == 0);
+
+    /* clone: a snapshot that refs the same blocks; writes to the original copy on write */
+    struct kv_seq g, snap;
+    kv_seq_init(&g, pool);
+    CHECK(kv_seq_prepare(&g, 6) == DJ_OK);
+    fill(&g, 0, 6, 300);
+    kv_seq_advance(&g, 6);
+    CHECK(kv_seq_clone(&snap, &g) == DJ_OK);
+    CHECK(snap.n_pos == 6 && snap.n_blocks == 2 && snap.table[0] == g.table[0] && snap.table[1] == g.table[1]);
+    CHECK(kv_pool_refcount(pool, g.table[0]) == 2 && kv_pool_refcount(pool, g.table[1]) == 2);
+    kv_seq_truncate(&g, 5);
+    CHECK(kv_seq_prepare(&g, 3) == DJ_OK); /* block 1 is shared with snap: copied */
+    CHECK(g.table[1] != snap.table[1] && kv_pool_refcount(pool, snap.table[1]) == 1);
+    fill(&g, 5, 8, 900);
+    kv_seq_advance(&g, 3);
+    CHECK(rows_are(&snap, 0, 6, 300) && rows_are(&g, 0, 5, 300) && rows_are(&g, 5, 8, 900));
+    kv_seq_free(&snap);
+    kv_seq_free(&g);
+    struct kv_seq empty;
+    kv_seq_init(&empty, pool);
+    CHECK(kv_seq_clone(&snap, &empty) == DJ_OK && snap.n_blocks == 0 && snap.n_pos == 0);
+    kv_seq_free(&snap);
+    kv_pool_get_stats(pool, &st);
+    CHECK(st.pinned == 0 && st.allocated == st.sealed);
     kv_pool_destroy(pool);
     TEST_END();
 }
