@@ -26,8 +26,9 @@
  * for the k-quants (two accumulators per pair; 2x4 measured ~10-30% faster
  * than 4x2 there); up to 2 tokens, 1-row tiles (cpu/tile.h; f16 past
  * k = 4096: 6-row; f16 prefill visits its tiles in its own order, see
- * f16_matmul).  All fused/rounded float operations per pair are the same for every tile shape: that is the
- * batch-invariance contract.  The integer paths never
+ * f16_matmul and f16_matmul_kblocked).  All fused/rounded float operations
+ * per pair are the same for every tile shape: that is the batch-invariance
+ * contract.  The integer paths never
  * overflow: per lane and super-block at most |q6_K| 8*2*16002*128 and the
  * like, far below 2^31.
  */
@@ -119,13 +120,74 @@ DJ_TILED_KERNEL(f32, 4)
  * dj_matmul_drive's order (256 KiB token chunks, weights re-streamed from DRAM
  * once per chunk, 16 times for 512 tokens) left the in-model 2-thread rate at
  * 115-144 GFLOP/s for the 4096 x 2048 per-thread gate/up products vs 145-173
- * with this order (1.1B F16 pp512, Zen 5, 2 threads).  k > 4096: dj_matmul_drive's
- * order with 512 KiB token chunks (16 tokens of k = 8192 instead of 8: the weights
- * stream from DRAM half as often), in the model 85-107 -> 115-129 GFLOP/s for the
- * 1024 x 8192 down product — although alone on the machine (bench_kernels, one
- * thread) 8 tokens is faster (~160 vs ~135): the memory traffic two threads share
- * is what decides.  Only the order of the tiles changes: every element is still
- * f16_1x1's. */
+ * with this order (1.1B F16 pp512, Zen 5, 2 threads).  k > 4096: f16_matmul_kblocked
+ * (k in chunks, the accumulators kept in scratch between them).  Only the order of
+ * the tiles and of the chunks changes: every element is still f16_1x1's chain. */
+/* Prefill with k in chunks: the 16-lane accumulators of a tile go to scratch between
+ * chunks (a store and reload of the same 16 floats: the pair's chain is unchanged), so a
+ * tile reads KC elements of its 6 weight rows (L2) and 4 token rows (L1) per visit. */
+static inline DJ_ALWAYS_INLINE void f16k_body(const int MR, const int NT, int64_t e, int64_t e1, int64_t k,
+                                              const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                                              __m512 *accp, int first, float *c, int64_t ldc) {
+    __m512 acc[6][4];
+    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
+        acc[i][j] = first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&accp[i * 4 + j]);
+    for (; e + 16 <= e1; e += 16) FLOAT_STEP(load16_f16, load16_f32, 16);
+    if (e1 == k) {
+        if (e < k) FLOAT_STEP(load16_f16, load16_f32, k - e); /* masked: zeros past the end */
+        DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
+            c[j * ldc + i] = hsum16(acc[i][j]);
+    } else {
+        DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
+            _mm512_store_ps((float *)&accp[i * 4 + j], acc[i][j]);
+    }
+}
+typedef void (*f16k_fn)(int64_t e, int64_t e1, int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                        __m512 *accp, int first, float *c, int64_t ldc);
+#define F16K_SHAPE(M, N)                                                                                       \
+    static void f16k_##M##x##N(int64_t e, int64_t e1, int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, \
+                               size_t as, __m512 *accp, int first, float *c, int64_t ldc) {                    \
+        f16k_body(M, N, e, e1, k, w, ws, a, as, accp, first, c, ldc);                                          \
+    }
+#define F16K_ROW(M) F16K_SHAPE(M, 1) F16K_SHAPE(M, 2) F16K_SHAPE(M, 3) F16K_SHAPE(M, 4)
+F16K_ROW(1) F16K_ROW(2) F16K_ROW(3) F16K_ROW(4) F16K_ROW(5) F16K_ROW(6)
+#define F16K_TAB(M) {f16k_##M##x1, f16k_##M##x2, f16k_##M##x3, f16k_##M##x4}
+static const f16k_fn f16k_tab[6][4] = {F16K_TAB(1), F16K_TAB(2), F16K_TAB(3), F16K_TAB(4), F16K_TAB(5), F16K_TAB(6)};
+
+/* k > 4096 (the 1.1B model's down product, k = 8192): token blocks of NC = 128, row
+ * blocks of MC = 24 (their accumulators, 24 x 128 x 64 B = 192 KiB, in L2), k chunks of
+ * KC = 4096.  Two copies of bench_kernels at once (1024 x 8192, 512 tokens, the memory
+ * traffic of two threads), GFLOP/s summed, alternated: 249-273 with dj_matmul_drive's
+ * order (512 KiB token chunks) vs 317-329; KC = 1024 or 2048 and MC = 48 measured lower
+ * (234-313), and so did blocking k <= 4096 as well in the model (pp512 110-126 vs 124-141).
+ * In the model (1.1B F16 pp512, 2 threads, -r 3, alternated, quiet machine), this and
+ * the 4-chain attn_values together: 136.8, 136.9 -> 159.8, 162.5 t/s (on a loaded VM
+ * the difference was within the noise). */
+enum { F16K_KC = 4096, F16K_MC = 24, F16K_NC = 128 };
+static void f16_matmul_kblocked(int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,
+                                int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
+    const int64_t kc = F16K_KC, mc = F16K_MC, nc = F16K_NC;
+    __m512 *accb = dj_kernel_scratch((size_t)mc * (size_t)nc * sizeof(__m512));
+    for (int64_t tb = 0; tb < n_tok; tb += nc) {
+        const int64_t te = tb + nc < n_tok ? tb + nc : n_tok;
+        for (int64_t rb = r0; rb < r1; rb += mc) {
+            const int64_t re = rb + mc < r1 ? rb + mc : r1;
+            for (int64_t e = 0; e < k; e += kc) {
+                const int64_t e1 = k - e <= kc ? k : e + kc;
+                for (int64_t t = tb; t < te; t += 4) {
+                    const int nt = (int)(te - t < 4 ? te - t : 4);
+                    for (int64_t r = rb; r < re; r += 6) {
+                        const int mr = (int)(re - r < 6 ? re - r : 6);
+                        __m512 *accp = accb + ((r - rb) / 6 * (nc / 4) + (t - tb) / 4) * 24;
+                        f16k_tab[mr - 1][nt - 1](e, e1, k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, accp,
+                                                 e == 0, c + t * ldc + r, ldc);
+                    }
+                }
+            }
+        }
+    }
+}
+
 static void f16_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                        int64_t r0, int64_t r1, int64_t n_tok) {
     if (n_tok <= DJ_SMALL_BATCH) {
@@ -149,7 +211,7 @@ static void f16_matmul(int64_t k, const void *w, size_t ws, const void *a, size_
         }
         return;
     }
-    dj_matmul_drive_chunked(f16_tile, f16_MR, f16_NT, 512u << 10, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+    f16_matmul_kblocked(k, wb, ws, ab, as, c, ldc, r0, r1, n_tok);
 }
 static float f16_dot(int64_t k, const void *w, const void *a) {
     float c;
@@ -701,9 +763,40 @@ static void attn_scores_avx512(int64_t hd, const float *q, const float *k, size_
     }
 }
 
+/* NB blocks of 16 output lanes from d in one pass over the positions: NB independent
+ * fma chains instead of one (each lane still adds the positions in order). */
+static inline DJ_ALWAYS_INLINE void attn_values_blocks(const int NB, int64_t hd, int64_t d, const float *w,
+                                                       const float *v, size_t stride, int64_t n, float *out,
+                                                       bool accumulate) {
+    __m512 acc[8];
+    __mmask16 m[8];
+    DJ_UNROLL for (int b = 0; b < NB; b++) {
+        const int64_t db = d + 16 * b;
+        m[b] = hd - db >= 16 ? (__mmask16)0xffff : hd <= db ? (__mmask16)0 : (__mmask16)((1u << (hd - db)) - 1);
+        acc[b] = accumulate ? _mm512_maskz_loadu_ps(m[b], out + db) : _mm512_setzero_ps();
+    }
+    const float *vp = v + d;
+    for (int64_t p = 0; p < n; p++, vp += stride) {
+        const __m512 wp = _mm512_set1_ps(w[p]);
+        DJ_UNROLL for (int b = 0; b < NB; b++)
+            acc[b] = _mm512_fmadd_ps(wp, _mm512_maskz_loadu_ps(m[b], vp + 16 * b), acc[b]);
+    }
+    DJ_UNROLL for (int b = 0; b < NB; b++) _mm512_mask_storeu_ps(out + d + 16 * b, m[b], acc[b]);
+}
+
 static void attn_values_avx512(int64_t hd, const float *w, const float *v, size_t stride, int64_t n, float *out,
                                bool accumulate) {
-    for (int64_t d = 0; d < hd; d += 16) {
+    int64_t d0 = 0;
+    for (; hd - d0 >= 128; d0 += 128) attn_values_blocks(8, hd, d0, w, v, stride, n, out, accumulate);
+    if (hd - d0 > 64) {
+        attn_values_blocks(8, hd, d0, w, v, stride, n, out, accumulate);
+        return;
+    }
+    if (hd - d0 > 32) {
+        attn_values_blocks(4, hd, d0, w, v, stride, n, out, accumulate);
+        return;
+    }
+    for (int64_t d = d0; d < hd; d += 16) {
         const __mmask16 m = hd - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - d)) - 1);
         __m512 acc = accumulate ? _mm512_maskz_loadu_ps(m, out + d) : _mm512_setzero_ps();
         const float *vp = v + d;
