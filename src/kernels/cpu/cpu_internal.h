@@ -21,6 +21,25 @@ void dj_kernels_init_generic(struct dj_kernels *k);
 bool dj_kernels_init_avx2(struct dj_kernels *k);
 bool dj_kernels_init_avx512(struct dj_kernels *k);
 
+/* In an ISA file's init: points the matmul and dot of every weight type at
+ * that file's <type>_matmul / <type>_dot; the rest of the table stays what
+ * dispatch.c copied in (the table of the ISA below). */
+#define DJ_KERNELS_SET_MATMUL_DOT(k)                                                          \
+    do {                                                                                      \
+        DJ_KERNELS_SET_ONE_(k, DJ_TYPE_F32, f32);                                             \
+        DJ_KERNELS_SET_ONE_(k, DJ_TYPE_F16, f16);                                             \
+        DJ_KERNELS_SET_ONE_(k, DJ_TYPE_BF16, bf16);                                           \
+        DJ_KERNELS_SET_ONE_(k, DJ_TYPE_Q8_0, q8_0);                                           \
+        DJ_KERNELS_SET_ONE_(k, DJ_TYPE_Q4_0, q4_0);                                           \
+        DJ_KERNELS_SET_ONE_(k, DJ_TYPE_Q4_K, q4_K);                                           \
+        DJ_KERNELS_SET_ONE_(k, DJ_TYPE_Q6_K, q6_K);                                           \
+    } while (0)
+#define DJ_KERNELS_SET_ONE_(k, T, name)                                                       \
+    do {                                                                                      \
+        (k)->w[T].matmul = name##_matmul;                                                     \
+        (k)->w[T].dot = name##_dot;                                                           \
+    } while (0)
+
 /* A 64-byte-aligned buffer of at least `bytes`, owned by the calling thread
  * (scratch.c): valid until this thread's next call, contents not kept.
  * For kernels that repack an operand once per call and reuse it across a
@@ -54,11 +73,12 @@ static inline void dj_q4_K_unpack_scales(const uint8_t *scales, uint64_t *sc, ui
 typedef void (*dj_tile_fn)(int mr, int nt, int64_t k, const uint8_t *w, size_t ws,
                            const uint8_t *a, size_t as, float *c, int64_t ldc);
 
-/* The drive loop with token chunks of ~chunk_bytes of activations. */
-static inline void dj_matmul_drive_chunked(dj_tile_fn tile, int mr_max, int nt_max, size_t chunk_bytes, int64_t k,
-                                           const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                                           int64_t r0, int64_t r1, int64_t n_tok) {
-    int64_t tok_chunk = (int64_t)(chunk_bytes / (as ? as : 1));
+/* The drive loop: token chunks of ~256 KiB of activations (half of a
+ * 512 KiB..2 MiB L2), and per chunk every row tile over every token tile. */
+static inline void dj_matmul_drive(dj_tile_fn tile, int mr_max, int nt_max, int64_t k, const void *w, size_t ws,
+                                   const void *a, size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
+                                   int64_t n_tok) {
+    int64_t tok_chunk = (int64_t)((256u << 10) / (as ? as : 1));
     tok_chunk -= tok_chunk % nt_max;
     if (tok_chunk < nt_max) tok_chunk = nt_max;
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
@@ -72,13 +92,6 @@ static inline void dj_matmul_drive_chunked(dj_tile_fn tile, int mr_max, int nt_m
             }
         }
     }
-}
-
-/* ~256 KiB of activations per chunk: half of a 512 KiB..2 MiB L2. */
-static inline void dj_matmul_drive(dj_tile_fn tile, int mr_max, int nt_max, int64_t k, const void *w, size_t ws,
-                                   const void *a, size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
-                                   int64_t n_tok) {
-    dj_matmul_drive_chunked(tile, mr_max, nt_max, 256u << 10, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 
 #endif

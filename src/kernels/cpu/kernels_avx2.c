@@ -464,19 +464,7 @@ static void attn_values_avx2(int64_t hd, const float *w, const float *v, size_t 
 bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->name = "avx2";
     k->isa = DJ_ISA_AVX2;
-#define SET(T, name)                                                                          \
-    do {                                                                                      \
-        k->w[T].matmul = name##_matmul;                                                       \
-        k->w[T].dot = name##_dot;                                                             \
-    } while (0)
-    SET(DJ_TYPE_F32, f32);
-    SET(DJ_TYPE_F16, f16);
-    SET(DJ_TYPE_BF16, bf16);
-    SET(DJ_TYPE_Q8_0, q8_0);
-    SET(DJ_TYPE_Q4_0, q4_0);
-    SET(DJ_TYPE_Q4_K, q4_K);
-    SET(DJ_TYPE_Q6_K, q6_K);
-#undef SET
+    DJ_KERNELS_SET_MATMUL_DOT(k);
     k->w[DJ_TYPE_F16].dequantize_row = dequant_f16;
     k->w[DJ_TYPE_Q8_0].dequantize_row = dequant_q8_0;
     k->w[DJ_TYPE_Q4_0].dequantize_row = dequant_q4_0;
