@@ -300,8 +300,7 @@ size_t trace_count_cp(const char *s, size_t n) {
     return c;
 }
 
-/* Byte offset of code point k in s[0, n) (k <= the number of code points). */
-static size_t cp_offset(const char *s, size_t n, size_t k) {
+size_t trace_cp_offset(const char *s, size_t n, size_t k) {
     size_t c = 0, i = 0;
     for (; i < n; i++)
         if (((unsigned char)s[i] & 0xc0) != 0x80) {
@@ -370,7 +369,7 @@ enum dj_status trace_next(struct trace *t, bool *done) {
         trace_turn_free(&tt);
         return st;
     }
-    size_t cut = cp_offset(t->prompt, t->prompt_len, (size_t)tt.keep);
+    size_t cut = trace_cp_offset(t->prompt, t->prompt_len, (size_t)tt.keep);
     size_t need = cut + tt.text_len + 1;
     if (need > t->prompt_cap) {
         size_t cap = need * 2;
@@ -386,6 +385,7 @@ enum dj_status trace_next(struct trace *t, bool *done) {
     t->prompt_len = cut + tt.text_len;
     t->prompt[t->prompt_len] = '\0';
     t->prompt_cp = (size_t)tt.keep + trace_count_cp(tt.text, tt.text_len);
+    t->n_chars = tt.n_chars;
     if (tt.n_chars >= 0 && (size_t)tt.n_chars != t->prompt_cp) {
         st = dj_fail(DJ_ERR_FORMAT, "%s:%zu: the rebuilt prompt has %zu code points, n_chars says %lld", t->path,
                      t->line_no, t->prompt_cp, tt.n_chars);

@@ -40,6 +40,8 @@ void trace_turn_free(struct trace_turn *t); /* accepts a zeroed struct */
 
 /* Code points in s[0, n) (bytes that are not UTF-8 continuation bytes). */
 size_t trace_count_cp(const char *s, size_t n);
+/* Byte offset of code point k in s[0, n) (n when k is past the end). */
+size_t trace_cp_offset(const char *s, size_t n, size_t k);
 
 /* A trace file being replayed: its lines, and the current prompt. */
 struct trace {
@@ -50,6 +52,7 @@ struct trace {
     char *session;      /* the first line's "session", or the file name */
     char *prompt;       /* the current prompt, prompt_len bytes + NUL */
     size_t prompt_len, prompt_cap, prompt_cp;
+    long long n_chars;  /* the last line's "n_chars" (checked), or -1 when it had none */
     size_t n_turns;     /* turns read so far */
 };
 

@@ -37,17 +37,6 @@ static const bool light = true;
 static const bool light = false;
 #endif
 
-/* Byte offset of code point k in s[0, n) (n if past the end). */
-static size_t cp_off(const char *s, size_t n, size_t k) {
-    size_t c = 0, i = 0;
-    for (; i < n; i++)
-        if (((unsigned char)s[i] & 0xc0) != 0x80) {
-            if (c == k) break;
-            c++;
-        }
-    return i;
-}
-
 static void put_json_str(FILE *f, const char *s, size_t n) {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {
@@ -80,7 +69,7 @@ static const char *excerpt(const char *shared, const char *src, const char *name
         bool done;
         CHECKF(trace_next(t, &done) == DJ_OK, "%s", dj_last_error());
         if (done) break;
-        size_t h = cp_off(t->prompt, t->prompt_len, head), s = cp_off(t->prompt, t->prompt_len, skip);
+        size_t h = trace_cp_offset(t->prompt, t->prompt_len, head), s = trace_cp_offset(t->prompt, t->prompt_len, skip);
         size_t n = h + (t->prompt_len - s);
         char *cur = malloc(n + 1);
         memcpy(cur, t->prompt, h);

@@ -30,6 +30,8 @@ static void test_line(void) {
     const char want[] = "a\xc3\xa9\xf0\x9f\x98\x80\"\\/\b\f\n\r\t\xef\xbf\xbdx";
     CHECK(t.text_len == sizeof want - 1 && memcmp(t.text, want, sizeof want - 1) == 0);
     CHECK(trace_count_cp(t.text, t.text_len) == 13);
+    CHECK(trace_cp_offset(t.text, t.text_len, 3) == 7); /* past a, é (2 bytes), 😀 (4 bytes) */
+    CHECK(trace_cp_offset(t.text, t.text_len, 13) == t.text_len && trace_cp_offset(t.text, t.text_len, 99) == t.text_len);
     trace_turn_free(&t);
 
     CHECK(!parses("{\"keep\": 1, \"text\": \"unterminated}"));
@@ -104,11 +106,14 @@ static void test_all_traces(const char *shared) {
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         struct trace *t = NULL;
         CHECK(trace_open(path, &t) == DJ_OK);
+        size_t no_n_chars = 0;
         for (bool done = false; t && !done;) {
             enum dj_status st = trace_next(t, &done);
             CHECKF(st == DJ_OK, "%s", dj_last_error());
             if (st) break;
+            no_n_chars += !done && t->n_chars < 0;
         }
+        CHECKF(no_n_chars == 0, "%s: %zu lines without n_chars", de->d_name, no_n_chars);
         CHECK(t && t->n_turns > 0 && t->session);
         n_turns += t ? t->n_turns : 0;
         trace_close(t);

@@ -11,8 +11,9 @@
  *     KEEP / LCS printed, ≥ 0.95 asserted for vocabularies ≥ 1,000;
  *   - large random pairs (~200k tokens): validity and time;
  *   - adversarial pairs: work ≤ 8·(n+m)·(L+1) + ⌈n/B⌉·m + 2^20 (diff.c);
- *   - every ../shared/traces file: prompts rebuilt from "keep" (Unicode code
- *     points) and "text", checked against "n_chars", turned into ids without
+ *   - every ../shared/traces file: prompts rebuilt by the trace reader
+ *     (src/engine/trace.c: "keep" code points + "text", checked against
+ *     "n_chars"), turned into ids without
  *     a tokenizer (word pieces → FNV-1a mod 100,000, or single bytes), every
  *     consecutive pair diffed; KEEP / LCS ≥ 0.95 asserted for every pair the
  *     oracle can take (the middle left after stripping the common prefix and
@@ -32,6 +33,8 @@
 #include <time.h>
 
 #include "core/hash.h"
+#include "core/status.h"
+#include "engine/trace.h"
 #include "kv/diff.h"
 #include "test.h"
 
@@ -449,183 +452,6 @@ static void test_complexity(void) {
 
 /* ---- Traces ------------------------------------------------------------------------ */
 
-static void put_utf8(char **o, uint32_t cp) {
-    unsigned char *u = (unsigned char *)*o;
-    if (cp < 0x80) *u++ = (unsigned char)cp;
-    else if (cp < 0x800) { *u++ = (unsigned char)(0xc0 | cp >> 6); *u++ = (unsigned char)(0x80 | (cp & 63)); }
-    else if (cp < 0x10000) {
-        *u++ = (unsigned char)(0xe0 | cp >> 12);
-        *u++ = (unsigned char)(0x80 | ((cp >> 6) & 63));
-        *u++ = (unsigned char)(0x80 | (cp & 63));
-    } else {
-        *u++ = (unsigned char)(0xf0 | cp >> 18);
-        *u++ = (unsigned char)(0x80 | ((cp >> 12) & 63));
-        *u++ = (unsigned char)(0x80 | ((cp >> 6) & 63));
-        *u++ = (unsigned char)(0x80 | (cp & 63));
-    }
-    *o = (char *)u;
-}
-
-static int hexval(int c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-static bool hex4(const char *p, uint32_t *out) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        int h = hexval((unsigned char)p[i]);
-        if (h < 0) return false;
-        v = v << 4 | (uint32_t)h;
-    }
-    *out = v;
-    return true;
-}
-
-/* Decodes the JSON string starting at *pp (at the opening quote) into a malloc'd
- * UTF-8 buffer; advances *pp past the closing quote.  \uXXXX escapes, surrogate
- * pairs included; a lone surrogate becomes U+FFFD (one code point, as in Python). */
-static char *json_str(const char **pp, size_t *len) {
-    const char *p = *pp;
-    if (*p != '"') return NULL;
-    p++;
-    const char *q = p;
-    while (*q && *q != '"') q += (*q == '\\' && q[1]) ? 2 : 1;
-    char *out = malloc((size_t)(q - p) + 1), *o = out;
-    while (*p && *p != '"') {
-        if (*p != '\\') { *o++ = *p++; continue; }
-        p++;
-        char c = *p++;
-        switch (c) {
-        case 'n': *o++ = '\n'; break;
-        case 't': *o++ = '\t'; break;
-        case 'r': *o++ = '\r'; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'u': {
-            uint32_t cp, lo;
-            if (!hex4(p, &cp)) { free(out); return NULL; }
-            p += 4;
-            if (cp >= 0xd800 && cp < 0xdc00 && p[0] == '\\' && p[1] == 'u' && hex4(p + 2, &lo) && lo >= 0xdc00 &&
-                lo < 0xe000) {
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                p += 6;
-            } else if (cp >= 0xd800 && cp < 0xe000) {
-                cp = 0xfffd;
-            }
-            put_utf8(&o, cp);
-            break;
-        }
-        default: *o++ = c; break; /* \" \\ \/ */
-        }
-    }
-    if (*p != '"') { free(out); return NULL; }
-    *o = '\0';
-    *pp = p + 1;
-    *len = (size_t)(o - out);
-    return out;
-}
-
-static void skip_ws(const char **p) {
-    while (**p == ' ' || **p == '\t' || **p == '\r' || **p == '\n') (*p)++;
-}
-
-/* Skips one JSON value (string, number, literal, object, array). */
-static bool skip_value(const char **pp) {
-    const char *p = *pp;
-    skip_ws(&p);
-    if (*p == '"') {
-        size_t n;
-        char *s = json_str(&p, &n);
-        if (!s) return false;
-        free(s);
-    } else if (*p == '{' || *p == '[') {
-        int depth = 0;
-        do {
-            if (*p == '"') {
-                size_t n;
-                char *s = json_str(&p, &n);
-                if (!s) return false;
-                free(s);
-                continue;
-            }
-            if (*p == '{' || *p == '[') depth++;
-            else if (*p == '}' || *p == ']') depth--;
-            else if (!*p) return false;
-            p++;
-        } while (depth > 0);
-    } else {
-        while (*p && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\n') p++;
-    }
-    *pp = p;
-    return true;
-}
-
-struct turn {
-    long long keep, n_chars;
-    char *text;
-    size_t text_len;
-};
-
-/* Parses one trace line; false on malformed JSON. */
-static bool parse_turn(const char *line, struct turn *t) {
-    const char *p = line;
-    memset(t, 0, sizeof *t);
-    t->keep = t->n_chars = -1;
-    skip_ws(&p);
-    if (*p++ != '{') return false;
-    for (;;) {
-        skip_ws(&p);
-        if (*p == '}') break;
-        size_t kn;
-        char *key = json_str(&p, &kn);
-        if (!key) return false;
-        skip_ws(&p);
-        if (*p++ != ':') { free(key); return false; }
-        skip_ws(&p);
-        if (strcmp(key, "keep") == 0 || strcmp(key, "n_chars") == 0) {
-            char *end;
-            long long v = strtoll(p, &end, 10);
-            if (end == p) { free(key); return false; }
-            *(strcmp(key, "keep") == 0 ? &t->keep : &t->n_chars) = v;
-            p = end;
-        } else if (strcmp(key, "text") == 0) {
-            free(t->text);
-            t->text = json_str(&p, &t->text_len);
-            if (!t->text) { free(key); return false; }
-        } else if (!skip_value(&p)) {
-            free(key);
-            return false;
-        }
-        free(key);
-        skip_ws(&p);
-        if (*p == ',') { p++; continue; }
-        if (*p == '}') break;
-        return false;
-    }
-    return t->keep >= 0 && t->n_chars >= 0 && t->text;
-}
-
-/* Byte offset of code point k in s[0, n) (n when k is past the end); counts
- * code points as bytes that are not UTF-8 continuation bytes. */
-static size_t cp_offset(const char *s, size_t n, long long k, long long *n_cp) {
-    long long c = 0;
-    size_t i = 0;
-    for (; i < n; i++) {
-        if (((unsigned char)s[i] & 0xc0) != 0x80) {
-            if (c == k) break;
-            c++;
-        }
-    }
-    if (n_cp) *n_cp = c;
-    return i;
-}
-
-static long long count_cp(const char *s, size_t n) {
-    long long c = 0;
-    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xc0) != 0x80;
-    return c;
-}
-
 /* Tokenizer-free ids: a word (letters, digits, _, any non-ASCII byte) with an
  * optional leading space, a run of newlines, a run of other spaces, or one
  * punctuation byte; id = FNV-1a(piece) mod 100000. */
@@ -679,39 +505,20 @@ struct family {
 static void trace_file(const char *shared, const char *file, struct family *fam) {
     char rel[512];
     snprintf(rel, sizeof rel, "traces/%s", file);
-    char *data = test_read_file(test_shared_path(shared, rel), NULL);
-    CHECKF(data != NULL, "cannot read traces/%s", file);
-    if (!data) return;
+    struct trace *tr = NULL;
+    CHECKF(trace_open(test_shared_path(shared, rel), &tr) == DJ_OK, "%s", dj_last_error());
+    if (!tr) return;
     double t0 = now_s();
-    char *prompt = NULL;
-    size_t plen = 0, pcap = 0;
     dj_token *prev = NULL, *curr = NULL;
     size_t n_prev = 0;
-    int turn = 0;
-    for (char *line = data; *line; turn++) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = '\0';
-        struct turn t;
-        bool ok = parse_turn(line, &t);
-        CHECKF(ok, "%s: line %d: bad JSON", file, turn + 1);
-        if (!ok) { free(t.text); break; }
-        /* prompt = prompt[:keep code points] + text */
-        long long have;
-        size_t cut = cp_offset(prompt, plen, t.keep, &have);
-        CHECKF(t.keep <= count_cp(prompt, plen), "%s: turn %d keeps %lld of %lld code points", file, turn, t.keep,
-               count_cp(prompt, plen));
-        plen = cut;
-        if (plen + t.text_len + 1 > pcap) {
-            pcap = (plen + t.text_len + 1) * 2;
-            prompt = realloc(prompt, pcap);
-        }
-        memcpy(prompt + plen, t.text, t.text_len);
-        plen += t.text_len;
-        long long ncp = count_cp(prompt, plen);
-        CHECKF(ncp == t.n_chars, "%s: turn %d: rebuilt prompt has %lld code points, n_chars says %lld", file, turn,
-               ncp, t.n_chars);
-        free(t.text);
-
+    for (int turn = 0;; turn++) {
+        /* prompt = prompt[:keep code points] + text, checked against n_chars */
+        bool done = false;
+        enum dj_status st = trace_next(tr, &done);
+        CHECKF(st == DJ_OK, "%s", dj_last_error());
+        if (st || done) break;
+        const char *prompt = tr->prompt;
+        const size_t plen = tr->prompt_len;
         curr = malloc((plen + 1) * sizeof *curr);
         size_t n_curr = fam->bytes ? byte_tokenize(prompt, plen, curr) : pseudo_tokenize(prompt, plen, curr);
         if (n_curr > fam->max_tokens) fam->max_tokens = n_curr;
@@ -742,8 +549,6 @@ static void trace_file(const char *shared, const char *file, struct family *fam)
         free(prev);
         prev = curr;
         n_prev = n_curr;
-        if (!nl) break;
-        line = nl + 1;
     }
     if (fam->want_last) {
         fam->last = prev;
@@ -751,24 +556,8 @@ static void trace_file(const char *shared, const char *file, struct family *fam)
     } else {
         free(prev);
     }
-    free(prompt);
-    free(data);
+    trace_close(tr);
     fam->seconds += now_s() - t0;
-}
-
-static void test_json_reader(void) {
-    const char *line = "{\"session\": \"s\", \"turn\": 1, \"keep\": 3, \"text\": \"a\\u00e9\\ud83d\\ude00\\\"\\\\\\n\\udc00x\","
-                       " \"response\": {\"x\": [1, \"}\"]}, \"n_chars\": 9}";
-    struct turn t;
-    CHECK(parse_turn(line, &t));
-    CHECK(t.keep == 3 && t.n_chars == 9);
-    CHECK(t.text && strcmp(t.text, "a\xc3\xa9\xf0\x9f\x98\x80\"\\\n\xef\xbf\xbdx") == 0);
-    CHECK(t.text && count_cp(t.text, t.text_len) == 8);
-    long long have;
-    CHECK(t.text && cp_offset(t.text, t.text_len, 3, &have) == 7); /* past a, é (2 bytes), 😀 (4 bytes) */
-    free(t.text);
-    CHECK(!parse_turn("{\"keep\": 1, \"text\": \"unterminated}", &t));
-    free(t.text);
 }
 
 /* Agent-like edits on real text: windows of a trace's final prompt (word
@@ -929,7 +718,6 @@ int main(int argc, char **argv) {
     test_random_small();
     test_random_large();
     test_complexity();
-    test_json_reader();
     test_traces(shared);
     test_trace_edits(shared);
     CHECKF(n_bad == 0, "%d diffs failed validation (see above)", n_bad);
