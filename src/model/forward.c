@@ -355,31 +355,32 @@ static enum dj_status check_at(const struct dj_context *c, const char *what, con
     return DJ_OK;
 }
 
-enum dj_status ctx_decode_at(struct dj_context *c, const dj_token *toks, const uint32_t *pos, size_t n,
-                             float *logits) {
-    enum dj_status st = check_at(c, "decode_at", toks, pos, n);
+/* Runs tokens at positions the sequence holds, n_ubatch at a time; dev NULL:
+ * every layer (logits: the last token's), else the probe up to layer il. */
+static enum dj_status forward_at(struct dj_context *c, const char *what, const dj_token *toks, const uint32_t *pos,
+                                 size_t n, float *logits, uint32_t il, double *dev) {
+    enum dj_status st = check_at(c, what, toks, pos, n);
     if (st) return st;
     for (size_t done = 0; done < n;) {
         size_t nb = n - done < c->p.n_ubatch ? n - done : c->p.n_ubatch;
-        forward_ubatch(c, toks + done, pos + done, (int64_t)nb, done + nb == n ? logits : NULL, false, NULL);
+        struct probe pr = {il, dev ? dev + done : NULL};
+        forward_ubatch(c, toks + done, pos + done, (int64_t)nb, done + nb == n ? logits : NULL, false,
+                       dev ? &pr : NULL);
         done += nb;
     }
     return DJ_OK;
+}
+
+enum dj_status ctx_decode_at(struct dj_context *c, const dj_token *toks, const uint32_t *pos, size_t n,
+                             float *logits) {
+    return forward_at(c, "decode_at", toks, pos, n, logits, 0, NULL);
 }
 
 enum dj_status ctx_probe_k(struct dj_context *c, const dj_token *toks, const uint32_t *pos, size_t n, uint32_t il,
                            double *dev) {
     if (il >= c->model->hp.n_layer)
         return dj_fail(DJ_ERR_INVALID, "probe: layer %u of a model of %u layers", il, c->model->hp.n_layer);
-    enum dj_status st = check_at(c, "probe", toks, pos, n);
-    if (st) return st;
-    for (size_t done = 0; done < n;) {
-        size_t nb = n - done < c->p.n_ubatch ? n - done : c->p.n_ubatch;
-        struct probe pr = {il, dev + done};
-        forward_ubatch(c, toks + done, pos + done, (int64_t)nb, NULL, false, &pr);
-        done += nb;
-    }
-    return DJ_OK;
+    return forward_at(c, "probe", toks, pos, n, NULL, il, dev);
 }
 
 /* ---- context lifetime ---------------------------------------------------------- */
