@@ -23,6 +23,7 @@
 #include "kv/hash.h"
 #include "model/context.h"
 #include "test.h"
+#include "test_engine.h"
 
 static struct dj_model *model;
 
@@ -118,11 +119,6 @@ static void test_probe(void) {
 
 /* ---- the engine ------------------------------------------------------------ */
 
-static void hash_logits(void *ud, const float *logits, size_t n) {
-    uint64_t *h = ud;
-    *h = dj_fnv1a(*h, logits, n * sizeof(float));
-}
-
 static struct dj_engine *make_engine(bool approx, float recompute, double budget_mib) {
     struct dj_engine_params p = engine_default_params();
     p.n_ctx = 1024;
@@ -137,16 +133,6 @@ static struct dj_engine *make_engine(bool approx, float recompute, double budget
     return e;
 }
 
-static struct dj_turn_result turn(struct dj_engine *e, struct dj_session *s, const dj_token *p, size_t n,
-                                  uint64_t *h, dj_token *ids) {
-    struct dj_turn_params tp = {.n_gen = 4, .on_logits = hash_logits, .ud = h};
-    struct dj_turn_result r;
-    memset(&r, 0, sizeof r);
-    dj_token local[4];
-    CHECKF(engine_turn(e, s, p, n, &tp, ids ? ids : local, &r) == DJ_OK, "%s", dj_last_error());
-    return r;
-}
-
 /* Turn 1: 300 tokens; turn 2: tokens 100..104 replaced, 20 appended (what
  * the session holds is prompt 1 + 3 generated tokens: the edit leaves a KEEP
  * span of 195 after it, then the 3 generated tokens are replaced by new ones).
@@ -157,12 +143,12 @@ static uint64_t edit_scenario(struct dj_engine *e, struct dj_turn_result *r2, dj
     uint64_t h = DJ_FNV_OFFSET;
     dj_token p1[300];
     for (size_t i = 0; i < 300; i++) p1[i] = T(i);
-    turn(e, s, p1, 300, &h, NULL);
+    test_turn(e, s, p1, 300, 4, &h, NULL);
     memcpy(p2, p1, 300 * sizeof *p2);
     for (size_t i = 100; i < 105; i++) p2[i] = (dj_token)(3 + (p1[i] - 3 + 1) % 500);
     for (size_t i = 300; i < 320; i++) p2[i] = (dj_token)(3 + (i * 104729 + 17) % 499);
     *n2 = 320;
-    *r2 = turn(e, s, p2, 320, &h, NULL);
+    *r2 = test_turn(e, s, p2, 320, 4, &h, NULL);
     engine_session_destroy(s);
     return h;
 }
@@ -211,12 +197,12 @@ static void test_engine(void) {
     struct dj_session *b;
     CHECK(engine_session_create(e, &b) == DJ_OK);
     uint64_t hb = DJ_FNV_OFFSET, hc = DJ_FNV_OFFSET;
-    r = turn(e, b, p2, n2, &hb, NULL);
+    r = test_turn(e, b, p2, n2, 4, &hb, NULL);
     CHECKF(r.n_reused_pool == 96 && r.n_reused_approx == 0, "pool %zu approx %zu", r.n_reused_pool,
            r.n_reused_approx);
     struct dj_session *c;
     CHECK(engine_session_create(ex, &c) == DJ_OK);
-    turn(ex, c, p2, n2, &hc, NULL); /* cold, exact, in the exact engine (its pool has only exact blocks) */
+    test_turn(ex, c, p2, n2, 4, &hc, NULL); /* cold, exact, in the exact engine (its pool has only exact blocks) */
     CHECK(hb == hc);
     engine_session_destroy(b);
     engine_session_destroy(c);

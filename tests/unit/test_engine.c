@@ -19,16 +19,12 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "test.h"
+#include "test_engine.h"
 
 static struct dj_model *model;
 
 static dj_token T(size_t i) { return (dj_token)(3 + (i * 7919 + i / 5) % 500); }
 static dj_token U(size_t i) { return (dj_token)(3 + (i * 104729 + 17) % 499); }
-
-static void hash_logits(void *ud, const float *logits, size_t n) {
-    uint64_t *h = ud;
-    *h = dj_fnv1a(*h, logits, n * sizeof(float));
-}
 
 static struct dj_engine *make(bool diff, bool dedup, double budget_mib) {
     struct dj_engine_params p = engine_default_params();
@@ -40,17 +36,6 @@ static struct dj_engine *make(bool diff, bool dedup, double budget_mib) {
     struct dj_engine *e = NULL;
     CHECKF(engine_create(model, &p, &e) == DJ_OK, "%s", dj_last_error());
     return e;
-}
-
-/* One turn; returns its result and folds its logits into *h. */
-static struct dj_turn_result turn(struct dj_engine *e, struct dj_session *s, const dj_token *p, size_t n,
-                                  size_t n_gen, uint64_t *h, dj_token *ids) {
-    struct dj_turn_params tp = {.n_gen = n_gen, .on_logits = hash_logits, .ud = h};
-    struct dj_turn_result r;
-    memset(&r, 0, sizeof r);
-    dj_token local[64];
-    CHECKF(engine_turn(e, s, p, n, &tp, ids ? ids : local, &r) == DJ_OK, "%s", dj_last_error());
-    return r;
 }
 
 static void ends_clean(struct dj_engine *e) {
@@ -69,7 +54,7 @@ static uint64_t scenario_prefix(bool diff, bool dedup) {
     uint64_t h = DJ_FNV_OFFSET;
     dj_token p[400], ids[4];
     for (size_t i = 0; i < 100; i++) p[i] = T(i);
-    struct dj_turn_result r = turn(e, a, p, 100, 4, &h, ids);
+    struct dj_turn_result r = test_turn(e, a, p, 100, 4, &h, ids);
     CHECK(r.n_reused_own == 0 && r.n_reused_pool == 0 && r.n_computed == 100 && r.n_gen == 4);
     size_t held;
     engine_session_tokens(a, &held);
@@ -77,7 +62,7 @@ static uint64_t scenario_prefix(bool diff, bool dedup) {
     /* turn 2: what A holds + 50 new tokens */
     memcpy(p + 100, ids, 3 * sizeof *ids);
     for (size_t i = 0; i < 50; i++) p[103 + i] = T(1000 + i);
-    r = turn(e, a, p, 153, 4, &h, NULL);
+    r = test_turn(e, a, p, 153, 4, &h, NULL);
     CHECKF(r.n_reused_own == (diff ? 103u : 0u), "own %zu", r.n_reused_own);
     CHECKF(r.n_reused_pool == (!diff && dedup ? 64u : 0u), "pool %zu", r.n_reused_pool);
     CHECK(r.n_computed == 153 - r.n_reused_own - r.n_reused_pool);
@@ -85,7 +70,7 @@ static uint64_t scenario_prefix(bool diff, bool dedup) {
     dj_token q[170];
     memcpy(q, p, 150 * sizeof *q);
     for (size_t i = 0; i < 20; i++) q[150 + i] = U(i);
-    r = turn(e, b, q, 170, 3, &h, NULL);
+    r = test_turn(e, b, q, 170, 3, &h, NULL);
     CHECKF(r.n_reused_pool == (dedup ? 128u : 0u) && r.n_reused_own == 0, "pool %zu own %zu", r.n_reused_pool,
            r.n_reused_own);
     if (dedup) {
@@ -95,7 +80,7 @@ static uint64_t scenario_prefix(bool diff, bool dedup) {
     }
     /* A edits its middle: only the prefix before the edit is reused */
     p[80] = U(99);
-    r = turn(e, a, p, 153, 2, &h, NULL);
+    r = test_turn(e, a, p, 153, 2, &h, NULL);
     CHECKF(r.n_reused_own == (diff ? 80u : 0u), "own %zu after an edit at 80", r.n_reused_own);
     CHECK(r.n_reused_pool == (!diff && dedup ? 64u : 0u));
     engine_session_destroy(a);
@@ -116,10 +101,10 @@ static uint64_t scenario_pool(bool diff, bool dedup) {
     uint64_t h = DJ_FNV_OFFSET;
     dj_token p[200];
     for (size_t i = 0; i < 200; i++) p[i] = T(5000 + i);
-    turn(e, a, p, 100, 1, &h, NULL); /* A holds p[0, 100): block 1 partial */
-    struct dj_turn_result r = turn(e, b, p, 200, 1, &h, NULL); /* B seals blocks 0..2 */
+    test_turn(e, a, p, 100, 1, &h, NULL); /* A holds p[0, 100): block 1 partial */
+    struct dj_turn_result r = test_turn(e, b, p, 200, 1, &h, NULL); /* B seals blocks 0..2 */
     CHECK(r.n_reused_pool == (dedup ? 64u : 0u));
-    r = turn(e, a, p, 200, 1, &h, NULL);
+    r = test_turn(e, a, p, 200, 1, &h, NULL);
     if (dedup) /* A's partial block 1 is dropped for B's full one, then block 2 */
         CHECKF(r.n_reused_own == (diff ? 64u : 0u) && r.n_reused_pool == (diff ? 128u : 192u) && r.n_computed == 8,
                "own %zu pool %zu computed %zu",
@@ -127,7 +112,7 @@ static uint64_t scenario_pool(bool diff, bool dedup) {
     else CHECK(r.n_reused_own == (diff ? 100u : 0u) && r.n_reused_pool == 0);
     struct kv_pool_stats before, after;
     engine_pool_stats(e, &before);
-    r = turn(e, c, p, 128, 1, &h, NULL); /* block 1 holds the last token: computed, then canonicalized */
+    r = test_turn(e, c, p, 128, 1, &h, NULL); /* block 1 holds the last token: computed, then canonicalized */
     CHECK(r.n_reused_pool == (dedup ? 64u : 0u) && r.n_computed == (dedup ? 64u : 128u));
     engine_pool_stats(e, &after);
     if (dedup) {
@@ -158,8 +143,8 @@ static uint64_t scenario_pressure(bool diff, bool dedup, double budget, size_t *
     for (size_t i = 0; i < 240; i++) p[i] = T(9000 + i), q[i] = U(9000 + i);
     *parked = 0;
     for (int k = 0; k < 3; k++) {
-        *parked += turn(e, a, p, 200 + (size_t)k * 10, 2, &h, NULL).n_parked;
-        *parked += turn(e, b, q, 200 + (size_t)k * 10, 2, &h, NULL).n_parked;
+        *parked += test_turn(e, a, p, 200 + (size_t)k * 10, 2, &h, NULL).n_parked;
+        *parked += test_turn(e, b, q, 200 + (size_t)k * 10, 2, &h, NULL).n_parked;
     }
     engine_session_destroy(a);
     engine_session_destroy(b);
@@ -212,8 +197,8 @@ static void test_stats_line(void) {
     dj_token t[150];
     for (size_t i = 0; i < 150; i++) t[i] = T(i);
     uint64_t h = DJ_FNV_OFFSET;
-    turn(e, s, t, 140, 3, &h, NULL);
-    turn(e, s, t, 150, 3, &h, NULL);
+    test_turn(e, s, t, 140, 3, &h, NULL);
+    test_turn(e, s, t, 150, 3, &h, NULL);
     engine_destroy(e); /* destroys the session too */
     rewind(f);
     char line[4096];
