@@ -309,6 +309,19 @@ static int cmp_cand(const void *a, const void *b) {
     return x->j < y->j ? -1 : x->j > y->j;
 }
 
+/* pos/tok = the positions P + j (and their prompt tokens) of [P, P + R)
+ * whose src[j] is >= 0 (mapped: mapped true) or < 0; returns how many. */
+static size_t gather(const int64_t *src, bool mapped, size_t P, size_t R, const dj_token *prompt, uint32_t *pos,
+                     dj_token *tok) {
+    size_t m = 0;
+    for (size_t j = 0; j < R; j++)
+        if ((src[j] >= 0) == mapped) {
+            pos[m] = (uint32_t)(P + j);
+            tok[m++] = prompt[P + j];
+        }
+    return m;
+}
+
 /* old/n_old and snap: the session's tokens and sequence before the turn.
  * *done: the prompt's K/V and the last position's logits are computed.  A
  * resource failure here is not an error: the turn falls back to exact. */
@@ -372,18 +385,9 @@ static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, co
      * embedding at its position: computing it (probe to layer 0) is all the
      * candidates' layer-0 attention needs from the new tokens, which step c
      * recomputes whole anyway.  Then the candidates: layer 0, layer-1 K/V. */
-    size_t n_new = 0, n_cand = 0;
-    for (size_t j = 0; j < R; j++)
-        if (src[j] < 0) {
-            pos[n_new] = (uint32_t)(P + j);
-            tok[n_new++] = prompt[P + j];
-        }
+    const size_t n_new = gather(src, false, P, R, prompt, pos, tok);
     if (n_new && (st = ctx_probe_k(e->ctx, tok, pos, n_new, 0, dev))) goto fail;
-    for (size_t j = 0; j < R; j++)
-        if (src[j] >= 0) {
-            pos[n_cand] = (uint32_t)(P + j);
-            tok[n_cand++] = prompt[P + j];
-        }
+    const size_t n_cand = gather(src, true, P, R, prompt, pos, tok);
     if ((st = ctx_probe_k(e->ctx, tok, pos, n_cand, hp->n_layer > 1 ? 1 : 0, dev))) goto fail;
 
     /* c. recompute the new tokens and the candidates that deviate most */
@@ -392,12 +396,7 @@ static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, co
     size_t n_sel = (size_t)ceil((double)e->cfg.diff_recompute * (double)n_map);
     if (n_sel > n_map) n_sel = n_map;
     for (size_t i = 0; i < n_sel; i++) src[cand[i].j] = -1;
-    size_t n_c = 0;
-    for (size_t j = 0; j < R; j++)
-        if (src[j] < 0) {
-            pos[n_c] = (uint32_t)(P + j);
-            tok[n_c++] = prompt[P + j];
-        }
+    const size_t n_c = gather(src, false, P, R, prompt, pos, tok);
     if ((st = ctx_decode_at(e->ctx, tok, pos, n_c, e->logits))) goto fail;
 
     r->n_reused_approx = n_map - n_sel;
