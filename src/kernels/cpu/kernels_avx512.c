@@ -6,23 +6,14 @@
  *   - float types: one 16-lane accumulator, element i in lane i % 16,
  *     fma over k in order, masked loads for the tail, then the fixed tree
  *     of hsum16.
- *   - q8_0 (x q8_0): two blocks (64 values) per step: the exact int32
- *     dot in 16 lanes (lanes 0-7 first block, 8-15 second) by one vpdpbusd,
- *     then acc = fma(float(lanes), [d_w*d_a]x8 | [d_w'*d_a']x8, acc).  An odd
- *     last block runs the same step with the second half zero.
- *     vpdpbusd multiplies unsigned by signed bytes, so the weight goes in as
- *     an unsigned byte, w + 128 (w ^ 0x80), and the int accumulator starts
- *     at -128 times the activation's 4-byte sums, which cancels the offset
- *     exactly.  That correction depends on the token only, so a tile
- *     computes it once per token for all its rows.
- *   - q4_0 (x q8_0): 16 rows in the 16 lanes, one fma per block into each
- *     pair's lane, no lane tree (see the q4_0 section).
+ *   - q4_0 and q8_0 (x q8_0): 16 rows in the 16 lanes, one fma per block
+ *     into each pair's lane, no lane tree (see the q4_0/q8_0 section).
  *   - q4_K, q6_K (x q8_K): the exact int32 dot of a super-block in 16 lanes
  *     (vpmaddubsw, then vpdpwssd with the sub-block scales as words), then
  *     one (q4_K: two) fma per super-block into the float accumulator.
  *
- * Tiles (rows x tokens): 6x4 for f16, 4x4 for the other float types and
- * q8_0, 16 x 8 for q4_0 (see q4_0_matmul), 2x4
+ * Tiles (rows x tokens): 6x4 for f16, 4x4 for the other float types,
+ * 16 x 8 for q4_0 and q8_0 (see q16_matmul), 2x4
  * for the k-quants (two accumulators per pair; 2x4 measured ~10-30% faster
  * than 4x2 there); up to 2 tokens, 1-row tiles (cpu/tile.h; f16 past
  * k = 4096: 6-row; f16 prefill visits its tiles in its own order, see
@@ -220,86 +211,38 @@ static float f16_dot(int64_t k, const void *w, const void *a) {
 }
 DJ_TILED_KERNEL(bf16, 1)
 
-/* ---- q8_0 x q8_0 ---------------------------------------------------------------------- */
-
-/* The 32 value bytes of two q8_0 blocks (the second NULL: zeros). */
-static inline __m512i q8_0_load2(const uint8_t *b0, const uint8_t *b1) {
-    const __m256i lo = _mm256_loadu_si256((const __m256i *)(b0 + 2));
-    if (!b1) return _mm512_zextsi256_si512(lo);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
-}
-
-/* One step of two blocks (or one: `two` false) for an MR x NT tile. */
-static inline DJ_ALWAYS_INLINE void q8_step(const int MR, const int NT, const int two, int64_t ib,
-                                            const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                                            __m512 acc[4][4]) {
-    const size_t bs = sizeof(struct dj_block_q8_0);
-    const __m512i off = _mm512_set1_epi8((char)0x80);
-    __m512i wq[4];
-    __m512 wd[4];
-    DJ_UNROLL for (int i = 0; i < MR; i++) {
-        const uint8_t *p = w + (size_t)i * ws + (size_t)ib * bs;
-        const uint8_t *p1 = two ? p + bs : NULL;
-        wq[i] = _mm512_xor_si512(q8_0_load2(p, p1), off);
-        wd[i] = scales2(p, p1);
-    }
-    DJ_UNROLL for (int j = 0; j < NT; j++) {
-        const uint8_t *q = a + (size_t)j * as + (size_t)ib * bs;
-        const uint8_t *q1 = two ? q + bs : NULL;
-        const __m512i aq = q8_0_load2(q, q1);
-        const __m512i zero = _mm512_setzero_si512();
-        const __m512i ncorr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, aq));
-        const __m512 ad = scales2(q, q1);
-        DJ_UNROLL for (int i = 0; i < MR; i++) {
-            const __m512i x = _mm512_dpbusd_epi32(ncorr, wq[i], aq);
-            acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), _mm512_mul_ps(wd[i], ad), acc[i][j]);
-        }
-    }
-}
-
-static inline DJ_ALWAYS_INLINE void q8_0_body(const int MR, const int NT, int64_t k, const uint8_t *w,
-                                              size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc) {
-    const int64_t nb = k / 32;
-    __m512 acc[4][4];
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        acc[i][j] = _mm512_setzero_ps();
-    int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2) q8_step(MR, NT, 1, ib, w, ws, a, as, acc);
-    if (ib < nb) q8_step(MR, NT, 0, ib, w, ws, a, as, acc);
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        c[j * ldc + i] = hsum16(acc[i][j]);
-}
-
-DJ_TILES_4x4(q8_0)
-DJ_TILED_KERNEL(q8_0, 1)
-
-
-/* ---- q4_0 x q8_0: 16 rows in the 16 lanes ---------------------------------------------
+/* ---- q4_0 and q8_0 x q8_0: 16 rows in the 16 lanes --------------------------------------
  *
  * Per (row, token) pair, blocks b = 0 .. nb-1 in order:
  *
  *     acc = fma(float(isum_b), d_w[b] * d_a[b], acc)      (acc starts at 0; the result)
  *
- * isum_b = sum over the block of (nibble - 8) * a, exact in int32: vpdpbusd of the raw
- * nibbles (unsigned bytes) with the activation bytes, started from -8 * sum(a), which a
- * token's q4_0_tok holds per block.  No lane tree: each pair's float chain lives in one
- * lane.  A group of 16 consecutive rows puts row i in lane i (q4_0_unpack16 transposes
- * one block of the 16 rows: 4-byte groups of nibbles of one row per lane, so one
- * activation dword, broadcast, serves all 16 rows), and a token's 16 results are one
- * store into c's row.  Compared with the former layout (two blocks of one row per
- * vector, a 16-lane tree per pair), this drops the per-row scale shuffles and the
- * per-pair horizontal sums.  Measured on Zen 5, 1 thread (bench_kernels, 2048 rows):
- * decode from DRAM k = 2048 16.5 -> 23-25 GB/s, k = 5632 16.9 -> 23-25 GB/s; from cache
- * 35 -> 45-51 Gweights/s; prefill (512 tokens) k = 2048 186-231 -> 440-530 GFLOP/s.
+ * isum_b = the block's integer dot, exact in int32 by vpdpbusd, which multiplies
+ * unsigned by signed bytes: the weight goes in unsigned and the sum starts from a
+ * correction that depends on the token's block only (q16_tok.ncorr):
+ *   - q4_0: the raw nibbles n = w + 8, correction -8 * sum(a);
+ *   - q8_0: w ^ 0x80 = w + 128, correction -128 * sum(a).
+ * |isum| <= 32 * 255 * 128 + 128 * 32 * 128 < 2^21: no overflow.  No lane tree: each
+ * pair's float chain lives in one lane.  A group of 16 consecutive rows puts row i in
+ * lane i (q16_unpack transposes one block of the 16 rows: 4-byte groups of one row per
+ * lane, so one activation dword, broadcast, serves all 16 rows), and a token's 16
+ * results are one store into c's row.
+ *
+ * q4_0, compared with its former layout (two blocks of one row per vector, a 16-lane
+ * tree per pair), Zen 5, 1 thread (bench_kernels, 2048 rows): decode from DRAM
+ * k = 2048 16.5 -> 23-25 GB/s, k = 5632 16.9 -> 23-25 GB/s; from cache 35 -> 45-51
+ * Gweights/s; prefill (512 tokens) k = 2048 186-231 -> 440-530 GFLOP/s.  q8_0 moved to
+ * this layout from 4 x 4 tiles of two blocks per vector (a 16-lane tree per pair); see
+ * docs/BENCHMARKS.md for what that measured.
  *
  * Every path (decode on the raw rows, prefill on a per-call transposed copy, the dot
  * with all 16 lanes on the same row, the groups at the end of a row range that overlap
- * the previous one and store only their new lanes) runs q4_0_fma16 per pair and block,
+ * the previous one and store only their new lanes) runs q16_fma per pair and block,
  * so matmul == dot bitwise whatever the batch, tile and row split. */
 
-struct q4_0_tok { float d; int32_t ncorr; }; /* one token's block: d_a as float, -8 * sum of its values */
+struct q16_tok { float d; int32_t ncorr; }; /* one token's block: d_a as float, the isum's start */
 
-static void q4_0_prep_tok(int64_t nb, const uint8_t *a, struct q4_0_tok *o) {
+static inline DJ_ALWAYS_INLINE void q16_prep_tok(const int q8, int64_t nb, const uint8_t *a, struct q16_tok *o) {
     const __m256i x80 = _mm256_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++, a += sizeof(struct dj_block_q8_0)) {
         /* sum of the 32 signed bytes: sad of (a + 128) against 0, minus 32 * 128 */
@@ -308,7 +251,7 @@ static void q4_0_prep_tok(int64_t nb, const uint8_t *a, struct q4_0_tok *o) {
         const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         const int64_t sum = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 32 * 128;
         o[b].d = f16_to_f32(a);
-        o[b].ncorr = (int32_t)(-8 * sum);
+        o[b].ncorr = (int32_t)((q8 ? -128 : -8) * sum);
     }
 }
 
@@ -317,7 +260,7 @@ static void q4_0_prep_tok(int64_t nb, const uint8_t *a, struct q4_0_tok *o) {
  * the previous gather on Zen 5 (each gather serialized behind the last: ~30% of the
  * decode loop's samples sat on it).  Here the mask comes from k0 and the destination is
  * zeroed first, so consecutive gathers are independent. */
-static inline __m512i q4_0_gather16(const uint8_t *p, __m512i vidx) {
+static inline __m512i q16_gather(const uint8_t *p, __m512i vidx) {
     __m512i r = _mm512_setzero_si512();
     __mmask16 k;
     __asm__("kxnorw %%k0, %%k0, %[k]\n\t"
@@ -327,19 +270,15 @@ static inline __m512i q4_0_gather16(const uint8_t *p, __m512i vidx) {
     return r;
 }
 
-/* One block of 16 rows (row i at p + i * ws, p = the block in row 0; ws = 0: the same row
- * in every lane), lanes = rows: q[j] (j < 4) lane i = the low nibbles of row i's bytes
- * 4j..4j+3 (elements 4j..4j+3), q[4 + j] their high nibbles (elements 16+4j..16+4j+3),
- * as bytes; *d lane i = row i's scale.  vidx = i * ws per lane. */
-static inline DJ_ALWAYS_INLINE void q4_0_unpack16(const uint8_t *p, size_t ws, __m512i vidx, __m512i q[8],
-                                                  __m512 *d) {
+/* 16 bytes of 16 rows (row i at p + i * ws), transposed: pj[j] lane i = row i's bytes
+ * 4j..4j+3. */
+static inline DJ_ALWAYS_INLINE void q16_transpose(const uint8_t *p, size_t ws, __m512i pj[4]) {
     /* from [rows 4g..4g+3 : dwords 0-3 each] x 2: dword j of 8 rows, then dword j + 1 */
     const __m512i i01 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
     const __m512i i23 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i r[4];
     DJ_UNROLL for (int g = 0; g < 4; g++) {
-        const uint8_t *pg = p + (size_t)(4 * g) * ws + 2;
+        const uint8_t *pg = p + (size_t)(4 * g) * ws;
         r[g] = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)pg));
         r[g] = _mm512_mask_broadcast_i32x4(r[g], 0x00F0, _mm_loadu_si128((const __m128i *)(pg + ws)));
         r[g] = _mm512_mask_broadcast_i32x4(r[g], 0x0F00, _mm_loadu_si128((const __m128i *)(pg + 2 * ws)));
@@ -347,19 +286,40 @@ static inline DJ_ALWAYS_INLINE void q4_0_unpack16(const uint8_t *p, size_t ws, _
     }
     const __m512i t0 = _mm512_permutex2var_epi32(r[0], i01, r[1]), t1 = _mm512_permutex2var_epi32(r[0], i23, r[1]);
     const __m512i t2 = _mm512_permutex2var_epi32(r[2], i01, r[3]), t3 = _mm512_permutex2var_epi32(r[2], i23, r[3]);
-    const __m512i pj[4] = {_mm512_shuffle_i64x2(t0, t2, 0x44), _mm512_shuffle_i64x2(t0, t2, 0xEE),
-                           _mm512_shuffle_i64x2(t1, t3, 0x44), _mm512_shuffle_i64x2(t1, t3, 0xEE)};
-    DJ_UNROLL for (int j = 0; j < 4; j++) {
-        q[j] = _mm512_and_si512(pj[j], m4);
-        q[4 + j] = _mm512_and_si512(_mm512_srli_epi32(pj[j], 4), m4);
+    pj[0] = _mm512_shuffle_i64x2(t0, t2, 0x44);
+    pj[1] = _mm512_shuffle_i64x2(t0, t2, 0xEE);
+    pj[2] = _mm512_shuffle_i64x2(t1, t3, 0x44);
+    pj[3] = _mm512_shuffle_i64x2(t1, t3, 0xEE);
+}
+
+/* One block of 16 rows (row i at p + i * ws, p = the block in row 0; ws = 0: the same row
+ * in every lane), lanes = rows, as unsigned bytes: q[j] (j < 4) lane i = row i's
+ * elements 4j..4j+3, q[4 + j] its elements 16+4j..16+4j+3 (q4_0: the low and the high
+ * nibbles of bytes 4j..4j+3; q8_0: bytes 4j.. and 16+4j.., ^ 0x80); *d lane i = row i's
+ * scale.  vidx = i * ws per lane. */
+static inline DJ_ALWAYS_INLINE void q16_unpack(const int q8, const uint8_t *p, size_t ws, __m512i vidx,
+                                               __m512i q[8], __m512 *d) {
+    __m512i pj[4];
+    q16_transpose(p + 2, ws, pj);
+    if (q8) {
+        const __m512i x80 = _mm512_set1_epi8((char)0x80);
+        DJ_UNROLL for (int j = 0; j < 4; j++) q[j] = _mm512_xor_si512(pj[j], x80);
+        q16_transpose(p + 18, ws, pj);
+        DJ_UNROLL for (int j = 0; j < 4; j++) q[4 + j] = _mm512_xor_si512(pj[j], x80);
+    } else {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        DJ_UNROLL for (int j = 0; j < 4; j++) {
+            q[j] = _mm512_and_si512(pj[j], m4);
+            q[4 + j] = _mm512_and_si512(_mm512_srli_epi32(pj[j], 4), m4);
+        }
     }
-    *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(q4_0_gather16(p, vidx)));
+    *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(q16_gather(p, vidx)));
 }
 
 /* acc + one block's term for 16 rows and one token (ab: its q8_0 block): the float
  * operations of every pair, on every path. */
-static inline DJ_ALWAYS_INLINE __m512 q4_0_fma16(const __m512i q[8], __m512 dw, const uint8_t *ab,
-                                                 struct q4_0_tok t, __m512 acc) {
+static inline DJ_ALWAYS_INLINE __m512 q16_fma(const __m512i q[8], __m512 dw, const uint8_t *ab, struct q16_tok t,
+                                              __m512 acc) {
     __m512i s0 = _mm512_set1_epi32(t.ncorr), s1 = _mm512_setzero_si512();
     DJ_UNROLL for (int j = 0; j < 4; j++) {
         s0 = _mm512_dpbusd_epi32(s0, q[j], _mm512_set1_epi32((int)dj_load_u32(ab + 2 + 4 * j)));
@@ -369,21 +329,26 @@ static inline DJ_ALWAYS_INLINE __m512 q4_0_fma16(const __m512i q[8], __m512 dw, 
     return _mm512_fmadd_ps(x, _mm512_mul_ps(dw, _mm512_set1_ps(t.d)), acc);
 }
 
-static inline __m512i q4_0_vidx(size_t ws) {
+static inline __m512i q16_vidx(size_t ws) {
     return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                               _mm512_set1_epi32((int)ws));
 }
 
-/* Decode: 16 rows from w (ws apart) x NT tokens (a, as apart; tp: their q4_0_tok rows,
+static inline size_t q16_wbs(const int q8) { return q8 ? sizeof(struct dj_block_q8_0) : sizeof(struct dj_block_q4_0); }
+
+/* Decode: 16 rows from w (ws apart) x NT tokens (a, as apart; tp: their q16_tok rows,
  * nb apart) on the raw blocks; lanes in m stored to c[j * ldc + i]. */
-static inline DJ_ALWAYS_INLINE void q4_0_gemv16(const int NT, int64_t nb, const uint8_t *w, size_t ws,
-                                                const uint8_t *a, size_t as, const struct q4_0_tok *tp,
-                                                float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {
-    const __m512i vidx = q4_0_vidx(ws);
-    /* pf (unless NULL): the next group, prefetched at the pace this one is read.  The 16
-     * interleaved row streams defeat the hardware prefetchers: without it decode from DRAM
-     * ran at 5.6 GB/s (2048 x 2048, 1 thread), with it 23-25 GB/s (former kernel 16.5). */
+static inline DJ_ALWAYS_INLINE void q16_gemv_body(const int q8, const int NT, int64_t nb, const uint8_t *w,
+                                                  size_t ws, const uint8_t *a, size_t as,
+                                                  const struct q16_tok *tp, float *c, int64_t ldc, __mmask16 m,
+                                                  const uint8_t *pf) {
+    const __m512i vidx = q16_vidx(ws);
+    /* pf (unless NULL): the next group, prefetched at the pace this one is read (the
+     * group's 16 blocks: 288 bytes for q4_0, 544 for q8_0).  The 16 interleaved row
+     * streams defeat the hardware prefetchers: without it q4_0 decode from DRAM ran at
+     * 5.6 GB/s (2048 x 2048, 1 thread), with it 23-25 GB/s. */
     const size_t pstep = 16 * ws / (size_t)nb;
+    const int plines = q8 ? 9 : 5;
     __m512 acc[2];
     DJ_UNROLL for (int j = 0; j < NT; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -391,43 +356,44 @@ static inline DJ_ALWAYS_INLINE void q4_0_gemv16(const int NT, int64_t nb, const 
         __m512 dw;
         if (pf) {
             const uint8_t *pb = pf + (size_t)b * pstep;
-            DJ_UNROLL for (int l = 0; l < 5; l++) _mm_prefetch((const char *)(pb + 64 * l), _MM_HINT_T0);
+            DJ_UNROLL for (int l = 0; l < plines; l++) _mm_prefetch((const char *)(pb + 64 * l), _MM_HINT_T0);
         }
-        q4_0_unpack16(w + (size_t)b * sizeof(struct dj_block_q4_0), ws, vidx, q, &dw);
+        q16_unpack(q8, w + (size_t)b * q16_wbs(q8), ws, vidx, q, &dw);
         DJ_UNROLL for (int j = 0; j < NT; j++)
-            acc[j] = q4_0_fma16(q, dw, a + (size_t)j * as + (size_t)b * sizeof(struct dj_block_q8_0),
-                                tp[j * nb + b], acc[j]);
+            acc[j] = q16_fma(q, dw, a + (size_t)j * as + (size_t)b * sizeof(struct dj_block_q8_0), tp[j * nb + b],
+                             acc[j]);
     }
     DJ_UNROLL for (int j = 0; j < NT; j++) _mm512_mask_storeu_ps(c + j * ldc, m, acc[j]);
 }
-static void q4_0_gemv16_1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                          const struct q4_0_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {
-    q4_0_gemv16(1, nb, w, ws, a, as, tp, c, ldc, m, pf);
-}
-static void q4_0_gemv16_2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                          const struct q4_0_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {
-    q4_0_gemv16(2, nb, w, ws, a, as, tp, c, ldc, m, pf);
-}
+typedef void (*q16_gemv_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                            const struct q16_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf);
+#define Q16_GEMV(T, Q8, N)                                                                              \
+    static void T##_gemv16_##N(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,      \
+                               const struct q16_tok *tp, float *c, int64_t ldc, __mmask16 m,              \
+                               const uint8_t *pf) {                                                       \
+        q16_gemv_body(Q8, N, nb, w, ws, a, as, tp, c, ldc, m, pf);                                        \
+    }
+Q16_GEMV(q4_0, 0, 1) Q16_GEMV(q4_0, 0, 2) Q16_GEMV(q8_0, 1, 1) Q16_GEMV(q8_0, 1, 2)
 
-/* Prefill: a slab of nbs blocks of 16 rows, transposed once per call (q4_0_wblk) and
+/* Prefill: a slab of nbs blocks of 16 rows, transposed once per call (q16_wblk) and
  * used by all the tokens of a chunk, NT at a time; a (the tokens' block at the slab's
  * start, as apart) and tp likewise (tps apart).  The accumulators come from and go back
  * to accb (token j at accb[j]) between slabs, exactly; the last slab stores them. */
-struct q4_0_wblk { __m512i q[8]; __m512 d; };
-#define Q4_0_NT 8
-#define Q4_0_SLAB 32 /* blocks per slab: 18 KiB of transposed weights, in L1 */
+struct q16_wblk { __m512i q[8]; __m512 d; };
+#define Q16_NT 8
+#define Q16_SLAB 32 /* blocks per slab: 18 KiB of transposed weights, in L1 */
 
-static inline DJ_ALWAYS_INLINE void q4_0_gemm16_body(const int NT, int64_t nbs, int first, int last,
-                                                     const struct q4_0_wblk *wp, const uint8_t *a, size_t as,
-                                                     const struct q4_0_tok *tp, int64_t tps, __m512 *accb,
-                                                     float *c, int64_t ldc, __mmask16 m) {
-    __m512 acc[Q4_0_NT];
+static inline DJ_ALWAYS_INLINE void q16_gemm_body(const int NT, int64_t nbs, int first, int last,
+                                                  const struct q16_wblk *wp, const uint8_t *a, size_t as,
+                                                  const struct q16_tok *tp, int64_t tps, __m512 *accb, float *c,
+                                                  int64_t ldc, __mmask16 m) {
+    __m512 acc[Q16_NT];
     DJ_UNROLL for (int j = 0; j < NT; j++) acc[j] = first ? _mm512_setzero_ps() : accb[j];
     for (int64_t b = 0; b < nbs; b++) {
-        const struct q4_0_wblk *wb = wp + b;
+        const struct q16_wblk *wb = wp + b;
         DJ_UNROLL for (int j = 0; j < NT; j++)
-            acc[j] = q4_0_fma16(wb->q, wb->d, a + (size_t)j * as + (size_t)b * sizeof(struct dj_block_q8_0),
-                                tp[j * tps + b], acc[j]);
+            acc[j] = q16_fma(wb->q, wb->d, a + (size_t)j * as + (size_t)b * sizeof(struct dj_block_q8_0),
+                             tp[j * tps + b], acc[j]);
     }
     if (last) {
         DJ_UNROLL for (int j = 0; j < NT; j++) _mm512_mask_storeu_ps(c + j * ldc, m, acc[j]);
@@ -436,24 +402,21 @@ static inline DJ_ALWAYS_INLINE void q4_0_gemm16_body(const int NT, int64_t nbs, 
     }
 }
 
-typedef void (*q4_0_gemm16_fn)(int64_t nbs, int first, int last, const struct q4_0_wblk *wp, const uint8_t *a,
-                               size_t as, const struct q4_0_tok *tp, int64_t tps, __m512 *accb, float *c,
-                               int64_t ldc, __mmask16 m);
-#define Q4_0_GEMM16(N)                                                                                      \
-    static void q4_0_gemm16_##N(int64_t nbs, int first, int last, const struct q4_0_wblk *wp,               \
-                                const uint8_t *a, size_t as, const struct q4_0_tok *tp, int64_t tps,        \
-                                __m512 *accb, float *c, int64_t ldc, __mmask16 m) {                         \
-        q4_0_gemm16_body(N, nbs, first, last, wp, a, as, tp, tps, accb, c, ldc, m);                         \
+typedef void (*q16_gemm_fn)(int64_t nbs, int first, int last, const struct q16_wblk *wp, const uint8_t *a,
+                            size_t as, const struct q16_tok *tp, int64_t tps, __m512 *accb, float *c, int64_t ldc,
+                            __mmask16 m);
+#define Q16_GEMM(N)                                                                                         \
+    static void q16_gemm_##N(int64_t nbs, int first, int last, const struct q16_wblk *wp, const uint8_t *a, \
+                             size_t as, const struct q16_tok *tp, int64_t tps, __m512 *accb, float *c,       \
+                             int64_t ldc, __mmask16 m) {                                                     \
+        q16_gemm_body(N, nbs, first, last, wp, a, as, tp, tps, accb, c, ldc, m);                             \
     }
-Q4_0_GEMM16(1) Q4_0_GEMM16(2) Q4_0_GEMM16(3) Q4_0_GEMM16(4)
-Q4_0_GEMM16(5) Q4_0_GEMM16(6) Q4_0_GEMM16(7) Q4_0_GEMM16(8)
-static const q4_0_gemm16_fn q4_0_gemm16_tab[Q4_0_NT] = {q4_0_gemm16_1, q4_0_gemm16_2, q4_0_gemm16_3,
-                                                        q4_0_gemm16_4, q4_0_gemm16_5, q4_0_gemm16_6,
-                                                        q4_0_gemm16_7, q4_0_gemm16_8};
+Q16_GEMM(1) Q16_GEMM(2) Q16_GEMM(3) Q16_GEMM(4) Q16_GEMM(5) Q16_GEMM(6) Q16_GEMM(7) Q16_GEMM(8)
+static const q16_gemm_fn q16_gemm_tab[Q16_NT] = {q16_gemm_1, q16_gemm_2, q16_gemm_3, q16_gemm_4,
+                                                 q16_gemm_5, q16_gemm_6, q16_gemm_7, q16_gemm_8};
 
-/* Blocks [s0, s1) of 16 rows from w (ws apart) towards L1/L2. */
-static void q4_0_prefetch_slab(const uint8_t *w, size_t ws, int64_t s0, int64_t s1) {
-    const size_t bs = sizeof(struct dj_block_q4_0);
+/* Blocks [s0, s1) of 16 rows from w (ws apart, bs bytes a block) towards L1/L2. */
+static void q16_prefetch_slab(const uint8_t *w, size_t ws, size_t bs, int64_t s0, int64_t s1) {
     for (int i = 0; i < 16; i++) {
         const uint8_t *p = w + (size_t)i * ws;
         for (size_t o = (size_t)s0 * bs & ~(size_t)63; o < (size_t)s1 * bs; o += 64)
@@ -461,36 +424,38 @@ static void q4_0_prefetch_slab(const uint8_t *w, size_t ws, int64_t s0, int64_t 
     }
 }
 
-static void q4_0_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
-                        int64_t r0, int64_t r1, int64_t n_tok) {
+static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const void *wv, size_t ws, const void *av,
+                                               size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
+                                               int64_t n_tok) {
     const uint8_t *w = wv, *a = av;
-    const int64_t nb = k / DJ_QK4_0;
-    const size_t wbs = sizeof(struct dj_block_q4_0), abs_ = sizeof(struct dj_block_q8_0);
+    const int64_t nb = k / 32;
+    const size_t wbs = q16_wbs(q8), abs_ = sizeof(struct dj_block_q8_0);
+    const q16_gemv_fn gemv1 = q8 ? q8_0_gemv16_1 : q4_0_gemv16_1, gemv2 = q8 ? q8_0_gemv16_2 : q4_0_gemv16_2;
     DJ_ASSERT(ws <= (size_t)INT32_MAX / 16); /* gather offsets */
     const int gemv = n_tok <= DJ_SMALL_BATCH;
     /* prefill: token chunks of ~1 MiB of activations, read from L2/L3 by every 16-row
      * group of this thread; each chunk transposes the weights again, and 256 KiB chunks
-     * left that at 13-16% of the in-model pp512 profile vs ~8% (1.1B, 2 threads) */
+     * left that at 13-16% of the in-model q4_0 pp512 profile vs ~8% (1.1B, 2 threads) */
     int64_t tok_chunk = n_tok;
     if (!gemv) {
         tok_chunk = (int64_t)(((size_t)1024 << 10) / as);
-        tok_chunk -= tok_chunk % Q4_0_NT;
-        if (tok_chunk < Q4_0_NT) tok_chunk = Q4_0_NT;
+        tok_chunk -= tok_chunk % Q16_NT;
+        if (tok_chunk < Q16_NT) tok_chunk = Q16_NT;
         if (tok_chunk > n_tok) tok_chunk = n_tok;
     }
-    const size_t wp_bytes = gemv ? 0 : Q4_0_SLAB * sizeof(struct q4_0_wblk);
+    const size_t wp_bytes = gemv ? 0 : Q16_SLAB * sizeof(struct q16_wblk);
     const size_t accb_bytes = gemv ? 0 : (size_t)tok_chunk * sizeof(__m512);
-    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q4_0_tok);
+    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q16_tok);
     uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + 16 * ws);
-    struct q4_0_wblk *wp = (struct q4_0_wblk *)scr;
+    struct q16_wblk *wp = (struct q16_wblk *)scr;
     __m512 *accb = (__m512 *)(scr + wp_bytes);
-    struct q4_0_tok *tp = (struct q4_0_tok *)(scr + wp_bytes + accb_bytes);
+    struct q16_tok *tp = (struct q16_tok *)(scr + wp_bytes + accb_bytes);
     uint8_t *rows = scr + wp_bytes + accb_bytes + tp_bytes; /* a matrix of fewer than 16 rows, padded */
-    const __m512i vidx = q4_0_vidx(ws);
+    const __m512i vidx = q16_vidx(ws);
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
         const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
         const uint8_t *at = a + (size_t)t0 * as;
-        for (int64_t t = 0; t < nt_c; t++) q4_0_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
+        for (int64_t t = 0; t < nt_c; t++) q16_prep_tok(q8, nb, at + (size_t)t * as, tp + t * nb);
         for (int64_t r = r0; r < r1; r += 16) {
             /* the 16 rows from g0, storing lanes m: past the last full group, the 16 rows
              * ending at r1 (the rows before r are in the matrix, recomputed, not stored) */
@@ -513,37 +478,46 @@ static void q4_0_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
             float *cg = c + t0 * ldc + g0;
             if (gemv) {
                 const uint8_t *pf = r + 16 < r1 ? wg + 16 * ws : NULL;
-                if (nt_c == 1) q4_0_gemv16_1(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
-                else q4_0_gemv16_2(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
+                (nt_c == 1 ? gemv1 : gemv2)(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
                 continue;
             }
-            for (int64_t s0 = 0; s0 < nb; s0 += Q4_0_SLAB) {
-                const int64_t s1 = nb - s0 < Q4_0_SLAB ? nb : s0 + Q4_0_SLAB;
+            for (int64_t s0 = 0; s0 < nb; s0 += Q16_SLAB) {
+                const int64_t s1 = nb - s0 < Q16_SLAB ? nb : s0 + Q16_SLAB;
                 /* the next slab in this order (of this group, else the first of the next
                  * group): 16 interleaved row streams defeat the hardware prefetchers */
-                if (s1 < nb) q4_0_prefetch_slab(wg, ws, s1, nb - s1 < Q4_0_SLAB ? nb : s1 + Q4_0_SLAB);
-                else if (r + 32 <= r1) q4_0_prefetch_slab(wg + 16 * ws, ws, 0, nb < Q4_0_SLAB ? nb : Q4_0_SLAB);
+                if (s1 < nb) q16_prefetch_slab(wg, ws, wbs, s1, nb - s1 < Q16_SLAB ? nb : s1 + Q16_SLAB);
+                else if (r + 32 <= r1) q16_prefetch_slab(wg + 16 * ws, ws, wbs, 0, nb < Q16_SLAB ? nb : Q16_SLAB);
                 for (int64_t b = s0; b < s1; b++)
-                    q4_0_unpack16(wg + (size_t)b * wbs, ws, vidx, wp[b - s0].q, &wp[b - s0].d);
-                for (int64_t t = 0; t < nt_c; t += Q4_0_NT) {
-                    const int nt = (int)(nt_c - t < Q4_0_NT ? nt_c - t : Q4_0_NT);
-                    q4_0_gemm16_tab[nt - 1](s1 - s0, s0 == 0, s1 == nb, wp, at + (size_t)t * as + (size_t)s0 * abs_,
-                                            as, tp + t * nb + s0, nb, accb + t, cg + t * ldc, ldc, m);
+                    q16_unpack(q8, wg + (size_t)b * wbs, ws, vidx, wp[b - s0].q, &wp[b - s0].d);
+                for (int64_t t = 0; t < nt_c; t += Q16_NT) {
+                    const int nt = (int)(nt_c - t < Q16_NT ? nt_c - t : Q16_NT);
+                    q16_gemm_tab[nt - 1](s1 - s0, s0 == 0, s1 == nb, wp, at + (size_t)t * as + (size_t)s0 * abs_, as,
+                                         tp + t * nb + s0, nb, accb + t, cg + t * ldc, ldc, m);
                 }
             }
         }
     }
 }
+static void q4_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    q16_matmul(0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
+static void q8_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    q16_matmul(1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
 
-/* The pair's q4_0_fma16 chain with the row in all 16 lanes; lane 0 stored. */
-static float q4_0_dot(int64_t k, const void *w, const void *a) {
-    const int64_t nb = k / DJ_QK4_0;
-    struct q4_0_tok *tp = dj_kernel_scratch((size_t)nb * sizeof *tp);
-    q4_0_prep_tok(nb, a, tp);
+/* The pair's q16_fma chain with the row in all 16 lanes; lane 0 stored. */
+static inline DJ_ALWAYS_INLINE float q16_dot(const int q8, int64_t k, const void *w, const void *a) {
+    const int64_t nb = k / 32;
+    struct q16_tok *tp = dj_kernel_scratch((size_t)nb * sizeof *tp);
+    q16_prep_tok(q8, nb, a, tp);
     float c = 0;
-    q4_0_gemv16_1(nb, w, 0, a, 0, tp, &c, 0, 1, NULL);
+    (q8 ? q8_0_gemv16_1 : q4_0_gemv16_1)(nb, w, 0, a, 0, tp, &c, 0, 1, NULL);
     return c;
 }
+static float q4_0_dot(int64_t k, const void *w, const void *a) { return q16_dot(0, k, w, a); }
+static float q8_0_dot(int64_t k, const void *w, const void *a) { return q16_dot(1, k, w, a); }
 
 
 /* ---- q4_K x q8_K ---------------------------------------------------------------------- */
