@@ -25,6 +25,7 @@
  */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include <stddef.h>
 
 #include "core/fp16.h"
 #include "core/status.h"
@@ -415,8 +416,10 @@ Q16_GEMM(1) Q16_GEMM(2) Q16_GEMM(3) Q16_GEMM(4) Q16_GEMM(5) Q16_GEMM(6) Q16_GEMM
 static const q16_gemm_fn q16_gemm_tab[Q16_NT] = {q16_gemm_1, q16_gemm_2, q16_gemm_3, q16_gemm_4,
                                                  q16_gemm_5, q16_gemm_6, q16_gemm_7, q16_gemm_8};
 
-/* Blocks [s0, s1) of 16 rows from w (ws apart, bs bytes a block) towards L1/L2. */
-static void q16_prefetch_slab(const uint8_t *w, size_t ws, size_t bs, int64_t s0, int64_t s1) {
+/* Blocks [s0, s1) of 16 rows from w (ws apart, bs bytes a block) towards L1/L2.  Always
+ * inlined: as a function of its own, GCC 12 finds it "looping const" (prefetches have no
+ * effect it models) and deletes the calls. */
+static inline DJ_ALWAYS_INLINE void q16_prefetch_slab(const uint8_t *w, size_t ws, size_t bs, int64_t s0, int64_t s1) {
     for (int i = 0; i < 16; i++) {
         const uint8_t *p = w + (size_t)i * ws;
         for (size_t o = (size_t)s0 * bs & ~(size_t)63; o < (size_t)s1 * bs; o += 64)
@@ -520,63 +523,276 @@ static float q4_0_dot(int64_t k, const void *w, const void *a) { return q16_dot(
 static float q8_0_dot(int64_t k, const void *w, const void *a) { return q16_dot(1, k, w, a); }
 
 
-/* ---- q4_K x q8_K ---------------------------------------------------------------------- */
+/* ---- q4_K x q8_K: 16 rows in the 16 lanes ---------------------------------------------
+ *
+ * Per (row, token) pair, super-blocks b = 0 .. nb-1 in order:
+ *
+ *     isum = sum over sub-blocks s of sc_s * (sum over s of q * a)       exact in int32
+ *     imin = sum over s of m_s * (bsums[2s] + bsums[2s+1])                exact in int32
+ *     acc  = fma(float(isum), d_w * d_a, acc)
+ *     acc  = fnmadd(float(imin), dmin_w * d_a, acc)      (acc starts at 0; the result)
+ *
+ * |isum| <= 8 * 63 * 32 * 15 * 128 < 2^25, |imin| <= 8 * 63 * 4096 < 2^22.  As in the
+ * q4_0/q8_0 section, 16 consecutive rows sit in the 16 lanes: q4k_unpack transposes a
+ * slab of super-blocks of the 16 rows once (nibbles as bytes, 4 elements of one row per
+ * lane: one vpdpbusd per 4 elements of 16 rows and a broadcast activation dword), the
+ * sub-block sums take their scale by one vpmulld, the mins go in as word pairs by
+ * vpdpwssd, and every token of the chunk runs over the slab.  Decode, prefill and the
+ * dot (all lanes on one row) share q4k_gemm_body, so matmul == dot bitwise.  Compared
+ * with 2 x 4 tiles of one row's 64 elements per vector (vpmaddubsw + vpdpwssd per 64
+ * values and pair, a lane tree per pair): see docs/BENCHMARKS.md. */
 
-static inline DJ_ALWAYS_INLINE void q4_K_body(const int MR, const int NT, int64_t k,
-                                              const uint8_t *w, size_t ws, const uint8_t *a,
-                                              size_t as, float *c, int64_t ldc) {
+struct q4k_tok { float d; int32_t bs2[4]; }; /* d_a; words (bsum of s = 2t, of s = 2t + 1) */
+struct q4k_wblk { __m512i q[8][8]; __m512i sc[8]; __m512i m[4]; __m512 d, dmin; };
+#define Q4K_NT 8
+#define Q4K_SLAB 4 /* super-blocks per slab: 20 KiB of transposed weights, in L1 */
+
+static void q4k_prep_tok(int64_t nb, const uint8_t *a, struct q4k_tok *o) {
+    for (int64_t b = 0; b < nb; b++) {
+        const struct dj_block_q8_K *ab = (const struct dj_block_q8_K *)a + b;
+        o[b].d = ab->d;
+        for (int t = 0; t < 4; t++) {
+            const int s0 = ab->bsums[4 * t] + ab->bsums[4 * t + 1], s1 = ab->bsums[4 * t + 2] + ab->bsums[4 * t + 3];
+            o[b].bs2[t] = (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16);
+        }
+    }
+}
+
+/* From the first 16 bytes of 16 rows' super-block, transposed (pj: d | dmin << 16,
+ * scales 0-3, 4-7, 8-11): the q4k_wblk fields other than q. */
+static inline DJ_ALWAYS_INLINE void q4k_scales(const __m512i pj[4], __m512i sc[8], __m512i m[4], __m512 *d,
+                                               __m512 *dmin) {
+    *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pj[0]));
+    *dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(pj[0], 16)));
+    /* dj_q4_K_unpack_scales, lane-wise: the scales (mins) of sub-blocks 0-3 and 4-7 as bytes */
+    const __m512i c3f = _mm512_set1_epi8(0x3F), c0f = _mm512_set1_epi8(0x0F), c30 = _mm512_set1_epi8(0x30);
+    const __m512i u0 = pj[1], u1 = pj[2], u2 = pj[3];
+    const __m512i sc4[2] = {_mm512_and_si512(u0, c3f),
+                            _mm512_or_si512(_mm512_and_si512(u2, c0f),
+                                            _mm512_and_si512(_mm512_srli_epi32(u0, 2), c30))};
+    const __m512i m4b[2] = {_mm512_and_si512(u1, c3f),
+                            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), c0f),
+                                            _mm512_and_si512(_mm512_srli_epi32(u1, 2), c30))};
+    DJ_UNROLL for (int s = 0; s < 8; s++) {
+        const int b = s % 4; /* byte b of each dword to its low byte, the rest zero */
+        const __m512i ctl = _mm512_broadcast_i32x4(_mm_setr_epi32((int)(0x80808000u | (unsigned)b),
+                                                                   (int)(0x80808000u | (unsigned)(4 + b)),
+                                                                   (int)(0x80808000u | (unsigned)(8 + b)),
+                                                                   (int)(0x80808000u | (unsigned)(12 + b))));
+        sc[s] = _mm512_shuffle_epi8(sc4[s / 4], ctl);
+    }
+    DJ_UNROLL for (int t = 0; t < 4; t++) {
+        const unsigned b = 2u * (unsigned)(t % 2); /* bytes b, b + 1 of each dword to words 0, 1 */
+        unsigned v[4];
+        for (unsigned l = 0; l < 4; l++) v[l] = (4 * l + b) | 0x8000u | (4 * l + b + 1) << 16 | 0x80000000u;
+        const __m512i ctl = _mm512_broadcast_i32x4(_mm_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3]));
+        m[t] = _mm512_shuffle_epi8(m4b[t / 2], ctl);
+    }
+}
+
+/* One super-block of 16 rows (row i at p + i * ws; ws = 0: one row in every lane):
+ * q[s][j] lane i = row i's elements 4j..4j+3 of sub-block s as bytes, sc[s] its scale
+ * (int32), m[t] its mins of s = 2t, 2t + 1 (words), d and dmin as floats. */
+static inline DJ_ALWAYS_INLINE void q4k_unpack(const uint8_t *p, size_t ws, struct q4k_wblk *o) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    /* words 0-15 shift 0 (low nibbles), words 16-31 shift 4 (high nibbles) */
-    const __m512i nshift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    /* [m0 m0 m1 m1 .. m7 m7] from words [sc0..sc7 m0..m7] */
-    const __m256i midx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m512 acc[4][4];
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        acc[i][j] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < k / DJ_QK_K; ib++) {
-        const struct dj_block_q4_K *wb[4];
-        const struct dj_block_q8_K *ab[4];
-        __m512i smw[4], isum[4][4];
-        DJ_UNROLL for (int i = 0; i < MR; i++) {
-            wb[i] = (const struct dj_block_q4_K *)(w + (size_t)i * ws) + ib;
-            uint64_t sc, m;
-            dj_q4_K_unpack_scales(wb[i]->scales, &sc, &m);
-            smw[i] = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_set_epi64x((int64_t)m, (int64_t)sc)));
-        }
-        DJ_UNROLL for (int j = 0; j < NT; j++) {
-            ab[j] = (const struct dj_block_q8_K *)(a + (size_t)j * as) + ib;
-            DJ_UNROLL for (int i = 0; i < MR; i++) isum[i][j] = _mm512_setzero_si512();
-        }
-        DJ_UNROLL for (int ch = 0; ch < 4; ch++) { /* 64 elements: sub-blocks 2ch (low nibbles), 2ch+1 */
-            const __m512i sidx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * ch))),
-                                                    _mm256_set1_epi16((short)(2 * ch + 1)), 1);
-            __m512i q[4], sc[4];
-            DJ_UNROLL for (int i = 0; i < MR; i++) {
-                const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb[i]->qs + 32 * ch)));
-                q[i] = _mm512_and_si512(_mm512_srlv_epi16(b, nshift), m4);
-                sc[i] = _mm512_permutexvar_epi16(sidx, smw[i]);
-            }
-            DJ_UNROLL for (int j = 0; j < NT; j++) {
-                const __m512i av = _mm512_loadu_si512(ab[j]->qs + 64 * ch);
-                DJ_UNROLL for (int i = 0; i < MR; i++)
-                    isum[i][j] = _mm512_dpwssd_epi32(isum[i][j], _mm512_maddubs_epi16(q[i], av), sc[i]);
-            }
-        }
-        DJ_UNROLL for (int j = 0; j < NT; j++) {
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)ab[j]->bsums);
-            const __m512 d8 = _mm512_set1_ps(ab[j]->d);
-            DJ_UNROLL for (int i = 0; i < MR; i++) {
-                const __m512 d = _mm512_set1_ps(f16_to_f32((const uint8_t *)&wb[i]->d));
-                const __m512 dmin = _mm512_set1_ps(f16_to_f32((const uint8_t *)&wb[i]->dmin));
-                const __m256i mins = _mm256_permutexvar_epi16(midx, _mm512_castsi512_si256(smw[i]));
-                const __m512i imin = _mm512_zextsi256_si512(_mm256_madd_epi16(bs, mins));
-                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][j]), _mm512_mul_ps(d, d8), acc[i][j]);
-                acc[i][j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, d8), acc[i][j]);
+    __m512i pj[4];
+    DJ_UNROLL for (int ch = 0; ch < 4; ch++) {
+        DJ_UNROLL for (int h = 0; h < 2; h++) {
+            /* qs byte 32ch + e: low nibble element e of sub-block 2ch, high nibble of 2ch + 1 */
+            q16_transpose(p + offsetof(struct dj_block_q4_K, qs) + 32 * ch + 16 * h, ws, pj);
+            DJ_UNROLL for (int j = 0; j < 4; j++) {
+                o->q[2 * ch][4 * h + j] = _mm512_and_si512(pj[j], m4);
+                o->q[2 * ch + 1][4 * h + j] = _mm512_and_si512(_mm512_srli_epi32(pj[j], 4), m4);
             }
         }
     }
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        c[j * ldc + i] = hsum16(acc[i][j]);
+    q16_transpose(p, ws, pj);
+    q4k_scales(pj, o->sc, o->m, &o->d, &o->dmin);
+}
+
+/* acc + one super-block's terms for 16 rows and one token, from its exact isum: the
+ * float operations of every pair, on every path. */
+static inline DJ_ALWAYS_INLINE __m512 q4k_fma(__m512i isum, const __m512i m[4], __m512 d, __m512 dmin,
+                                              const struct q4k_tok *tk, __m512 acc) {
+    __m512i imin = _mm512_setzero_si512();
+    DJ_UNROLL for (int u = 0; u < 4; u++) imin = _mm512_dpwssd_epi32(imin, m[u], _mm512_set1_epi32(tk->bs2[u]));
+    const __m512 ad = _mm512_set1_ps(tk->d);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, ad), acc);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, ad), acc);
+}
+
+/* Decode: 16 rows from w (ws apart) x NT tokens on the raw super-blocks, each transposed
+ * 16 bytes at a time straight into the dot products (no q4k_wblk); pf (unless NULL): the
+ * next group, prefetched at the pace this one is read (2304 bytes a super-block). */
+static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, int64_t nb, const uint8_t *w, size_t ws,
+                                                  const uint8_t *a, size_t as, const struct q4k_tok *tp, float *c,
+                                                  int64_t ldc, __mmask16 msk, const uint8_t *pf) {
+    const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
+    const size_t wbs = sizeof(struct dj_block_q4_K), pstep = 16 * ws / (size_t)nb;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[2];
+    DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + (size_t)b * wbs, *ab = a + (size_t)b * abs_ + qso;
+        __m512i pj[4], sc[8], m[4], isum[2];
+        __m512 d, dmin;
+        q16_transpose(p, ws, pj);
+        q4k_scales(pj, sc, m, &d, &dmin);
+        DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
+        DJ_UNROLL for (int ch = 0; ch < 4; ch++) {
+            __m512i xl[2], xh[2];
+            DJ_UNROLL for (int t = 0; t < NT; t++) xl[t] = xh[t] = _mm512_setzero_si512();
+            DJ_UNROLL for (int h = 0; h < 2; h++) {
+                if (pf) { /* an eighth of the super-block's 36 lines per step: in one burst, 15-19 GB/s */
+                    const uint8_t *pb = pf + (size_t)b * pstep + (size_t)(2 * ch + h) * (pstep / 8);
+                    DJ_UNROLL for (int l = 0; l < 5; l++) _mm_prefetch((const char *)(pb + 64 * l), _MM_HINT_T0);
+                }
+                q16_transpose(p + offsetof(struct dj_block_q4_K, qs) + 32 * ch + 16 * h, ws, pj);
+                DJ_UNROLL for (int j = 0; j < 4; j++) {
+                    const __m512i lo = _mm512_and_si512(pj[j], m4), hi = _mm512_and_si512(_mm512_srli_epi32(pj[j], 4), m4);
+                    DJ_UNROLL for (int t = 0; t < NT; t++) {
+                        const uint8_t *at = ab + (size_t)t * as + 64 * ch + 16 * h + 4 * j;
+                        xl[t] = _mm512_dpbusd_epi32(xl[t], lo, _mm512_set1_epi32((int)dj_load_u32(at)));
+                        xh[t] = _mm512_dpbusd_epi32(xh[t], hi, _mm512_set1_epi32((int)dj_load_u32(at + 32)));
+                    }
+                }
+            }
+            DJ_UNROLL for (int t = 0; t < NT; t++)
+                isum[t] = _mm512_add_epi32(_mm512_add_epi32(isum[t], _mm512_mullo_epi32(xl[t], sc[2 * ch])),
+                                           _mm512_mullo_epi32(xh[t], sc[2 * ch + 1]));
+        }
+        DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = q4k_fma(isum[t], m, d, dmin, &tp[t * nb + b], acc[t]);
+    }
+    DJ_UNROLL for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(c + t * ldc, msk, acc[t]);
+}
+static void q4k_gemv_1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                       const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {
+    q4k_gemv_body(1, nb, w, ws, a, as, tp, c, ldc, m, pf);
+}
+static void q4k_gemv_2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                       const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {
+    q4k_gemv_body(2, nb, w, ws, a, as, tp, c, ldc, m, pf);
+}
+
+/* NT tokens (a: their q8_K block at the slab's start, as apart; tp: q4k_tok, tps apart)
+ * over nbs super-blocks of a slab; accumulators from/to accb between slabs (exact), the
+ * last slab stores lanes m to c[j * ldc + i]. */
+static inline DJ_ALWAYS_INLINE void q4k_gemm_body(const int NT, int64_t nbs, int first, int last,
+                                                  const struct q4k_wblk *wp, const uint8_t *a, size_t as,
+                                                  const struct q4k_tok *tp, int64_t tps, __m512 *accb, float *c,
+                                                  int64_t ldc, __mmask16 m) {
+    const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
+    __m512 acc[Q4K_NT];
+    DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = first ? _mm512_setzero_ps() : accb[t];
+    for (int64_t b = 0; b < nbs; b++) {
+        const struct q4k_wblk *wb = wp + b;
+        const uint8_t *ab = a + (size_t)b * abs_ + qso;
+        __m512i isum[Q4K_NT];
+        DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
+        for (int s = 0; s < 8; s++) {
+            __m512i x[Q4K_NT];
+            DJ_UNROLL for (int t = 0; t < NT; t++) x[t] = _mm512_setzero_si512();
+            DJ_UNROLL for (int j = 0; j < 8; j++) {
+                const __m512i w = wb->q[s][j];
+                DJ_UNROLL for (int t = 0; t < NT; t++)
+                    x[t] = _mm512_dpbusd_epi32(x[t], w,
+                                               _mm512_set1_epi32((int)dj_load_u32(ab + (size_t)t * as + 32 * s + 4 * j)));
+            }
+            DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(x[t], wb->sc[s]));
+        }
+        DJ_UNROLL for (int t = 0; t < NT; t++)
+            acc[t] = q4k_fma(isum[t], wb->m, wb->d, wb->dmin, &tp[t * tps + b], acc[t]);
+    }
+    if (last) {
+        DJ_UNROLL for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(c + t * ldc, m, acc[t]);
+    } else {
+        DJ_UNROLL for (int t = 0; t < NT; t++) accb[t] = acc[t];
+    }
+}
+typedef void (*q4k_gemm_fn)(int64_t nbs, int first, int last, const struct q4k_wblk *wp, const uint8_t *a,
+                            size_t as, const struct q4k_tok *tp, int64_t tps, __m512 *accb, float *c, int64_t ldc,
+                            __mmask16 m);
+#define Q4K_GEMM(N)                                                                                         \
+    static void q4k_gemm_##N(int64_t nbs, int first, int last, const struct q4k_wblk *wp, const uint8_t *a, \
+                             size_t as, const struct q4k_tok *tp, int64_t tps, __m512 *accb, float *c,       \
+                             int64_t ldc, __mmask16 m) {                                                     \
+        q4k_gemm_body(N, nbs, first, last, wp, a, as, tp, tps, accb, c, ldc, m);                             \
+    }
+Q4K_GEMM(1) Q4K_GEMM(2) Q4K_GEMM(3) Q4K_GEMM(4) Q4K_GEMM(5) Q4K_GEMM(6) Q4K_GEMM(7) Q4K_GEMM(8)
+static const q4k_gemm_fn q4k_gemm_tab[Q4K_NT] = {q4k_gemm_1, q4k_gemm_2, q4k_gemm_3, q4k_gemm_4,
+                                                 q4k_gemm_5, q4k_gemm_6, q4k_gemm_7, q4k_gemm_8};
+
+static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    const uint8_t *w = wv, *a = av;
+    const int64_t nb = k / DJ_QK_K;
+    const size_t wbs = sizeof(struct dj_block_q4_K), abs_ = sizeof(struct dj_block_q8_K);
+    int64_t tok_chunk = (int64_t)(((size_t)1024 << 10) / as); /* ~1 MiB of activations, as q16_matmul */
+    tok_chunk -= tok_chunk % Q4K_NT;
+    if (tok_chunk < Q4K_NT) tok_chunk = Q4K_NT;
+    if (tok_chunk > n_tok) tok_chunk = n_tok;
+    const size_t wp_bytes = Q4K_SLAB * sizeof(struct q4k_wblk), accb_bytes = (size_t)tok_chunk * sizeof(__m512);
+    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q4k_tok);
+    uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + 16 * ws);
+    struct q4k_wblk *wp = (struct q4k_wblk *)scr;
+    __m512 *accb = (__m512 *)(scr + wp_bytes);
+    struct q4k_tok *tp = (struct q4k_tok *)(scr + wp_bytes + accb_bytes);
+    uint8_t *rows = scr + wp_bytes + accb_bytes + tp_bytes; /* a matrix of fewer than 16 rows, padded */
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
+        const uint8_t *at = a + (size_t)t0 * as;
+        for (int64_t t = 0; t < nt_c; t++) q4k_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
+        for (int64_t r = r0; r < r1; r += 16) {
+            int64_t g0 = r; /* as in q16_matmul: past the last full group, the 16 rows ending at r1 */
+            __mmask16 m = 0xFFFF;
+            const uint8_t *wg = w + (size_t)r * ws;
+            if (r1 - r < 16) {
+                if (r1 >= 16) {
+                    g0 = r1 - 16;
+                    m = (__mmask16)(0xFFFFu << (r - g0));
+                    wg = w + (size_t)g0 * ws;
+                } else {
+                    for (int64_t i = 0; i < 16; i++)
+                        memcpy(rows + (size_t)i * ws, w + (size_t)(i < r1 ? i : r1 - 1) * ws, ws);
+                    g0 = 0;
+                    m = (__mmask16)(((1u << r1) - 1) & (0xFFFFu << r));
+                    wg = rows;
+                }
+            }
+            float *cg = c + t0 * ldc + g0;
+            if (n_tok <= DJ_SMALL_BATCH) {
+                const uint8_t *pf = r + 16 < r1 ? wg + 16 * ws : NULL;
+                (nt_c == 1 ? q4k_gemv_1 : q4k_gemv_2)(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
+                continue;
+            }
+            for (int64_t s0 = 0; s0 < nb; s0 += Q4K_SLAB) {
+                const int64_t s1 = nb - s0 < Q4K_SLAB ? nb : s0 + Q4K_SLAB;
+                for (int64_t b = s0; b < s1; b++) {
+                    /* the super-block a slab ahead (of this group, else of the next), paced
+                     * with the reads: the whole next slab at once (144 lines) left decode
+                     * from DRAM at 6-8 GB/s, 1 thread */
+                    const int64_t bp = b + Q4K_SLAB;
+                    if (bp < nb) q16_prefetch_slab(wg, ws, wbs, bp, bp + 1);
+                    else if (r + 32 <= r1) q16_prefetch_slab(wg + 16 * ws, ws, wbs, bp - nb, bp - nb + 1);
+                    q4k_unpack(wg + (size_t)b * wbs, ws, &wp[b - s0]);
+                }
+                for (int64_t t = 0; t < nt_c; t += Q4K_NT) {
+                    const int nt = (int)(nt_c - t < Q4K_NT ? nt_c - t : Q4K_NT);
+                    q4k_gemm_tab[nt - 1](s1 - s0, s0 == 0, s1 == nb, wp, at + (size_t)t * as + (size_t)s0 * abs_, as,
+                                         tp + t * nb + s0, nb, accb + t, cg + t * ldc, ldc, m);
+                }
+            }
+        }
+    }
+}
+/* The pair's chain with the row in all 16 lanes; lane 0 stored. */
+static float q4_K_dot(int64_t k, const void *w, const void *a) {
+    const int64_t nb = k / DJ_QK_K;
+    struct q4k_tok *tp = dj_kernel_scratch((size_t)nb * sizeof *tp);
+    q4k_prep_tok(nb, a, tp);
+    float c = 0;
+    q4k_gemv_1(nb, w, 0, a, 0, tp, &c, 0, 1, NULL);
+    return c;
 }
 
 /* ---- q6_K x q8_K ---------------------------------------------------------------------- */
@@ -645,9 +861,7 @@ static inline DJ_ALWAYS_INLINE void q6_K_body(const int MR, const int NT, int64_
         c[j * ldc + i] = hsum16(acc[i][j]);
 }
 
-DJ_TILES_2x4(q4_K)
 DJ_TILES_2x4(q6_K)
-DJ_TILED_KERNEL(q4_K, 1)
 DJ_TILED_KERNEL(q6_K, 1)
 
 /* ---- activation quantizers (bitwise equal to the reference: see ref.h) ---------------- */
