@@ -6,16 +6,18 @@
  *   - float types: one 16-lane accumulator, element i in lane i % 16,
  *     fma over k in order, masked loads for the tail, then the fixed tree
  *     of hsum16.
- *   - q4_0 and q8_0 (x q8_0): 16 rows in the 16 lanes, one fma per block
- *     into each pair's lane, no lane tree (see the q4_0/q8_0 section).
- *   - q4_K, q6_K (x q8_K): the exact int32 dot of a super-block in 16 lanes
+ *   - q4_0 and q8_0 (x q8_0), q4_K (x q8_K): 16 rows in the 16 lanes, the
+ *     exact int32 dot of a block (q4_K: super-block) per lane, then one fma
+ *     per block (q4_K: two per super-block) into each pair's lane, no lane
+ *     tree (see the q4_0/q8_0 and q4_K sections).
+ *   - q6_K (x q8_K): the exact int32 dot of a super-block in 16 lanes
  *     (vpmaddubsw, then vpdpwssd with the sub-block scales as words), then
- *     one (q4_K: two) fma per super-block into the float accumulator.
+ *     one fma per super-block into the float accumulator.
  *
  * Tiles (rows x tokens): 6x4 for f16, 4x4 for the other float types,
- * 16 x 8 for q4_0 and q8_0 (see q16_matmul), 2x4
- * for the k-quants (two accumulators per pair; 2x4 measured ~10-30% faster
- * than 4x2 there); up to 2 tokens, 1-row tiles (cpu/tile.h; f16 past
+ * 16 x 8 for q4_0, q8_0 and q4_K (see q16_matmul, q4_K_matmul), 2x4 for
+ * q6_K (two accumulators per pair; 2x4 measured ~10-30% faster than 4x2
+ * there); up to 2 tokens, 1-row tiles (cpu/tile.h; f16 past
  * k = 4096: 6-row; f16 prefill visits its tiles in its own order, see
  * f16_matmul and f16_matmul_kblocked).  All fused/rounded float operations
  * per pair are the same for every tile shape: that is the batch-invariance
@@ -537,8 +539,9 @@ static float q8_0_dot(int64_t k, const void *w, const void *a) { return q16_dot(
  * slab of super-blocks of the 16 rows once (nibbles as bytes, 4 elements of one row per
  * lane: one vpdpbusd per 4 elements of 16 rows and a broadcast activation dword), the
  * sub-block sums take their scale by one vpmulld, the mins go in as word pairs by
- * vpdpwssd, and every token of the chunk runs over the slab.  Decode, prefill and the
- * dot (all lanes on one row) share q4k_gemm_body, so matmul == dot bitwise.  Compared
+ * vpdpwssd, and every token of the chunk runs over the slab (q4k_gemm_body).  Decode and
+ * the dot (all lanes on one row) transpose as they go (q4k_gemv_body).  The integer sums
+ * are exact in any order and both end in q4k_fma, so matmul == dot bitwise.  Compared
  * with 2 x 4 tiles of one row's 64 elements per vector (vpmaddubsw + vpdpwssd per 64
  * values and pair, a lane tree per pair): see docs/BENCHMARKS.md. */
 
