@@ -70,6 +70,11 @@ typedef void (*dj_attn_scores_fn)(int64_t hd, const float *q, const float *k, si
                                   float scale, float *s);
 typedef void (*dj_attn_values_fn)(int64_t hd, const float *w, const float *v, size_t stride, int64_t n,
                                   float *out, bool acc);
+/* attn_softmax: s[p] = exp(s[p] - max) / sum over p of exp(s[q] - max), p in [0, n),
+ * n >= 1: one fixed sequence of operations on the row alone (the generic table: expf
+ * and a sum in double in position order; avx512: a 16-lane exp and 16 lanes of double
+ * sums, p % 16, combined in a fixed tree). */
+typedef void (*dj_attn_softmax_fn)(float *s, int64_t n);
 
 /* The kernels of one weight type; all NULL if the table has none for it. */
 struct dj_wtype_kernels {
@@ -88,6 +93,7 @@ struct dj_kernels {
                                                      dj_ref_quantize_act */
     dj_attn_scores_fn attn_scores;
     dj_attn_values_fn attn_values;
+    dj_attn_softmax_fn attn_softmax;
 };
 
 /* The table for this CPU (best ISA it supports, capped by DJ_ISA).  Never NULL. */

@@ -171,8 +171,8 @@ struct attn_job {
  * contexts is bound by these reads).  Items are dealt to threads in turn
  * (i, i + nth, ...), which balances the causal triangle.  Per query head the
  * arithmetic is the same whoever runs it and whatever else is in the batch:
- * scores in position order, softmax (sum in double), values in position
- * order (DESIGN.md §3). */
+ * scores in position order, the kernel table's softmax over the row, values
+ * in position order (DESIGN.md §3). */
 static void attn_task(void *arg, int ith, int nth) {
     const struct attn_job *j = arg;
     struct dj_context *c = j->c;
@@ -194,18 +194,7 @@ static void attn_task(void *arg, int ith, int nth) {
             for (int g = 0; g < group; g++)
                 c->kern->attn_scores(hd, q + (size_t)g * hd, kb, stride, nb, scale, sc + (size_t)g * n_ctx + p0);
         }
-        for (int g = 0; g < group; g++) {
-            float *s = sc + (size_t)g * n_ctx;
-            float mx = -INFINITY;
-            for (int64_t p = 0; p < n_keys; p++) mx = s[p] > mx ? s[p] : mx;
-            double sum = 0.0;
-            for (int64_t p = 0; p < n_keys; p++) {
-                s[p] = expf(s[p] - mx);
-                sum += (double)s[p];
-            }
-            const float inv = (float)(1.0 / sum);
-            for (int64_t p = 0; p < n_keys; p++) s[p] *= inv;
-        }
+        for (int g = 0; g < group; g++) c->kern->attn_softmax(sc + (size_t)g * n_ctx, n_keys);
         float *out = c->att + (size_t)t * n_head * hd + (size_t)hk * group * hd;
         for (int64_t p0 = 0; p0 < n_keys; p0 += (int64_t)bs) {
             const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;

@@ -7,7 +7,8 @@
  *  - positions accumulate in order: zero weights after a prefix give the
  *    prefix's sum, bitwise; and a sum cut into pieces (acc = true), as the
  *    paged KV cache does, equals one call, bitwise;
- *  - head dims that are not multiples of the vector width (8, 12, 40) work.
+ *  - head dims that are not multiples of the vector width (8, 12, 40) work;
+ *  - the softmax of a score row is within float rounding of a double reference.
  */
 #include <math.h>
 
@@ -79,13 +80,52 @@ static void check_table(const struct dj_kernels *k) {
     }
 }
 
+/* The softmax of a score row: within float rounding of exp(s - max) / sum computed in
+ * double, summing to 1, the element past the row untouched; the same row gives the same
+ * bits again. */
+static void check_softmax(const struct dj_kernels *k) {
+    struct trng r = {11};
+    const int64_t ns[] = {1, 7, 16, 17, 100, 4099};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+        const int64_t n = ns[a];
+        float *x = malloc((size_t)(n + 1) * sizeof(float)), *s = malloc((size_t)(n + 1) * sizeof(float));
+        float *s2 = malloc((size_t)(n + 1) * sizeof(float));
+        for (int64_t p = 0; p < n; p++) x[p] = 12.0f * trng_gauss(&r);
+        x[n] = 777.0f;
+        memcpy(s, x, (size_t)(n + 1) * sizeof(float));
+        memcpy(s2, x, (size_t)(n + 1) * sizeof(float));
+        k->attn_softmax(s, n);
+        k->attn_softmax(s2, n);
+        double mx = -INFINITY, sum = 0, got = 0;
+        for (int64_t p = 0; p < n; p++) mx = x[p] > mx ? x[p] : mx;
+        for (int64_t p = 0; p < n; p++) sum += exp((double)x[p] - mx);
+        int bad = 0;
+        for (int64_t p = 0; p < n; p++) {
+            /* s - max rounded to float first, as every table computes it (beyond Sterbenz's
+             * range that rounding alone moves exp by |s - max| * 2^-24 relative) */
+            const double ref = exp((double)(x[p] - (float)mx)) / sum;
+            bad += !(fabs(s[p] - ref) <= 1e-6 * ref + 1e-37);
+            got += s[p];
+        }
+        CHECKF(bad == 0, "%s softmax n %lld: %d values off", k->name, (long long)n, bad);
+        CHECKF(fabs(got - 1.0) < 1e-5, "%s softmax n %lld: sums to %.9g", k->name, (long long)n, got);
+        CHECKF(s[n] == 777.0f, "%s softmax n %lld: wrote past the row", k->name, (long long)n);
+        CHECKF(!memcmp(s, s2, (size_t)n * sizeof(float)), "%s softmax n %lld: not reproducible", k->name,
+               (long long)n);
+        free(x);
+        free(s);
+        free(s2);
+    }
+}
+
 int main(void) {
     int tables = 0;
     for (int isa = 0; isa < DJ_ISA_COUNT; isa++) {
         const struct dj_kernels *k = dj_kernels_for_isa((enum dj_isa)isa);
         if (!k) continue;
-        CHECK(k->attn_scores != NULL && k->attn_values != NULL);
+        CHECK(k->attn_scores != NULL && k->attn_values != NULL && k->attn_softmax != NULL);
         check_table(k);
+        check_softmax(k);
         tables++;
         printf("attention kernels: %s checked\n", k->name);
     }

@@ -12,6 +12,7 @@
  *     multiply-add per block (per super-block for the k-quants) into a
  *     single sum, in block order.
  */
+#include <math.h>
 #include <string.h>
 
 #include "core/fp16.h"
@@ -308,6 +309,18 @@ static void attn_values_generic(int64_t hd, const float *w, const float *v, size
         for (int64_t d = 0; d < hd; d++) out[d] += w[p] * v[d];
 }
 
+static void attn_softmax_generic(float *s, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t p = 0; p < n; p++) mx = s[p] > mx ? s[p] : mx;
+    double sum = 0.0;
+    for (int64_t p = 0; p < n; p++) {
+        s[p] = expf(s[p] - mx);
+        sum += (double)s[p];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t p = 0; p < n; p++) s[p] *= inv;
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 void dj_kernels_init_generic(struct dj_kernels *k) {
@@ -332,4 +345,5 @@ void dj_kernels_init_generic(struct dj_kernels *k) {
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
     k->attn_scores = attn_scores_generic;
     k->attn_values = attn_values_generic;
+    k->attn_softmax = attn_softmax_generic;
 }

@@ -26,7 +26,7 @@
 #if defined(__clang__)
 #define DJ_UNROLL _Pragma("clang loop unroll(full)")
 #else
-#define DJ_UNROLL _Pragma("GCC unroll 8")
+#define DJ_UNROLL _Pragma("GCC unroll 16")
 #endif
 
 typedef void (*dj_tile_shape_fn)(int64_t k, const uint8_t *w, size_t ws, const uint8_t *a,
