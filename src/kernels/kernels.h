@@ -70,6 +70,10 @@ typedef void (*dj_attn_scores_fn)(int64_t hd, const float *q, const float *k, si
                                   float scale, float *s);
 typedef void (*dj_attn_values_fn)(int64_t hd, const float *w, const float *v, size_t stride, int64_t n,
                                   float *out, bool acc);
+/* attn_values_n: attn_values for nr rows at once (row r: weights w[r], output out[r]),
+ * over the same n positions of V: each row's result is bitwise its attn_values. */
+typedef void (*dj_attn_values_n_fn)(int64_t hd, int nr, const float *const *w, const float *v, size_t stride,
+                                    int64_t n, float *const *out, bool acc);
 /* attn_softmax: s[p] = exp(s[p] - max) / sum over p of exp(s[q] - max), p in [0, n),
  * n >= 1: one fixed sequence of operations on the row alone (the generic table: expf
  * and a sum in double in position order; avx512: a 16-lane exp and 16 lanes of double
@@ -93,6 +97,7 @@ struct dj_kernels {
                                                      dj_ref_quantize_act */
     dj_attn_scores_fn attn_scores;
     dj_attn_values_fn attn_values;
+    dj_attn_values_n_fn attn_values_n;
     dj_attn_softmax_fn attn_softmax;
 };
 

@@ -52,7 +52,8 @@ struct dj_context {
     float *att;    /* (ub, n_head*hd) */
     float *ff_g;   /* (ub, n_ff) */
     float *ff_u;   /* (ub, n_ff) */
-    float *scores; /* (n_threads, GQA group, n_ctx) attention scores per thread */
+    float *scores; /* (n_threads, att_tile, GQA group, n_ctx) attention scores per thread */
+    int64_t att_tile; /* tokens per attention work item (forward.c attn_task) */
     void *act;     /* (ub, act row bytes) activations converted for the kernels */
     uint32_t *pos; /* (ub) positions of the ubatch's tokens */
     size_t wrow_stride; /* the largest K (row length) of any weight */

@@ -165,14 +165,17 @@ struct attn_job {
     int64_t n;           /* tokens in the ubatch */
 };
 
-/* One (token, KV head) pair per work item: the query heads of a GQA group
- * are scored and summed together block by block, so each block of K and V
- * rows is read from memory once for the whole group (decode at long
- * contexts is bound by these reads).  Items are dealt to threads in turn
- * (i, i + nth, ...), which balances the causal triangle.  Per query head the
- * arithmetic is the same whoever runs it and whatever else is in the batch:
- * scores in position order, the kernel table's softmax over the row, values
- * in position order (DESIGN.md §3). */
+enum { ATT_TILE_MAX = 8, ATT_ROWS = 64 }; /* tokens per item; rows per attn_values_n call */
+
+/* One (tile of up to att_tile consecutive tokens of the ubatch, KV head) per work
+ * item: the tile's queries of the GQA group are scored and summed together block by
+ * block, so each block of K and V rows is read from memory once for the tile and then
+ * served from L1 to its other queries (codelm at 4,096 positions streamed every K/V
+ * row from L3 once per token before).  Items are dealt to threads in turn (i, i + nth,
+ * ...), which balances the causal triangle.  Per query head the arithmetic is the
+ * same whoever runs it and whatever else is in the batch or the tile: scores block by
+ * block in position order (a score depends on its key alone), the kernel table's
+ * softmax over the row, values block by block in position order (DESIGN.md §3). */
 static void attn_task(void *arg, int ith, int nth) {
     const struct attn_job *j = arg;
     struct dj_context *c = j->c;
@@ -180,27 +183,56 @@ static void attn_task(void *arg, int ith, int nth) {
     const int hd = (int)hp->head_dim, n_head = (int)hp->n_head, n_kv = (int)hp->n_head_kv, group = n_head / n_kv;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t stride = c->n_embd_kv, bs = c->block_size, n_ctx = c->p.n_ctx;
+    const int64_t tile = c->att_tile;
     const uint32_t *table = c->seq->table;
-    float *sc = c->scores + (size_t)ith * (size_t)group * n_ctx; /* group rows of n_ctx scores */
-    const long n_items = (long)j->n * n_kv;
+    float *sc = c->scores + (size_t)ith * (size_t)tile * (size_t)group * n_ctx; /* (tile, group) rows of n_ctx */
+    const long n_items = (long)((j->n + tile - 1) / tile) * n_kv;
     for (long item = ith; item < n_items; item += nth) {
-        const int64_t t = item / n_kv;
+        const int64_t t0 = item / n_kv * tile, t1 = t0 + tile < j->n ? t0 + tile : j->n;
         const int hk = (int)(item % n_kv);
-        const int64_t n_keys = (int64_t)j->pos[t] + 1;
-        const float *q = c->q + (size_t)t * n_head * hd + (size_t)hk * group * hd; /* the group's first head */
-        for (int64_t p0 = 0; p0 < n_keys; p0 += (int64_t)bs) { /* block by block, in position order */
-            const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+        const int64_t max_keys = (int64_t)j->pos[t1 - 1] + 1; /* positions increase */
+        for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) { /* block by block, in position order */
             const float *kb = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd;
-            for (int g = 0; g < group; g++)
-                c->kern->attn_scores(hd, q + (size_t)g * hd, kb, stride, nb, scale, sc + (size_t)g * n_ctx + p0);
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t n_keys = (int64_t)j->pos[t] + 1;
+                if (p0 >= n_keys) continue;
+                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+                const float *q = c->q + (size_t)t * n_head * hd + (size_t)hk * group * hd; /* the group's first head */
+                float *st = sc + (size_t)(t - t0) * group * n_ctx;
+                for (int g = 0; g < group; g++)
+                    c->kern->attn_scores(hd, q + (size_t)g * hd, kb, stride, nb, scale, st + (size_t)g * n_ctx + p0);
+            }
         }
-        for (int g = 0; g < group; g++) c->kern->attn_softmax(sc + (size_t)g * n_ctx, n_keys);
-        float *out = c->att + (size_t)t * n_head * hd + (size_t)hk * group * hd;
-        for (int64_t p0 = 0; p0 < n_keys; p0 += (int64_t)bs) {
-            const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
-            const float *vb = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd;
+        for (int64_t t = t0; t < t1; t++)
             for (int g = 0; g < group; g++)
-                c->kern->attn_values(hd, sc + (size_t)g * n_ctx + p0, vb, stride, nb, out + (size_t)g * hd, p0 > 0);
+                c->kern->attn_softmax(sc + ((size_t)(t - t0) * group + (size_t)g) * n_ctx, (int64_t)j->pos[t] + 1);
+        for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
+            const float *vb = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd;
+            /* the rows of the tile's queries that end at the same place in this block go
+             * in one call (n_keys grows with t, so they are consecutive), up to ATT_ROWS */
+            const float *wr[ATT_ROWS];
+            float *orow[ATT_ROWS];
+            int nr = 0;
+            int64_t nb_cur = 0;
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t n_keys = (int64_t)j->pos[t] + 1;
+                if (p0 >= n_keys) continue;
+                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+                if (nr && nb != nb_cur) {
+                    c->kern->attn_values_n(hd, nr, wr, vb, stride, nb_cur, orow, p0 > 0);
+                    nr = 0;
+                }
+                nb_cur = nb;
+                for (int g = 0; g < group; g++) {
+                    if (nr == ATT_ROWS) {
+                        c->kern->attn_values_n(hd, nr, wr, vb, stride, nb_cur, orow, p0 > 0);
+                        nr = 0;
+                    }
+                    wr[nr] = sc + ((size_t)(t - t0) * group + (size_t)g) * n_ctx + p0;
+                    orow[nr++] = c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd;
+                }
+            }
+            if (nr) c->kern->attn_values_n(hd, nr, wr, vb, stride, nb_cur, orow, p0 > 0);
         }
     }
 }
@@ -422,7 +454,12 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->att = malloc(ub * Q * sizeof(float));
     c->ff_g = malloc(ub * F * sizeof(float));
     c->ff_u = malloc(ub * F * sizeof(float));
-    c->scores = malloc((size_t)p.n_threads * (hp->n_head / hp->n_head_kv) * p.n_ctx * sizeof(float));
+    /* attention tiles of up to 8 tokens, fewer where a thread's score rows would pass 8 MiB */
+    const size_t row_bytes = (size_t)(hp->n_head / hp->n_head_kv) * p.n_ctx * sizeof(float);
+    c->att_tile = (int64_t)((8u << 20) / row_bytes);
+    if (c->att_tile > ATT_TILE_MAX) c->att_tile = ATT_TILE_MAX;
+    if (c->att_tile < 1) c->att_tile = 1;
+    c->scores = malloc((size_t)p.n_threads * (size_t)c->att_tile * row_bytes);
     c->act = malloc(ub * c->wrow_stride * sizeof(float)); /* the widest activation row is F32 */
     c->pos = malloc(ub * sizeof *c->pos);
     c->kern = dj_kernels();

@@ -461,6 +461,11 @@ static void attn_values_avx2(int64_t hd, const float *w, const float *v, size_t 
     }
 }
 
+static void attn_values_avx2_n(int64_t hd, int nr, const float *const *w, const float *v, size_t stride, int64_t n,
+                               float *const *out, bool acc) {
+    for (int r = 0; r < nr; r++) attn_values_avx2(hd, w[r], v, stride, n, out[r], acc);
+}
+
 bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->name = "avx2";
     k->isa = DJ_ISA_AVX2;
@@ -473,6 +478,7 @@ bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
     k->attn_scores = attn_scores_avx2;
     k->attn_values = attn_values_avx2;
+    k->attn_values_n = attn_values_avx2_n;
     return true;
 }
 

@@ -1033,6 +1033,60 @@ static void attn_values_avx512(int64_t hd, const float *w, const float *v, size_
     }
 }
 
+/* nr rows over the same positions: per position the NB blocks of V are loaded once and
+ * each of R rows adds its weight times them into its own accumulators, so R * NB fma
+ * chains run side by side (one row of a 32-wide head had 2: latency-bound).  Each lane
+ * of each row still adds the positions in order with attn_values_blocks' operations.
+ * Fewer than R rows left: the missing ones repeat the last row into a discarded out. */
+static inline DJ_ALWAYS_INLINE void attn_values_rows(const int NB, const int R, int64_t hd, int nr,
+                                                     const float *const *w, const float *v, size_t stride, int64_t n,
+                                                     float *const *out, bool accumulate) {
+    __mmask16 m[8];
+    DJ_UNROLL for (int b = 0; b < NB; b++) {
+        const int64_t db = 16 * b;
+        m[b] = hd - db >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - db)) - 1);
+    }
+    float junk[128];
+    for (int r0 = 0; r0 < nr; r0 += R) {
+        const float *wr[8];
+        float *orow[8];
+        DJ_UNROLL for (int r = 0; r < R; r++) {
+            wr[r] = r0 + r < nr ? w[r0 + r] : w[nr - 1];
+            orow[r] = r0 + r < nr ? out[r0 + r] : junk;
+        }
+        __m512 acc[8][8];
+        DJ_UNROLL for (int r = 0; r < R; r++) DJ_UNROLL for (int b = 0; b < NB; b++)
+            acc[r][b] = accumulate && r0 + r < nr ? _mm512_maskz_loadu_ps(m[b], orow[r] + 16 * b) : _mm512_setzero_ps();
+        const float *vp = v;
+        for (int64_t p = 0; p < n; p++, vp += stride) {
+            __m512 vv[8];
+            DJ_UNROLL for (int b = 0; b < NB; b++) vv[b] = _mm512_maskz_loadu_ps(m[b], vp + 16 * b);
+            DJ_UNROLL for (int r = 0; r < R; r++) {
+                const __m512 wp = _mm512_set1_ps(wr[r][p]);
+                DJ_UNROLL for (int b = 0; b < NB; b++) acc[r][b] = _mm512_fmadd_ps(wp, vv[b], acc[r][b]);
+            }
+        }
+        DJ_UNROLL for (int r = 0; r < R; r++) DJ_UNROLL for (int b = 0; b < NB; b++)
+            _mm512_mask_storeu_ps(orow[r] + 16 * b, m[b], acc[r][b]);
+    }
+}
+
+static void attn_values_n_avx512(int64_t hd, int nr, const float *const *w, const float *v, size_t stride, int64_t n,
+                                 float *const *out, bool accumulate) {
+    switch ((hd + 15) / 16) {
+    case 1: attn_values_rows(1, 8, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 2: attn_values_rows(2, 8, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 3: attn_values_rows(3, 5, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 4: attn_values_rows(4, 4, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 5: attn_values_rows(5, 3, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 6: attn_values_rows(6, 2, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 7: attn_values_rows(7, 2, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 8: attn_values_rows(8, 2, hd, nr, w, v, stride, n, out, accumulate); return;
+    default:
+        for (int r = 0; r < nr; r++) attn_values_avx512(hd, w[r], v, stride, n, out[r], accumulate);
+    }
+}
+
 /* exp(x) for 16 lanes, x <= 88: x = n ln2 + r (Cody-Waite, ln2 in two parts), e^r by
  * Cephes' degree-6 polynomial, times 2^n by vscalef (below -104: 0).  Measured against
  * exp in double over every 8th float in [-104, 0] (all of [-1e-3, 0]): relative error
@@ -1091,12 +1145,67 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
     k->attn_scores = attn_scores_avx512;
     k->attn_values = attn_values_avx512;
+    k->attn_values_n = attn_values_n_avx512;
     k->attn_softmax = attn_softmax_avx512;
     return true;
 }
 
 #else /* not x86 */
 #include "kernels/cpu/cpu_internal.h"
+/* nr rows over the same positions: per position the NB blocks of V are loaded once and
+ * each of R rows adds its weight times them into its own accumulators, so R * NB fma
+ * chains run side by side (one row of a 32-wide head had 2: latency-bound).  Each lane
+ * of each row still adds the positions in order with attn_values_blocks' operations.
+ * Fewer than R rows left: the missing ones repeat the last row into a discarded out. */
+static inline DJ_ALWAYS_INLINE void attn_values_rows(const int NB, const int R, int64_t hd, int nr,
+                                                     const float *const *w, const float *v, size_t stride, int64_t n,
+                                                     float *const *out, bool accumulate) {
+    __mmask16 m[8];
+    DJ_UNROLL for (int b = 0; b < NB; b++) {
+        const int64_t db = 16 * b;
+        m[b] = hd - db >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - db)) - 1);
+    }
+    float junk[128];
+    for (int r0 = 0; r0 < nr; r0 += R) {
+        const float *wr[8];
+        float *orow[8];
+        DJ_UNROLL for (int r = 0; r < R; r++) {
+            wr[r] = r0 + r < nr ? w[r0 + r] : w[nr - 1];
+            orow[r] = r0 + r < nr ? out[r0 + r] : junk;
+        }
+        __m512 acc[8][8];
+        DJ_UNROLL for (int r = 0; r < R; r++) DJ_UNROLL for (int b = 0; b < NB; b++)
+            acc[r][b] = accumulate && r0 + r < nr ? _mm512_maskz_loadu_ps(m[b], orow[r] + 16 * b) : _mm512_setzero_ps();
+        const float *vp = v;
+        for (int64_t p = 0; p < n; p++, vp += stride) {
+            __m512 vv[8];
+            DJ_UNROLL for (int b = 0; b < NB; b++) vv[b] = _mm512_maskz_loadu_ps(m[b], vp + 16 * b);
+            DJ_UNROLL for (int r = 0; r < R; r++) {
+                const __m512 wp = _mm512_set1_ps(wr[r][p]);
+                DJ_UNROLL for (int b = 0; b < NB; b++) acc[r][b] = _mm512_fmadd_ps(wp, vv[b], acc[r][b]);
+            }
+        }
+        DJ_UNROLL for (int r = 0; r < R; r++) DJ_UNROLL for (int b = 0; b < NB; b++)
+            _mm512_mask_storeu_ps(orow[r] + 16 * b, m[b], acc[r][b]);
+    }
+}
+
+static void attn_values_n_avx512(int64_t hd, int nr, const float *const *w, const float *v, size_t stride, int64_t n,
+                                 float *const *out, bool accumulate) {
+    switch ((hd + 15) / 16) {
+    case 1: attn_values_rows(1, 8, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 2: attn_values_rows(2, 8, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 3: attn_values_rows(3, 5, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 4: attn_values_rows(4, 4, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 5: attn_values_rows(5, 3, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 6: attn_values_rows(6, 2, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 7: attn_values_rows(7, 2, hd, nr, w, v, stride, n, out, accumulate); return;
+    case 8: attn_values_rows(8, 2, hd, nr, w, v, stride, n, out, accumulate); return;
+    default:
+        for (int r = 0; r < nr; r++) attn_values_avx512(hd, w[r], v, stride, n, out[r], accumulate);
+    }
+}
+
 /* exp(x) for 16 lanes, x <= 88: x = n ln2 + r (Cody-Waite, ln2 in two parts), e^r by
  * Cephes' degree-6 polynomial, times 2^n by vscalef (below -104: 0).  Measured against
  * exp in double over every 8th float in [-104, 0] (all of [-1e-3, 0]): relative error

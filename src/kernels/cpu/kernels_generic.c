@@ -321,6 +321,11 @@ static void attn_softmax_generic(float *s, int64_t n) {
     for (int64_t p = 0; p < n; p++) s[p] *= inv;
 }
 
+static void attn_values_generic_n(int64_t hd, int nr, const float *const *w, const float *v, size_t stride, int64_t n,
+                               float *const *out, bool acc) {
+    for (int r = 0; r < nr; r++) attn_values_generic(hd, w[r], v, stride, n, out[r], acc);
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 void dj_kernels_init_generic(struct dj_kernels *k) {
@@ -345,5 +350,6 @@ void dj_kernels_init_generic(struct dj_kernels *k) {
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
     k->attn_scores = attn_scores_generic;
     k->attn_values = attn_values_generic;
+    k->attn_values_n = attn_values_generic_n;
     k->attn_softmax = attn_softmax_generic;
 }
