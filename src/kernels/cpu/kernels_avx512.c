@@ -430,6 +430,26 @@ static inline DJ_ALWAYS_INLINE void q16_prefetch_slab(const uint8_t *w, size_t w
     }
 }
 
+/* The 16-row group that serves rows r.. of [.., r1) (w: ws bytes a row): from *g0, lanes
+ * *m stored.  Past the last full group, the 16 rows ending at r1 (the rows before r are
+ * in the matrix: recomputed, not stored); a matrix of fewer than 16 rows is copied into
+ * rows (16 * ws bytes), its last row repeated. */
+static inline const uint8_t *q16_group(const uint8_t *w, size_t ws, int64_t r, int64_t r1, uint8_t *rows,
+                                       int64_t *g0, __mmask16 *m) {
+    *g0 = r;
+    *m = 0xFFFF;
+    if (r1 - r >= 16) return w + (size_t)r * ws;
+    if (r1 >= 16) {
+        *g0 = r1 - 16;
+        *m = (__mmask16)(0xFFFFu << (r - *g0));
+        return w + (size_t)*g0 * ws;
+    }
+    for (int64_t i = 0; i < 16; i++) memcpy(rows + (size_t)i * ws, w + (size_t)(i < r1 ? i : r1 - 1) * ws, ws);
+    *g0 = 0;
+    *m = (__mmask16)(((1u << r1) - 1) & (0xFFFFu << r));
+    return rows;
+}
+
 static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const void *wv, size_t ws, const void *av,
                                                size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
                                                int64_t n_tok) {
@@ -463,24 +483,9 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const vo
         const uint8_t *at = a + (size_t)t0 * as;
         for (int64_t t = 0; t < nt_c; t++) q16_prep_tok(q8, nb, at + (size_t)t * as, tp + t * nb);
         for (int64_t r = r0; r < r1; r += 16) {
-            /* the 16 rows from g0, storing lanes m: past the last full group, the 16 rows
-             * ending at r1 (the rows before r are in the matrix, recomputed, not stored) */
-            int64_t g0 = r;
-            __mmask16 m = 0xFFFF;
-            const uint8_t *wg = w + (size_t)r * ws;
-            if (r1 - r < 16) {
-                if (r1 >= 16) {
-                    g0 = r1 - 16;
-                    m = (__mmask16)(0xFFFFu << (r - g0));
-                    wg = w + (size_t)g0 * ws;
-                } else {
-                    for (int64_t i = 0; i < 16; i++)
-                        memcpy(rows + (size_t)i * ws, w + (size_t)(i < r1 ? i : r1 - 1) * ws, ws);
-                    g0 = 0;
-                    m = (__mmask16)(((1u << r1) - 1) & (0xFFFFu << r));
-                    wg = rows;
-                }
-            }
+            int64_t g0;
+            __mmask16 m;
+            const uint8_t *wg = q16_group(w, ws, r, r1, rows, &g0, &m);
             float *cg = c + t0 * ldc + g0;
             if (gemv) {
                 const uint8_t *pf = r + 16 < r1 ? wg + 16 * ws : NULL;
@@ -747,22 +752,9 @@ static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
         const uint8_t *at = a + (size_t)t0 * as;
         for (int64_t t = 0; t < nt_c; t++) q4k_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
         for (int64_t r = r0; r < r1; r += 16) {
-            int64_t g0 = r; /* as in q16_matmul: past the last full group, the 16 rows ending at r1 */
-            __mmask16 m = 0xFFFF;
-            const uint8_t *wg = w + (size_t)r * ws;
-            if (r1 - r < 16) {
-                if (r1 >= 16) {
-                    g0 = r1 - 16;
-                    m = (__mmask16)(0xFFFFu << (r - g0));
-                    wg = w + (size_t)g0 * ws;
-                } else {
-                    for (int64_t i = 0; i < 16; i++)
-                        memcpy(rows + (size_t)i * ws, w + (size_t)(i < r1 ? i : r1 - 1) * ws, ws);
-                    g0 = 0;
-                    m = (__mmask16)(((1u << r1) - 1) & (0xFFFFu << r));
-                    wg = rows;
-                }
-            }
+            int64_t g0;
+            __mmask16 m;
+            const uint8_t *wg = q16_group(w, ws, r, r1, rows, &g0, &m);
             float *cg = c + t0 * ldc + g0;
             if (n_tok <= DJ_SMALL_BATCH) {
                 const uint8_t *pf = r + 16 < r1 ? wg + 16 * ws : NULL;
@@ -1152,107 +1144,5 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
 
 #else /* not x86 */
 #include "kernels/cpu/cpu_internal.h"
-/* nr rows over the same positions: per position the NB blocks of V are loaded once and
- * each of R rows adds its weight times them into its own accumulators, so R * NB fma
- * chains run side by side (one row of a 32-wide head had 2: latency-bound).  Each lane
- * of each row still adds the positions in order with attn_values_blocks' operations.
- * Fewer than R rows left: the missing ones repeat the last row into a discarded out. */
-static inline DJ_ALWAYS_INLINE void attn_values_rows(const int NB, const int R, int64_t hd, int nr,
-                                                     const float *const *w, const float *v, size_t stride, int64_t n,
-                                                     float *const *out, bool accumulate) {
-    __mmask16 m[8];
-    DJ_UNROLL for (int b = 0; b < NB; b++) {
-        const int64_t db = 16 * b;
-        m[b] = hd - db >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - db)) - 1);
-    }
-    float junk[128];
-    for (int r0 = 0; r0 < nr; r0 += R) {
-        const float *wr[8];
-        float *orow[8];
-        DJ_UNROLL for (int r = 0; r < R; r++) {
-            wr[r] = r0 + r < nr ? w[r0 + r] : w[nr - 1];
-            orow[r] = r0 + r < nr ? out[r0 + r] : junk;
-        }
-        __m512 acc[8][8];
-        DJ_UNROLL for (int r = 0; r < R; r++) DJ_UNROLL for (int b = 0; b < NB; b++)
-            acc[r][b] = accumulate && r0 + r < nr ? _mm512_maskz_loadu_ps(m[b], orow[r] + 16 * b) : _mm512_setzero_ps();
-        const float *vp = v;
-        for (int64_t p = 0; p < n; p++, vp += stride) {
-            __m512 vv[8];
-            DJ_UNROLL for (int b = 0; b < NB; b++) vv[b] = _mm512_maskz_loadu_ps(m[b], vp + 16 * b);
-            DJ_UNROLL for (int r = 0; r < R; r++) {
-                const __m512 wp = _mm512_set1_ps(wr[r][p]);
-                DJ_UNROLL for (int b = 0; b < NB; b++) acc[r][b] = _mm512_fmadd_ps(wp, vv[b], acc[r][b]);
-            }
-        }
-        DJ_UNROLL for (int r = 0; r < R; r++) DJ_UNROLL for (int b = 0; b < NB; b++)
-            _mm512_mask_storeu_ps(orow[r] + 16 * b, m[b], acc[r][b]);
-    }
-}
-
-static void attn_values_n_avx512(int64_t hd, int nr, const float *const *w, const float *v, size_t stride, int64_t n,
-                                 float *const *out, bool accumulate) {
-    switch ((hd + 15) / 16) {
-    case 1: attn_values_rows(1, 8, hd, nr, w, v, stride, n, out, accumulate); return;
-    case 2: attn_values_rows(2, 8, hd, nr, w, v, stride, n, out, accumulate); return;
-    case 3: attn_values_rows(3, 5, hd, nr, w, v, stride, n, out, accumulate); return;
-    case 4: attn_values_rows(4, 4, hd, nr, w, v, stride, n, out, accumulate); return;
-    case 5: attn_values_rows(5, 3, hd, nr, w, v, stride, n, out, accumulate); return;
-    case 6: attn_values_rows(6, 2, hd, nr, w, v, stride, n, out, accumulate); return;
-    case 7: attn_values_rows(7, 2, hd, nr, w, v, stride, n, out, accumulate); return;
-    case 8: attn_values_rows(8, 2, hd, nr, w, v, stride, n, out, accumulate); return;
-    default:
-        for (int r = 0; r < nr; r++) attn_values_avx512(hd, w[r], v, stride, n, out[r], accumulate);
-    }
-}
-
-/* exp(x) for 16 lanes, x <= 88: x = n ln2 + r (Cody-Waite, ln2 in two parts), e^r by
- * Cephes' degree-6 polynomial, times 2^n by vscalef (below -104: 0).  Measured against
- * exp in double over every 8th float in [-104, 0] (all of [-1e-3, 0]): relative error
- * <= 8.3e-8 in the normal range; exp(0) = 1 exactly. */
-static inline __m512 exp16(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(y, n);
-}
-
-/* Softmax of one score row: the max (exact in any order), exp16 of s - max, the sum in
- * 16 double lanes (p % 16; masked lanes add +0.0) reduced by a fixed tree, then times
- * (float)(1 / sum).  The scalar loop with glibc's expf was ~40% of codelm's pp4096. */
-static void attn_softmax_avx512(float *s, int64_t n) {
-    __m512 vmx = _mm512_set1_ps(-INFINITY);
-    int64_t p = 0;
-    for (; p + 16 <= n; p += 16) vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(s + p));
-    if (p < n) vmx = _mm512_mask_max_ps(vmx, tail_mask(n - p), vmx, _mm512_maskz_loadu_ps(tail_mask(n - p), s + p));
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmx));
-    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-    for (p = 0; p < n; p += 16) {
-        const __mmask16 m = tail_mask(n - p);
-        const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + p), mx)));
-        _mm512_mask_storeu_ps(s + p, m, e);
-        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
-    }
-    const __m512d t8 = _mm512_add_pd(lo, hi);
-    const __m256d t4 = _mm256_add_pd(_mm512_castpd512_pd256(t8), _mm512_extractf64x4_pd(t8, 1));
-    const __m128d t2 = _mm_add_pd(_mm256_castpd256_pd128(t4), _mm256_extractf128_pd(t4, 1));
-    const double sum = _mm_cvtsd_f64(_mm_add_sd(t2, _mm_unpackhi_pd(t2, t2)));
-    const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
-    for (p = 0; p < n; p += 16) {
-        const __mmask16 m = tail_mask(n - p);
-        _mm512_mask_storeu_ps(s + p, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + p), inv));
-    }
-}
-
 bool dj_kernels_init_avx512(struct dj_kernels *k) { (void)k; return false; }
 #endif
