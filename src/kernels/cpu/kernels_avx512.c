@@ -6,18 +6,16 @@
  *   - float types: one 16-lane accumulator, element i in lane i % 16,
  *     fma over k in order, masked loads for the tail, then the fixed tree
  *     of hsum16.
- *   - q4_0 and q8_0 (x q8_0), q4_K (x q8_K): 16 rows in the 16 lanes, the
- *     exact int32 dot of a block (q4_K: super-block) per lane, then one fma
- *     per block (q4_K: two per super-block) into each pair's lane, no lane
- *     tree (see the q4_0/q8_0 and q4_K sections).
- *   - q6_K (x q8_K): the exact int32 dot of a super-block in 16 lanes
- *     (vpmaddubsw, then vpdpwssd with the sub-block scales as words), then
- *     one fma per super-block into the float accumulator.
+ *   - q4_0 and q8_0 (x q8_0), q4_K and q6_K (x q8_K): the exact int32 dot of a
+ *     block (k-quants: super-block), then one fma per block (q4_K: two per
+ *     super-block) into each pair's float chain, no lane tree: 16 rows in the
+ *     16 lanes (see the q4_0/q8_0, q4_K and q6_K sections); q6_K decode keeps
+ *     one row's values along the lanes, sums the integer lanes and runs the
+ *     same fma as a scalar.
  *
  * Tiles (rows x tokens): 6x4 for f16, 4x4 for the other float types,
- * 16 x 8 for q4_0, q8_0 and q4_K (see q16_matmul, q4_K_matmul), 2x4 for
- * q6_K (two accumulators per pair; 2x4 measured ~10-30% faster than 4x2
- * there); up to 2 tokens, 1-row tiles (cpu/tile.h; f16 past
+ * 16 x 8 for q4_0, q8_0, q4_K and q6_K (see q16_matmul, q4_K_matmul,
+ * q6_K_matmul); up to 2 tokens, 1-row tiles (cpu/tile.h; f16 past
  * k = 4096: 6-row; f16 prefill visits its tiles in its own order, see
  * f16_matmul and f16_matmul_kblocked).  All fused/rounded float operations
  * per pair are the same for every tile shape: that is the batch-invariance
@@ -791,74 +789,234 @@ static float q4_K_dot(int64_t k, const void *w, const void *a) {
     return c;
 }
 
-/* ---- q6_K x q8_K ---------------------------------------------------------------------- */
+/* ---- q6_K x q8_K ----------------------------------------------------------------------
+ *
+ * Per (row, token) pair, super-blocks b = 0 .. nb-1 in order:
+ *
+ *     tot = sum over the 16 groups g of 16 values of sc_g * (sum over g of (q - 32) * a)
+ *                                                             exact in int32
+ *     acc = fma(float(tot), d_w * d_a, acc)              (acc starts at 0; the result)
+ *
+ * (q the unsigned 6-bit value; the -32 goes in as -32 * sc_g * bsum_g.)  The integer is
+ * exact whatever the order of its terms, so two layouts compute it:
+ *   - decode and the dot (up to 2 tokens), one row at a time, the row's values along the
+ *     lanes (vpmaddubsw, vpdpwssd with the group scales as words), then an integer sum
+ *     of the lanes and the pair's fma as a scalar: the weights are read as one sequential
+ *     stream, which the hardware prefetchers follow;
+ *   - prefill, 16 rows in the 16 lanes as for q4_K (q6k_unpack: one vpdpbusd per 4
+ *     values of 16 rows, vpmulld by the group scale, the -32 terms by vpdpwssd with the
+ *     token's bsums), the fma in the pair's lane.
+ * Both end in the same fma on the same two floats, so matmul == dot bitwise. */
 
-static inline DJ_ALWAYS_INLINE void q6_K_body(const int MR, const int NT, int64_t k,
-                                              const uint8_t *w, size_t ws, const uint8_t *a,
-                                              size_t as, float *c, int64_t ldc) {
+/* One row (w) x NT tokens (a, as apart) -> c[j * ldc]. */
+static inline DJ_ALWAYS_INLINE void q6k_row(const int NT, int64_t k, const uint8_t *w, const uint8_t *a, size_t as,
+                                            float *c, int64_t ldc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* high bits to bits 4-5: elements 0-31 of a 64 take qh bits 0-1 (<< 4), 32-63 bits 2-3
      * (<< 2); for the next 64, bits 4-5 (as they are) and bits 6-7 (>> 2). */
     const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
     const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    __m512 acc[4][4];
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        acc[i][j] = _mm512_setzero_ps();
+    __m128 acc[2];
+    DJ_UNROLL for (int j = 0; j < NT; j++) acc[j] = _mm_setzero_ps();
     for (int64_t ib = 0; ib < k / DJ_QK_K; ib++) {
-        const struct dj_block_q6_K *wb[4];
-        const struct dj_block_q8_K *ab[4];
-        __m512i scw[4], isum[4][4];
-        DJ_UNROLL for (int i = 0; i < MR; i++) {
-            wb[i] = (const struct dj_block_q6_K *)(w + (size_t)i * ws) + ib;
-            scw[i] = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb[i]->scales)));
-        }
+        const struct dj_block_q6_K *wb = (const struct dj_block_q6_K *)w + ib;
+        const struct dj_block_q8_K *ab[2];
+        const __m512i scw = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales)));
+        __m512i isum[2];
         DJ_UNROLL for (int j = 0; j < NT; j++) {
             ab[j] = (const struct dj_block_q8_K *)(a + (size_t)j * as) + ib;
-            DJ_UNROLL for (int i = 0; i < MR; i++) isum[i][j] = _mm512_setzero_si512();
+            isum[j] = _mm512_setzero_si512();
         }
         DJ_UNROLL for (int h = 0; h < 2; h++) {
-            /* words of a 64-value chunk k take sub-block scale 4k + word/8 */
+            /* words of a 64-value chunk k take group scale 4k + word/8 */
             const __m512i sidx0 = _mm512_add_epi16(_mm512_srli_epi16(_mm512_set_epi16(
                 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
                 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 3), _mm512_set1_epi16((short)(8 * h)));
             const __m512i sidx1 = _mm512_add_epi16(sidx0, _mm512_set1_epi16(4));
-            __m512i q0[4], q1[4], s0[4], s1[4];
-            DJ_UNROLL for (int i = 0; i < MR; i++) {
-                const __m512i ql = _mm512_loadu_si512(wb[i]->ql + 64 * h);
-                const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb[i]->qh + 32 * h)));
-                q0[i] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
-                q1[i] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                        _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
-                s0[i] = _mm512_permutexvar_epi16(sidx0, scw[i]);
-                s1[i] = _mm512_permutexvar_epi16(sidx1, scw[i]);
-            }
+            const __m512i ql = _mm512_loadu_si512(wb->ql + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h)));
+            const __m512i q0 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30));
+            const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                               _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30));
+            const __m512i s0 = _mm512_permutexvar_epi16(sidx0, scw), s1 = _mm512_permutexvar_epi16(sidx1, scw);
             DJ_UNROLL for (int j = 0; j < NT; j++) {
                 const __m512i a0 = _mm512_loadu_si512(ab[j]->qs + 128 * h);
                 const __m512i a1 = _mm512_loadu_si512(ab[j]->qs + 128 * h + 64);
-                DJ_UNROLL for (int i = 0; i < MR; i++) {
-                    isum[i][j] = _mm512_dpwssd_epi32(isum[i][j], _mm512_maddubs_epi16(q0[i], a0), s0[i]);
-                    isum[i][j] = _mm512_dpwssd_epi32(isum[i][j], _mm512_maddubs_epi16(q1[i], a1), s1[i]);
-                }
+                isum[j] = _mm512_dpwssd_epi32(isum[j], _mm512_maddubs_epi16(q0, a0), s0);
+                isum[j] = _mm512_dpwssd_epi32(isum[j], _mm512_maddubs_epi16(q1, a1), s1);
             }
         }
         /* the -32 offset of every value: lanes += bsum * (-32 sc), pairwise */
+        const __m512i nsc = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(scw, 5));
+        const float dw = f16_to_f32((const uint8_t *)&wb->d);
         DJ_UNROLL for (int j = 0; j < NT; j++) {
             const __m512i bs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)ab[j]->bsums));
-            const __m512 d8 = _mm512_set1_ps(ab[j]->d);
-            DJ_UNROLL for (int i = 0; i < MR; i++) {
-                const __m512i nsc = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(scw[i], 5));
-                const __m512i tot = _mm512_dpwssd_epi32(isum[i][j], bs, nsc);
-                const __m512 d = _mm512_set1_ps(f16_to_f32((const uint8_t *)&wb[i]->d));
-                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, d8), acc[i][j]);
+            const int32_t tot = _mm512_reduce_add_epi32(_mm512_dpwssd_epi32(isum[j], bs, nsc));
+            acc[j] = _mm_fmadd_ss(_mm_set_ss((float)tot), _mm_set_ss(dw * ab[j]->d), acc[j]);
+        }
+    }
+    DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc] = _mm_cvtss_f32(acc[j]);
+}
+
+struct q6k_wblk { __m512i q[16][4]; __m512i sc[16]; __m512i nsc[8]; __m512 d; };
+#define Q6K_NT 8
+#define Q6K_SLAB 4 /* super-blocks per slab: 22 KiB of transposed weights */
+
+/* One super-block of 16 rows (row i at p + i * ws): q[g][j] lane i = row i's values
+ * 16g + 4j .. +3 (unsigned 6-bit, as bytes), sc[g] its group scale (int32), nsc[u]
+ * -32 times the scales of groups 2u, 2u + 1 (words), d as float. */
+static inline DJ_ALWAYS_INLINE void q6k_unpack(const uint8_t *p, size_t ws, __m512i vidx, struct q6k_wblk *o) {
+    const __m512i c0f = _mm512_set1_epi8(0x0F), c30 = _mm512_set1_epi8(0x30);
+    const size_t qlo = offsetof(struct dj_block_q6_K, ql), qho = offsetof(struct dj_block_q6_K, qh);
+    DJ_UNROLL for (int h = 0; h < 2; h++) {
+        DJ_UNROLL for (int c2 = 0; c2 < 2; c2++) {
+            /* bytes l = 16 c2 .. +15 of ql[64h..], ql[64h + 32..], qh[32h..]: values
+             * 128h + l (+32, +64, +96), groups 8h + c2 (+2, +4, +6) */
+            __m512i A[4], B[4], H[4];
+            q16_transpose(p + qlo + 64 * h + 16 * c2, ws, A);
+            q16_transpose(p + qlo + 64 * h + 32 + 16 * c2, ws, B);
+            q16_transpose(p + qho + 32 * h + 16 * c2, ws, H);
+            const int g = 8 * h + c2;
+            DJ_UNROLL for (int j = 0; j < 4; j++) {
+                o->q[g][j] = _mm512_or_si512(_mm512_and_si512(A[j], c0f), _mm512_and_si512(_mm512_slli_epi32(H[j], 4), c30));
+                o->q[g + 2][j] =
+                    _mm512_or_si512(_mm512_and_si512(B[j], c0f), _mm512_and_si512(_mm512_slli_epi32(H[j], 2), c30));
+                o->q[g + 4][j] =
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(A[j], 4), c0f), _mm512_and_si512(H[j], c30));
+                o->q[g + 6][j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(B[j], 4), c0f),
+                                                 _mm512_and_si512(_mm512_srli_epi32(H[j], 2), c30));
             }
         }
     }
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        c[j * ldc + i] = hsum16(acc[i][j]);
+    __m512i S[4]; /* S[u] lane i = row i's scales 4u .. 4u+3 (int8) */
+    q16_transpose(p + offsetof(struct dj_block_q6_K, scales), ws, S);
+    DJ_UNROLL for (int g = 0; g < 16; g++) {
+        const unsigned b = (unsigned)(g % 4); /* byte b of each dword to its top byte, then >> 24 */
+        const __m512i ctl = _mm512_broadcast_i32x4(_mm_setr_epi32((int)(0x808080u | b << 24), (int)(0x808080u | (4 + b) << 24),
+                                                                   (int)(0x808080u | (8 + b) << 24),
+                                                                   (int)(0x808080u | (12 + b) << 24)));
+        o->sc[g] = _mm512_srai_epi32(_mm512_shuffle_epi8(S[g / 4], ctl), 24);
+    }
+    DJ_UNROLL for (int u = 0; u < 8; u++) {
+        const unsigned b = 2u * (unsigned)(u % 2); /* bytes b, b + 1 to the high bytes of words 0, 1 */
+        unsigned v[4];
+        for (unsigned l = 0; l < 4; l++) v[l] = 0x80u | (4 * l + b) << 8 | 0x800000u | (4 * l + b + 1) << 24;
+        const __m512i ctl = _mm512_broadcast_i32x4(_mm_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3]));
+        const __m512i sw = _mm512_srai_epi16(_mm512_shuffle_epi8(S[u / 2], ctl), 8);
+        o->nsc[u] = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(sw, 5));
+    }
+    /* d is the block's last 2 bytes: the dword ending there, high half */
+    o->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+        _mm512_srli_epi32(q16_gather(p + offsetof(struct dj_block_q6_K, d) - 2, vidx), 16)));
 }
 
-DJ_TILES_2x4(q6_K)
-DJ_TILED_KERNEL(q6_K, 1)
+static inline DJ_ALWAYS_INLINE void q6k_gemm_body(const int NT, int64_t nbs, int first, int last,
+                                                  const struct q6k_wblk *wp, const uint8_t *a, size_t as,
+                                                  __m512 *accb, float *c, int64_t ldc, __mmask16 m) {
+    const size_t qso = offsetof(struct dj_block_q8_K, qs), bso = offsetof(struct dj_block_q8_K, bsums);
+    const size_t abs_ = sizeof(struct dj_block_q8_K);
+    __m512 acc[Q6K_NT];
+    DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = first ? _mm512_setzero_ps() : accb[t];
+    for (int64_t b = 0; b < nbs; b++) {
+        const struct q6k_wblk *wb = wp + b;
+        const uint8_t *ab = a + (size_t)b * abs_;
+        __m512i isum[Q6K_NT];
+        DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
+        for (int g = 0; g < 16; g++) {
+            __m512i x[Q6K_NT];
+            DJ_UNROLL for (int t = 0; t < NT; t++) x[t] = _mm512_setzero_si512();
+            DJ_UNROLL for (int j = 0; j < 4; j++) {
+                const __m512i w = wb->q[g][j];
+                DJ_UNROLL for (int t = 0; t < NT; t++)
+                    x[t] = _mm512_dpbusd_epi32(
+                        x[t], w, _mm512_set1_epi32((int)dj_load_u32(ab + (size_t)t * as + qso + 16 * g + 4 * j)));
+            }
+            DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(x[t], wb->sc[g]));
+        }
+        DJ_UNROLL for (int t = 0; t < NT; t++) {
+            const uint8_t *at = ab + (size_t)t * as;
+            DJ_UNROLL for (int u = 0; u < 8; u++)
+                isum[t] = _mm512_dpwssd_epi32(isum[t], wb->nsc[u], _mm512_set1_epi32((int)dj_load_u32(at + bso + 4 * u)));
+            float ad;
+            memcpy(&ad, at, sizeof ad);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(wb->d, _mm512_set1_ps(ad)), acc[t]);
+        }
+    }
+    if (last) {
+        DJ_UNROLL for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(c + t * ldc, m, acc[t]);
+    } else {
+        DJ_UNROLL for (int t = 0; t < NT; t++) accb[t] = acc[t];
+    }
+}
+typedef void (*q6k_gemm_fn)(int64_t nbs, int first, int last, const struct q6k_wblk *wp, const uint8_t *a,
+                            size_t as, __m512 *accb, float *c, int64_t ldc, __mmask16 m);
+#define Q6K_GEMM(N)                                                                                         \
+    static void q6k_gemm_##N(int64_t nbs, int first, int last, const struct q6k_wblk *wp, const uint8_t *a, \
+                             size_t as, __m512 *accb, float *c, int64_t ldc, __mmask16 m) {                  \
+        q6k_gemm_body(N, nbs, first, last, wp, a, as, accb, c, ldc, m);                                      \
+    }
+Q6K_GEMM(1) Q6K_GEMM(2) Q6K_GEMM(3) Q6K_GEMM(4) Q6K_GEMM(5) Q6K_GEMM(6) Q6K_GEMM(7) Q6K_GEMM(8)
+static const q6k_gemm_fn q6k_gemm_tab[Q6K_NT] = {q6k_gemm_1, q6k_gemm_2, q6k_gemm_3, q6k_gemm_4,
+                                                 q6k_gemm_5, q6k_gemm_6, q6k_gemm_7, q6k_gemm_8};
+static void q6k_row_1(int64_t k, const uint8_t *w, const uint8_t *a, size_t as, float *c, int64_t ldc) {
+    q6k_row(1, k, w, a, as, c, ldc);
+}
+static void q6k_row_2(int64_t k, const uint8_t *w, const uint8_t *a, size_t as, float *c, int64_t ldc) {
+    q6k_row(2, k, w, a, as, c, ldc);
+}
+
+static void q6_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    const uint8_t *w = wv, *a = av;
+    if (n_tok <= DJ_SMALL_BATCH) {
+        for (int64_t r = r0; r < r1; r++)
+            (n_tok == 1 ? q6k_row_1 : q6k_row_2)(k, w + (size_t)r * ws, a, as, c + r, ldc);
+        return;
+    }
+    const int64_t nb = k / DJ_QK_K;
+    const size_t wbs = sizeof(struct dj_block_q6_K), abs_ = sizeof(struct dj_block_q8_K);
+    DJ_ASSERT(ws <= (size_t)INT32_MAX / 16); /* gather offsets */
+    int64_t tok_chunk = (int64_t)(((size_t)1024 << 10) / as); /* ~1 MiB of activations, as q16_matmul */
+    tok_chunk -= tok_chunk % Q6K_NT;
+    if (tok_chunk < Q6K_NT) tok_chunk = Q6K_NT;
+    if (tok_chunk > n_tok) tok_chunk = n_tok;
+    const size_t wp_bytes = Q6K_SLAB * sizeof(struct q6k_wblk), accb_bytes = (size_t)tok_chunk * sizeof(__m512);
+    uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + 16 * ws);
+    struct q6k_wblk *wp = (struct q6k_wblk *)scr;
+    __m512 *accb = (__m512 *)(scr + wp_bytes);
+    uint8_t *rows = scr + wp_bytes + accb_bytes; /* a matrix of fewer than 16 rows, padded */
+    const __m512i vidx = q16_vidx(ws);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
+        const uint8_t *at = a + (size_t)t0 * as;
+        for (int64_t r = r0; r < r1; r += 16) {
+            int64_t g0;
+            __mmask16 m;
+            const uint8_t *wg = q16_group(w, ws, r, r1, rows, &g0, &m);
+            float *cg = c + t0 * ldc + g0;
+            for (int64_t s0 = 0; s0 < nb; s0 += Q6K_SLAB) {
+                const int64_t s1 = nb - s0 < Q6K_SLAB ? nb : s0 + Q6K_SLAB;
+                for (int64_t b = s0; b < s1; b++) {
+                    const int64_t bp = b + Q6K_SLAB; /* a slab ahead, paced as in q4_K_matmul */
+                    if (bp < nb) q16_prefetch_slab(wg, ws, wbs, bp, bp + 1);
+                    else if (r + 32 <= r1) q16_prefetch_slab(wg + 16 * ws, ws, wbs, bp - nb, bp - nb + 1);
+                    q6k_unpack(wg + (size_t)b * wbs, ws, vidx, &wp[b - s0]);
+                }
+                for (int64_t t = 0; t < nt_c; t += Q6K_NT) {
+                    const int nt = (int)(nt_c - t < Q6K_NT ? nt_c - t : Q6K_NT);
+                    q6k_gemm_tab[nt - 1](s1 - s0, s0 == 0, s1 == nb, wp, at + (size_t)t * as + (size_t)s0 * abs_, as,
+                                         accb + t, cg + t * ldc, ldc, m);
+                }
+            }
+        }
+    }
+}
+static float q6_K_dot(int64_t k, const void *w, const void *a) {
+    float c;
+    q6k_row_1(k, w, a, 0, &c, 0);
+    return c;
+}
+
 
 /* ---- activation quantizers (bitwise equal to the reference: see ref.h) ---------------- */
 
