@@ -1,5 +1,8 @@
 # deja — top-level driver around CMake.  `make test` and `make run` are the two
 # commands a newcomer needs (see README.md); everything else is for developers.
+# bash, not /bin/sh (dash on Debian): `make run`'s prompt is a $'...' string, which dash
+# passed on literally ("$import json\nimport os...").
+SHELL      := /bin/bash
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
