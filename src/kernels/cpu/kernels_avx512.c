@@ -44,13 +44,6 @@ static inline float f16_to_f32(const uint8_t *p) {
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(dj_load_u16(p))));
 }
 
-/* [h0 as float] x 8 | [h1 as float] x 8, from two f16 scales (h1 == NULL: zeros). */
-static inline __m512 scales2(const uint8_t *p0, const uint8_t *p1) {
-    const uint32_t h = (uint32_t)dj_load_u16(p0) | (p1 ? (uint32_t)dj_load_u16(p1) << 16 : 0);
-    const __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)h)));
-    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), f);
-}
-
 /* ---- float types: 16 elements per step, masked loads for the tail ------------------- */
 
 static inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
