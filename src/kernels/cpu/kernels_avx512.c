@@ -375,7 +375,7 @@ Q16_GEMV(q4_0, 0, 1) Q16_GEMV(q4_0, 0, 2) Q16_GEMV(q8_0, 1, 1) Q16_GEMV(q8_0, 1,
  * start, as apart) and tp likewise (tps apart).  The accumulators come from and go back
  * to accb (token j at accb[j]) between slabs, exactly; the last slab stores them. */
 struct q16_wblk { __m512i q[8]; __m512 d; };
-#define Q16_NT 8
+#define Q16_NT 8 /* tokens per tile of every 16-row kernel (q4_0/q8_0, q4_K, q6_K) */
 #define Q16_SLAB 32 /* blocks per slab: 18 KiB of transposed weights, in L1 */
 
 static inline DJ_ALWAYS_INLINE void q16_gemm_body(const int NT, int64_t nbs, int first, int last,
@@ -421,6 +421,27 @@ static inline DJ_ALWAYS_INLINE void q16_prefetch_slab(const uint8_t *w, size_t w
     }
 }
 
+/* Prefill token chunks: ~1 MiB of activations (as bytes a row), whole Q16_NT tiles, at
+ * most n_tok.  Every 16-row group of the thread reads a chunk from L2/L3, and each chunk
+ * transposes the weights again: 256 KiB chunks left that at 13-16% of the in-model q4_0
+ * pp512 profile vs ~8% (1.1B, 2 threads). */
+static inline int64_t q16_tok_chunk(size_t as, int64_t n_tok) {
+    int64_t tc = (int64_t)(((size_t)1024 << 10) / as);
+    tc -= tc % Q16_NT;
+    if (tc < Q16_NT) tc = Q16_NT;
+    return tc < n_tok ? tc : n_tok;
+}
+
+/* The prefetch of block bp of the 16-row group at wg (nb blocks a row), paced with the
+ * reads of the block a slab before it: past the group's end, that block of the next
+ * group (if next).  The whole next slab at once (144 lines for q4_K) left decode from
+ * DRAM at 6-8 GB/s, 1 thread. */
+static inline DJ_ALWAYS_INLINE void q16_prefetch_ahead(const uint8_t *wg, size_t ws, size_t bs, int64_t bp,
+                                                       int64_t nb, int next) {
+    if (bp < nb) q16_prefetch_slab(wg, ws, bs, bp, bp + 1);
+    else if (next) q16_prefetch_slab(wg + 16 * ws, ws, bs, bp - nb, bp - nb + 1);
+}
+
 /* The 16-row group that serves rows r.. of [.., r1) (w: ws bytes a row): from *g0, lanes
  * *m stored.  Past the last full group, the 16 rows ending at r1 (the rows before r are
  * in the matrix: recomputed, not stored); a matrix of fewer than 16 rows is copied into
@@ -450,16 +471,7 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const vo
     const q16_gemv_fn gemv1 = q8 ? q8_0_gemv16_1 : q4_0_gemv16_1, gemv2 = q8 ? q8_0_gemv16_2 : q4_0_gemv16_2;
     DJ_ASSERT(ws <= (size_t)INT32_MAX / 16); /* gather offsets */
     const int gemv = n_tok <= DJ_SMALL_BATCH;
-    /* prefill: token chunks of ~1 MiB of activations, read from L2/L3 by every 16-row
-     * group of this thread; each chunk transposes the weights again, and 256 KiB chunks
-     * left that at 13-16% of the in-model q4_0 pp512 profile vs ~8% (1.1B, 2 threads) */
-    int64_t tok_chunk = n_tok;
-    if (!gemv) {
-        tok_chunk = (int64_t)(((size_t)1024 << 10) / as);
-        tok_chunk -= tok_chunk % Q16_NT;
-        if (tok_chunk < Q16_NT) tok_chunk = Q16_NT;
-        if (tok_chunk > n_tok) tok_chunk = n_tok;
-    }
+    const int64_t tok_chunk = gemv ? n_tok : q16_tok_chunk(as, n_tok);
     const size_t wp_bytes = gemv ? 0 : Q16_SLAB * sizeof(struct q16_wblk);
     const size_t accb_bytes = gemv ? 0 : (size_t)tok_chunk * sizeof(__m512);
     const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q16_tok);
@@ -544,7 +556,6 @@ static float q8_0_dot(int64_t k, const void *w, const void *a) { return q16_dot(
 
 struct q4k_tok { float d; int32_t bs2[4]; }; /* d_a; words (bsum of s = 2t, of s = 2t + 1) */
 struct q4k_wblk { __m512i q[8][8]; __m512i sc[8]; __m512i m[4]; __m512 d, dmin; };
-#define Q4K_NT 8
 #define Q4K_SLAB 4 /* super-blocks per slab: 20 KiB of transposed weights, in L1 */
 
 static void q4k_prep_tok(int64_t nb, const uint8_t *a, struct q4k_tok *o) {
@@ -682,15 +693,15 @@ static inline DJ_ALWAYS_INLINE void q4k_gemm_body(const int NT, int64_t nbs, int
                                                   const struct q4k_tok *tp, int64_t tps, __m512 *accb, float *c,
                                                   int64_t ldc, __mmask16 m) {
     const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
-    __m512 acc[Q4K_NT];
+    __m512 acc[Q16_NT];
     DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = first ? _mm512_setzero_ps() : accb[t];
     for (int64_t b = 0; b < nbs; b++) {
         const struct q4k_wblk *wb = wp + b;
         const uint8_t *ab = a + (size_t)b * abs_ + qso;
-        __m512i isum[Q4K_NT];
+        __m512i isum[Q16_NT];
         DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
         for (int s = 0; s < 8; s++) {
-            __m512i x[Q4K_NT];
+            __m512i x[Q16_NT];
             DJ_UNROLL for (int t = 0; t < NT; t++) x[t] = _mm512_setzero_si512();
             DJ_UNROLL for (int j = 0; j < 8; j++) {
                 const __m512i w = wb->q[s][j];
@@ -719,7 +730,7 @@ typedef void (*q4k_gemm_fn)(int64_t nbs, int first, int last, const struct q4k_w
         q4k_gemm_body(N, nbs, first, last, wp, a, as, tp, tps, accb, c, ldc, m);                             \
     }
 Q4K_GEMM(1) Q4K_GEMM(2) Q4K_GEMM(3) Q4K_GEMM(4) Q4K_GEMM(5) Q4K_GEMM(6) Q4K_GEMM(7) Q4K_GEMM(8)
-static const q4k_gemm_fn q4k_gemm_tab[Q4K_NT] = {q4k_gemm_1, q4k_gemm_2, q4k_gemm_3, q4k_gemm_4,
+static const q4k_gemm_fn q4k_gemm_tab[Q16_NT] = {q4k_gemm_1, q4k_gemm_2, q4k_gemm_3, q4k_gemm_4,
                                                  q4k_gemm_5, q4k_gemm_6, q4k_gemm_7, q4k_gemm_8};
 
 static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
@@ -727,10 +738,7 @@ static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
     const uint8_t *w = wv, *a = av;
     const int64_t nb = k / DJ_QK_K;
     const size_t wbs = sizeof(struct dj_block_q4_K), abs_ = sizeof(struct dj_block_q8_K);
-    int64_t tok_chunk = (int64_t)(((size_t)1024 << 10) / as); /* ~1 MiB of activations, as q16_matmul */
-    tok_chunk -= tok_chunk % Q4K_NT;
-    if (tok_chunk < Q4K_NT) tok_chunk = Q4K_NT;
-    if (tok_chunk > n_tok) tok_chunk = n_tok;
+    const int64_t tok_chunk = q16_tok_chunk(as, n_tok);
     const size_t wp_bytes = Q4K_SLAB * sizeof(struct q4k_wblk), accb_bytes = (size_t)tok_chunk * sizeof(__m512);
     const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q4k_tok);
     uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + 16 * ws);
@@ -755,16 +763,11 @@ static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
             for (int64_t s0 = 0; s0 < nb; s0 += Q4K_SLAB) {
                 const int64_t s1 = nb - s0 < Q4K_SLAB ? nb : s0 + Q4K_SLAB;
                 for (int64_t b = s0; b < s1; b++) {
-                    /* the super-block a slab ahead (of this group, else of the next), paced
-                     * with the reads: the whole next slab at once (144 lines) left decode
-                     * from DRAM at 6-8 GB/s, 1 thread */
-                    const int64_t bp = b + Q4K_SLAB;
-                    if (bp < nb) q16_prefetch_slab(wg, ws, wbs, bp, bp + 1);
-                    else if (r + 32 <= r1) q16_prefetch_slab(wg + 16 * ws, ws, wbs, bp - nb, bp - nb + 1);
+                    q16_prefetch_ahead(wg, ws, wbs, b + Q4K_SLAB, nb, r + 32 <= r1);
                     q4k_unpack(wg + (size_t)b * wbs, ws, &wp[b - s0]);
                 }
-                for (int64_t t = 0; t < nt_c; t += Q4K_NT) {
-                    const int nt = (int)(nt_c - t < Q4K_NT ? nt_c - t : Q4K_NT);
+                for (int64_t t = 0; t < nt_c; t += Q16_NT) {
+                    const int nt = (int)(nt_c - t < Q16_NT ? nt_c - t : Q16_NT);
                     q4k_gemm_tab[nt - 1](s1 - s0, s0 == 0, s1 == nb, wp, at + (size_t)t * as + (size_t)s0 * abs_, as,
                                          tp + t * nb + s0, nb, accb + t, cg + t * ldc, ldc, m);
                 }
@@ -852,7 +855,6 @@ static inline DJ_ALWAYS_INLINE void q6k_row(const int NT, int64_t k, const uint8
 }
 
 struct q6k_wblk { __m512i q[16][4]; __m512i sc[16]; __m512i nsc[8]; __m512 d; };
-#define Q6K_NT 8
 #define Q6K_SLAB 4 /* super-blocks per slab: 22 KiB of transposed weights */
 
 /* One super-block of 16 rows (row i at p + i * ws): q[g][j] lane i = row i's values
@@ -908,15 +910,15 @@ static inline DJ_ALWAYS_INLINE void q6k_gemm_body(const int NT, int64_t nbs, int
                                                   __m512 *accb, float *c, int64_t ldc, __mmask16 m) {
     const size_t qso = offsetof(struct dj_block_q8_K, qs), bso = offsetof(struct dj_block_q8_K, bsums);
     const size_t abs_ = sizeof(struct dj_block_q8_K);
-    __m512 acc[Q6K_NT];
+    __m512 acc[Q16_NT];
     DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = first ? _mm512_setzero_ps() : accb[t];
     for (int64_t b = 0; b < nbs; b++) {
         const struct q6k_wblk *wb = wp + b;
         const uint8_t *ab = a + (size_t)b * abs_;
-        __m512i isum[Q6K_NT];
+        __m512i isum[Q16_NT];
         DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
         for (int g = 0; g < 16; g++) {
-            __m512i x[Q6K_NT];
+            __m512i x[Q16_NT];
             DJ_UNROLL for (int t = 0; t < NT; t++) x[t] = _mm512_setzero_si512();
             DJ_UNROLL for (int j = 0; j < 4; j++) {
                 const __m512i w = wb->q[g][j];
@@ -949,7 +951,7 @@ typedef void (*q6k_gemm_fn)(int64_t nbs, int first, int last, const struct q6k_w
         q6k_gemm_body(N, nbs, first, last, wp, a, as, accb, c, ldc, m);                                      \
     }
 Q6K_GEMM(1) Q6K_GEMM(2) Q6K_GEMM(3) Q6K_GEMM(4) Q6K_GEMM(5) Q6K_GEMM(6) Q6K_GEMM(7) Q6K_GEMM(8)
-static const q6k_gemm_fn q6k_gemm_tab[Q6K_NT] = {q6k_gemm_1, q6k_gemm_2, q6k_gemm_3, q6k_gemm_4,
+static const q6k_gemm_fn q6k_gemm_tab[Q16_NT] = {q6k_gemm_1, q6k_gemm_2, q6k_gemm_3, q6k_gemm_4,
                                                  q6k_gemm_5, q6k_gemm_6, q6k_gemm_7, q6k_gemm_8};
 static void q6k_row_1(int64_t k, const uint8_t *w, const uint8_t *a, size_t as, float *c, int64_t ldc) {
     q6k_row(1, k, w, a, as, c, ldc);
@@ -969,10 +971,7 @@ static void q6_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
     const int64_t nb = k / DJ_QK_K;
     const size_t wbs = sizeof(struct dj_block_q6_K), abs_ = sizeof(struct dj_block_q8_K);
     DJ_ASSERT(ws <= (size_t)INT32_MAX / 16); /* gather offsets */
-    int64_t tok_chunk = (int64_t)(((size_t)1024 << 10) / as); /* ~1 MiB of activations, as q16_matmul */
-    tok_chunk -= tok_chunk % Q6K_NT;
-    if (tok_chunk < Q6K_NT) tok_chunk = Q6K_NT;
-    if (tok_chunk > n_tok) tok_chunk = n_tok;
+    const int64_t tok_chunk = q16_tok_chunk(as, n_tok);
     const size_t wp_bytes = Q6K_SLAB * sizeof(struct q6k_wblk), accb_bytes = (size_t)tok_chunk * sizeof(__m512);
     uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + 16 * ws);
     struct q6k_wblk *wp = (struct q6k_wblk *)scr;
@@ -990,13 +989,11 @@ static void q6_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
             for (int64_t s0 = 0; s0 < nb; s0 += Q6K_SLAB) {
                 const int64_t s1 = nb - s0 < Q6K_SLAB ? nb : s0 + Q6K_SLAB;
                 for (int64_t b = s0; b < s1; b++) {
-                    const int64_t bp = b + Q6K_SLAB; /* a slab ahead, paced as in q4_K_matmul */
-                    if (bp < nb) q16_prefetch_slab(wg, ws, wbs, bp, bp + 1);
-                    else if (r + 32 <= r1) q16_prefetch_slab(wg + 16 * ws, ws, wbs, bp - nb, bp - nb + 1);
+                    q16_prefetch_ahead(wg, ws, wbs, b + Q6K_SLAB, nb, r + 32 <= r1);
                     q6k_unpack(wg + (size_t)b * wbs, ws, vidx, &wp[b - s0]);
                 }
-                for (int64_t t = 0; t < nt_c; t += Q6K_NT) {
-                    const int nt = (int)(nt_c - t < Q6K_NT ? nt_c - t : Q6K_NT);
+                for (int64_t t = 0; t < nt_c; t += Q16_NT) {
+                    const int nt = (int)(nt_c - t < Q16_NT ? nt_c - t : Q16_NT);
                     q6k_gemm_tab[nt - 1](s1 - s0, s0 == 0, s1 == nb, wp, at + (size_t)t * as + (size_t)s0 * abs_, as,
                                          accb + t, cg + t * ldc, ldc, m);
                 }
