@@ -176,6 +176,11 @@ enum { ATT_TILE_MAX = 8, ATT_ROWS = 64 }; /* tokens per item; rows per attn_valu
  * same whoever runs it and whatever else is in the batch or the tile: scores block by
  * block in position order (a score depends on its key alone), the kernel table's
  * softmax over the row, values block by block in position order (DESIGN.md §3). */
+/* Score row of query head g of the item's i-th token: sc holds (tile, group) rows of n_ctx. */
+static inline float *att_scores_row(float *sc, int64_t i, int g, int group, size_t n_ctx) {
+    return sc + ((size_t)i * (size_t)group + (size_t)g) * n_ctx;
+}
+
 static void attn_task(void *arg, int ith, int nth) {
     const struct attn_job *j = arg;
     struct dj_context *c = j->c;
@@ -198,14 +203,14 @@ static void attn_task(void *arg, int ith, int nth) {
                 if (p0 >= n_keys) continue;
                 const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
                 const float *q = c->q + (size_t)t * n_head * hd + (size_t)hk * group * hd; /* the group's first head */
-                float *st = sc + (size_t)(t - t0) * group * n_ctx;
                 for (int g = 0; g < group; g++)
-                    c->kern->attn_scores(hd, q + (size_t)g * hd, kb, stride, nb, scale, st + (size_t)g * n_ctx + p0);
+                    c->kern->attn_scores(hd, q + (size_t)g * hd, kb, stride, nb, scale,
+                                         att_scores_row(sc, t - t0, g, group, n_ctx) + p0);
             }
         }
         for (int64_t t = t0; t < t1; t++)
             for (int g = 0; g < group; g++)
-                c->kern->attn_softmax(sc + ((size_t)(t - t0) * group + (size_t)g) * n_ctx, (int64_t)j->pos[t] + 1);
+                c->kern->attn_softmax(att_scores_row(sc, t - t0, g, group, n_ctx), (int64_t)j->pos[t] + 1);
         for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
             const float *vb = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd;
             /* the rows of the tile's queries that end at the same place in this block go
@@ -228,7 +233,7 @@ static void attn_task(void *arg, int ith, int nth) {
                         c->kern->attn_values_n(hd, nr, wr, vb, stride, nb_cur, orow, p0 > 0);
                         nr = 0;
                     }
-                    wr[nr] = sc + ((size_t)(t - t0) * group + (size_t)g) * n_ctx + p0;
+                    wr[nr] = att_scores_row(sc, t - t0, g, group, n_ctx) + p0;
                     orow[nr++] = c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd;
                 }
             }
