@@ -8,6 +8,7 @@
  *    prefix's sum, bitwise; and a sum cut into pieces (acc = true), as the
  *    paged KV cache does, equals one call, bitwise;
  *  - head dims that are not multiples of the vector width (8, 12, 40) work;
+ *  - value sums of many rows at once (attn_values_n) equal each row's, bitwise;
  *  - the softmax of a score row is within float rounding of a double reference.
  */
 #include <math.h>
@@ -75,6 +76,31 @@ static void check_table(const struct dj_kernels *k) {
         k->attn_values(hd, w + 21, kv + 21 * stride, stride, n - 21, pieces, true);
         CHECKF(!memcmp(pieces, out, (size_t)hd * sizeof(float)), "%s hd %lld: pieces differ from one call", k->name,
                (long long)hd);
+        /* many rows at once (attn_values_n: 1 .. 19 rows, past every row-group size of
+         * the kernels, fresh and accumulating) equal each row's attn_values, bitwise */
+        enum { NR = 19 };
+        float wn[NR][37], on[NR][128], o1[128];
+        const float *wp[NR];
+        float *op[NR];
+        for (int i = 0; i < NR; i++) {
+            for (int64_t p = 0; p < n; p++) wn[i][p] = (float)trng_unif(&r);
+            wp[i] = wn[i];
+            op[i] = on[i];
+        }
+        int bad_rows = 0;
+        for (int nr = 1; nr <= NR; nr += 3) {
+            for (int acc = 0; acc < 2; acc++) {
+                for (int i = 0; i < nr; i++) memcpy(on[i], out, (size_t)hd * sizeof(float));
+                k->attn_values_n(hd, nr, wp, kv, stride, n, op, acc);
+                for (int i = 0; i < nr; i++) {
+                    memcpy(o1, out, (size_t)hd * sizeof(float));
+                    k->attn_values(hd, wn[i], kv, stride, n, o1, acc);
+                    bad_rows += memcmp(o1, on[i], (size_t)hd * sizeof(float)) != 0;
+                }
+            }
+        }
+        CHECKF(bad_rows == 0, "%s hd %lld: %d rows of attn_values_n differ from attn_values", k->name, (long long)hd,
+               bad_rows);
         free(q);
         free(kv);
     }
@@ -123,7 +149,7 @@ int main(void) {
     for (int isa = 0; isa < DJ_ISA_COUNT; isa++) {
         const struct dj_kernels *k = dj_kernels_for_isa((enum dj_isa)isa);
         if (!k) continue;
-        CHECK(k->attn_scores != NULL && k->attn_values != NULL && k->attn_softmax != NULL);
+        CHECK(k->attn_scores != NULL && k->attn_values != NULL && k->attn_values_n != NULL && k->attn_softmax != NULL);
         check_table(k);
         check_softmax(k);
         tables++;
