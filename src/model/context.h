@@ -33,6 +33,22 @@ struct dj_ctx_params {
 
 struct dj_ctx_params ctx_default_params(void);
 
+/* A run of consecutive ubatch tokens [t0, t1) of one sequence (forward.c attn_task). */
+struct ctx_att_tile {
+    int64_t t0, t1;
+};
+
+/* Tokens of several sequences evaluated in one forward pass (ctx_forward):
+ * token i is tok[i] at position pos[i] of sequence seq[i]. */
+struct dj_batch {
+    size_t n_tok;
+    const dj_token *tok;        /* (n_tok) */
+    const uint32_t *pos;        /* (n_tok) */
+    struct kv_seq *const *seq;  /* (n_tok) sequences of the context's pool */
+    size_t n_out;
+    const uint32_t *out;        /* (n_out) batch indices whose logits are wanted, increasing */
+};
+
 struct dj_context {
     const struct dj_model *model;
     struct dj_ctx_params p;
@@ -56,6 +72,9 @@ struct dj_context {
     int64_t att_tile; /* tokens per attention work item (forward.c attn_task) */
     void *act;     /* (ub, act row bytes) activations converted for the kernels */
     uint32_t *pos; /* (ub) positions of the ubatch's tokens */
+    uint32_t *out; /* (ub) ubatch rows whose logits are computed */
+    struct kv_seq **tseq;       /* (ub) sequence of each token of the ubatch */
+    struct ctx_att_tile *tiles; /* (ub) attention work tiles of the ubatch */
     size_t wrow_stride; /* the largest K (row length) of any weight */
     const struct dj_kernels *kern; /* the CPU's kernel table, chosen once */
 };
@@ -76,6 +95,19 @@ void ctx_set_seq(struct dj_context *c, struct kv_seq *seq);
  * of range, DJ_ERR_NOMEM if the KV budget is exhausted; positions computed
  * before a failure stay in the sequence. */
 enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, float *logits, bool all_logits);
+
+/* The multi-sequence forward pass: evaluates the batch's tokens in ubatches
+ * of n_ubatch (in batch order), writing each token's K/V into its own
+ * sequence's rows and attending over its own sequence's block table.  The
+ * caller has made the rows writable (kv_seq_prepare) and advances the
+ * sequences afterwards (kv_seq_advance); a sequence's tokens come in
+ * increasing positions, each attending to every position up to its own
+ * (rows before the batch, or written earlier in the batch).  logits: NULL,
+ * or room for n_out * n_vocab floats, the rows of b->out in order.
+ * Invariant (DESIGN.md §3): a token's logits and K/V are bitwise the same
+ * whatever else shares its batch or ubatch (tests/model/test_batch.c).
+ * DJ_ERR_INVALID (a message) for a malformed batch; nothing is computed then. */
+enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float *logits);
 
 /* Recomputes n tokens at positions pos[0..n) (strictly increasing) that the
  * current sequence already holds (Tier-2 reuse after an edit: the rows were

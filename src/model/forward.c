@@ -161,14 +161,16 @@ void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t d
 struct attn_job {
     struct dj_context *c;
     uint32_t il;
-    const uint32_t *pos; /* position of each token of the ubatch */
-    int64_t n;           /* tokens in the ubatch */
+    const uint32_t *pos;             /* position of each token of the ubatch */
+    struct kv_seq *const *seq;       /* sequence of each token */
+    const struct ctx_att_tile *tiles; /* runs of tokens of one sequence, positions increasing */
+    int64_t n_tiles;
 };
 
 enum { ATT_TILE_MAX = 8, ATT_ROWS = 64 }; /* tokens per item; rows per attn_values_n call */
 
-/* One (tile of up to att_tile consecutive tokens of the ubatch, KV head) per work
- * item: the tile's queries of the GQA group are scored and summed together block by
+/* One (tile of up to att_tile consecutive tokens of the ubatch of one sequence, with
+ * increasing positions; ubatch_tiles cuts them; KV head) per work item: the tile's queries of the GQA group are scored and summed together block by
  * block, so each block of K and V rows is read from memory once for the tile and then
  * served from L1 to its other queries (codelm at 4,096 positions streamed every K/V
  * row from L3 once per token before).  Items are dealt to threads in turn (i, i + nth,
@@ -189,11 +191,11 @@ static void attn_task(void *arg, int ith, int nth) {
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t stride = c->n_embd_kv, bs = c->block_size, n_ctx = c->p.n_ctx;
     const int64_t tile = c->att_tile;
-    const uint32_t *table = c->seq->table;
     float *sc = c->scores + (size_t)ith * (size_t)tile * (size_t)group * n_ctx; /* (tile, group) rows of n_ctx */
-    const long n_items = (long)((j->n + tile - 1) / tile) * n_kv;
+    const long n_items = (long)j->n_tiles * n_kv;
     for (long item = ith; item < n_items; item += nth) {
-        const int64_t t0 = item / n_kv * tile, t1 = t0 + tile < j->n ? t0 + tile : j->n;
+        const int64_t t0 = j->tiles[item / n_kv].t0, t1 = j->tiles[item / n_kv].t1;
+        const uint32_t *table = j->seq[t0]->table; /* every token of a tile is of one sequence */
         const int hk = (int)(item % n_kv);
         const int64_t max_keys = (int64_t)j->pos[t1 - 1] + 1; /* positions increase */
         for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) { /* block by block, in position order */
@@ -270,16 +272,36 @@ struct probe {
     double *dev;  /* per token: squared L2 distance of the fresh K row to the stored one */
 };
 
-/* Forward pass of one ubatch of n tokens at positions pos[0..n) (increasing;
- * their KV rows exist in the current sequence).  logits (if not NULL) get the
- * rows asked for.  With pr: stops at layer pr->il after measuring and
- * storing its K/V rows. */
-static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos, int64_t n, float *logits,
-                           bool all_logits, const struct probe *pr) {
+/* Cuts the ubatch into attention tiles: runs of at most att_tile consecutive
+ * tokens of one sequence with increasing positions.  Returns how many. */
+static int64_t ubatch_tiles(struct dj_context *c, const uint32_t *pos, struct kv_seq *const *seq, int64_t n) {
+    int64_t nt = 0;
+    for (int64_t t = 0; t < n; t++) {
+        if (nt > 0) {
+            struct ctx_att_tile *last = &c->tiles[nt - 1];
+            if (last->t1 == t && seq[t] == seq[t - 1] && pos[t] > pos[t - 1] && t - last->t0 < c->att_tile) {
+                last->t1 = t + 1;
+                continue;
+            }
+        }
+        c->tiles[nt++] = (struct ctx_att_tile){t, t + 1};
+    }
+    return nt;
+}
+
+/* Forward pass of one ubatch of n tokens, token t at position pos[t] of
+ * sequence seq[t] (their KV rows exist; a sequence's tokens in increasing
+ * positions).  logits (if not NULL) get the n_out rows out[0..n_out)
+ * (increasing ubatch indices), in order.  With pr: stops at layer pr->il
+ * after measuring and storing its K/V rows. */
+static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
+                           struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out, float *logits,
+                           const struct probe *pr) {
     const struct dj_model *m = c->model;
     const struct dj_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd,
                   F = hp->n_ff;
+    const int64_t n_tiles = ubatch_tiles(c, pos, seq, n);
 
     for (int64_t t = 0; t < n; t++) embed_row(c, &m->tok_embd, toks[t], c->x + t * E);
 
@@ -297,7 +319,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
         for (int64_t t = 0; t < n; t++) {
             rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t]);
             rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t]);
-            float *krow = kv_seq_k(c->seq, il, pos[t], c->block_size);
+            float *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
             if (pr && il == pr->il) {
                 double d2 = 0.0;
                 for (int64_t i = 0; i < KV; i++) {
@@ -307,10 +329,10 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
                 pr->dev[t] = d2;
             }
             memcpy(krow, c->k + t * KV, (size_t)KV * sizeof(float));
-            memcpy(kv_seq_v(c->seq, il, pos[t], c->block_size), c->v + t * KV, (size_t)KV * sizeof(float));
+            memcpy(kv_seq_v(seq[t], il, pos[t], c->block_size), c->v + t * KV, (size_t)KV * sizeof(float));
         }
         if (pr && il == pr->il) return;
-        struct attn_job aj = {c, il, pos, n};
+        struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
         threadpool_run(c->tpool, attn_task, &aj);
         ctx_matmul(c, &L->wo, c->att, n, c->xn);
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
@@ -327,11 +349,56 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     }
 
-    if (!logits) return;
-    const int64_t first = all_logits ? 0 : n - 1, n_out = n - first;
-    for (int64_t t = first; t < n; t++)
-        rmsnorm(c->xn + (t - first) * E, c->x + t * E, m->output_norm.data, E, hp->rms_eps);
+    if (!logits || n_out == 0) return;
+    for (int64_t r = 0; r < n_out; r++)
+        rmsnorm(c->xn + r * E, c->x + (int64_t)out[r] * E, m->output_norm.data, E, hp->rms_eps);
     ctx_matmul(c, &m->output, c->xn, n_out, logits);
+}
+
+/* The positions of one sequence in a batch: kv rows must exist. */
+static enum dj_status check_batch(const struct dj_context *c, const struct dj_batch *b) {
+    const struct dj_hparams *hp = &c->model->hp;
+    if (b->n_tok == 0) return dj_fail(DJ_ERR_INVALID, "forward: no tokens");
+    for (size_t i = 0; i < b->n_tok; i++) {
+        const struct kv_seq *sq = b->seq[i];
+        if (!sq || sq->pool != c->pool) return dj_fail(DJ_ERR_INVALID, "forward: token %zu has no sequence of this pool", i);
+        if (b->tok[i] < 0 || (uint32_t)b->tok[i] >= hp->n_vocab)
+            return dj_fail(DJ_ERR_INVALID, "forward: token %d at index %zu is outside the vocabulary (%u)", b->tok[i],
+                           i, hp->n_vocab);
+        if (b->pos[i] >= c->p.n_ctx || b->pos[i] / c->block_size >= sq->n_blocks)
+            return dj_fail(DJ_ERR_INVALID, "forward: position %u at index %zu has no KV row (context %u)", b->pos[i],
+                           i, c->p.n_ctx);
+        for (size_t k = i; k-- > 0;)
+            if (b->seq[k] == sq) {
+                if (b->pos[k] >= b->pos[i])
+                    return dj_fail(DJ_ERR_INVALID, "forward: positions of a sequence do not increase at index %zu", i);
+                break;
+            }
+    }
+    for (size_t r = 0; r < b->n_out; r++)
+        if (b->out[r] >= b->n_tok || (r > 0 && b->out[r] <= b->out[r - 1]))
+            return dj_fail(DJ_ERR_INVALID, "forward: output row %zu (%u) is not an increasing batch index", r, b->out[r]);
+    return DJ_OK;
+}
+
+enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float *logits) {
+    enum dj_status st = check_batch(c, b);
+    if (st) return st;
+    const size_t V = c->model->hp.n_vocab;
+    size_t r = 0; /* next output row */
+    for (size_t done = 0; done < b->n_tok;) {
+        const size_t nb = b->n_tok - done < c->p.n_ubatch ? b->n_tok - done : c->p.n_ubatch;
+        size_t r1 = r;
+        while (r1 < b->n_out && b->out[r1] < done + nb) {
+            c->out[r1 - r] = b->out[r1] - (uint32_t)done;
+            r1++;
+        }
+        forward_ubatch(c, b->tok + done, b->pos + done, b->seq + done, (int64_t)nb, c->out, (int64_t)(r1 - r),
+                       logits ? logits + r * V : NULL, NULL);
+        r = r1;
+        done += nb;
+    }
+    return DJ_OK;
 }
 
 enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, float *logits, bool all_logits) {
@@ -348,12 +415,23 @@ enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, 
         size_t nb = n - done < c->p.n_ubatch ? n - done : c->p.n_ubatch;
         bool last = done + nb == n;
         float *out = NULL;
-        if (logits && all_logits) out = logits + done * hp->n_vocab;
-        else if (logits && last) out = logits;
+        int64_t n_out = 0;
+        if (logits && all_logits) {
+            out = logits + done * hp->n_vocab;
+            n_out = (int64_t)nb;
+            for (size_t t = 0; t < nb; t++) c->out[t] = (uint32_t)t;
+        } else if (logits && last) {
+            out = logits;
+            n_out = 1;
+            c->out[0] = (uint32_t)(nb - 1);
+        }
         enum dj_status st = kv_seq_prepare(c->seq, nb);
         if (st) return st;
-        for (size_t t = 0; t < nb; t++) c->pos[t] = (uint32_t)(c->seq->n_pos + t);
-        forward_ubatch(c, toks + done, c->pos, (int64_t)nb, out, all_logits, NULL);
+        for (size_t t = 0; t < nb; t++) {
+            c->pos[t] = (uint32_t)(c->seq->n_pos + t);
+            c->tseq[t] = c->seq;
+        }
+        forward_ubatch(c, toks + done, c->pos, c->tseq, (int64_t)nb, c->out, n_out, out, NULL);
         kv_seq_advance(c->seq, nb);
         done += nb;
     }
@@ -390,7 +468,10 @@ static enum dj_status forward_at(struct dj_context *c, const char *what, const d
     for (size_t done = 0; done < n;) {
         size_t nb = n - done < c->p.n_ubatch ? n - done : c->p.n_ubatch;
         struct probe pr = {il, dev ? dev + done : NULL};
-        forward_ubatch(c, toks + done, pos + done, (int64_t)nb, done + nb == n ? logits : NULL, false,
+        const bool last = done + nb == n && logits;
+        for (size_t t = 0; t < nb; t++) c->tseq[t] = c->seq;
+        c->out[0] = (uint32_t)(nb - 1);
+        forward_ubatch(c, toks + done, pos + done, c->tseq, (int64_t)nb, c->out, last ? 1 : 0, last ? logits : NULL,
                        dev ? &pr : NULL);
         done += nb;
     }
@@ -467,10 +548,13 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->scores = malloc((size_t)p.n_threads * (size_t)c->att_tile * row_bytes);
     c->act = malloc(ub * c->wrow_stride * sizeof(float)); /* the widest activation row is F32 */
     c->pos = malloc(ub * sizeof *c->pos);
+    c->out = malloc(ub * sizeof *c->out);
+    c->tseq = malloc(ub * sizeof *c->tseq);
+    c->tiles = malloc(ub * sizeof *c->tiles);
     c->kern = dj_kernels();
     c->tpool = threadpool_create(p.n_threads);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
-        !c->scores || !c->act || !c->pos || !c->tpool) {
+        !c->scores || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->tpool) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
@@ -494,6 +578,9 @@ void ctx_free(struct dj_context *c) {
     free(c->scores);
     free(c->act);
     free(c->pos);
+    free(c->out);
+    free(c->tseq);
+    free(c->tiles);
     free(c);
 }
 

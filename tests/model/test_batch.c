@@ -1,0 +1,220 @@
+/*
+ * test_batch.c — DESIGN.md §3, multi-sequence batch invariance: a token's
+ * logits are bitwise identical whether its sequence ran alone or batched with
+ * 1-15 others, at any mix of prefill chunks and decode tokens, any ubatch
+ * size, 1 or 2 threads (ctx_forward).
+ *
+ * Per model (stories260K F32, codelm F16, codelm quantized to q4_k_m by
+ * `deja quantize`, which has Q4_K and Q6_K tensors): 16 random token
+ * sequences of 3-120 tokens.  Reference: each sequence alone, every
+ * position's logits (ctx_decode, one call), hashed per row.  Then random
+ * schedules over one shared pool: each step picks 1-16 of the unfinished
+ * sequences in random order; each contributes either one token (decode) or a
+ * random chunk of up to 40 (prefill); the step is one ctx_forward of random
+ * ubatch size asking logits for a random subset of its rows (always at least
+ * one), on a context with 1 or 2 threads.  Every logits row must hash equal
+ * to the reference row of the same (sequence, position), and each sequence's
+ * K/V rows must equal the reference run's, bitwise.
+ */
+#include <stdint.h>
+
+#include "core/hash.h"
+#include "model/context.h"
+#include "test.h"
+#include "test_run.h"
+
+enum { N_SEQ = 16, MAX_LEN = 120, MAX_CHUNK = 40 };
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static uint32_t rnd(uint32_t n) { /* xorshift64*, uniform enough for schedules */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 33) % n;
+}
+
+static uint64_t row_hash(const float *row, size_t n) { return dj_fnv1a(DJ_FNV_OFFSET, row, n * sizeof(float)); }
+
+struct seqdata {
+    dj_token tok[MAX_LEN];
+    size_t n;
+    uint64_t ref[MAX_LEN]; /* hash of the logits after each position */
+};
+
+static void check_model(const char *path, int n_schedules) {
+    struct dj_model *m = NULL;
+    CHECKF(model_load(path, &m) == DJ_OK, "%s", path);
+    if (!m) return;
+    const size_t V = m->hp.n_vocab;
+    static struct seqdata sd[N_SEQ];
+    for (int s = 0; s < N_SEQ; s++) {
+        sd[s].n = 3 + rnd(MAX_LEN - 2);
+        for (size_t i = 0; i < sd[s].n; i++) sd[s].tok[i] = (dj_token)rnd((uint32_t)V);
+    }
+    const uint32_t bs = 16;
+    struct kv_pool_params pp = {m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, bs, 4096};
+    struct kv_pool *pool = NULL;
+    CHECK(kv_pool_create(&pp, &pool) == DJ_OK);
+    struct kv_seq ref_seq[N_SEQ];
+
+    /* references: each sequence alone */
+    {
+        struct dj_ctx_params cp = ctx_default_params();
+        cp.n_ctx = 256;
+        cp.pool = pool;
+        struct dj_context *c = NULL;
+        CHECK(ctx_create(m, cp, &c) == DJ_OK);
+        float *lg = malloc(MAX_LEN * V * sizeof(float));
+        for (int s = 0; s < N_SEQ; s++) {
+            kv_seq_init(&ref_seq[s], pool);
+            ctx_set_seq(c, &ref_seq[s]);
+            CHECK(ctx_decode(c, sd[s].tok, sd[s].n, lg, true) == DJ_OK);
+            for (size_t i = 0; i < sd[s].n; i++) sd[s].ref[i] = row_hash(lg + i * V, V);
+        }
+        ctx_set_seq(c, NULL);
+        free(lg);
+        ctx_free(c);
+    }
+
+    const uint32_t ubatches[] = {1, 3, 7, 16, 64, 512};
+    size_t n_rows = 0, n_bad = 0, n_kv_bad = 0, n_mixed = 0;
+    for (int sch = 0; sch < n_schedules; sch++) {
+        struct dj_ctx_params cp = ctx_default_params();
+        cp.n_ctx = 256;
+        cp.n_ubatch = ubatches[rnd(6)];
+        cp.n_threads = 1 + (int)rnd(2);
+        cp.pool = pool;
+        struct dj_context *c = NULL;
+        CHECK(ctx_create(m, cp, &c) == DJ_OK);
+        if (!c) break;
+        struct kv_seq seq[N_SEQ];
+        size_t done[N_SEQ] = {0};
+        for (int s = 0; s < N_SEQ; s++) kv_seq_init(&seq[s], pool);
+        /* the prefix each sequence prefills before switching to one token per step */
+        size_t prefill_to[N_SEQ];
+        for (int s = 0; s < N_SEQ; s++) prefill_to[s] = rnd((uint32_t)sd[s].n + 1);
+        dj_token tok[N_SEQ * MAX_CHUNK];
+        uint32_t pos[N_SEQ * MAX_CHUNK], out[N_SEQ * MAX_CHUNK];
+        struct kv_seq *tseq[N_SEQ * MAX_CHUNK];
+        int who[N_SEQ * MAX_CHUNK];
+        float *lg = malloc((size_t)N_SEQ * MAX_CHUNK * V * sizeof(float));
+        for (;;) {
+            int order[N_SEQ], n_open = 0;
+            for (int s = 0; s < N_SEQ; s++)
+                if (done[s] < sd[s].n) order[n_open++] = s;
+            if (n_open == 0) break;
+            for (int i = n_open - 1; i > 0; i--) { /* shuffle */
+                int k = (int)rnd((uint32_t)i + 1), t = order[i];
+                order[i] = order[k];
+                order[k] = t;
+            }
+            const int n_pick = 1 + (int)rnd((uint32_t)n_open);
+            size_t nt = 0, n_out = 0;
+            for (int k = 0; k < n_pick; k++) {
+                const int s = order[k];
+                size_t len = 1;
+                if (done[s] < prefill_to[s]) len = 1 + rnd(MAX_CHUNK);
+                if (len > sd[s].n - done[s]) len = sd[s].n - done[s];
+                CHECK(kv_seq_prepare(&seq[s], len) == DJ_OK);
+                for (size_t i = 0; i < len; i++) {
+                    tok[nt] = sd[s].tok[done[s] + i];
+                    pos[nt] = (uint32_t)(done[s] + i);
+                    tseq[nt] = &seq[s];
+                    who[nt] = s;
+                    if (rnd(3) == 0 || i + 1 == len) out[n_out++] = (uint32_t)nt;
+                    nt++;
+                }
+            }
+            if (n_pick > 1) n_mixed++;
+            struct dj_batch b = {nt, tok, pos, tseq, n_out, out};
+            CHECK(ctx_forward(c, &b, lg) == DJ_OK);
+            for (size_t r = 0; r < n_out; r++) {
+                const int s = who[out[r]];
+                n_rows++;
+                if (row_hash(lg + r * V, V) != sd[s].ref[pos[out[r]]]) n_bad++;
+            }
+            for (int k = 0; k < n_pick; k++) {
+                const int s = order[k];
+                size_t len = 0;
+                for (size_t i = 0; i < nt; i++) len += who[i] == s;
+                kv_seq_advance(&seq[s], len);
+                done[s] += len;
+            }
+        }
+        /* every K/V row equals the reference's */
+        for (int s = 0; s < N_SEQ; s++)
+            for (uint32_t il = 0; il < m->hp.n_layer; il++)
+                for (size_t p = 0; p < sd[s].n; p++)
+                    if (memcmp(kv_seq_k(&seq[s], il, p, bs), kv_seq_k(&ref_seq[s], il, p, bs),
+                               pp.n_embd_kv * sizeof(float)) ||
+                        memcmp(kv_seq_v(&seq[s], il, p, bs), kv_seq_v(&ref_seq[s], il, p, bs),
+                               pp.n_embd_kv * sizeof(float)))
+                        n_kv_bad++;
+        free(lg);
+        for (int s = 0; s < N_SEQ; s++) kv_seq_free(&seq[s]);
+        ctx_free(c);
+    }
+    CHECKF(n_bad == 0, "%s: %zu of %zu logits rows differ from the sequence run alone", path, n_bad, n_rows);
+    CHECKF(n_kv_bad == 0, "%s: %zu K/V rows differ", path, n_kv_bad);
+    CHECKF(n_mixed > 10, "%s: only %zu batches mixed sequences", path, n_mixed);
+    printf("%s: %d schedules, %zu logits rows, %zu multi-sequence batches, all bitwise equal\n", path, n_schedules,
+           n_rows, n_mixed);
+
+    /* malformed batches are refused with a message */
+    {
+        struct dj_ctx_params cp = ctx_default_params();
+        cp.n_ctx = 256;
+        cp.pool = pool;
+        struct dj_context *c = NULL;
+        CHECK(ctx_create(m, cp, &c) == DJ_OK);
+        struct kv_seq a;
+        kv_seq_init(&a, pool);
+        CHECK(kv_seq_prepare(&a, 2) == DJ_OK);
+        dj_token t2[2] = {1, 2};
+        uint32_t p_bad[2] = {1, 0}, p_far[2] = {0, 200}, o1[1] = {5};
+        struct kv_seq *s2[2] = {&a, &a};
+        struct dj_batch b1 = {2, t2, p_bad, s2, 0, NULL};
+        CHECK(ctx_forward(c, &b1, NULL) == DJ_ERR_INVALID);
+        struct dj_batch b2 = {2, t2, p_far, s2, 0, NULL};
+        CHECK(ctx_forward(c, &b2, NULL) == DJ_ERR_INVALID);
+        uint32_t p_ok[2] = {0, 1};
+        struct dj_batch b3 = {2, t2, p_ok, s2, 1, o1};
+        CHECK(ctx_forward(c, &b3, NULL) == DJ_ERR_INVALID);
+        dj_token t_bad[2] = {1, (dj_token)V};
+        struct dj_batch b4 = {2, t_bad, p_ok, s2, 0, NULL};
+        CHECK(ctx_forward(c, &b4, NULL) == DJ_ERR_INVALID);
+        kv_seq_free(&a);
+        ctx_free(c);
+    }
+    for (int s = 0; s < N_SEQ; s++) kv_seq_free(&ref_seq[s]);
+    struct kv_pool_stats ps;
+    kv_pool_get_stats(pool, &ps);
+    CHECK(ps.pinned == 0);
+    kv_pool_destroy(pool);
+    model_free(m);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    deja_bin = argv[2];
+    char dir[] = "/tmp/deja_test_batch_XXXXXX";
+    if (!mkdtemp(dir)) return 2;
+    const char *codelm = test_shared_path(argv[1], "models/codelm-15m-f16.gguf");
+    char q[600];
+    snprintf(q, sizeof q, "%s/codelm-q4_k_m.gguf", dir);
+    char *out = NULL;
+    int rc = RUN(&out, "quantize", (char *)codelm, q, "q4_k_m");
+    CHECKF(rc == 0, "quantize: %s", out);
+    free(out);
+#ifdef DJ_SANITIZE_BUILD
+    const int n_sched = 2;
+#else
+    const int n_sched = 8;
+#endif
+    check_model(test_shared_path(argv[1], "models/stories260K.gguf"), 3 * n_sched);
+    check_model(codelm, n_sched);
+    if (rc == 0) check_model(q, n_sched);
+    unlink(q);
+    rmdir(dir);
+    TEST_END();
+}
