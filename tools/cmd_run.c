@@ -1,9 +1,12 @@
 /*
  * cmd_run.c — `deja run`: tokenize a prompt, prefill it, generate N tokens.
  *
+ * It runs as one request on the serving engine (src/engine): sampling, stop
+ * strings and end-of-generation go through the same code as the server's.
  * Output: the generated text on stdout (streamed), a prefill/decode speed line
  * on stderr; with --json one object (DESIGN.md §5) with prompt_ids, ids, text,
- * n_prompt, n_gen, t_prefill_ms, t_decode_ms and logits_hash — FNV-1a 64 over
+ * n_prompt, n_gen, t_prefill_ms, t_decode_ms, finish_reason,
+ * n_forward_passes (batched passes while generating) and logits_hash — FNV-1a 64 over
  * the raw float32 bits of every logits vector the run produced, in order
  * (row 0 = logits at the last prompt position, row s = after feeding generated
  * token s-1).  --dump-logits writes those rows as float32 little-endian.
@@ -18,6 +21,7 @@
 #include "core/hash.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "engine/engine.h"
 #include "model/context.h"
 #include "sample/sampler.h"
 
@@ -32,7 +36,10 @@ static void run_usage(FILE *f) {
             "  --top-k K         (default 40)   --top-p P (default 0.95)   --min-p P (default 0.05)\n"
             "  --repeat-penalty R  --freq-penalty F  --presence-penalty P  --penalty-last-n N\n"
             "  --seed S          sampler seed (default 0)\n"
+            "  --typical-p P     locally typical sampling (default 1 = off)\n"
+            "  --stop STR        stop before the first occurrence of STR (repeatable; not printed)\n"
             "  --ignore-eos      keep generating after an end-of-generation token\n"
+            "  LLAMA_OPT_* variables configure the engine (docs/CONFIG.md).\n"
             "  --json            print one JSON object instead of the text\n"
             "  --dump-logits F   write every logits vector as float32 LE rows to F\n"
             "  An empty prompt (-p \"\") means BOS only.  Special tokens in the prompt are parsed.\n");
@@ -64,10 +71,65 @@ static bool parse_num(const char *cmd, const char *opt, const char *s, double lo
     return true;
 }
 
+struct run_state {
+    bool json;
+    FILE *df;
+    uint64_t lhash;
+    size_t n_vocab;
+    dj_token *ids;
+    size_t n_ids, cap;
+    char *text;
+    size_t text_len, text_cap;
+    bool err;
+    char err_msg[128];
+    struct dj_turn_result r;
+};
+
+/* Every logits vector: hashed, and dumped with --dump-logits (x86-64: float bits are little-endian). */
+static void run_on_logits(void *ud, const float *logits, size_t n) {
+    struct run_state *rs = ud;
+    if (rs->n_ids >= rs->cap && rs->cap > 0) return;
+    rs->lhash = dj_fnv1a(rs->lhash, logits, n * sizeof(float));
+    if (rs->df && fwrite(logits, sizeof(float), n, rs->df) != n && !rs->err) {
+        rs->err = true;
+        snprintf(rs->err_msg, sizeof rs->err_msg, "writing the logits failed: %s", strerror(errno));
+    }
+}
+
+static void run_on_token(void *ud, const struct dj_token_event *ev) {
+    struct run_state *rs = ud;
+    if (rs->cap == 0) return;
+    if (rs->n_ids < rs->cap) rs->ids[rs->n_ids++] = ev->tok;
+    if (rs->text_len + ev->n_text + 1 > rs->text_cap) {
+        size_t cap = (rs->text_len + ev->n_text + 1) * 2;
+        char *nt = realloc(rs->text, cap);
+        if (!nt) {
+            rs->err = true;
+            snprintf(rs->err_msg, sizeof rs->err_msg, "out of memory");
+            return;
+        }
+        rs->text = nt;
+        rs->text_cap = cap;
+    }
+    memcpy(rs->text + rs->text_len, ev->text, ev->n_text);
+    rs->text_len += ev->n_text;
+    if (!rs->json) {
+        fwrite(ev->text, 1, ev->n_text, stdout);
+        fflush(stdout);
+    }
+}
+
+static void run_on_done(void *ud, const struct dj_turn_result *r) {
+    struct run_state *rs = ud;
+    rs->r = *r;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL, *dump = NULL;
     double n_gen = 64, n_ctx = 0, n_threads = 1, ubatch = 512, seed = 0;
     bool json = false, ignore_eos = false;
+    char **stops = NULL;
+    size_t n_stops = 0;
     struct dj_sampler_params sp = sampler_default_params();
     sp.temp = 0.0f;
     for (int i = 1; i < argc; i++) {
@@ -94,6 +156,15 @@ int cmd_run(int argc, char **argv) {
             json = true;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = true;
+        } else if (!strcmp(a, "--stop")) {
+            const char *v2 = cli_value("run", argc, argv, &i);
+            char **ns = v2 ? realloc(stops, (n_stops + 1) * sizeof *ns) : NULL;
+            if (!ns) {
+                free(stops);
+                return v2 ? cli_error("run", "out of memory") : 1;
+            }
+            stops = ns;
+            stops[n_stops++] = (char *)v2;
         }
         NUM("-n", 0, 1e7, n_gen)
         NUM("-c", 1, 1e7, n_ctx)
@@ -103,6 +174,7 @@ int cmd_run(int argc, char **argv) {
         NUM("--top-k", 0, 1e9, sp.top_k)
         NUM("--top-p", 0, 1, sp.top_p)
         NUM("--min-p", 0, 1, sp.min_p)
+        NUM("--typical-p", 0, 1, sp.typical_p)
         NUM("--repeat-penalty", 0, 100, sp.repeat_penalty)
         NUM("--freq-penalty", -100, 100, sp.freq_penalty)
         NUM("--presence-penalty", -100, 100, sp.presence_penalty)
@@ -134,15 +206,15 @@ int cmd_run(int argc, char **argv) {
 
     int rc = 1;
     struct dj_model *m = NULL;
-    struct dj_context *c = NULL;
-    struct dj_sampler *smp = NULL;
-    struct dj_detok *dt = NULL;
-    dj_token *pids = NULL, *ids = NULL;
-    float *logits = NULL;
-    FILE *df = NULL;
-    char *text = NULL;
-    size_t np = 0, n_ids = 0, text_len = 0, text_cap = 0;
-
+    struct dj_engine *e = NULL;
+    dj_token *pids = NULL;
+    struct run_state rs = {0};
+    size_t np = 0;
+    struct dj_engine_params ep = engine_default_params();
+    if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
+        cli_error("run", "%s", dj_last_error());
+        goto done;
+    }
     if (model_load(model_path, &m) != DJ_OK) {
         cli_error("run", "%s", dj_last_error());
         goto done;
@@ -155,117 +227,98 @@ int cmd_run(int argc, char **argv) {
         cli_error("run", "the prompt is empty and the model adds no BOS token");
         goto done;
     }
-    struct dj_ctx_params cp = ctx_default_params();
-    cp.n_ctx = (uint32_t)n_ctx;
-    cp.n_threads = (int)n_threads;
-    cp.n_ubatch = (uint32_t)ubatch;
-    if (cp.n_ctx > m->hp.n_ctx_train)
-        dj_log(DJ_LOG_WARN, "context size %u exceeds the model's training context %u", cp.n_ctx, m->hp.n_ctx_train);
-    if (cp.n_ctx == 0) cp.n_ctx = m->hp.n_ctx_train;
-    if (np + (size_t)n_gen > cp.n_ctx) {
+    ep.n_ctx = (uint32_t)n_ctx;
+    ep.n_threads = (int)n_threads;
+    ep.n_ubatch = (uint32_t)ubatch;
+    ep.kv_budget_auto = getenv("LLAMA_OPT_DEDUP_POOL_MAX") == NULL;
+    if (ep.n_ctx > m->hp.n_ctx_train)
+        dj_log(DJ_LOG_WARN, "context size %u exceeds the model's training context %u", ep.n_ctx, m->hp.n_ctx_train);
+    if (ep.n_ctx == 0) ep.n_ctx = m->hp.n_ctx_train;
+    if (np + (size_t)n_gen > ep.n_ctx) {
         cli_error("run", "prompt (%zu tokens) + %zu generated tokens exceed the context size %u (use -c)", np,
-                  (size_t)n_gen, cp.n_ctx);
+                  (size_t)n_gen, ep.n_ctx);
         goto done;
     }
-    if (ctx_create(m, cp, &c) != DJ_OK) {
+    if (engine_create(m, &ep, &e) != DJ_OK) {
         cli_error("run", "%s", dj_last_error());
         goto done;
     }
-    const size_t V = m->hp.n_vocab;
-    smp = sampler_create(sp, V);
-    dt = detok_create(m->vocab, false);
-    logits = malloc(V * sizeof(float));
-    ids = malloc(((size_t)n_gen + 1) * sizeof *ids);
-    if (!smp || !dt || !logits || !ids) {
-        cli_error("run", "out of memory");
-        goto done;
-    }
-    if (dump && !(df = fopen(dump, "wb"))) {
+    if (dump && !(rs.df = fopen(dump, "wb"))) {
         cli_error("run", "%s: cannot open for writing: %s", dump, strerror(errno));
         goto done;
     }
-    for (size_t i = 0; i < np; i++) sampler_accept(smp, pids[i]);
-
-    uint64_t lhash = DJ_FNV_OFFSET;
-    int64_t t0 = dj_time_us();
-    if (ctx_decode(c, pids, np, logits, false) != DJ_OK) {
-        cli_error("run", "%s", dj_last_error());
+    rs.json = json;
+    rs.lhash = DJ_FNV_OFFSET;
+    rs.n_vocab = m->hp.n_vocab;
+    if (!(rs.ids = malloc(((size_t)n_gen + 1) * sizeof *rs.ids))) {
+        cli_error("run", "out of memory");
         goto done;
     }
-    int64_t t1 = dj_time_us();
-    for (size_t s = 0; s < (size_t)n_gen; s++) {
-        if (s > 0 && ctx_decode(c, &ids[s - 1], 1, logits, false) != DJ_OK) {
+    rs.cap = (size_t)n_gen;
+    struct dj_request_params rp = engine_default_request();
+    rp.prompt = pids;
+    rp.n_prompt = np;
+    rp.max_tokens = (size_t)n_gen;
+    rp.sampling = sp;
+    rp.stop = (const char *const *)stops;
+    rp.n_stop = n_stops;
+    rp.ignore_eos = ignore_eos;
+    rp.on_token = run_on_token;
+    rp.on_done = run_on_done;
+    rp.on_logits = run_on_logits;
+    rp.ud = &rs;
+    if (n_gen > 0) {
+        if (engine_submit(e, &rp, NULL) != DJ_OK) {
             cli_error("run", "%s", dj_last_error());
             goto done;
         }
-        lhash = dj_fnv1a(lhash, logits, V * sizeof(float)); /* x86-64: float bits are little-endian */
-        if (df && fwrite(logits, sizeof(float), V, df) != V) {
-            cli_error("run", "%s: write failed: %s", dump, strerror(errno));
+        engine_run_all(e);
+    } else { /* -n 0: the prompt's logits only */
+        rp.max_tokens = 1;
+        rs.cap = 0;
+        if (engine_submit(e, &rp, NULL) != DJ_OK) {
+            cli_error("run", "%s", dj_last_error());
             goto done;
         }
-        dj_token tok = sampler_sample(smp, logits);
-        sampler_accept(smp, tok);
-        ids[n_ids++] = tok;
-        size_t pl;
-        const char *piece = detok_push(dt, tok, &pl);
-        if (text_len + pl + 1 > text_cap) {
-            text_cap = (text_len + pl + 1) * 2;
-            char *nt = realloc(text, text_cap);
-            if (!nt) {
-                cli_error("run", "out of memory");
-                goto done;
-            }
-            text = nt;
-        }
-        memcpy(text + text_len, piece, pl);
-        text_len += pl;
-        if (!json) {
-            fwrite(piece, 1, pl, stdout);
-            fflush(stdout);
-        }
-        if (!ignore_eos && vocab_is_eog(m->vocab, tok)) break;
+        engine_run_all(e);
+        rs.r.n_gen = 0;
+        rs.text_len = 0;
     }
-    size_t pl;
-    const char *tail = detok_flush(dt, &pl);
-    if (pl) {
-        char *nt = realloc(text, text_len + pl + 1);
-        if (!nt) {
-            cli_error("run", "out of memory");
-            goto done;
-        }
-        text = nt;
-        memcpy(text + text_len, tail, pl);
-        text_len += pl;
-        if (!json) fwrite(tail, 1, pl, stdout);
+    if (rs.err) {
+        cli_error("run", "%s", rs.err_msg);
+        goto done;
     }
-    int64_t t2 = dj_time_us();
-    double ms_p = (double)(t1 - t0) / 1000.0, ms_d = (double)(t2 - t1) / 1000.0;
+    if (rs.r.finish == DJ_FINISH_ERROR) {
+        cli_error("run", "%s", rs.r.error);
+        goto done;
+    }
+    const double ms_p = rs.r.t_queue_ms + rs.r.t_prefill_ms, ms_d = rs.r.t_decode_ms;
+    const size_t n_ids = rs.n_ids;
     fprintf(stderr, "\ndeja run: prefill %zu tokens in %.1f ms (%.1f t/s), decode %zu tokens in %.1f ms (%.1f t/s), %d threads\n",
             np, ms_p, ms_p > 0 ? (double)np * 1000.0 / ms_p : 0.0, n_ids, ms_d,
-            ms_d > 0 && n_ids > 1 ? (double)(n_ids - 1) * 1000.0 / ms_d : 0.0, cp.n_threads);
+            ms_d > 0 && n_ids > 1 ? (double)(n_ids - 1) * 1000.0 / ms_d : 0.0, ep.n_threads);
     if (json) {
         printf("{\"prompt_ids\": [");
         for (size_t i = 0; i < np; i++) printf(i ? ", %d" : "%d", pids[i]);
         printf("], \"ids\": [");
-        for (size_t i = 0; i < n_ids; i++) printf(i ? ", %d" : "%d", ids[i]);
+        for (size_t i = 0; i < n_ids; i++) printf(i ? ", %d" : "%d", rs.ids[i]);
         printf("], \"text\": ");
-        json_str(stdout, text ? text : "", text_len);
+        json_str(stdout, rs.text ? rs.text : "", rs.text_len);
         printf(", \"n_prompt\": %zu, \"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"t_decode_ms\": %.3f, "
-               "\"logits_hash\": \"%016" PRIx64 "\"}\n",
-               np, n_ids, ms_p, ms_d, lhash);
+               "\"finish_reason\": \"%s\", \"n_forward_passes\": %llu, \"logits_hash\": \"%016" PRIx64 "\"}\n",
+               np, n_ids, ms_p, ms_d, n_gen > 0 ? engine_finish_name(rs.r.finish) : "length",
+               (unsigned long long)(engine_n_forward(e) > 0 ? engine_n_forward(e) - 1 : 0), rs.lhash);
     } else {
         putchar('\n');
     }
     rc = 0;
 done:
-    if (df && fclose(df) != 0 && rc == 0) rc = cli_error("run", "%s: write failed: %s", dump, strerror(errno));
-    free(text);
-    free(ids);
-    free(logits);
+    if (rs.df && fclose(rs.df) != 0 && rc == 0) rc = cli_error("run", "%s: write failed: %s", dump, strerror(errno));
+    free(rs.text);
+    free(rs.ids);
     free(pids);
-    detok_destroy(dt);
-    sampler_free(smp);
-    ctx_free(c);
+    free(stops);
+    engine_destroy(e);
     model_free(m);
     free(owned);
     return rc;

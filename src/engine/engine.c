@@ -13,6 +13,7 @@
  *     sequence is the context's own (empty) one outside engine_turn.
  */
 #include "engine/engine.h"
+#include "engine/engine_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -26,36 +27,30 @@
 #include "model/context.h"
 #include "sample/sampler.h"
 
-struct dj_session {
-    struct dj_engine *e;
-    struct kv_seq seq;
-    struct kv_history hist;
-    size_t n_exact;     /* positions [0, n_exact) hold exact K/V (Tier 2 reuse leaves approximate rows after) */
-    uint64_t last_turn; /* pool turn of its last use: parking goes oldest first */
-    struct dj_session *prev, *next;
-};
-
-struct dj_engine {
-    const struct dj_model *model;
-    struct dj_context *ctx;
-    struct kv_pool *pool;
-    struct llama_opt_config cfg;
-    struct llama_opt_stats stats, stats_last;
-    FILE *stats_out;
-    float *logits;      /* n_vocab */
-    uint32_t block_size;
-    size_t block_bytes;
-    uint32_t peak_allocated, peak_pinned;
-    struct dj_session *sessions; /* doubly linked list */
-};
-
 struct dj_engine_params engine_default_params(void) {
     struct dj_engine_params p;
     memset(&p, 0, sizeof p);
     p.n_ubatch = 512;
+    p.chunked_prefill = true;
     p.n_threads = 1;
     p.opt = llama_opt_config_default();
     return p;
+}
+
+size_t engine_kv_bytes_per_token(const struct dj_model *m) {
+    return 2 * (size_t)m->hp.n_layer * (size_t)m->hp.n_head_kv * m->hp.head_dim * sizeof(float);
+}
+
+/* MemAvailable of /proc/meminfo in bytes; 0 if unknown. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
 }
 
 enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_params *p, struct dj_engine **out) {
@@ -64,6 +59,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     if (cfg->block_size == 0) return dj_fail(DJ_ERR_INVALID, "engine: block size 0");
     const size_t n_embd_kv = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t block_bytes = 2 * (size_t)hp->n_layer * cfg->block_size * n_embd_kv * sizeof(float);
+    const uint32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
     uint64_t max_blocks = cfg->dedup_pool_max;
     if (p->kv_budget_mib < 0)
         return dj_fail(DJ_ERR_INVALID, "KV budget %.3f MiB is negative", p->kv_budget_mib);
@@ -76,33 +72,61 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
                            p->kv_budget_mib, (double)block_bytes / 1048576.0, hp->n_layer, cfg->block_size,
                            2 * n_embd_kv);
         max_blocks = blocks > 1073741824.0 ? 1073741824u : (uint64_t)blocks;
+    } else if (p->kv_budget_auto) {
+        /* half of what the machine has free now (the weights are mapped already), at least
+         * one context; one context = its blocks + one for a copy on write */
+        const uint64_t avail = mem_available();
+        const uint64_t one_ctx = ((uint64_t)n_ctx + cfg->block_size - 1) / cfg->block_size + 1;
+        if (avail && one_ctx * block_bytes > avail)
+            return dj_fail(DJ_ERR_NOMEM,
+                           "not enough memory for one context: %u positions x %zu KiB of K/V per position = %.1f MiB, "
+                           "%.1f MiB available; use a smaller -c",
+                           n_ctx, engine_kv_bytes_per_token(m) / 1024, (double)(one_ctx * block_bytes) / 1048576.0,
+                           (double)avail / 1048576.0);
+        max_blocks = avail ? avail / 2 / block_bytes : one_ctx * 4;
+        if (max_blocks < one_ctx) max_blocks = one_ctx;
+        if (max_blocks > 1073741824u) max_blocks = 1073741824u;
     }
     struct dj_engine *e = calloc(1, sizeof *e);
     if (!e) return dj_fail(DJ_ERR_NOMEM, "out of memory creating an engine");
     e->model = m;
     e->cfg = *cfg;
+    e->p = *p;
+    if (e->p.n_ubatch == 0) e->p.n_ubatch = 512;
+    if (e->p.n_ubatch > n_ctx) e->p.n_ubatch = n_ctx;
+    if (e->p.n_batch == 0) e->p.n_batch = e->p.n_ubatch;
+    if (e->p.n_seq_idle_max == 0) e->p.n_seq_idle_max = 64;
     e->stats_out = p->stats_out ? p->stats_out : stderr;
     e->block_size = cfg->block_size;
     e->block_bytes = block_bytes;
+    e->next_id = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
     struct kv_pool_params pp = {hp->n_layer, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks};
     enum dj_status st = kv_pool_create(&pp, &e->pool);
     if (st) {
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv);
         free(e);
         return st;
     }
     struct dj_ctx_params cp = ctx_default_params();
-    cp.n_ctx = p->n_ctx;
-    cp.n_ubatch = p->n_ubatch;
+    cp.n_ctx = n_ctx;
+    cp.n_ubatch = e->p.n_ubatch;
     cp.n_threads = p->n_threads;
     cp.block_size = cfg->block_size;
     cp.pool = e->pool;
     if ((st = ctx_create(m, cp, &e->ctx))) {
         kv_pool_destroy(e->pool);
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv);
         free(e);
         return st;
     }
     e->logits = malloc((size_t)hp->n_vocab * sizeof(float));
-    if (!e->logits) {
+    e->work = malloc((size_t)hp->n_vocab * sizeof(float));
+    e->top = malloc(100 * sizeof *e->top);
+    if (!e->logits || !e->work || !e->top) {
         engine_destroy(e);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating an engine");
     }
@@ -112,17 +136,31 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
 
 void engine_destroy(struct dj_engine *e) {
     if (!e) return;
+    engine_drop_requests(e);
     while (e->sessions) engine_session_destroy(e->sessions);
     ctx_free(e->ctx); /* its own sequence lives in the pool: free the context first */
     kv_pool_destroy(e->pool);
     free(e->logits);
+    free(e->work);
+    free(e->top);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_out);
+    free(e->b_seq);
+    free(e->b_logits);
+    free(e->ent);
+    free(e->text);
+    free(e->cancels);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
     free(e);
 }
 
-enum dj_status engine_session_create(struct dj_engine *e, struct dj_session **out) {
+enum dj_status engine_new_session(struct dj_engine *e, bool anon, struct dj_session **out) {
     struct dj_session *s = calloc(1, sizeof *s);
     if (!s) return dj_fail(DJ_ERR_NOMEM, "out of memory creating a session");
     s->e = e;
+    s->anon = anon;
     kv_seq_init(&s->seq, e->pool);
     kv_history_init(&s->hist, e->block_size);
     s->next = e->sessions;
@@ -132,9 +170,14 @@ enum dj_status engine_session_create(struct dj_engine *e, struct dj_session **ou
     return DJ_OK;
 }
 
+enum dj_status engine_session_create(struct dj_engine *e, struct dj_session **out) {
+    return engine_new_session(e, false, out);
+}
+
 void engine_session_destroy(struct dj_session *s) {
     if (!s) return;
     struct dj_engine *e = s->e;
+    DJ_ASSERT(!s->busy);
     if (e->ctx->seq == &s->seq) ctx_set_seq(e->ctx, NULL);
     if (s->prev) s->prev->next = s->next;
     else e->sessions = s->next;
@@ -155,6 +198,7 @@ void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out) { 
 void engine_pool_stats(const struct dj_engine *e, struct kv_pool_stats *out) { kv_pool_get_stats(e->pool, out); }
 uint32_t engine_block_size(const struct dj_engine *e) { return e->block_size; }
 uint32_t engine_n_ctx(const struct dj_engine *e) { return e->ctx->p.n_ctx; }
+uint64_t engine_n_forward(const struct dj_engine *e) { return e->n_forward; }
 
 void engine_peak_blocks(const struct dj_engine *e, uint32_t *allocated, uint32_t *pinned) {
     *allocated = e->peak_allocated;
@@ -164,55 +208,31 @@ void engine_peak_blocks(const struct dj_engine *e, uint32_t *allocated, uint32_t
 /* ---- a turn ----------------------------------------------------------------- */
 
 /* Keeps the first n positions of the session (sequence and history together). */
-static void session_truncate(struct dj_session *s, size_t n) {
+void session_truncate(struct dj_session *s, size_t n) {
     kv_seq_truncate(&s->seq, n);
     kv_history_truncate(&s->hist, n);
     if (s->n_exact > n) s->n_exact = n;
+    const size_t nb = n / s->e->block_size;
+    if (s->n_sealed > nb) s->n_sealed = nb;
 }
 
-/* Drops the pins of the least recently used other session that holds
- * anything: its sealed blocks stay cached (found again by chain hash), the
- * rest is freed.  Returns false when there is none. */
-static bool park_one(struct dj_engine *e, const struct dj_session *cur) {
+/* Drops the pins of the least recently used idle session other than keep
+ * that holds anything: its sealed blocks stay cached (found again by chain
+ * hash), the rest is freed; an engine-owned one is destroyed.  Returns false
+ * when there is none. */
+bool engine_park_one(struct dj_engine *e, const struct dj_session *keep) {
     struct dj_session *victim = NULL;
     for (struct dj_session *o = e->sessions; o; o = o->next)
-        if (o != cur && o->seq.n_blocks > 0 && (!victim || o->last_turn < victim->last_turn)) victim = o;
+        if (o != keep && !o->busy && o->seq.n_blocks > 0 && (!victim || o->last_used < victim->last_used)) victim = o;
     if (!victim) return false;
-    session_truncate(victim, 0);
+    if (victim->anon) engine_session_destroy(victim);
+    else session_truncate(victim, 0);
     return true;
 }
 
-/* Feeds n tokens to the session's sequence (the context's current one) and
- * records them in its history.  Under memory pressure parks other sessions
- * one by one and goes on.  On failure the session holds what was computed. */
-static enum dj_status feed(struct dj_engine *e, struct dj_session *s, const dj_token *toks, size_t n, float *logits,
-                           size_t *n_parked) {
-    const size_t base = s->seq.n_pos;
-    enum dj_status st = ctx_decode(e->ctx, toks, n, logits, false);
-    while (st == DJ_ERR_NOMEM && park_one(e, s)) {
-        (*n_parked)++;
-        size_t done = s->seq.n_pos - base;
-        st = ctx_decode(e->ctx, toks + done, n - done, logits, false);
+void engine_park_idle(struct dj_engine *e) {
+    while (engine_park_one(e, NULL)) {
     }
-    if (st == DJ_ERR_NOMEM) {
-        struct kv_pool_stats ps;
-        kv_pool_get_stats(e->pool, &ps);
-        st = dj_fail(DJ_ERR_NOMEM,
-                     "KV budget too small: %u blocks of %zu KiB (%.1f MiB) are all pinned by this sequence of %zu "
-                     "positions; raise --kv-budget or LLAMA_OPT_DEDUP_POOL_MAX",
-                     ps.capacity, ps.block_bytes / 1024, (double)ps.capacity * (double)ps.block_bytes / 1048576.0,
-                     s->seq.n_pos);
-    }
-    size_t done = s->seq.n_pos - base;
-    if (done > 0) {
-        enum dj_status hs = kv_history_append(&s->hist, toks, done);
-        if (hs) {
-            kv_seq_truncate(&s->seq, base);
-            return hs;
-        }
-        if (s->n_exact == base) s->n_exact = base + done; /* computed after exact rows only */
-    }
-    return st;
 }
 
 /* Step 2: full blocks of the prompt found in the pool, from the block that
@@ -253,14 +273,17 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
 
 /* Step 5: seals the full blocks not sealed yet, in order, switching to an
  * identical sealed block where one exists (canonicalization). */
-static void seal_blocks(struct dj_engine *e, struct dj_session *s) {
+void seal_blocks(struct dj_engine *e, struct dj_session *s) {
     const size_t bs = e->block_size;
     size_t nb;
     const uint64_t *chains = kv_history_chain(&s->hist, &nb);
     DJ_ASSERT(nb == s->seq.n_pos / bs);
-    for (size_t b = 0; b < nb && (b + 1) * bs <= s->n_exact; b++) { /* approximate rows stay private */
+    for (size_t b = s->n_sealed; b < nb && (b + 1) * bs <= s->n_exact; b++) { /* approximate rows stay private */
         uint32_t id = s->seq.table[b];
-        if (kv_pool_is_sealed(e->pool, id)) continue;
+        if (kv_pool_is_sealed(e->pool, id)) {
+            if (s->n_sealed == b) s->n_sealed = b + 1;
+            continue;
+        }
         uint32_t parent = b ? s->seq.table[b - 1] : KV_BLOCK_NONE;
         if (parent != KV_BLOCK_NONE && !kv_pool_is_sealed(e->pool, parent)) return; /* a seal failed */
         const dj_token *bt = s->hist.tok + b * bs;
@@ -274,6 +297,7 @@ static void seal_blocks(struct dj_engine *e, struct dj_session *s) {
             dj_log(DJ_LOG_WARN, "%s (block %zu stays private)", dj_last_error(), b);
             return;
         }
+        if (s->n_sealed == b) s->n_sealed = b + 1;
     }
 }
 
@@ -356,7 +380,7 @@ static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, co
     if (n_map == 0) goto out;
 
     /* a. rows P..n-1 */
-    while ((st = kv_seq_prepare(&s->seq, R)) == DJ_ERR_NOMEM && park_one(e, s)) r->n_parked++;
+    while ((st = kv_seq_prepare(&s->seq, R)) == DJ_ERR_NOMEM && engine_park_one(e, s)) r->n_parked++;
     if (st) { /* no room for the new rows beside the old ones: compute exactly instead */
         kv_seq_truncate(&s->seq, P);
         st = DJ_OK;
@@ -420,41 +444,11 @@ out:
     return st;
 }
 
-static double ms_since(int64_t t0) { return (double)(dj_time_us() - t0) / 1000.0; }
-
-enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
-                           const struct dj_turn_params *tp, dj_token *ids, struct dj_turn_result *res) {
-    const struct dj_hparams *hp = &e->model->hp;
-    const size_t bs = e->block_size, V = hp->n_vocab, n_ctx = e->ctx->p.n_ctx;
-    struct dj_turn_result r;
-    memset(&r, 0, sizeof r);
-    r.n_prompt = n;
-    if (n == 0) return dj_fail(DJ_ERR_INVALID, "turn: empty prompt");
-    if (tp->n_gen == 0) return dj_fail(DJ_ERR_INVALID, "turn: n_gen must be at least 1");
-    if (n > n_ctx || tp->n_gen - 1 > n_ctx - n)
-        return dj_fail(DJ_ERR_INVALID, "turn: prompt of %zu tokens + %zu generated exceed the context size %zu", n,
-                       tp->n_gen, n_ctx);
-    for (size_t i = 0; i < n; i++)
-        if (prompt[i] < 0 || (uint32_t)prompt[i] >= hp->n_vocab)
-            return dj_fail(DJ_ERR_INVALID, "turn: token %d at index %zu is outside the vocabulary (%u)", prompt[i], i,
-                           hp->n_vocab);
-    /* one sequence, plus one block for a copy on write of a partly reused block */
-    const size_t need = (n + tp->n_gen - 1 + bs - 1) / bs + 1;
-    struct kv_pool_stats ps;
-    kv_pool_get_stats(e->pool, &ps);
-    if (need > ps.capacity)
-        return dj_fail(DJ_ERR_NOMEM,
-                       "KV budget too small: %u blocks of %zu KiB (%.1f MiB) cannot hold one sequence of %zu tokens "
-                       "(%zu blocks of %zu); raise --kv-budget or LLAMA_OPT_DEDUP_POOL_MAX",
-                       ps.capacity, ps.block_bytes / 1024, (double)ps.capacity * (double)ps.block_bytes / 1048576.0,
-                       n + tp->n_gen - 1, need, bs);
-
-    const int64_t t0 = dj_time_us();
-    kv_pool_next_turn(e->pool);
-    s->last_turn = kv_pool_turn(e->pool);
-    ctx_set_seq(e->ctx, &s->seq);
+/* Steps 1-2 of a prompt on s (and Tier 2): see engine_internal.h. */
+enum dj_status engine_reuse_prompt(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
+                                   struct dj_turn_result *r, bool *prefilled) {
     enum dj_status st = DJ_OK;
-
+    *prefilled = false;
     /* 1. the session's own prefix */
     size_t own = 0;
     if (e->cfg.diff_enabled) own = diff_common_prefix(s->hist.tok, s->hist.n_tok, prompt, n);
@@ -474,48 +468,26 @@ enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_t
 
     /* 2. pool blocks */
     if (e->cfg.dedup_enabled && (st = reuse_pool(e, s, prompt, n, &own))) goto done;
-    r.n_reused_own = own;
-    r.n_reused_pool = s->seq.n_pos - own;
+    r->n_reused_own = own;
+    r->n_reused_pool = s->seq.n_pos - own;
 
-    /* 3. the rest of the prompt (Tier 2: part of it reused approximately) */
-    const size_t from = s->seq.n_pos;
-    r.n_computed = n - from;
-    bool prefilled = false;
+    /* 3. what is left is computed by the scheduler (Tier 2: part of it reused approximately here) */
+    r->n_computed = n - s->seq.n_pos;
     if (n_old) {
-        st = approx_reuse(e, s, old, n_old, &snap, prompt, n, &r, &prefilled);
+        ctx_set_seq(e->ctx, &s->seq);
+        st = approx_reuse(e, s, old, n_old, &snap, prompt, n, r, prefilled);
+        ctx_set_seq(e->ctx, NULL);
         kv_seq_free(&snap);
         n_old = 0;
         if (st) goto done;
     }
     if (e->cfg.diff_enabled) {
         e->stats.diff_tokens_total += n;
-        e->stats.diff_tokens_unchanged += r.n_reused_own;
-        e->stats.diff_tokens_recomputed += r.n_computed;
+        e->stats.diff_tokens_unchanged += r->n_reused_own;
+        e->stats.diff_tokens_recomputed += r->n_computed;
     }
-    if (!prefilled && (st = feed(e, s, prompt + from, n - from, e->logits, &r.n_parked))) goto done;
-    r.t_prefill_ms = ms_since(t0);
-
-    /* 4. greedy generation; the last token is not fed */
-    const dj_token *fed = tp->force ? tp->force : ids;
-    for (size_t i = 0; i < tp->n_gen; i++) {
-        if (i > 0 && (st = feed(e, s, &fed[i - 1], 1, e->logits, &r.n_parked))) goto done;
-        if (tp->on_logits) tp->on_logits(tp->ud, e->logits, V);
-        ids[i] = sampler_argmax(e->logits, V);
-        r.n_gen = i + 1;
-        if (i == 0) r.t_ttft_ms = ms_since(t0);
-    }
-    r.t_decode_ms = ms_since(t0) - r.t_ttft_ms;
-
 done:
     if (n_old) kv_seq_free(&snap); /* a failure before step 3 */
     free(old);
-    /* 5. seal what is full (also after a failure: those blocks are exact) */
-    if (e->cfg.dedup_enabled) seal_blocks(e, s);
-    ctx_set_seq(e->ctx, NULL);
-    kv_pool_get_stats(e->pool, &ps);
-    if (ps.allocated > e->peak_allocated) e->peak_allocated = ps.allocated;
-    if (ps.pinned > e->peak_pinned) e->peak_pinned = ps.pinned;
-    if (e->cfg.stats_enabled) llama_opt_stats_print_turn(e->stats_out, &e->stats_last, &e->stats);
-    if (res && st == DJ_OK) *res = r;
     return st;
 }

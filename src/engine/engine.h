@@ -51,7 +51,36 @@
  * and retries; if one sequence alone does not fit, the turn fails with a
  * message giving the budget and the need.
  *
- * Not thread-safe: one thread drives an engine.
+ * The scheduler (sched.c): requests, not turns.
+ *
+ *   any thread                      engine thread (one)
+ *   engine_submit(params) -> id --> inbox --> waiting --admit--> running --> done
+ *   engine_cancel(id)       ------> inbox      (FIFO)   (KV reserve)  |  callbacks:
+ *                                                                     |  on_token, on_done
+ *   engine_step(): one batched forward pass (ctx_forward) over every
+ *   running request's next decode token(s) plus prefill chunks of admitted
+ *   prompts, up to n_batch tokens a step (chunked prefill: a long prompt
+ *   takes several steps and the others keep decoding meanwhile).
+ *
+ * A request without a session is matched to the idle engine-owned sequence
+ * with the longest common prefix (agents send no session id), or a fresh
+ * one; then steps 1-2 above (own prefix, pool blocks) and Tier 2 apply as
+ * for a turn.  A request may name a session (engine_session_create): it then
+ * runs on that session's sequence (replay and tests use this).
+ *
+ * Admission by KV memory: a request reserves the blocks its prompt and its
+ * largest generation can need (per completion for n > 1, which share the
+ * prompt's blocks copy-on-write); it is admitted when the reservations of
+ * the running requests and its own fit the budget, and waits otherwise (in
+ * order).  One that can never fit fails at once with the numbers.  Idle
+ * sequences keep their blocks pinned (exact reuse at token granularity) until
+ * memory is needed: then the least recently used are parked (pins dropped;
+ * sealed blocks stay cached, found again by chain hash).  A running request
+ * is never parked or preempted.
+ *
+ * Threading: engine_submit, engine_cancel, engine_wait_work and
+ * engine_n_pending may be called from any thread; everything else, and every
+ * callback, runs on the one thread that calls engine_step.
  */
 #ifndef DJ_ENGINE_ENGINE_H
 #define DJ_ENGINE_ENGINE_H
@@ -64,22 +93,169 @@
 #include "kv/pool.h"
 #include "model/model.h"
 #include "opt/opt.h"
+#include "sample/sampler.h"
 
 struct dj_engine_params {
-    uint32_t n_ctx;       /* most positions of one session; 0 = the model's training context */
-    uint32_t n_ubatch;    /* tokens per forward step; 0 = 512 */
+    uint32_t n_ctx;       /* most positions of one sequence; 0 = the model's training context */
+    uint32_t n_ubatch;    /* tokens per forward pass; 0 = 512 */
+    uint32_t n_batch;     /* tokens per engine_step (decode tokens + prefill chunks); 0 = n_ubatch.
+                             Smaller: long prompts stall the decoding of others for less time */
+    bool chunked_prefill; /* false: an admitted prompt is prefilled whole in its first step */
     int n_threads;        /* 0 = 1 */
-    double kv_budget_mib; /* KV block memory; 0 = opt.dedup_pool_max blocks */
+    double kv_budget_mib; /* KV block memory in MiB; 0 = kv_budget_auto or opt.dedup_pool_max blocks */
+    bool kv_budget_auto;  /* with kv_budget_mib 0: half the machine's available memory (MemAvailable),
+                             at least one context; fails at creation if not even one context fits */
+    uint32_t n_seq_idle_max; /* idle engine-owned sequences kept for prefix matching; 0 = 64 */
     struct llama_opt_config opt; /* block size, dedup/diff switches, stats */
     FILE *stats_out;      /* where opt-stats lines go when opt.stats_enabled; NULL = stderr */
 };
 
-/* n_ctx 0, n_ubatch 512, 1 thread, no MiB budget, opt = llama_opt_config_default(). */
+/* n_ctx 0, n_ubatch 512, n_batch 0, chunked prefill on, 1 thread, no MiB
+ * budget (opt.dedup_pool_max blocks), opt = llama_opt_config_default(). */
 struct dj_engine_params engine_default_params(void);
 
-/* Called with every logits vector a turn produces, in order: the last prompt
- * position's, then one after feeding each generated token but the last. */
+/* Called with every logits vector a request produces, in order (tests and
+ * replay hash them): the last prompt position's, then one after feeding each
+ * generated token but the last (skipped forced tokens produce none). */
 typedef void (*dj_logits_fn)(void *ud, const float *logits, size_t n_vocab);
+
+/* A logits processor (the grammar engine plugs in here).  All functions run
+ * on the engine thread; a non-DJ_OK status fails the request with the
+ * processor's message (dj_fail). */
+struct dj_logits_processor {
+    void *ud;
+    /* Before each sampled token: may set entries of logits (n_vocab floats, a
+     * copy) to -INFINITY to forbid tokens. */
+    enum dj_status (*apply)(void *ud, float *logits, size_t n_vocab);
+    /* Told every token the completion emits, sampled or forced, in order. */
+    enum dj_status (*accept)(void *ud, dj_token tok);
+    /* After accept: tokens that must follow (at most cap, into buf); they are
+     * emitted without sampling and fed with the sampled token in one step.
+     * NULL or 0: none. */
+    size_t (*forced)(void *ud, dj_token *buf, size_t cap);
+    /* For n > 1: a processor for completion `index` (>= 1) with the state of
+     * ud before the first token; NULL: the request fails.  free releases it. */
+    void *(*fork)(void *ud, uint32_t index);
+    void (*free)(void *ud); /* for forks only; the caller owns ud itself */
+};
+
+enum dj_finish {
+    DJ_FINISH_NONE = 0,
+    DJ_FINISH_STOP,      /* an end-of-generation token or a stop string */
+    DJ_FINISH_LENGTH,    /* max_tokens or the context size */
+    DJ_FINISH_CANCELLED, /* engine_cancel */
+    DJ_FINISH_ERROR,     /* see status / error */
+};
+const char *engine_finish_name(enum dj_finish f); /* "stop", "length", "cancelled", "error" */
+
+/* One generated token, as the on_token callback sees it. */
+struct dj_token_event {
+    uint64_t id;         /* the request */
+    uint32_t index;      /* the completion (0 .. n-1) */
+    size_t pos;          /* output position (0 = first generated token) */
+    dj_token tok;
+    bool forced;         /* emitted by the processor without sampling */
+    const char *text;    /* the text now safe to emit: whole UTF-8 characters, never part of a
+                            stop string; may be empty (held back) or hold earlier tokens' text */
+    size_t n_text;
+    float logprob;       /* with logprobs: log-probability of tok under the (masked) model
+                            distribution; 0 for forced tokens */
+    const struct dj_logprob *top; /* with n_probs: the most likely alternatives */
+    size_t n_top;
+};
+
+struct dj_turn_result {
+    uint64_t id;
+    uint32_t index;
+    enum dj_finish finish;
+    enum dj_status status; /* DJ_OK unless finish is DJ_FINISH_ERROR */
+    char error[256];
+    int stop_index;        /* the stop string that matched, or -1 */
+    size_t n_prompt;
+    size_t n_cached;       /* prompt positions reused: own + pool (+ approx) */
+    size_t n_reused_own;   /* positions kept from the sequence's own earlier tokens */
+    size_t n_reused_pool;  /* positions taken from pool blocks (dedup hits) */
+    size_t n_computed;     /* prompt positions computed through every layer */
+    size_t n_reused_approx; /* Tier 2: positions after an edit reused with RoPE-corrected K */
+    size_t n_blend;        /* Tier 2: candidates recomputed after the probe (in n_computed) */
+    size_t n_probed;       /* Tier 2: candidates run through the probe (layer 0, layer-1 K/V) */
+    size_t n_gen;          /* tokens generated (sampled + forced, the end token included) */
+    size_t n_forced;
+    size_t n_parked;       /* idle sequences parked under memory pressure while it ran */
+    double t_queue_ms;     /* submit to admission */
+    double t_prefill_ms;   /* admission to the prompt's logits */
+    double t_ttft_ms;      /* submit to the first generated token */
+    double t_decode_ms;    /* first token to the end */
+};
+
+typedef void (*dj_token_fn)(void *ud, const struct dj_token_event *ev);
+/* Once per completion, last; the request's memory is released after the last. */
+typedef void (*dj_done_fn)(void *ud, const struct dj_turn_result *r);
+
+struct dj_session;
+
+struct dj_request_params {
+    const dj_token *prompt; /* copied */
+    size_t n_prompt;
+    size_t max_tokens;      /* >= 1; capped by the context size (finish "length") */
+    uint32_t n;             /* completions; 0 = 1 */
+    struct dj_sampler_params sampling; /* completion i > 0 uses seed dj_rng_u64(seed, i) */
+    const char *const *stop; /* n_stop stop strings (copied) */
+    size_t n_stop;
+    bool ignore_eos;        /* end-of-generation tokens do not stop */
+    bool logprobs;
+    uint32_t n_probs;       /* alternatives per token (<= 20 is sensible; capped at 100) */
+    const struct dj_logits_processor *proc; /* NULL: none; copied (not ud) */
+    struct dj_session *session; /* NULL: matched by prefix among the engine's idle sequences */
+    dj_token_fn on_token;   /* NULL: none */
+    dj_done_fn on_done;     /* NULL: none */
+    dj_logits_fn on_logits; /* NULL: none */
+    void *ud;
+    void *logits_ud;        /* on_logits' argument; NULL: ud */
+    const dj_token *force;  /* tests: max_tokens tokens fed instead of the sampled ones (teacher
+                               forcing); events still report the sampled ones */
+};
+struct dj_request_params engine_default_request(void); /* max_tokens 16, greedy, n 1 */
+
+struct dj_engine;
+
+/* The engine borrows m (it must outlive the engine).  Fails with
+ * DJ_ERR_INVALID (a message) for a budget that holds no block, or
+ * DJ_ERR_NOMEM when the automatic budget cannot hold one context. */
+enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_params *p, struct dj_engine **out);
+/* Fails every request still queued or running (no callbacks), destroys the
+ * sessions, then the engine.  Accepts NULL. */
+void engine_destroy(struct dj_engine *e);
+
+/* Queues a request; thread-safe.  Checks what can be checked at once
+ * (prompt empty or out of the vocabulary, prompt not shorter than the
+ * context, bad sampling parameters, a request that can never fit the KV
+ * budget): DJ_ERR_INVALID / DJ_ERR_NOMEM and a message, no callbacks.
+ * *id: the request's handle for engine_cancel. */
+enum dj_status engine_submit(struct dj_engine *e, const struct dj_request_params *p, uint64_t *id);
+/* Asks to stop a request (thread-safe; unknown or finished ids are ignored):
+ * at its next step it finishes with DJ_FINISH_CANCELLED, its full exact
+ * blocks stay cached, and its sequence holds no pins. */
+void engine_cancel(struct dj_engine *e, uint64_t id);
+/* One scheduling step and at most one batched forward pass (engine thread).
+ * Returns the tokens computed (0: nothing to do).  Failures are per request
+ * (on_done with DJ_FINISH_ERROR); the engine goes on. */
+size_t engine_step(struct dj_engine *e);
+/* Requests queued, waiting or running (thread-safe). */
+size_t engine_n_pending(struct dj_engine *e);
+/* Blocks until a request or cancel is submitted, or timeout_ms passes
+ * (thread-safe; for the engine thread when engine_n_pending is 0). */
+void engine_wait_work(struct dj_engine *e, int timeout_ms);
+/* Runs engine_step until no request is pending (engine thread). */
+void engine_run_all(struct dj_engine *e);
+
+/* ---- sessions: a named sequence, for replay and tests ------------------ */
+
+enum dj_status engine_session_create(struct dj_engine *e, struct dj_session **out);
+/* Unrefs the session's blocks (sealed ones stay cached).  Not while a request runs on it.  Accepts NULL. */
+void engine_session_destroy(struct dj_session *s);
+
+/* ---- the old single-turn API (a request on a session, run to the end) ---- */
 
 struct dj_turn_params {
     size_t n_gen;          /* tokens to generate greedily (>= 1); end-of-generation does not stop */
@@ -90,53 +266,30 @@ struct dj_turn_params {
                               still get the greedy choices */
 };
 
-struct dj_turn_result {
-    size_t n_prompt;
-    size_t n_reused_own;   /* positions kept from the session's own sequence */
-    size_t n_reused_pool;  /* positions taken from pool blocks (dedup hits) */
-    size_t n_computed;     /* prompt positions computed through every layer: n_prompt - own - pool
-                              (- approx in Tier 2) */
-    size_t n_reused_approx; /* Tier 2: positions after an edit reused with RoPE-corrected K */
-    size_t n_blend;        /* Tier 2: candidates recomputed after the probe (in n_computed) */
-    size_t n_probed;       /* Tier 2: candidates run through the probe (layer 0, layer-1 K/V) */
-    size_t n_gen;
-    size_t n_parked;       /* other sessions parked under memory pressure during the turn */
-    double t_prefill_ms;   /* reuse + computing the prompt's K/V and logits */
-    double t_ttft_ms;      /* turn start to the first generated token */
-    double t_decode_ms;    /* the rest of the generation */
-};
-
-struct dj_engine;
-struct dj_session;
-
-/* The engine borrows m (it must outlive the engine).  Fails with
- * DJ_ERR_INVALID (a message) for a budget that holds no block. */
-enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_params *p, struct dj_engine **out);
-/* Destroys the sessions still alive, then the engine.  Accepts NULL. */
-void engine_destroy(struct dj_engine *e);
-
-enum dj_status engine_session_create(struct dj_engine *e, struct dj_session **out);
-/* Unrefs the session's blocks (sealed ones stay cached for other sessions).  Accepts NULL. */
-void engine_session_destroy(struct dj_session *s);
-
-/* One turn (see above).  ids gets tp->n_gen generated tokens.  On failure
- * (DJ_ERR_INVALID: empty prompt, token out of range, prompt + generation past
- * n_ctx; DJ_ERR_NOMEM: the budget cannot hold this sequence) the session is
- * left consistent (its sequence holds what was computed) and may be reused. */
+/* Submits a greedy request on session s and steps the engine until it is
+ * done (other queued requests run alongside).  ids gets tp->n_gen tokens.
+ * Fails (DJ_ERR_INVALID / DJ_ERR_NOMEM, message) as engine_submit does, or
+ * with the request's error; the session is left consistent. */
 enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
                            const struct dj_turn_params *tp, dj_token *ids, struct dj_turn_result *res);
 
-/* Tokens whose K/V the session holds (valid until its next turn). */
+/* Tokens whose K/V the session holds (valid until its next request). */
 const dj_token *engine_session_tokens(const struct dj_session *s, size_t *n);
 size_t engine_session_n_blocks(const struct dj_session *s);
 
 const struct llama_opt_config *engine_config(const struct dj_engine *e);
-/* Running totals of every turn so far. */
+/* Running totals of every request so far. */
 void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out);
 void engine_pool_stats(const struct dj_engine *e, struct kv_pool_stats *out);
-/* Most blocks allocated / pinned at the end of any turn so far. */
+/* Most blocks allocated / pinned at the end of any step so far. */
 void engine_peak_blocks(const struct dj_engine *e, uint32_t *allocated, uint32_t *pinned);
 uint32_t engine_block_size(const struct dj_engine *e);
 uint32_t engine_n_ctx(const struct dj_engine *e);
+/* Batched forward passes run so far, and the tokens they held. */
+uint64_t engine_n_forward(const struct dj_engine *e);
+/* Parks every idle sequence (drops their pins; sealed blocks stay cached). */
+void engine_park_idle(struct dj_engine *e);
+/* KV bytes per position (K and V, every layer, F32) of a model. */
+size_t engine_kv_bytes_per_token(const struct dj_model *m);
 
 #endif

@@ -59,9 +59,11 @@ void sampler_reset(struct dj_sampler *s) {
     memset(s->counts, 0, s->n_vocab * sizeof *s->counts);
 }
 
-struct dj_sampler *sampler_create(struct dj_sampler_params p, size_t n_vocab) {
+#include "core/rng.h"
+enum dj_status sampler_create(const struct dj_sampler_params *pp, size_t n_vocab, struct dj_sampler **out) {
+    struct dj_sampler_params p = *pp;
     struct dj_sampler *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
+    if (!s) return DJ_ERR_NOMEM;
     if (p.penalty_last_n < 0) p.penalty_last_n = 0;
     s->p = p;
     s->n_vocab = n_vocab;
@@ -70,10 +72,11 @@ struct dj_sampler *sampler_create(struct dj_sampler_params p, size_t n_vocab) {
     s->counts = calloc(n_vocab, sizeof *s->counts);
     if (!s->hist || !s->cands || !s->counts) {
         sampler_free(s);
-        return NULL;
+        return DJ_ERR_NOMEM;
     }
     sampler_reset(s);
-    return s;
+    *out = s;
+    return DJ_OK;
 }
 
 void sampler_free(struct dj_sampler *s) {
@@ -113,7 +116,7 @@ static int cand_cmp(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
-dj_token sampler_sample(struct dj_sampler *s, const float *logits) {
+dj_token sampler_sample(struct dj_sampler *s, const float *logits, uint64_t pos) {
     const struct dj_sampler_params *p = &s->p;
     size_t n = s->n_vocab;
     struct cand *c = s->cands;
@@ -161,11 +164,30 @@ dj_token sampler_sample(struct dj_sampler *s, const float *logits) {
         c[i].p = expf((c[i].logit - c[0].logit) / p->temp);
         sum += c[i].p;
     }
-    double r = (double)(xoshiro_next(s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double r = dj_rng_uniform(p->seed, pos) * sum;
     double cum = 0.0;
     for (size_t i = 0; i < n; i++) {
         cum += c[i].p;
         if (r < cum) return c[i].id;
     }
     return c[n - 1].id;
+}
+
+float sampler_logprobs(const float *logits, size_t n_vocab, dj_token chosen, struct dj_logprob *top, size_t n_top, size_t *n_out) {
+    float mx = -INFINITY;
+    for (size_t i = 0; i < n_vocab; i++) if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (size_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    const float lse = mx + (float)log(sum);
+    size_t k = 0;
+    for (size_t i = 0; i < n_vocab && n_top; i++) {
+        /* insertion into top */
+        if (logits[i] == -INFINITY) continue;
+        if (k == n_top && !(logits[i] - lse > top[k - 1].logprob)) continue;
+        size_t j = k < n_top ? k++ : k - 1;
+        while (j > 0 && top[j - 1].logprob < logits[i] - lse) { top[j] = top[j - 1]; j--; }
+        top[j] = (struct dj_logprob){(dj_token)i, logits[i] - lse};
+    }
+    *n_out = k;
+    return logits[chosen] - lse;
 }

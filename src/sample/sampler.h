@@ -25,15 +25,21 @@ struct dj_sampler_params {
     float presence_penalty;/* 0: off */
     int32_t penalty_last_n;/* tokens of history the penalties look at */
     uint64_t seed;
+    float typical_p;
+    const struct dj_logit_bias *logit_bias;
+    size_t n_logit_bias;
 };
+struct dj_logit_bias { dj_token tok; float bias; };
+struct dj_logprob { dj_token tok; float logprob; };
 
 struct dj_sampler_params sampler_default_params(void);
 
 struct dj_sampler;
-struct dj_sampler *sampler_create(struct dj_sampler_params p, size_t n_vocab); /* NULL on OOM */
+enum dj_status sampler_create(const struct dj_sampler_params *p, size_t n_vocab, struct dj_sampler **out);
 void sampler_free(struct dj_sampler *s);
 /* Picks a token from logits (n_vocab floats; not modified). */
-dj_token sampler_sample(struct dj_sampler *s, const float *logits);
+dj_token sampler_sample(struct dj_sampler *s, const float *logits, uint64_t pos);
+float sampler_logprobs(const float *logits, size_t n_vocab, dj_token chosen, struct dj_logprob *top, size_t n_top, size_t *n_out);
 /* Records a token in the penalty history (prompt and generated tokens). */
 void sampler_accept(struct dj_sampler *s, dj_token tok);
 void sampler_reset(struct dj_sampler *s);

@@ -1,0 +1,132 @@
+/*
+ * engine_internal.h — the engine's private types, shared by engine.c (the
+ * engine, sessions, prefix reuse, sealing, Tier 2) and sched.c (requests and
+ * the step loop).  Everything here is touched by the engine thread only,
+ * except the inbox (guarded by mu).
+ */
+#ifndef DJ_ENGINE_INTERNAL_H
+#define DJ_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "engine/engine.h"
+#include "engine/stop.h"
+#include "kv/history.h"
+#include "model/context.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+enum { DJ_FEED_MAX = 64 }; /* tokens one completion feeds in one step (sampled + forced) */
+
+struct dj_req;
+
+struct dj_session {
+    struct dj_engine *e;
+    struct kv_seq seq;
+    struct kv_history hist;
+    size_t n_exact;      /* positions [0, n_exact) hold exact K/V (Tier 2 leaves approximate rows after) */
+    size_t n_sealed;     /* blocks [0, n_sealed) are known sealed (a hint for seal_blocks) */
+    uint64_t last_used;  /* engine step of its last use: parking goes oldest first */
+    bool anon;           /* engine-owned: matched by prefix; destroyed when parked */
+    struct dj_req *busy; /* the request running on it, or NULL (idle) */
+    struct dj_session *prev, *next;
+};
+
+/* One completion of a request. */
+struct dj_comp {
+    struct dj_session *s;
+    struct dj_sampler *smp;
+    struct dj_detok *detok;
+    struct dj_stop stop;
+    void *proc_ud;           /* the processor's state: the request's ud (index 0) or a fork */
+    dj_token *gen;           /* generated tokens (n_gen, cap) */
+    size_t n_gen, cap;
+    dj_token feed[DJ_FEED_MAX]; /* fed in the next step */
+    size_t n_feed;
+    size_t n_forced;
+    enum dj_finish finish;   /* DJ_FINISH_NONE while running */
+    int stop_index;
+    double t_done_ms;
+};
+
+enum dj_req_state { REQ_WAITING, REQ_PREFILL, REQ_DECODE };
+
+struct dj_req {
+    uint64_t id;
+    struct dj_request_params p; /* pointers below replace the caller's */
+    dj_token *prompt;
+    char **stop;
+    struct dj_logit_bias *bias;
+    struct dj_logits_processor proc;
+    bool has_proc;
+    enum dj_req_state state;
+    uint32_t n_comp;
+    struct dj_comp *comp;
+    size_t max_gen;            /* max_tokens capped by the context */
+    size_t reserve;            /* KV blocks reserved while admitted */
+    bool cancel;
+    enum dj_status err;        /* a request-wide failure */
+    char errmsg[256];
+    struct dj_turn_result r;   /* the shared counters (reuse, timings) */
+    int64_t t_submit, t_admit, t_first;
+    struct dj_req *next;
+};
+
+struct dj_engine {
+    const struct dj_model *model;
+    struct dj_context *ctx;
+    struct kv_pool *pool;
+    struct llama_opt_config cfg;
+    struct dj_engine_params p;
+    struct llama_opt_stats stats, stats_last;
+    FILE *stats_out;
+    float *logits;      /* n_vocab (single-sequence paths: Tier 2) */
+    float *work;        /* n_vocab: a processor's masked copy */
+    uint32_t block_size;
+    size_t block_bytes;
+    uint32_t peak_allocated, peak_pinned;
+    struct dj_session *sessions; /* doubly linked list */
+    uint64_t n_step, n_forward, n_forward_tok;
+
+    /* requests (engine thread) */
+    struct dj_req *waiting, *running; /* singly linked, in order */
+    size_t reserved;                  /* blocks reserved by running requests */
+    /* the step's batch (grown as needed) */
+    dj_token *b_tok;
+    uint32_t *b_pos, *b_out;
+    struct kv_seq **b_seq;
+    size_t b_cap;
+    float *b_logits;
+    size_t b_logits_rows;
+    struct step_ent *ent;
+    size_t ent_cap;
+    char *text;                       /* an event's text */
+    size_t text_cap;
+    struct dj_logprob *top;           /* n_probs alternatives */
+
+    /* inbox (any thread) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct dj_req *inbox, *inbox_tail;
+    uint64_t *cancels;
+    size_t n_cancels, cap_cancels;
+    uint64_t next_id;
+    atomic_size_t n_pending;
+};
+
+/* sched.c: frees every queued and running request without callbacks. */
+void engine_drop_requests(struct dj_engine *e);
+
+/* engine.c */
+void session_truncate(struct dj_session *s, size_t n);
+bool engine_park_one(struct dj_engine *e, const struct dj_session *keep);
+enum dj_status engine_new_session(struct dj_engine *e, bool anon, struct dj_session **out);
+void seal_blocks(struct dj_engine *e, struct dj_session *s);
+/* Steps 1-2 (and Tier 2) of a prompt on session s: reuses the own prefix and
+ * pool blocks; with Tier 2 may compute the whole prompt (*prefilled: the
+ * last position's logits are in e->logits).  Fills r's reuse counters. */
+enum dj_status engine_reuse_prompt(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
+                                   struct dj_turn_result *r, bool *prefilled);
+
+#endif

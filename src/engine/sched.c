@@ -1,0 +1,814 @@
+/*
+ * sched.c — requests and the step loop of the serving engine (engine.h has
+ * the picture; engine_internal.h the types).
+ *
+ * A step:
+ *   1. take the inbox (submitted requests, cancel ids) under the mutex;
+ *   2. finish cancelled requests;
+ *   3. admit waiting requests in order while their KV reservation fits:
+ *      pick a sequence (named session, or the idle engine-owned one with
+ *      the longest common prefix, or a new one), reuse its own prefix and
+ *      pool blocks (engine_reuse_prompt);
+ *   4. build one batch: every decoding completion's tokens to feed (the
+ *      sampled one plus any a logits processor forced), then prefill chunks
+ *      of admitted prompts in admission order up to n_batch tokens; make the
+ *      rows writable (parking idle sequences if memory runs short);
+ *   5. ctx_forward; advance the sequences and their histories;
+ *   6. for every row with logits: the first token of a request whose prompt
+ *      is done (forking the sequence for n > 1), or the next token of a
+ *      decoding completion: processor mask, sample at output position
+ *      n_gen (the counter-based draw), logprobs, stop checks, on_token;
+ *   7. seal full blocks; finish what is done (on_done), release sequences.
+ *
+ * Exactness: a token's logits do not depend on the batch (ctx_forward's
+ * invariant) and its draw depends only on (seed, output position), so every
+ * request produces what it would alone, whatever runs beside it.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/status.h"
+#include "core/timer.h"
+#include "engine/engine_internal.h"
+#include "kv/diff.h"
+
+/* One sequence's tokens in the step's batch. */
+struct step_ent {
+    struct dj_req *req;
+    uint32_t comp;   /* completion index (prefill: 0) */
+    size_t i0, n;    /* batch rows */
+    bool prefill;
+    int64_t out;     /* logits row, or -1 */
+};
+
+const char *engine_finish_name(enum dj_finish f) {
+    switch (f) {
+    case DJ_FINISH_STOP: return "stop";
+    case DJ_FINISH_LENGTH: return "length";
+    case DJ_FINISH_CANCELLED: return "cancelled";
+    case DJ_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+struct dj_request_params engine_default_request(void) {
+    struct dj_request_params p;
+    memset(&p, 0, sizeof p);
+    p.max_tokens = 16;
+    p.n = 1;
+    p.sampling = sampler_default_params();
+    p.sampling.temp = 0.0f;
+    return p;
+}
+
+static double ms_between(int64_t t0, int64_t t1) { return t0 && t1 ? (double)(t1 - t0) / 1000.0 : 0.0; }
+
+static size_t blocks_for(const struct dj_engine *e, size_t n_pos) {
+    return (n_pos + e->block_size - 1) / e->block_size;
+}
+
+/* ---- request memory ------------------------------------------------------ */
+
+static void req_free(struct dj_engine *e, struct dj_req *q) {
+    if (!q) return;
+    for (uint32_t i = 0; q->comp && i < q->n_comp; i++) {
+        struct dj_comp *c = &q->comp[i];
+        sampler_free(c->smp);
+        detok_destroy(c->detok);
+        stop_free(&c->stop);
+        if (i > 0 && c->proc_ud && q->proc.free) q->proc.free(c->proc_ud);
+        free(c->gen);
+    }
+    free(q->comp);
+    if (q->stop)
+        for (size_t i = 0; i < q->p.n_stop; i++) free(q->stop[i]);
+    free(q->stop);
+    free(q->prompt);
+    free(q->bias);
+    free(q);
+    (void)e;
+}
+
+/* A copy of the caller's request, checked; the sampler and stop matcher of
+ * completion 0 are made here (the others when the prompt is done). */
+static enum dj_status req_create(struct dj_engine *e, const struct dj_request_params *p, struct dj_req **out) {
+    const struct dj_hparams *hp = &e->model->hp;
+    const size_t n_ctx = e->ctx->p.n_ctx;
+    if (p->n_prompt == 0 || !p->prompt) return dj_fail(DJ_ERR_INVALID, "request: empty prompt");
+    if (p->n_prompt >= n_ctx)
+        return dj_fail(DJ_ERR_INVALID, "request: prompt of %zu tokens does not fit the context size %zu (it must leave room for one generated token)",
+                       p->n_prompt, n_ctx);
+    for (size_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= hp->n_vocab)
+            return dj_fail(DJ_ERR_INVALID, "request: token %d at index %zu is outside the vocabulary (%u)",
+                           p->prompt[i], i, hp->n_vocab);
+    if (p->max_tokens == 0) return dj_fail(DJ_ERR_INVALID, "request: max_tokens must be at least 1");
+    const uint32_t n = p->n ? p->n : 1;
+    if (n > 64) return dj_fail(DJ_ERR_INVALID, "request: n = %u completions (at most 64)", n);
+    if (n > 1 && p->session) return dj_fail(DJ_ERR_INVALID, "request: n > 1 on a named session");
+    if (n > 1 && p->force) return dj_fail(DJ_ERR_INVALID, "request: n > 1 with forced tokens");
+    if (n > 1 && p->proc && !p->proc->fork)
+        return dj_fail(DJ_ERR_INVALID, "request: n > 1 with a logits processor that cannot fork");
+    if (p->n_probs > 100) return dj_fail(DJ_ERR_INVALID, "request: %u logprobs alternatives (at most 100)", p->n_probs);
+    for (size_t i = 0; i < p->sampling.n_logit_bias; i++) {
+        const dj_token t = p->sampling.logit_bias[i].tok;
+        if (t < 0 || (uint32_t)t >= hp->n_vocab)
+            return dj_fail(DJ_ERR_INVALID, "request: logit bias for token %d outside the vocabulary (%u)", t,
+                           hp->n_vocab);
+    }
+
+    struct dj_req *q = calloc(1, sizeof *q);
+    if (!q) return dj_fail(DJ_ERR_NOMEM, "out of memory queuing a request");
+    q->p = *p;
+    q->p.n = n;
+    q->n_comp = n;
+    q->max_gen = p->max_tokens;
+    if (q->max_gen > n_ctx - p->n_prompt + 1) q->max_gen = n_ctx - p->n_prompt + 1; /* the last token is not fed */
+    q->prompt = malloc(p->n_prompt * sizeof *q->prompt);
+    q->comp = calloc(n, sizeof *q->comp);
+    if (!q->prompt || !q->comp) goto oom;
+    memcpy(q->prompt, p->prompt, p->n_prompt * sizeof *q->prompt);
+    q->p.prompt = q->prompt;
+    if (p->n_stop) {
+        if (!(q->stop = calloc(p->n_stop, sizeof *q->stop))) goto oom;
+        for (size_t i = 0; i < p->n_stop; i++) {
+            const char *src = p->stop[i] ? p->stop[i] : "";
+            if (!(q->stop[i] = malloc(strlen(src) + 1))) goto oom;
+            strcpy(q->stop[i], src);
+        }
+    }
+    q->p.stop = (const char *const *)q->stop;
+    if (p->sampling.n_logit_bias) {
+        if (!(q->bias = malloc(p->sampling.n_logit_bias * sizeof *q->bias))) goto oom;
+        memcpy(q->bias, p->sampling.logit_bias, p->sampling.n_logit_bias * sizeof *q->bias);
+    }
+    q->p.sampling.logit_bias = q->bias;
+    if (p->proc) {
+        q->proc = *p->proc;
+        q->has_proc = true;
+    }
+    q->p.proc = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        q->comp[i].stop_index = -1;
+        struct dj_sampler_params sp = q->p.sampling;
+        if (i > 0) sp.seed = dj_rng_u64(sp.seed, i);
+        enum dj_status st = sampler_create(&sp, hp->n_vocab, &q->comp[i].smp);
+        if (st) {
+            req_free(e, q);
+            return st == DJ_ERR_NOMEM ? dj_fail(st, "out of memory creating a sampler") : st;
+        }
+        if (!(q->comp[i].detok = detok_create(e->model->vocab, false))) goto oom;
+        if (stop_init(&q->comp[i].stop, q->p.stop, q->p.n_stop)) goto oom;
+    }
+    q->comp[0].proc_ud = q->proc.ud;
+    /* KV reservation: prompt + generation (+1 block for a copy on write), and per
+     * further completion its generation, its copy of the last prompt block and one spare */
+    const size_t gen_pos = q->max_gen - 1;
+    q->reserve = blocks_for(e, p->n_prompt + gen_pos) + 1 + (size_t)(n - 1) * (blocks_for(e, gen_pos) + 2);
+    struct kv_pool_stats ps;
+    kv_pool_get_stats(e->pool, &ps);
+    if (q->reserve > ps.capacity) {
+        req_free(e, q);
+        return dj_fail(DJ_ERR_NOMEM,
+                       "KV budget too small: %u blocks of %zu KiB (%.1f MiB) cannot hold this request (%zu prompt + %zu "
+                       "generated positions x %u completions = %zu blocks of %u); raise --kv-budget or lower max tokens",
+                       ps.capacity, ps.block_bytes / 1024, (double)ps.capacity * (double)ps.block_bytes / 1048576.0,
+                       p->n_prompt, gen_pos, n, q->reserve, e->block_size);
+    }
+    *out = q;
+    return DJ_OK;
+oom:
+    req_free(e, q);
+    return dj_fail(DJ_ERR_NOMEM, "out of memory queuing a request");
+}
+
+/* ---- the thread-safe side ------------------------------------------------ */
+
+enum dj_status engine_submit(struct dj_engine *e, const struct dj_request_params *p, uint64_t *id) {
+    struct dj_req *q = NULL;
+    enum dj_status st = req_create(e, p, &q);
+    if (st) return st;
+    q->t_submit = dj_time_us();
+    pthread_mutex_lock(&e->mu);
+    q->id = e->next_id++;
+    if (e->inbox_tail) e->inbox_tail->next = q;
+    else e->inbox = q;
+    e->inbox_tail = q;
+    atomic_fetch_add(&e->n_pending, 1);
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (id) *id = q->id;
+    return DJ_OK;
+}
+
+void engine_cancel(struct dj_engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->mu);
+    if (e->n_cancels == e->cap_cancels) {
+        size_t cap = e->cap_cancels ? e->cap_cancels * 2 : 16;
+        uint64_t *nc = realloc(e->cancels, cap * sizeof *nc);
+        if (!nc) { /* cannot queue it: the request runs on (a cancel is a request, not a guarantee) */
+            pthread_mutex_unlock(&e->mu);
+            dj_log(DJ_LOG_WARN, "out of memory queuing the cancellation of request %llu", (unsigned long long)id);
+            return;
+        }
+        e->cancels = nc;
+        e->cap_cancels = cap;
+    }
+    e->cancels[e->n_cancels++] = id;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+size_t engine_n_pending(struct dj_engine *e) { return atomic_load(&e->n_pending); }
+
+void engine_wait_work(struct dj_engine *e, int timeout_ms) {
+    pthread_mutex_lock(&e->mu);
+    if (!e->inbox && !e->n_cancels && timeout_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- finishing ----------------------------------------------------------- */
+
+static void list_remove(struct dj_req **head, struct dj_req *q) {
+    for (struct dj_req **pp = head; *pp; pp = &(*pp)->next)
+        if (*pp == q) {
+            *pp = q->next;
+            q->next = NULL;
+            return;
+        }
+}
+
+/* Gives a completion's sequence back: with dedup its full exact blocks are
+ * sealed (cached for others); a failed or cancelled one drops every pin, a
+ * finished one stays idle with its pins (for the next turn's own prefix). */
+static void release_session(struct dj_engine *e, struct dj_session *s, bool drop) {
+    if (!s) return;
+    if (e->cfg.dedup_enabled) seal_blocks(e, s);
+    s->busy = NULL;
+    s->last_used = e->n_step;
+    if (drop) {
+        if (s->anon) engine_session_destroy(s);
+        else session_truncate(s, 0);
+    }
+}
+
+static void req_finish(struct dj_engine *e, struct dj_req *q) {
+    const int64_t now = dj_time_us();
+    const bool admitted = q->state != REQ_WAITING;
+    if (admitted) {
+        DJ_ASSERT(e->reserved >= q->reserve);
+        e->reserved -= q->reserve;
+    }
+    for (uint32_t i = 0; i < q->n_comp; i++) {
+        struct dj_comp *c = &q->comp[i];
+        if (c->finish == DJ_FINISH_NONE) {
+            c->finish = q->cancel ? DJ_FINISH_CANCELLED : DJ_FINISH_ERROR;
+            c->t_done_ms = ms_between(q->t_first ? q->t_first : now, now);
+        }
+        struct dj_turn_result r = q->r;
+        r.id = q->id;
+        r.index = i;
+        r.finish = c->finish;
+        r.status = c->finish == DJ_FINISH_ERROR ? (q->err ? q->err : DJ_ERR_INVALID) : DJ_OK;
+        if (c->finish == DJ_FINISH_ERROR) snprintf(r.error, sizeof r.error, "%s", q->errmsg);
+        r.stop_index = c->stop_index;
+        r.n_prompt = q->p.n_prompt;
+        r.n_cached = r.n_reused_own + r.n_reused_pool + r.n_reused_approx;
+        r.n_gen = c->n_gen;
+        r.n_forced = c->n_forced;
+        r.t_queue_ms = ms_between(q->t_submit, q->t_admit ? q->t_admit : now);
+        r.t_ttft_ms = ms_between(q->t_submit, q->t_first);
+        r.t_decode_ms = c->t_done_ms;
+        const bool drop = c->finish == DJ_FINISH_CANCELLED || c->finish == DJ_FINISH_ERROR;
+        struct dj_session *s = c->s;
+        c->s = NULL;
+        /* completion 0 of an unfinished prefill shares nothing yet */
+        release_session(e, s, drop);
+        if (q->p.on_done) q->p.on_done(q->p.ud, &r);
+    }
+    if (e->cfg.stats_enabled) llama_opt_stats_print_turn(e->stats_out, &e->stats_last, &e->stats);
+    list_remove(admitted ? &e->running : &e->waiting, q);
+    req_free(e, q);
+    atomic_fetch_sub(&e->n_pending, 1);
+}
+
+/* A request-wide failure: every unfinished completion ends with it. */
+static void req_fail(struct dj_req *q, enum dj_status st, const char *msg) {
+    if (!q->err) {
+        q->err = st ? st : DJ_ERR_INVALID;
+        snprintf(q->errmsg, sizeof q->errmsg, "%s", msg && *msg ? msg : "request failed");
+    }
+    for (uint32_t i = 0; i < q->n_comp; i++)
+        if (q->comp[i].finish == DJ_FINISH_NONE) q->comp[i].finish = DJ_FINISH_ERROR;
+}
+
+static bool req_done(const struct dj_req *q) {
+    for (uint32_t i = 0; i < q->n_comp; i++)
+        if (q->comp[i].finish == DJ_FINISH_NONE) return false;
+    return true;
+}
+
+void engine_drop_requests(struct dj_engine *e) {
+    struct dj_req *lists[3] = {e->inbox, e->waiting, e->running};
+    for (int l = 0; l < 3; l++)
+        for (struct dj_req *q = lists[l]; q;) {
+            struct dj_req *next = q->next;
+            for (uint32_t i = 0; i < q->n_comp; i++)
+                if (q->comp[i].s) {
+                    q->comp[i].s->busy = NULL;
+                    q->comp[i].s = NULL;
+                }
+            req_free(e, q);
+            q = next;
+        }
+    e->inbox = e->inbox_tail = e->waiting = e->running = NULL;
+}
+
+/* ---- tokens out ---------------------------------------------------------- */
+
+static bool text_append(struct dj_engine *e, size_t *n, const char *s, size_t len) {
+    if (*n + len + 1 > e->text_cap) {
+        size_t cap = (*n + len + 1) * 2;
+        char *nt = realloc(e->text, cap);
+        if (!nt) return false;
+        e->text = nt;
+        e->text_cap = cap;
+    }
+    memcpy(e->text + *n, s, len);
+    *n += len;
+    e->text[*n] = 0;
+    return true;
+}
+
+/* Records one generated token of completion c: processor and sampler
+ * history, stop conditions, the text, the on_token event.  Returns false
+ * when the completion is finished (or failed). */
+static bool emit(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_token tok, bool forced, float logprob,
+                 size_t n_top) {
+    struct dj_comp *c = &q->comp[ci];
+    if (c->n_gen == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        dj_token *ng = realloc(c->gen, cap * sizeof *ng);
+        if (!ng) {
+            req_fail(q, DJ_ERR_NOMEM, "out of memory recording generated tokens");
+            return false;
+        }
+        c->gen = ng;
+        c->cap = cap;
+    }
+    const size_t pos = c->n_gen;
+    c->gen[c->n_gen++] = tok;
+    if (forced) c->n_forced++;
+    if (!q->t_first) q->t_first = dj_time_us();
+    if (q->has_proc && q->proc.accept && q->proc.accept(c->proc_ud, tok) != DJ_OK) {
+        req_fail(q, DJ_ERR_INVALID, dj_last_error());
+        return false;
+    }
+    sampler_accept(c->smp, tok);
+
+    size_t n_text = 0;
+    bool ok = true;
+    const bool eog = !q->p.ignore_eos && vocab_is_eog(e->model->vocab, tok);
+    if (eog) {
+        c->finish = DJ_FINISH_STOP;
+    } else {
+        size_t n_piece, n_out;
+        const char *piece = detok_push(c->detok, tok, &n_piece), *out;
+        if (stop_feed(&c->stop, piece, n_piece, &out, &n_out)) {
+            c->finish = DJ_FINISH_STOP;
+            c->stop_index = (int)c->stop.which;
+        }
+        ok = text_append(e, &n_text, out, n_out);
+        if (c->finish == DJ_FINISH_NONE && c->n_gen >= q->max_gen) c->finish = DJ_FINISH_LENGTH;
+    }
+    if (c->finish == DJ_FINISH_STOP && c->stop_index < 0) { /* end token: what is held is text */
+        size_t n_flush, n_out;
+        const char *fl = detok_flush(c->detok, &n_flush), *out;
+        if (stop_feed(&c->stop, fl, n_flush, &out, &n_out)) c->stop_index = (int)c->stop.which;
+        ok = ok && text_append(e, &n_text, out, n_out);
+        if (c->stop_index < 0) {
+            out = stop_flush(&c->stop, &n_out);
+            ok = ok && text_append(e, &n_text, out, n_out);
+        }
+    } else if (c->finish == DJ_FINISH_LENGTH) {
+        size_t n_flush, n_out;
+        const char *fl = detok_flush(c->detok, &n_flush), *out;
+        if (stop_feed(&c->stop, fl, n_flush, &out, &n_out)) {
+            c->finish = DJ_FINISH_STOP;
+            c->stop_index = (int)c->stop.which;
+        }
+        ok = ok && text_append(e, &n_text, out, n_out);
+        if (c->stop_index < 0) {
+            out = stop_flush(&c->stop, &n_out);
+            ok = ok && text_append(e, &n_text, out, n_out);
+        }
+    }
+    if (!ok) {
+        req_fail(q, DJ_ERR_NOMEM, "out of memory assembling streamed text");
+        return false;
+    }
+    if (c->finish != DJ_FINISH_NONE) c->t_done_ms = ms_between(q->t_first, dj_time_us());
+    if (q->p.on_token) {
+        struct dj_token_event ev = {q->id, ci, pos, tok, forced, e->text ? e->text : "", n_text,
+                                    forced ? 0.0f : logprob, n_top ? e->top : NULL, forced ? 0 : n_top};
+        q->p.on_token(q->p.ud, &ev);
+    }
+    return c->finish == DJ_FINISH_NONE;
+}
+
+/* Samples the next token of completion ci from its logits row and queues
+ * what it feeds next (the token, then any the processor forces). */
+static void next_token(struct dj_engine *e, struct dj_req *q, uint32_t ci, const float *logits) {
+    struct dj_comp *c = &q->comp[ci];
+    const size_t V = e->model->hp.n_vocab;
+    c->n_feed = 0;
+    if (q->p.on_logits) q->p.on_logits(q->p.logits_ud ? q->p.logits_ud : q->p.ud, logits, V);
+    const float *l = logits;
+    if (q->has_proc && q->proc.apply) {
+        memcpy(e->work, logits, V * sizeof *e->work);
+        if (q->proc.apply(c->proc_ud, e->work, V) != DJ_OK) {
+            req_fail(q, DJ_ERR_INVALID, dj_last_error());
+            return;
+        }
+        l = e->work;
+    }
+    const size_t pos = c->n_gen;
+    const dj_token tok = sampler_sample(c->smp, l, pos);
+    float lp = 0.0f;
+    size_t n_top = 0;
+    if (q->p.logprobs || q->p.n_probs) lp = sampler_logprobs(l, V, tok, e->top, q->p.n_probs, &n_top);
+    if (!emit(e, q, ci, tok, false, lp, n_top)) return;
+    c->feed[c->n_feed++] = q->p.force ? q->p.force[pos] : tok;
+    if (q->has_proc && q->proc.forced) {
+        dj_token f[DJ_FEED_MAX];
+        const size_t nf = q->proc.forced(c->proc_ud, f, DJ_FEED_MAX - 1);
+        for (size_t i = 0; i < nf && i < DJ_FEED_MAX - 1; i++) {
+            if (f[i] < 0 || (uint32_t)f[i] >= V) {
+                req_fail(q, DJ_ERR_INVALID, "logits processor forced a token outside the vocabulary");
+                return;
+            }
+            if (!emit(e, q, ci, f[i], true, 0.0f, 0)) return;
+            c->feed[c->n_feed++] = f[i];
+        }
+    }
+}
+
+/* The prompt's logits are ready: fork the further completions (their
+ * sequences share the prompt's blocks, copy on write), then every
+ * completion samples its first token. */
+static void prompt_done(struct dj_engine *e, struct dj_req *q, const float *logits) {
+    q->r.t_prefill_ms = ms_between(q->t_admit, dj_time_us());
+    q->state = REQ_DECODE;
+    struct dj_session *s0 = q->comp[0].s;
+    for (uint32_t i = 1; i < q->n_comp; i++) {
+        struct dj_comp *c = &q->comp[i];
+        struct dj_session *s = NULL;
+        enum dj_status st = engine_new_session(e, true, &s);
+        if (!st && (st = kv_seq_clone(&s->seq, &s0->seq)) != DJ_OK) kv_seq_init(&s->seq, e->pool);
+        if (!st) st = kv_history_append(&s->hist, s0->hist.tok, s0->hist.n_tok);
+        if (st) {
+            if (s) engine_session_destroy(s);
+            req_fail(q, st, dj_last_error());
+            return;
+        }
+        s->n_exact = s0->n_exact;
+        s->busy = q;
+        c->s = s;
+        if (q->has_proc && !(c->proc_ud = q->proc.fork(q->proc.ud, i))) {
+            req_fail(q, DJ_ERR_NOMEM, "logits processor: fork failed");
+            return;
+        }
+    }
+    for (uint32_t i = 0; i < q->n_comp; i++) next_token(e, q, i, logits);
+}
+
+/* ---- admission ----------------------------------------------------------- */
+
+/* The idle engine-owned sequence with the longest common prefix with the
+ * prompt (most recently used on ties), or NULL if none shares a token. */
+static struct dj_session *match_session(struct dj_engine *e, const dj_token *prompt, size_t n) {
+    struct dj_session *best = NULL;
+    size_t best_n = 0;
+    for (struct dj_session *s = e->sessions; s; s = s->next) {
+        if (!s->anon || s->busy || s->hist.n_tok == 0) continue;
+        const size_t l = diff_common_prefix(s->hist.tok, s->hist.n_tok, prompt, n);
+        if (l > best_n || (l == best_n && l > 0 && best && s->last_used > best->last_used)) {
+            best = s;
+            best_n = l;
+        }
+    }
+    return best;
+}
+
+/* Returns false when q must keep waiting. */
+static bool admit(struct dj_engine *e, struct dj_req *q) {
+    struct kv_pool_stats ps;
+    kv_pool_get_stats(e->pool, &ps);
+    if (e->reserved + q->reserve > ps.capacity) return false;
+    struct dj_session *s = q->p.session;
+    if (s && s->busy) return false;
+    if (!s && e->cfg.diff_enabled) s = match_session(e, q->prompt, q->p.n_prompt);
+    if (!s) {
+        enum dj_status st = engine_new_session(e, true, &s);
+        if (st) {
+            req_fail(q, st, dj_last_error());
+            return true;
+        }
+    }
+    list_remove(&e->waiting, q);
+    q->next = NULL;
+    struct dj_req **tail = &e->running;
+    while (*tail) tail = &(*tail)->next;
+    *tail = q;
+    q->state = REQ_PREFILL;
+    q->t_admit = dj_time_us();
+    e->reserved += q->reserve;
+    s->busy = q;
+    s->last_used = e->n_step;
+    q->comp[0].s = s;
+    kv_pool_next_turn(e->pool);
+    bool prefilled = false;
+    enum dj_status st = engine_reuse_prompt(e, s, q->prompt, q->p.n_prompt, &q->r, &prefilled);
+    if (st) {
+        req_fail(q, st, dj_last_error());
+        return true;
+    }
+    if (prefilled) prompt_done(e, q, e->logits);
+    return true;
+}
+
+/* ---- the step ------------------------------------------------------------- */
+
+static bool batch_reserve(struct dj_engine *e, size_t n_tok, size_t n_ent) {
+    if (n_tok > e->b_cap) {
+        size_t cap = n_tok * 2;
+        dj_token *t = realloc(e->b_tok, cap * sizeof *t);
+        if (t) e->b_tok = t;
+        uint32_t *p = realloc(e->b_pos, cap * sizeof *p);
+        if (p) e->b_pos = p;
+        uint32_t *o = realloc(e->b_out, cap * sizeof *o);
+        if (o) e->b_out = o;
+        struct kv_seq **s = realloc(e->b_seq, cap * sizeof *s);
+        if (s) e->b_seq = s;
+        if (!t || !p || !o || !s) return false;
+        e->b_cap = cap;
+    }
+    if (n_ent > e->ent_cap) {
+        size_t cap = n_ent * 2;
+        struct step_ent *ne = realloc(e->ent, cap * sizeof *ne);
+        if (!ne) return false;
+        e->ent = ne;
+        e->ent_cap = cap;
+    }
+    return true;
+}
+
+/* Makes n more positions of s writable, parking idle sequences while memory
+ * is short. */
+static enum dj_status prepare_rows(struct dj_engine *e, struct dj_req *q, struct dj_session *s, size_t n) {
+    enum dj_status st;
+    while ((st = kv_seq_prepare(&s->seq, n)) == DJ_ERR_NOMEM && engine_park_one(e, s)) q->r.n_parked++;
+    return st;
+}
+
+static void add_rows(struct dj_engine *e, size_t *nt, struct dj_session *s, const dj_token *tok, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        e->b_tok[*nt] = tok[i];
+        e->b_pos[*nt] = (uint32_t)(s->seq.n_pos + i);
+        e->b_seq[*nt] = &s->seq;
+        (*nt)++;
+    }
+}
+
+size_t engine_step(struct dj_engine *e) {
+    e->n_step++;
+    /* 1. the inbox */
+    pthread_mutex_lock(&e->mu);
+    struct dj_req *in = e->inbox;
+    e->inbox = e->inbox_tail = NULL;
+    for (size_t i = 0; i < e->n_cancels; i++) {
+        struct dj_req *lists[3] = {in, e->waiting, e->running};
+        for (int l = 0; l < 3; l++)
+            for (struct dj_req *q = lists[l]; q; q = q->next)
+                if (q->id == e->cancels[i]) q->cancel = true;
+    }
+    e->n_cancels = 0;
+    pthread_mutex_unlock(&e->mu);
+    struct dj_req **tail = &e->waiting;
+    while (*tail) tail = &(*tail)->next;
+    *tail = in;
+
+    /* 2. cancelled and failed requests */
+    for (int l = 0; l < 2; l++)
+        for (struct dj_req *q = l ? e->running : e->waiting, *next; q; q = next) {
+            next = q->next;
+            if (q->cancel || q->err) req_finish(e, q);
+        }
+
+    /* 3. admission, in order */
+    for (struct dj_req *q = e->waiting, *next; q; q = next) {
+        next = q->next;
+        if (!admit(e, q)) {
+            if (!q->p.session) break; /* FIFO: later ones wait behind it (a busy named session does not block) */
+            continue;
+        }
+        if (q->err || req_done(q)) req_finish(e, q);
+    }
+
+    /* 4. the batch: decode tokens first, then prefill chunks */
+    size_t nt = 0, n_ent = 0, n_out = 0;
+    size_t n_dec = 0;
+    for (struct dj_req *q = e->running; q; q = q->next)
+        if (q->state == REQ_DECODE)
+            for (uint32_t i = 0; i < q->n_comp; i++) n_dec += q->comp[i].finish == DJ_FINISH_NONE ? q->comp[i].n_feed : 0;
+    size_t budget = e->p.n_batch > n_dec ? e->p.n_batch - n_dec : 0;
+    for (struct dj_req *q = e->running; q; q = q->next) {
+        if (q->err) continue;
+        if (q->state == REQ_DECODE) {
+            for (uint32_t i = 0; i < q->n_comp; i++) {
+                struct dj_comp *c = &q->comp[i];
+                if (c->finish != DJ_FINISH_NONE || c->n_feed == 0) continue;
+                if (!batch_reserve(e, nt + c->n_feed, n_ent + 1)) {
+                    req_fail(q, DJ_ERR_NOMEM, "out of memory building a batch");
+                    break;
+                }
+                enum dj_status st = prepare_rows(e, q, c->s, c->n_feed);
+                if (st) {
+                    req_fail(q, st, dj_last_error());
+                    break;
+                }
+                e->ent[n_ent++] = (struct step_ent){q, i, nt, c->n_feed, false, (int64_t)n_out};
+                e->b_out[n_out++] = (uint32_t)(nt + c->n_feed - 1);
+                add_rows(e, &nt, c->s, c->feed, c->n_feed);
+            }
+        }
+    }
+    for (struct dj_req *q = e->running; q; q = q->next) {
+        if (q->err || q->state != REQ_PREFILL) continue;
+        struct dj_session *s = q->comp[0].s;
+        const size_t rem = q->p.n_prompt - s->seq.n_pos;
+        size_t chunk = e->p.chunked_prefill ? (rem < budget ? rem : budget) : rem;
+        if (chunk == 0 && budget == 0 && nt == 0) chunk = rem < e->p.n_batch ? rem : e->p.n_batch; /* progress */
+        if (chunk == 0) continue;
+        if (!batch_reserve(e, nt + chunk, n_ent + 1)) {
+            req_fail(q, DJ_ERR_NOMEM, "out of memory building a batch");
+            continue;
+        }
+        enum dj_status st = prepare_rows(e, q, s, chunk);
+        if (st) {
+            req_fail(q, st, dj_last_error());
+            continue;
+        }
+        const bool last = chunk == rem;
+        e->ent[n_ent++] = (struct step_ent){q, 0, nt, chunk, true, last ? (int64_t)n_out : -1};
+        if (last) e->b_out[n_out++] = (uint32_t)(nt + chunk - 1);
+        add_rows(e, &nt, s, q->prompt + s->seq.n_pos, chunk);
+        budget = budget > chunk ? budget - chunk : 0;
+        if (!e->p.chunked_prefill) budget = 0;
+    }
+
+    /* 5. the forward pass */
+    if (nt > 0) {
+        const size_t V = e->model->hp.n_vocab;
+        if (n_out > e->b_logits_rows) {
+            float *nl = realloc(e->b_logits, n_out * V * sizeof *nl);
+            if (nl) {
+                e->b_logits = nl;
+                e->b_logits_rows = n_out;
+            }
+        }
+        struct dj_batch b = {nt, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
+        enum dj_status st = n_out > e->b_logits_rows
+                                ? dj_fail(DJ_ERR_NOMEM, "out of memory for %zu logits rows", n_out)
+                                : ctx_forward(e->ctx, &b, e->b_logits);
+        e->n_forward++;
+        e->n_forward_tok += nt;
+        for (size_t k = 0; k < n_ent; k++) {
+            struct step_ent *en = &e->ent[k];
+            struct dj_req *q = en->req;
+            struct dj_session *s = q->comp[en->comp].s;
+            if (st) {
+                req_fail(q, st, dj_last_error());
+                continue;
+            }
+            const size_t base = s->seq.n_pos;
+            kv_seq_advance(&s->seq, en->n);
+            enum dj_status hs = kv_history_append(&s->hist, e->b_tok + en->i0, en->n);
+            if (hs) {
+                kv_seq_truncate(&s->seq, base);
+                req_fail(q, hs, dj_last_error());
+                continue;
+            }
+            if (s->n_exact == base) s->n_exact = base + en->n; /* computed after exact rows only */
+        }
+        /* 6. tokens out */
+        if (!st)
+            for (size_t k = 0; k < n_ent; k++) {
+                struct step_ent *en = &e->ent[k];
+                struct dj_req *q = en->req;
+                if (q->err || en->out < 0) continue;
+                const float *row = e->b_logits + (size_t)en->out * V;
+                if (en->prefill) prompt_done(e, q, row);
+                else next_token(e, q, en->comp, row);
+            }
+        /* 7. seal what filled up (other sequences chain onto it at once) */
+        if (e->cfg.dedup_enabled)
+            for (size_t k = 0; k < n_ent; k++) {
+                struct dj_session *s = e->ent[k].req->comp[e->ent[k].comp].s;
+                if (s) seal_blocks(e, s);
+            }
+    }
+    for (struct dj_req *q = e->running, *next; q; q = next) {
+        next = q->next;
+        if (q->err || req_done(q)) req_finish(e, q);
+    }
+
+    /* idle engine-owned sequences beyond the limit are parked, oldest first */
+    size_t n_idle = 0;
+    for (struct dj_session *s = e->sessions; s; s = s->next) n_idle += s->anon && !s->busy;
+    while (n_idle > e->p.n_seq_idle_max) {
+        struct dj_session *victim = NULL;
+        for (struct dj_session *s = e->sessions; s; s = s->next)
+            if (s->anon && !s->busy && (!victim || s->last_used < victim->last_used)) victim = s;
+        engine_session_destroy(victim);
+        n_idle--;
+    }
+    struct kv_pool_stats ps;
+    kv_pool_get_stats(e->pool, &ps);
+    if (ps.allocated > e->peak_allocated) e->peak_allocated = ps.allocated;
+    if (ps.pinned > e->peak_pinned) e->peak_pinned = ps.pinned;
+    return nt;
+}
+
+void engine_run_all(struct dj_engine *e) {
+    while (engine_n_pending(e) > 0) {
+        if (engine_step(e) == 0 && e->inbox == NULL && !e->running && e->waiting) {
+            /* waiting requests that cannot be admitted with nothing running: cannot happen
+             * (each fits alone); guard against a spin */
+            break;
+        }
+    }
+}
+
+/* ---- the single-turn API ---------------------------------------------------- */
+
+struct turn_state {
+    dj_token *ids;
+    size_t n_ids, cap;
+    struct dj_turn_result r;
+    bool done;
+};
+
+static void turn_on_token(void *ud, const struct dj_token_event *ev) {
+    struct turn_state *t = ud;
+    if (t->n_ids < t->cap) t->ids[t->n_ids++] = ev->tok;
+}
+
+static void turn_on_done(void *ud, const struct dj_turn_result *r) {
+    struct turn_state *t = ud;
+    t->r = *r;
+    t->done = true;
+}
+
+enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
+                           const struct dj_turn_params *tp, dj_token *ids, struct dj_turn_result *res) {
+    const size_t n_ctx = e->ctx->p.n_ctx;
+    if (n == 0) return dj_fail(DJ_ERR_INVALID, "turn: empty prompt");
+    if (tp->n_gen == 0) return dj_fail(DJ_ERR_INVALID, "turn: n_gen must be at least 1");
+    if (n > n_ctx || tp->n_gen - 1 > n_ctx - n)
+        return dj_fail(DJ_ERR_INVALID, "turn: prompt of %zu tokens + %zu generated exceed the context size %zu", n,
+                       tp->n_gen, n_ctx);
+    if (s->busy) return dj_fail(DJ_ERR_INVALID, "turn: the session is running a request");
+    struct turn_state t = {ids, 0, tp->n_gen, {0}, false};
+    struct dj_request_params rp = engine_default_request();
+    rp.prompt = prompt;
+    rp.n_prompt = n;
+    rp.max_tokens = tp->n_gen;
+    rp.ignore_eos = true;
+    rp.session = s;
+    rp.on_token = turn_on_token;
+    rp.on_done = turn_on_done;
+    rp.ud = &t;
+    rp.on_logits = tp->on_logits;
+    rp.logits_ud = tp->ud;
+    rp.force = tp->force;
+    uint64_t id;
+    enum dj_status st = engine_submit(e, &rp, &id);
+    if (st) return st;
+    while (!t.done) engine_step(e);
+    if (t.r.finish == DJ_FINISH_ERROR) return dj_fail(t.r.status, "%s", t.r.error);
+    if (res) *res = t.r;
+    return DJ_OK;
+}
