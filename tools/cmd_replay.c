@@ -2,14 +2,24 @@
  * cmd_replay.c — `deja replay`: replays multi-turn agent traces
  * (../shared/traces/README.md) through the engine, one session per file,
  * files interleaved round-robin turn by turn (as a server with several
- * agents sees them).  Every turn prefills its prompt (reusing what the
+ * agents sees them), or --parallel N at once.  Every turn prefills its prompt (reusing what the
  * LLAMA_OPT_* configuration allows) and generates -n tokens greedily.
  *
  * Output per turn: n_prompt, n_reused (own prefix / pool), n_computed,
  * prefill ms, TTFT; then a summary.  --json gives one object (DESIGN.md §5)
  * with per-turn entries, totals, logits_hash (FNV-1a 64 over the float32
  * bits of every logits vector, all turns in order) and ids_hash (FNV-1a 64
- * over every generated id as LE uint32).
+ * over every generated id as LE uint32), and `sessions`: each trace's own
+ * logits_hash and ids_hash over its turns in order, which do not depend on
+ * how the sessions were interleaved.
+ *
+ * --parallel N: N sessions in flight at once on the serving engine (each
+ * submits its next turn as soon as its last is done; the engine batches
+ * their decoding and chunks their prefills, --n-batch tokens a step), as
+ * agents running side by side.  The session hashes must equal those of the
+ * round-robin replay; the top-level logits_hash/ids_hash then fold the
+ * session hashes in trace order (the interleaving is timing-dependent).
+ * TTFT counts from submission, so it includes waiting for the others.
  *
  * Tier 2 (LLAMA_OPT_DIFF_MODE=approx): n_reused_approx counts positions after
  * an edit reused approximately.  --compare-exact runs a second engine with
@@ -55,6 +65,10 @@ static void replay_usage(FILE *f) {
             "  -t N              threads (default 1)\n"
             "  --ubatch N        tokens per forward step during prefill (default 512)\n"
             "  --kv-budget MIB   KV block memory (default: LLAMA_OPT_DEDUP_POOL_MAX blocks)\n"
+            "  --parallel N      N sessions in flight at once, each submitting its next turn when the last\n"
+            "                    is done (default: round-robin, one turn at a time)\n"
+            "  --n-batch N       tokens per engine step: decode tokens + prefill chunks (default: --ubatch)\n"
+            "  --no-chunked-prefill  an admitted prompt is prefilled whole in one step\n"
             "  --json            one JSON object instead of the per-turn lines\n"
             "  --compare-exact   (with LLAMA_OPT_DIFF_MODE=approx) also run exact reuse and report the\n"
             "                    KL divergence and top-1 agreement of every generated step\n"
@@ -137,6 +151,15 @@ struct rsess {
     size_t n_held;
     size_t n_turns;
     bool active;
+    /* the turn in flight */
+    bool busy, done;
+    dj_token *toks;
+    size_t n, n_min;
+    dj_token *ids;
+    size_t n_ids;
+    struct dj_turn_result res;
+    uint64_t lhash, ihash; /* this session's logits and ids, all its turns in order */
+    uint64_t turn_lhash;   /* this turn's logits */
 };
 
 struct turn_row {
@@ -146,15 +169,38 @@ struct turn_row {
     double kl_sum, kl_max;  /* --compare-exact: over the turn's steps */
     size_t n_top1, n_steps;
     double t_exact_prefill_ms;
+    uint64_t logits_hash; /* this turn's */
 };
 
 struct logits_acc {
-    uint64_t hash;
+    uint64_t hash;       /* every logits vector of every turn, in order (sequential replay) */
+    struct rsess *sess;  /* the session whose turn runs: its own hashes too */
 };
 
 static void on_logits(void *ud, const float *logits, size_t n_vocab) {
     struct logits_acc *a = ud;
-    a->hash = dj_fnv1a(a->hash, logits, n_vocab * sizeof(float)); /* x86-64: float bits are little-endian */
+    const size_t nb = n_vocab * sizeof(float); /* x86-64: float bits are little-endian */
+    a->hash = dj_fnv1a(a->hash, logits, nb);
+    if (a->sess) {
+        a->sess->lhash = dj_fnv1a(a->sess->lhash, logits, nb);
+        a->sess->turn_lhash = dj_fnv1a(a->sess->turn_lhash, logits, nb);
+    }
+}
+
+/* --parallel: the request of session r reports here. */
+static void par_on_logits(void *ud, const float *logits, size_t n_vocab) {
+    struct rsess *r = ud;
+    r->lhash = dj_fnv1a(r->lhash, logits, n_vocab * sizeof(float));
+    r->turn_lhash = dj_fnv1a(r->turn_lhash, logits, n_vocab * sizeof(float));
+}
+static void par_on_token(void *ud, const struct dj_token_event *ev) {
+    struct rsess *r = ud;
+    r->ids[r->n_ids++] = ev->tok;
+}
+static void par_on_done(void *ud, const struct dj_turn_result *res) {
+    struct rsess *r = ud;
+    r->res = *res;
+    r->done = true;
 }
 
 /* --compare-exact: the exact engine's logits of one turn, then the approximate
@@ -215,12 +261,63 @@ static double percentile(double *v, size_t n, double p) {
     return v[k < n ? k : n - 1];
 }
 
+/* A turn of session r is done (ids: the G generated tokens; fed: what the
+ * sequence was fed, the same unless teacher-forced): its ids hash, what the
+ * model of the minimum thinks the sequence holds, the row and its line.
+ * Returns non-zero (after a message) on failure. */
+static int finish_turn(struct rsess *r, size_t i, const dj_token *fed, size_t G, size_t bs, bool dedup_on,
+                       struct hset *chains, struct turn_row **rows, size_t *n_rows, size_t *cap_rows, bool json,
+                       const struct compare *cmp, const struct dj_turn_result *trx) {
+    for (size_t k = 0; k < G; k++) r->ihash = dj_fnv1a_u32(r->ihash, (uint32_t)r->ids[k]);
+    /* what the sequence now holds: the prompt and the generated tokens but the last */
+    const size_t n = r->n, nh = n + G - 1;
+    dj_token *held = realloc(r->held, nh * sizeof *held);
+    if (!held) return cli_error("replay", "out of memory");
+    memcpy(held, r->toks, n * sizeof *held);
+    memcpy(held + n, fed, (G - 1) * sizeof *held);
+    r->held = held;
+    r->n_held = nh;
+    uint64_t c = KV_CHAIN_ROOT;
+    for (size_t b = 0; dedup_on && (b + 1) * bs <= nh; b++)
+        if (!hset_add(chains, c = kv_hash_chain(c, held + b * bs, bs))) return cli_error("replay", "out of memory");
+    if (*n_rows == *cap_rows) {
+        *cap_rows = *cap_rows ? *cap_rows * 2 : 64;
+        struct turn_row *nr = realloc(*rows, *cap_rows * sizeof *nr);
+        if (!nr) return cli_error("replay", "out of memory");
+        *rows = nr;
+    }
+    const struct dj_turn_result *tr = &r->res;
+    (*rows)[(*n_rows)++] = (struct turn_row){i,
+                                             r->n_turns,
+                                             *tr,
+                                             r->n_min,
+                                             cmp ? cmp->kl_sum : 0,
+                                             cmp ? cmp->kl_max : 0,
+                                             cmp ? cmp->n_top1 : 0,
+                                             cmp ? cmp->n_steps : 0,
+                                             trx ? trx->t_prefill_ms : 0.0,
+                                             r->turn_lhash};
+    if (!json) {
+        printf("%-5zu %-44.44s %8zu %8zu %8zu %8zu %8zu %8zu %10.1f %10.1f", r->n_turns,
+               r->tr->session ? r->tr->session : r->tr->path, n, tr->n_reused_own, tr->n_reused_pool,
+               tr->n_reused_approx, tr->n_computed, r->n_min, tr->t_prefill_ms, tr->t_ttft_ms);
+        if (cmp)
+            printf(" %9.1f %9.2e %2zu/%zu", trx->t_prefill_ms, cmp->kl_sum / (double)cmp->n_steps, cmp->n_top1,
+                   cmp->n_steps);
+        printf("\n");
+        fflush(stdout);
+    }
+    r->n_turns++;
+    return 0;
+}
+
 int cmd_replay(int argc, char **argv) {
     const char *model_path = NULL;
     const char **paths = NULL;
     size_t n_paths = 0;
     double n_gen = 32, n_ctx = 0, n_threads = 1, ubatch = 512, max_turns = 0, max_chars = 0, budget = 0;
-    bool json = false, compare = false;
+    double parallel = 0, n_batch = 0;
+    bool json = false, compare = false, no_chunk = false;
     int rc = 1;
     paths = calloc((size_t)argc, sizeof *paths);
     if (!paths) return cli_error("replay", "out of memory");
@@ -246,7 +343,11 @@ int cmd_replay(int argc, char **argv) {
             json = true;
         } else if (!strcmp(a, "--compare-exact")) {
             compare = true;
+        } else if (!strcmp(a, "--no-chunked-prefill")) {
+            no_chunk = true;
         }
+        NUM("--parallel", 1, 1e6, parallel)
+        NUM("--n-batch", 1, 1e6, n_batch)
         NUM("-n", 1, 1e7, n_gen)
         NUM("-c", 1, 1e8, n_ctx)
         NUM("-t", 1, 1024, n_threads)
@@ -274,7 +375,6 @@ int cmd_replay(int argc, char **argv) {
     dj_token *ids_x = NULL;
     struct turn_row *rows = NULL;
     size_t n_rows = 0, cap_rows = 0;
-    dj_token *ids = NULL;
     struct hset chains = {0};
     struct dj_engine_params ep = engine_default_params();
     if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
@@ -292,6 +392,12 @@ int cmd_replay(int argc, char **argv) {
     ep.n_threads = (int)n_threads;
     ep.n_ubatch = (uint32_t)ubatch;
     ep.kv_budget_mib = budget;
+    ep.n_batch = (uint32_t)n_batch;
+    ep.chunked_prefill = !no_chunk;
+    if (compare && parallel > 0) {
+        cli_error("replay", "--compare-exact runs the sessions round-robin; drop --parallel");
+        goto done;
+    }
     if (engine_create(m, &ep, &e) != DJ_OK) {
         cli_error("replay", "%s", dj_last_error());
         goto done;
@@ -319,8 +425,7 @@ int cmd_replay(int argc, char **argv) {
     const size_t bs = engine_block_size(e);
     const bool diff_on = ep.opt.diff_enabled, dedup_on = ep.opt.dedup_enabled;
     rs = calloc(n_paths, sizeof *rs);
-    ids = malloc((size_t)n_gen * sizeof *ids);
-    if (!rs || !ids) {
+    if (!rs) {
         cli_error("replay", "out of memory");
         goto done;
     }
@@ -336,14 +441,25 @@ int cmd_replay(int argc, char **argv) {
         printf("%-5s %-44s %8s %8s %8s %8s %8s %8s %10s %10s%s\n", "turn", "session", "n_prompt", "own", "pool",
                "approx", "computed", "minimum", "prefill_ms", "ttft_ms", compare ? "  exact_ms   mean_kl top1" : "");
 
-    struct logits_acc acc = {DJ_FNV_OFFSET};
+    struct logits_acc acc = {DJ_FNV_OFFSET, NULL};
     uint64_t ids_hash = DJ_FNV_OFFSET;
-    struct dj_turn_params tp = {.n_gen = (size_t)n_gen, .on_logits = on_logits, .ud = &acc};
+    const size_t G = (size_t)n_gen;
+    struct dj_turn_params tp = {.n_gen = G, .on_logits = on_logits, .ud = &acc};
+    for (size_t i = 0; i < n_paths; i++) {
+        rs[i].lhash = rs[i].ihash = DJ_FNV_OFFSET;
+        if (!(rs[i].ids = malloc(G * sizeof *rs[i].ids))) {
+            cli_error("replay", "out of memory");
+            goto done;
+        }
+    }
     const int64_t t_start = dj_time_us();
-    for (size_t n_active = n_paths; n_active > 0;) {
+    size_t n_active = n_paths, n_inflight = 0;
+    while (n_active > 0) {
+        /* start turns: every active session in turn (sequential), or until N are in flight */
         for (size_t i = 0; i < n_paths; i++) {
             struct rsess *r = &rs[i];
-            if (!r->active) continue;
+            if (!r->active || r->busy) continue;
+            if (parallel > 0 && n_inflight >= (size_t)parallel) break;
             bool end = max_turns > 0 && (double)r->n_turns >= max_turns;
             if (!end && trace_next(r->tr, &end) != DJ_OK) {
                 cli_error("replay", "%s", dj_last_error());
@@ -358,12 +474,14 @@ int cmd_replay(int argc, char **argv) {
                 n_active--;
                 continue;
             }
-            dj_token *toks = NULL;
-            size_t n = 0;
-            if (vocab_tokenize(m->vocab, r->tr->prompt, r->tr->prompt_len, true, true, &toks, &n) != DJ_OK) {
+            free(r->toks);
+            r->toks = NULL;
+            if (vocab_tokenize(m->vocab, r->tr->prompt, r->tr->prompt_len, true, true, &r->toks, &r->n) != DJ_OK) {
                 cli_error("replay", "%s:%zu: %s", r->tr->path, r->tr->line_no, dj_last_error());
                 goto done;
             }
+            const dj_token *toks = r->toks;
+            const size_t n = r->n;
             /* the exact minimum (see the top of the file) */
             size_t L = diff_on ? diff_common_prefix(r->held, r->n_held, toks, n) : 0, P = 0;
             if (L >= n && n > 0) L = n - 1;
@@ -371,17 +489,39 @@ int cmd_replay(int argc, char **argv) {
                 uint64_t c = KV_CHAIN_ROOT;
                 while ((P / bs + 1) * bs < n && hset_has(&chains, c = kv_hash_chain(c, toks + P, bs))) P += bs;
             }
-            size_t n_min = n - (L > P ? L : P);
-
-            struct dj_turn_result tr, trx;
+            r->n_min = n - (L > P ? L : P);
+            r->turn_lhash = DJ_FNV_OFFSET;
+            r->n_ids = 0;
+            r->done = false;
+            if (parallel > 0) {
+                struct dj_request_params rp = engine_default_request();
+                rp.prompt = toks;
+                rp.n_prompt = n;
+                rp.max_tokens = G;
+                rp.ignore_eos = true;
+                rp.session = r->s;
+                rp.on_token = par_on_token;
+                rp.on_done = par_on_done;
+                rp.on_logits = par_on_logits;
+                rp.ud = r;
+                if (engine_submit(e, &rp, NULL) != DJ_OK) {
+                    cli_error("replay", "%s:%zu: turn of %zu tokens: %s", r->tr->path, r->tr->line_no, n,
+                              dj_last_error());
+                    goto done;
+                }
+                r->busy = true;
+                n_inflight++;
+                continue;
+            }
+            struct dj_turn_result trx;
             struct compare cmp = {&acc, ref, 0, 0, 0, 0, 0};
             struct dj_turn_params tpa = tp;
+            acc.sess = r;
             if (ex) { /* the exact twin first; the approximate engine is fed its tokens */
                 struct dj_turn_params tpx = {.n_gen = tp.n_gen, .on_logits = on_ref_logits, .ud = &cmp};
                 if (engine_turn(ex, r->sx, toks, n, &tpx, ids_x, &trx) != DJ_OK) {
                     cli_error("replay", "%s:%zu: exact turn of %zu tokens: %s", r->tr->path, r->tr->line_no, n,
                               dj_last_error());
-                    free(toks);
                     goto done;
                 }
                 cmp.i = 0;
@@ -389,54 +529,38 @@ int cmd_replay(int argc, char **argv) {
                 tpa.ud = &cmp;
                 tpa.force = ids_x;
             }
-            if (engine_turn(e, r->s, toks, n, &tpa, ids, &tr) != DJ_OK) {
+            if (engine_turn(e, r->s, toks, n, &tpa, r->ids, &r->res) != DJ_OK) {
                 cli_error("replay", "%s:%zu: turn of %zu tokens: %s", r->tr->path, r->tr->line_no, n, dj_last_error());
-                free(toks);
                 goto done;
             }
-            for (size_t k = 0; k < tp.n_gen; k++) ids_hash = dj_fnv1a_u32(ids_hash, (uint32_t)ids[k]);
-            const dj_token *fed = ex ? ids_x : ids; /* what the sequence was fed */
-            /* what the sequence now holds: the prompt and the generated tokens but the last */
-            size_t nh = n + tp.n_gen - 1;
-            dj_token *held = realloc(r->held, nh * sizeof *held);
-            if (!held) {
-                free(toks);
-                cli_error("replay", "out of memory");
+            r->n_ids = G;
+            for (size_t k = 0; k < G; k++) ids_hash = dj_fnv1a_u32(ids_hash, (uint32_t)r->ids[k]);
+            if (finish_turn(r, i, ex ? ids_x : r->ids, G, bs, dedup_on, &chains, &rows, &n_rows, &cap_rows, json,
+                            ex ? &cmp : NULL, ex ? &trx : NULL))
                 goto done;
-            }
-            memcpy(held, toks, n * sizeof *held);
-            memcpy(held + n, fed, (tp.n_gen - 1) * sizeof *held);
-            r->held = held;
-            r->n_held = nh;
-            free(toks);
-            uint64_t c = KV_CHAIN_ROOT;
-            for (size_t b = 0; dedup_on && (b + 1) * bs <= nh; b++)
-                if (!hset_add(&chains, c = kv_hash_chain(c, held + b * bs, bs))) {
-                    cli_error("replay", "out of memory");
+        }
+        if (parallel > 0) {
+            engine_step(e);
+            for (size_t i = 0; i < n_paths; i++) {
+                struct rsess *r = &rs[i];
+                if (!r->busy || !r->done) continue;
+                r->busy = false;
+                n_inflight--;
+                if (r->res.finish == DJ_FINISH_ERROR || r->n_ids != G) {
+                    cli_error("replay", "%s:%zu: turn of %zu tokens: %s", r->tr->path, r->tr->line_no, r->n,
+                              r->res.error[0] ? r->res.error : "ended early");
                     goto done;
                 }
-            if (n_rows == cap_rows) {
-                cap_rows = cap_rows ? cap_rows * 2 : 64;
-                struct turn_row *nr = realloc(rows, cap_rows * sizeof *nr);
-                if (!nr) {
-                    cli_error("replay", "out of memory");
+                if (finish_turn(r, i, r->ids, G, bs, dedup_on, &chains, &rows, &n_rows, &cap_rows, json, NULL, NULL))
                     goto done;
-                }
-                rows = nr;
             }
-            rows[n_rows++] = (struct turn_row){i, r->n_turns, tr, n_min, cmp.kl_sum, cmp.kl_max, cmp.n_top1,
-                                               cmp.n_steps, ex ? trx.t_prefill_ms : 0.0};
-            if (!json) {
-                printf("%-5zu %-44.44s %8zu %8zu %8zu %8zu %8zu %8zu %10.1f %10.1f", r->n_turns,
-                       r->tr->session ? r->tr->session : r->tr->path, n, tr.n_reused_own, tr.n_reused_pool,
-                       tr.n_reused_approx, tr.n_computed, n_min, tr.t_prefill_ms, tr.t_ttft_ms);
-                if (ex)
-                    printf(" %9.1f %9.2e %2zu/%zu", trx.t_prefill_ms, cmp.kl_sum / (double)cmp.n_steps, cmp.n_top1,
-                           cmp.n_steps);
-                printf("\n");
-                fflush(stdout);
-            }
-            r->n_turns++;
+        }
+    }
+    if (parallel > 0) { /* per-session hashes, folded in trace order (see the top of the file) */
+        acc.hash = ids_hash = DJ_FNV_OFFSET;
+        for (size_t i = 0; i < n_paths; i++) {
+            acc.hash = dj_fnv1a(acc.hash, &rs[i].lhash, sizeof rs[i].lhash);
+            ids_hash = dj_fnv1a(ids_hash, &rs[i].ihash, sizeof rs[i].ihash);
         }
     }
     const double wall_ms = (double)(dj_time_us() - t_start) / 1000.0;
@@ -503,6 +627,7 @@ int cmd_replay(int argc, char **argv) {
                    rows[k].turn, t->n_prompt, t->n_reused_own + t->n_reused_pool + t->n_reused_approx,
                    t->n_reused_own, t->n_reused_pool, t->n_reused_approx, t->n_blend, t->n_probed, t->n_computed,
                    rows[k].n_min, t->n_gen, t->t_prefill_ms, t->t_ttft_ms, t->t_decode_ms);
+            printf(", \"t_queue_ms\": %.3f, \"logits_hash\": \"%016" PRIx64 "\"", t->t_queue_ms, rows[k].logits_hash);
             if (ex)
                 printf(", \"exact_prefill_ms\": %.3f, \"kl_mean\": %.6e, \"kl_max\": %.6e, \"top1_agree\": %zu",
                        rows[k].t_exact_prefill_ms, rows[k].n_steps ? rows[k].kl_sum / (double)rows[k].n_steps : 0.0,
@@ -523,6 +648,17 @@ int cmd_replay(int argc, char **argv) {
                tot_prefill, tot_decode, wall_ms, ttft_med, ttft_p90, ps.block_bytes, ps.capacity, peak_alloc,
                peak_pinned, ps.pinned, ps.evicted, ps.cow_copies, tot_parked, os.dedup_blocks_total,
                os.dedup_blocks_hit, os.canon_entries_deduped, acc.hash, ids_hash);
+        printf(",\n \"parallel\": %zu, \"n_forward_passes\": %llu, \"sessions\": [", (size_t)parallel,
+               (unsigned long long)engine_n_forward(e));
+        for (size_t i = 0; i < n_paths; i++) {
+            printf("%s\n  {\"session\": ", i ? "," : "");
+            json_str(stdout, rs[i].tr->session);
+            printf(", \"trace\": ");
+            json_str(stdout, paths[i]);
+            printf(", \"turns\": %zu, \"logits_hash\": \"%016" PRIx64 "\", \"ids_hash\": \"%016" PRIx64 "\"}",
+                   rs[i].n_turns, rs[i].lhash, rs[i].ihash);
+        }
+        printf("]");
         if (ex) {
             printf(",\n \"approx_quality\": {\"exact_prefill_ms\": %.3f", tot_prefill_x);
             const char *scope[2] = {"all_turns", "approx_turns"};
@@ -565,10 +701,11 @@ done:
             engine_session_destroy(rs[i].sx);
             trace_close(rs[i].tr);
             free(rs[i].held);
+            free(rs[i].toks);
+            free(rs[i].ids);
         }
     free(rs);
     free(rows);
-    free(ids);
     free(chains.v);
     free(ref);
     free(ids_x);

@@ -102,6 +102,7 @@ static unsigned long long total(const char *doc, const char *key) {
 
 struct result {
     char *logits, *ids;
+    char *sessions; /* the "sessions" array: each trace's own hashes */
     unsigned long long computed, min_computed, pool_hits, evicted, parked, pinned_end, reused;
     int rc;
 };
@@ -109,9 +110,12 @@ struct result {
 static void result_free(struct result *r) {
     free(r->logits);
     free(r->ids);
+    free(r->sessions);
 }
 
 /* Runs `deja replay --json` with env "diff dedup" switches and extra args. */
+static const char *parallel_args; /* NULL, or "N" for --parallel N (with --n-batch 16) */
+
 static struct result replay(const char *model, const char *const *traces, int n_traces, bool diff, bool dedup,
                             const char *block, const char *ubatch, const char *budget, const char *n_gen) {
     setenv("LLAMA_OPT_DIFF_ENABLED", diff ? "1" : "0", 1);
@@ -139,6 +143,12 @@ static struct result replay(const char *model, const char *const *traces, int n_
         argv[a++] = "--kv-budget";
         argv[a++] = (char *)budget;
     }
+    if (parallel_args) {
+        argv[a++] = "--parallel";
+        argv[a++] = (char *)parallel_args;
+        argv[a++] = "--n-batch";
+        argv[a++] = "16";
+    }
     argv[a++] = "--json";
     argv[a] = NULL;
     char *out = NULL;
@@ -147,6 +157,12 @@ static struct result replay(const char *model, const char *const *traces, int n_
     r.rc = run(argv, &out);
     CHECKF(r.rc == 0, "replay failed (diff %d dedup %d block %s ubatch %s budget %s):\n%s", diff, dedup, block, ubatch,
            budget ? budget : "-", out);
+    const char *ss = out ? strstr(out, "\"sessions\": [") : NULL;
+    r.sessions = strdup(ss ? ss : "?");
+    if (ss) { /* the top-level hashes come before "parallel" */
+        char *cut = strstr(out, "\"parallel\"");
+        if (cut) *cut = 0;
+    }
     r.logits = json_string(out, "logits_hash");
     r.ids = json_string(out, "ids_hash");
     r.computed = total(out, "n_computed");
@@ -166,6 +182,31 @@ static struct result replay(const char *model, const char *const *traces, int n_
     fflush(stdout);
     free(out);
     return r;
+}
+
+/* --parallel: every session's own hashes equal the round-robin replay's. */
+static void same_sessions(const struct result *base, const struct result *r, const char *what) {
+    CHECKF(strcmp(base->sessions, r->sessions) == 0, "%s: sessions differ:\n%s\nvs\n%s", what, r->sessions,
+           base->sessions);
+}
+
+static void check_parallel(const char *model, const char *const *traces, int n_traces, const struct result *cold,
+                           const char *n_gen, const char *one_seq_budget) {
+    const char *pars[] = {"2", "3"};
+    for (int i = 0; i < 2; i++) {
+        parallel_args = pars[i];
+        struct result p = replay(model, traces, n_traces, true, true, "16", "7", NULL, n_gen);
+        same_sessions(cold, &p, pars[i]);
+        CHECK(p.pinned_end == 0);
+        result_free(&p);
+        if (light) break;
+    }
+    /* a budget that holds one sequence: the others wait (admission) */
+    parallel_args = "3";
+    struct result t = replay(model, traces, n_traces, true, true, "64", "7", one_seq_budget, n_gen);
+    same_sessions(cold, &t, "parallel 3, tiny budget");
+    result_free(&t);
+    parallel_args = NULL;
 }
 
 static void same(const struct result *base, const struct result *r, const char *what) {
@@ -246,6 +287,7 @@ int main(int argc, char **argv) {
         same(&cold, &tiny, "tiny KV budget");
         CHECK(tiny.evicted > 0 && tiny.parked > 0 && tiny.pinned_end == 0);
         check_approx(stories, traces, 3, &cold);
+        check_parallel(stories, traces, 3, &cold, "6", "2.5");
         result_free(&cold);
         result_free(&all);
         result_free(&tiny);
@@ -279,6 +321,7 @@ int main(int argc, char **argv) {
     struct result tiny16 = replay(stories, traces, 3, false, true, "16", "512", "2.5", "6");
     same(&cold, &tiny16, "tiny KV budget, dedup only, block 16");
     check_approx(stories, traces, 3, &cold);
+    check_parallel(stories, traces, 3, &cold, "6", "2.5");
     struct result bfs[] = {cold, diff, dedup, all, u1, u7, b16, tiny, tiny16};
     for (size_t i = 0; i < sizeof bfs / sizeof bfs[0]; i++) result_free(&bfs[i]);
 
@@ -293,6 +336,7 @@ int main(int argc, char **argv) {
     CHECK(call.pool_hits > 0 && call.computed == call.min_computed);
     struct result cu7 = replay(codelm, ctraces, 3, true, true, "64", "7", "20", "4");
     same(&ccold, &cu7, "codelm ubatch 7, 20 MiB budget");
+    check_parallel(codelm, ctraces, 3, &ccold, "4", "8");
     struct result cfs[] = {ccold, call, cu7};
     for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) result_free(&cfs[i]);
 
