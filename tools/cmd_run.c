@@ -83,12 +83,14 @@ struct run_state {
     bool err;
     char err_msg[128];
     struct dj_turn_result r;
+    struct dj_engine *e;
+    uint64_t fwd_first; /* forward passes when the first token came (the prompt's) */
 };
 
 /* Every logits vector: hashed, and dumped with --dump-logits (x86-64: float bits are little-endian). */
 static void run_on_logits(void *ud, const float *logits, size_t n) {
     struct run_state *rs = ud;
-    if (rs->n_ids >= rs->cap && rs->cap > 0) return;
+    if (rs->n_ids >= rs->cap) return; /* -n 0: no logits row (the generation has no step) */
     rs->lhash = dj_fnv1a(rs->lhash, logits, n * sizeof(float));
     if (rs->df && fwrite(logits, sizeof(float), n, rs->df) != n && !rs->err) {
         rs->err = true;
@@ -99,6 +101,7 @@ static void run_on_logits(void *ud, const float *logits, size_t n) {
 static void run_on_token(void *ud, const struct dj_token_event *ev) {
     struct run_state *rs = ud;
     if (rs->cap == 0) return;
+    if (ev->pos == 0) rs->fwd_first = engine_n_forward(rs->e);
     if (rs->n_ids < rs->cap) rs->ids[rs->n_ids++] = ev->tok;
     if (rs->text_len + ev->n_text + 1 > rs->text_cap) {
         size_t cap = (rs->text_len + ev->n_text + 1) * 2;
@@ -248,6 +251,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     rs.json = json;
+    rs.e = e;
     rs.lhash = DJ_FNV_OFFSET;
     rs.n_vocab = m->hp.n_vocab;
     if (!(rs.ids = malloc(((size_t)n_gen + 1) * sizeof *rs.ids))) {
@@ -307,7 +311,7 @@ int cmd_run(int argc, char **argv) {
         printf(", \"n_prompt\": %zu, \"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"t_decode_ms\": %.3f, "
                "\"finish_reason\": \"%s\", \"n_forward_passes\": %llu, \"logits_hash\": \"%016" PRIx64 "\"}\n",
                np, n_ids, ms_p, ms_d, n_gen > 0 ? engine_finish_name(rs.r.finish) : "length",
-               (unsigned long long)(engine_n_forward(e) > 0 ? engine_n_forward(e) - 1 : 0), rs.lhash);
+               (unsigned long long)(engine_n_forward(e) - rs.fwd_first), rs.lhash);
     } else {
         putchar('\n');
     }

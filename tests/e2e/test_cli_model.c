@@ -88,6 +88,38 @@ static void test_run_golden(const char *shared) {
     CHECK(i1 && i2 && !strncmp(i1, i2, (size_t)(strstr(i1, "]") - i1)));
     free(o1);
     free(o2);
+    /* finish reasons, stop strings, forward passes: the greedy text cut at a stop string that
+     * spans two tokens is the text before it, and the stop string is not printed */
+    rc = RUN(&o1, "run", "-m", (char *)model, "-p", prompt, "-n", "32", "--ignore-eos", "--json");
+    char *fr = field(o1, "finish_reason"), *np = field(o1, "n_forward_passes"), *text = json_string(o1, "text");
+    CHECKF(rc == 0 && fr && !strcmp(fr, "length") && np && atoi(np) == 31, "%s", o1);
+    if (text && strlen(text) > 20) {
+        char stop[8];
+        memcpy(stop, text + 12, 5);
+        stop[5] = 0;
+        const char *at = strstr(text, stop);
+        rc = RUN(&o2, "run", "-m", (char *)model, "-p", prompt, "-n", "32", "--ignore-eos", "--json", "--stop", "zzzq",
+                 "--stop", stop);
+        char *fr2 = field(o2, "finish_reason"), *t2 = json_string(o2, "text");
+        CHECKF(rc == 0 && fr2 && !strcmp(fr2, "stop") && t2 && at && strlen(t2) == (size_t)(at - text) &&
+                   !strncmp(t2, text, strlen(t2)),
+               "stop '%s': %s", stop, o2);
+        free(fr2);
+        free(t2);
+        free(o2);
+        rc = RUN(&o2, "run", "-m", (char *)model, "-p", prompt, "-n", "32", "--ignore-eos", "--stop", stop);
+        CHECKF(rc == 0 && !strstr(o2, stop) && strstr(o2, "deja run:"), "plain output with a stop string: %s", o2);
+        free(o2);
+    }
+    free(fr);
+    free(np);
+    free(text);
+    free(o1);
+    /* a context that cannot fit in memory fails at start-up with the numbers */
+    rc = RUN(&o1, "run", "-m", (char *)test_shared_path(shared, "models/codelm-15m-f16.gguf"), "-p", "x", "-n", "1",
+             "-c", "10000000"); /* 8 KiB of K/V per position: 76 GiB */
+    CHECKF(rc == 1 && strstr(o1, "not enough memory for one context") && strstr(o1, "available"), "%s", o1);
+    free(o1);
     free(hash);
     free(ids);
     free(greedy);
