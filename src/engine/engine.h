@@ -106,6 +106,8 @@ struct dj_engine_params {
     bool kv_budget_auto;  /* with kv_budget_mib 0: half the machine's available memory (MemAvailable),
                              at least one context; fails at creation if not even one context fits */
     uint32_t n_seq_idle_max; /* idle engine-owned sequences kept for prefix matching; 0 = 64 */
+    uint32_t n_running_max;  /* requests admitted at once (the server's --parallel); 0 = no limit
+                                but the KV budget */
     struct llama_opt_config opt; /* block size, dedup/diff switches, stats */
     FILE *stats_out;      /* where opt-stats lines go when opt.stats_enabled; NULL = stderr */
 };

@@ -517,6 +517,11 @@ static bool admit(struct dj_engine *e, struct dj_req *q) {
     struct kv_pool_stats ps;
     kv_pool_get_stats(e->pool, &ps);
     if (e->reserved + q->reserve > ps.capacity) return false;
+    if (e->p.n_running_max) {
+        size_t n_run = 0;
+        for (struct dj_req *r = e->running; r; r = r->next) n_run++;
+        if (n_run >= e->p.n_running_max) return false;
+    }
     struct dj_session *s = q->p.session;
     if (s && s->busy) return false;
     if (!s && e->cfg.diff_enabled) s = match_session(e, q->prompt, q->p.n_prompt);
@@ -633,7 +638,10 @@ size_t engine_step(struct dj_engine *e) {
     for (struct dj_req *q = e->running; q; q = q->next)
         if (q->state == REQ_DECODE)
             for (uint32_t i = 0; i < q->n_comp; i++) n_dec += q->comp[i].finish == DJ_FINISH_NONE ? q->comp[i].n_feed : 0;
+    /* prompts get what the decode tokens leave of n_batch, but at least a quarter of it: many
+     * decoding sequences must not starve a waiting prompt */
     size_t budget = e->p.n_batch > n_dec ? e->p.n_batch - n_dec : 0;
+    if (budget < e->p.n_batch / 4) budget = e->p.n_batch / 4 ? e->p.n_batch / 4 : 1;
     for (struct dj_req *q = e->running; q; q = q->next) {
         if (q->err) continue;
         if (q->state == REQ_DECODE) {
@@ -660,7 +668,6 @@ size_t engine_step(struct dj_engine *e) {
         struct dj_session *s = q->comp[0].s;
         const size_t rem = q->p.n_prompt - s->seq.n_pos;
         size_t chunk = e->p.chunked_prefill ? (rem < budget ? rem : budget) : rem;
-        if (chunk == 0 && budget == 0 && nt == 0) chunk = rem < e->p.n_batch ? rem : e->p.n_batch; /* progress */
         if (chunk == 0) continue;
         if (!batch_reserve(e, nt + chunk, n_ent + 1)) {
             req_fail(q, DJ_ERR_NOMEM, "out of memory building a batch");
@@ -752,14 +759,11 @@ size_t engine_step(struct dj_engine *e) {
     return nt;
 }
 
+/* Terminates: with nothing running the first waiting request is always
+ * admitted (engine_submit refused any that cannot fit alone), and every step
+ * moves each running request forward by at least one token. */
 void engine_run_all(struct dj_engine *e) {
-    while (engine_n_pending(e) > 0) {
-        if (engine_step(e) == 0 && e->inbox == NULL && !e->running && e->waiting) {
-            /* waiting requests that cannot be admitted with nothing running: cannot happen
-             * (each fits alone); guard against a spin */
-            break;
-        }
-    }
+    while (engine_n_pending(e) > 0) engine_step(e);
 }
 
 /* ---- the single-turn API ---------------------------------------------------- */

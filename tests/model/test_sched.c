@@ -553,6 +553,38 @@ static void test_misc(const struct dj_model *m, const dj_token *p, size_t np) {
     engine_destroy(e);
 }
 
+/* ---- a cap on running requests ----------------------------------------------- */
+
+static int n_live, n_live_max;
+static struct out capped[4];
+static void cap_token(void *ud, const struct dj_token_event *ev) {
+    if (ev->pos == 0 && ++n_live > n_live_max) n_live_max = n_live;
+    on_token(ud, ev);
+}
+static void cap_done(void *ud, const struct dj_turn_result *r) {
+    n_live--;
+    on_done(ud, r);
+}
+
+static void test_running_cap(const struct dj_model *m, const dj_token *p) {
+    struct dj_engine_params ep = engine_default_params();
+    ep.n_ctx = 512;
+    ep.n_running_max = 2;
+    struct dj_engine *e = NULL;
+    CHECK(engine_create(m, &ep, &e) == DJ_OK);
+    for (int i = 0; i < 4; i++) {
+        struct dj_request_params rp = req(p + 10 * i, 30, 6, &capped[i]);
+        rp.ignore_eos = true;
+        rp.on_token = cap_token;
+        rp.on_done = cap_done;
+        CHECK(engine_submit(e, &rp, NULL) == DJ_OK);
+    }
+    engine_run_all(e);
+    CHECKF(n_live_max == 2, "%d requests ran at once with n_running_max 2", n_live_max);
+    for (int i = 0; i < 4; i++) CHECK(capped[i].done && capped[i].n == 6);
+    engine_destroy(e);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     struct dj_model *m = NULL;
@@ -580,6 +612,7 @@ int main(int argc, char **argv) {
     test_n_completions(m, p, 100);
     test_processor(m, p, 80);
     test_misc(m, p, np);
+    test_running_cap(m, p);
     free(p);
     model_free(m);
     TEST_END();
