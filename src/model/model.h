@@ -41,7 +41,8 @@ struct dj_hparams {
     float rms_eps;
     float rope_freq_base;
     enum dj_rope_type rope_type;
-    /* llama3-style rope scaling (rope.scaling.type "llama3" or rope_freqs tensor) */
+    /* llama3-style rope scaling (rope.scaling.type "llama3"): rope.scaling.factor (8),
+     * .low_freq_factor (1), .high_freq_factor (4), .original_context_length (8192) */
     bool rope_llama3;
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     uint32_t rope_orig_ctx;
@@ -79,6 +80,9 @@ struct dj_model {
     char arch_name[32];
 };
 
+/* Loads and validates a model: every hyperparameter is range-checked (a bad one
+ * gives DJ_ERR_FORMAT naming the file and the key), every tensor bound with its
+ * shape and type checked.  *out is set only on success; free with model_free. */
 enum dj_status model_load(const char *path, struct dj_model **out);
 void model_free(struct dj_model *m); /* accepts NULL */
 const char *model_arch_name(enum dj_arch a);
