@@ -12,7 +12,9 @@
  * surprise.
  *
  * RoPE scaling: "linear" sets rope_linear_scale; "llama3" is applied through
- * the per-frequency divisors of the rope_freqs.weight tensor.
+ * per-frequency divisors, the rope_freqs.weight tensor when the file has one,
+ * else computed here from the metadata (llama3_rope_freqs) into an array the
+ * model owns, so forward.c's rope() sees the same thing either way.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -238,6 +240,35 @@ static enum dj_status load_common_hparams(struct dj_model *m) {
     return load_rope_scaling(m);
 }
 
+/* llama.cpp's convert_hf_to_gguf.py writes these as rope_freqs for Llama 3
+ * (per rotated pair i, freq = base^(-2i/n_rot)):
+ *     wavelen = 2 pi / freq
+ *     wavelen < orig_ctx / high  ->  1
+ *     wavelen > orig_ctx / low   ->  factor
+ *     otherwise  smooth = (orig_ctx / wavelen - low) / (high - low),  1 / ((1 - smooth) / factor + smooth)
+ * Computed in double and rounded once to float (the converter works in torch
+ * float32, so a factor in the smooth band may differ from a converted file's
+ * in the last bit; files that have the tensor use it). */
+void model_llama3_rope_freqs(const struct dj_hparams *hp, float *out) {
+    const double base = hp->rope_freq_base, factor = hp->rope_factor, low = hp->rope_low_freq_factor,
+                 high = hp->rope_high_freq_factor, orig = hp->rope_orig_ctx;
+    const double low_wavelen = orig / low, high_wavelen = orig / high;
+    for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
+        const double freq = 1.0 / pow(base, (double)(2 * i) / (double)hp->n_rot);
+        const double wavelen = 2.0 * 3.14159265358979323846 / freq;
+        double f;
+        if (wavelen < high_wavelen) {
+            f = 1.0;
+        } else if (wavelen > low_wavelen) {
+            f = factor;
+        } else {
+            const double smooth = (orig / wavelen - low) / (high - low);
+            f = 1.0 / ((1.0 - smooth) / factor + smooth);
+        }
+        out[i] = (float)f;
+    }
+}
+
 static enum dj_status bind_tensors(struct dj_model *m) {
     struct dj_hparams *hp = &m->hp;
     enum dj_status st;
@@ -269,6 +300,12 @@ static enum dj_status bind_tensors(struct dj_model *m) {
                 return dj_fail(DJ_ERR_FORMAT, "%s: tensor 'rope_freqs.weight' element %lld is %g; rope frequency "
                                "factors must be finite and > 0", path, (long long)i, (double)f);
         }
+    } else if (hp->rope_llama3) {
+        m->rope_freqs_buf = malloc((size_t)(hp->n_rot / 2) * sizeof(float));
+        if (!m->rope_freqs_buf) return dj_fail(DJ_ERR_NOMEM, "%s: out of memory for the rope factors", path);
+        model_llama3_rope_freqs(hp, m->rope_freqs_buf);
+        m->rope_freqs = (struct dj_weight){.data = m->rope_freqs_buf, .type = DJ_TYPE_F32, .ne0 = hp->n_rot / 2,
+                                           .ne1 = 1, .row_bytes = (size_t)(hp->n_rot / 2) * sizeof(float)};
     }
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers) return dj_fail(DJ_ERR_NOMEM, "out of memory binding %u layers", hp->n_layer);
@@ -346,5 +383,6 @@ void model_free(struct dj_model *m) {
     if (m->vocab) dj_vocab_free(m->vocab);
     gguf_close(m->gguf);
     free(m->layers);
+    free(m->rope_freqs_buf);
     free(m);
 }
