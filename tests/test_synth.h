@@ -126,8 +126,8 @@ static inline enum dj_status synth_write(const char *path, const char *vocab_fro
             bufs[n_bufs++] = b;
             memcpy(b, p->rope_freqs, p->n_rot / 2 * sizeof(float));
             int64_t ne[1] = {p->n_rot / 2};
-            if ((st = gguf_writer_add_tensor(w, "rope_freqs.weight", DJ_TYPE_F32, 1, ne, b, p->n_rot / 2 * sizeof(float))))
-                goto done;
+            st = gguf_writer_add_tensor(w, "rope_freqs.weight", DJ_TYPE_F32, 1, ne, b, p->n_rot / 2 * sizeof(float));
+            if (st) goto done;
         }
         for (uint32_t il = 0; il < p->n_layer; il++) {
             char n[64];

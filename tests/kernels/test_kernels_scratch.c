@@ -102,7 +102,8 @@ int main(void) {
         int n = 0;
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
             if (!kt->w[types[ti]].matmul) continue;
-            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) n += check_case(kt, types[ti], shapes[si], &r);
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                n += check_case(kt, types[ti], shapes[si], &r);
         }
         printf("%s: %d matmul cases bitwise equal with and without scratch\n", kt->name, n);
     }
