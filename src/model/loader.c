@@ -13,7 +13,7 @@
  *
  * RoPE scaling: "linear" sets rope_linear_scale; "llama3" is applied through
  * per-frequency divisors, the rope_freqs.weight tensor when the file has one,
- * else computed here from the metadata (llama3_rope_freqs) into an array the
+ * else computed here from the metadata (model_llama3_rope_freqs) into an array the
  * model owns, so forward.c's rope() sees the same thing either way.
  */
 #include <math.h>
