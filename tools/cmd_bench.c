@@ -6,6 +6,12 @@
  * one row per token is negligible).  --membw measures this machine's memory
  * read bandwidth in the same run (each thread streams its share of a 2 GiB
  * buffer with 256-bit loads) and prints decode GB/s as a fraction of it.
+ *
+ * The LLAMA_OPT_* configuration is read from the environment as every command
+ * that runs the model does (bad values: a message and exit 1; settings of
+ * features that do not exist yet: a warning).  The benchmark runs one context
+ * without the engine, so of the implemented variables only LLAMA_OPT_BLOCK_SIZE
+ * (the KV block size) applies.
  */
 #include <immintrin.h>
 #include <pthread.h>
@@ -17,6 +23,7 @@
 #include "core/ggml_type.h"
 #include "core/timer.h"
 #include "model/context.h"
+#include "opt/opt.h"
 
 static void bench_usage(FILE *f) {
     fprintf(f,
@@ -127,6 +134,8 @@ int cmd_bench(int argc, char **argv) {
         else printf("memory read bandwidth: %.1f GB/s with %ld threads\n", bw, n_threads);
         return 0;
     }
+    struct llama_opt_config opt;
+    if (llama_opt_config_from_env(&opt) != DJ_OK) return cli_error("bench", "%s", dj_last_error());
     struct dj_model *m = NULL;
     if (model_load(model_path, &m) != DJ_OK) return cli_error("bench", "%s", dj_last_error());
     size_t weight_bytes = 0;
@@ -139,6 +148,7 @@ int cmd_bench(int argc, char **argv) {
     cp.n_ctx = (uint32_t)((n_pp > n_tg ? n_pp : n_tg) + 1);
     cp.n_threads = (int)n_threads;
     cp.n_ubatch = (uint32_t)ubatch;
+    cp.block_size = opt.block_size;
     struct dj_context *c = NULL;
     float *logits = malloc(m->hp.n_vocab * sizeof(float));
     dj_token *toks = malloc((size_t)(n_pp > n_tg ? n_pp : n_tg) * sizeof *toks + sizeof *toks);
@@ -155,19 +165,28 @@ int cmd_bench(int argc, char **argv) {
     }
     double pp[64], tg[64];
     int nr = reps > 64 ? 64 : (int)reps;
-    for (int r = 0; r < nr; r++) {
+    enum dj_status st = DJ_OK;
+    for (int r = 0; r < nr && !st; r++) {
         if (n_pp > 0) {
             ctx_reset(c);
             int64_t t0 = dj_time_us();
-            ctx_decode(c, toks, (size_t)n_pp, logits, false);
+            st = ctx_decode(c, toks, (size_t)n_pp, logits, false);
             pp[r] = (double)n_pp / ((double)(dj_time_us() - t0) / 1e6);
         }
-        if (n_tg > 0) {
+        if (n_tg > 0 && !st) {
             ctx_reset(c);
             int64_t t0 = dj_time_us();
-            for (long i = 0; i < n_tg; i++) ctx_decode(c, &toks[i], 1, logits, false);
+            for (long i = 0; i < n_tg && !st; i++) st = ctx_decode(c, &toks[i], 1, logits, false);
             tg[r] = (double)n_tg / ((double)(dj_time_us() - t0) / 1e6);
         }
+    }
+    if (st) { /* a KV block the pool could not allocate, say: no timing to report */
+        cli_error("bench", "%s", dj_last_error());
+        ctx_free(c);
+        free(logits);
+        free(toks);
+        model_free(m);
+        return 1;
     }
     qsort(pp, (size_t)nr, sizeof(double), cmp_d);
     qsort(tg, (size_t)nr, sizeof(double), cmp_d);

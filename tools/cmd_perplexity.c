@@ -6,6 +6,12 @@
  * second half of each chunk is scored (the negative log-likelihood of token
  * j+1 given logits j, for j in [CTX/2, CTX-1)).  PPL = exp(mean NLL), and the
  * ± estimate is PPL * sqrt(var(NLL) / (count - 1)).
+ *
+ * The LLAMA_OPT_* configuration is read from the environment as every command
+ * that runs the model does (bad values: a message and exit 1; settings of
+ * features that do not exist yet: a warning).  Each chunk runs in one context
+ * without the engine, so of the implemented variables only LLAMA_OPT_BLOCK_SIZE
+ * (the KV block size; results do not depend on it) applies.
  */
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +21,7 @@
 #include "cli.h"
 #include "core/timer.h"
 #include "model/context.h"
+#include "opt/opt.h"
 
 static void ppl_usage(FILE *f) {
     fprintf(f,
@@ -61,6 +68,8 @@ int cmd_perplexity(int argc, char **argv) {
         return cli_error("perplexity", "need -m MODEL and -f FILE");
     }
     if (n_ctx < 4) return cli_error("perplexity", "-c must be at least 4");
+    struct llama_opt_config opt;
+    if (llama_opt_config_from_env(&opt) != DJ_OK) return cli_error("perplexity", "%s", dj_last_error());
     size_t len;
     char *text = cli_read_file("perplexity", file, &len);
     if (!text) return 1;
@@ -88,6 +97,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_threads = (int)n_threads;
     cp.n_ubatch = (uint32_t)ubatch;
+    cp.block_size = opt.block_size;
     if (ctx_create(m, cp, &c) != DJ_OK) {
         cli_error("perplexity", "%s", dj_last_error());
         goto done;

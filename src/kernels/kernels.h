@@ -110,4 +110,10 @@ const char *dj_isa_name(enum dj_isa isa); /* "generic", "avx2", "avx512" */
 /* Bytes of an activation row of k elements of act_type (k a multiple of its block). */
 size_t dj_kernels_act_row_bytes(int act_type, int64_t k);
 
+/* Test hook: with fail != 0, every kernel scratch allocation fails (as when
+ * memory is out), in every thread, until called again with 0.  Kernels that
+ * repack their operands then take their no-scratch path, which must give the
+ * same bits (tests/kernels/test_kernels_scratch.c). */
+void dj_kernel_scratch_fail_for_test(int fail);
+
 #endif

@@ -3,9 +3,21 @@
  *
  * The common llama-family hyperparameters are read here under the
  * "<arch>." prefix; each architecture file adds what differs (rope type,
- * biases, q/k norms).  Every tensor is checked for shape and type when it is
- * bound, so the forward pass never meets a surprise.
+ * biases, q/k norms).  Every hyperparameter the forward pass divides by, sizes
+ * a buffer with or loops over is checked here against the range it needs
+ * (check_hparams), so a file with a zero head count or a 0 context length is
+ * refused with a message naming the key instead of reaching a division by zero
+ * in ctx_create or forward.c.  Every tensor is checked for shape (no zero
+ * dimension) and type when it is bound, so the forward pass never meets a
+ * surprise.
+ *
+ * RoPE scaling: "linear" sets rope_linear_scale; "llama3" is applied through
+ * per-frequency divisors, the rope_freqs.weight tensor when the file has one,
+ * else computed here from the metadata (model_llama3_rope_freqs) into an array the
+ * model owns, so forward.c's rope() sees the same thing either way.
  */
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +25,14 @@
 #include "core/ggml_type.h"
 #include "core/status.h"
 #include "model/model.h"
+
+/* Bounds of the checks below.  A dimension is capped at 2^24 so that every
+ * product the context sizes buffers with (ubatch x dimension x 4 bytes) and the
+ * kernels' row offsets stay far from overflow; real models are below 2^17. */
+#define HP_DIM_MAX (1u << 24)
+#define HP_LAYER_MAX 4096u
+#define HP_CTX_MAX 2147483647u /* positions are uint32; int32 arithmetic on them must not wrap */
+#define HP_ROT_MAX 512u        /* rope() keeps n_rot/2 cos/sin pairs on the stack */
 
 const char *model_arch_name(enum dj_arch a) {
     switch (a) {
@@ -42,12 +62,18 @@ enum dj_status model_bind(struct dj_model *m, struct dj_weight *w, const char *n
         return dj_fail(DJ_ERR_NOT_FOUND, "%s: tensor '%s' is missing (architecture %s)", gguf_name(m->gguf), name,
                        m->arch_name);
     }
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        if (t->ne[d] == 0)
+            return dj_fail(DJ_ERR_FORMAT, "%s: tensor '%s' has a zero dimension (shape [%lld, %lld, %lld, %lld])",
+                           gguf_name(m->gguf), name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                           (long long)t->ne[3]);
     int64_t t_ne1 = 1;
-    for (uint32_t d = 1; d < t->n_dims; d++) t_ne1 *= t->ne[d];
+    for (uint32_t d = 1; d < t->n_dims; d++) t_ne1 *= t->ne[d]; /* no overflow: the reader checked the product */
     if (t->ne[0] != ne0 || t_ne1 != ne1 || t->n_dims > 2)
         return dj_fail(DJ_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
                        gguf_name(m->gguf), name, (long long)t->ne[0], (long long)t_ne1, (long long)ne0,
                        (long long)ne1);
+    DJ_ASSERT(ne0 > 0 && ne1 > 0); /* callers pass validated hyperparameters; the tensor matched them */
     bool vector = ne1 == 1;
     if (vector ? t->type != DJ_TYPE_F32 : !weight_type_supported(t->type))
         return dj_fail(DJ_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which deja does not support for %s",
@@ -84,6 +110,108 @@ static enum dj_status hp_f32(struct dj_model *m, const char *key, float *out, fl
     return st;
 }
 
+static bool hp_has(const struct dj_model *m, const char *key) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", m->arch_name, key);
+    return gguf_find_key(m->gguf, full) >= 0;
+}
+
+/* "<file>: hyperparameter '<arch>.<key>' <what>" as DJ_ERR_FORMAT. */
+static enum dj_status hp_bad(const struct dj_model *m, const char *key, const char *fmt, ...) DJ_PRINTF(3, 4);
+static enum dj_status hp_bad(const struct dj_model *m, const char *key, const char *fmt, ...) {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return dj_fail(DJ_ERR_FORMAT, "%s: hyperparameter '%s.%s' %s", gguf_name(m->gguf), m->arch_name, key, what);
+}
+
+/* A u32 hyperparameter within [lo, hi]. */
+static enum dj_status hp_range(const struct dj_model *m, const char *key, uint32_t v, uint32_t lo, uint32_t hi) {
+    if (v < lo || v > hi) return hp_bad(m, key, "is %u; it must be between %u and %u", v, lo, hi);
+    return DJ_OK;
+}
+
+/* Every derived quantity the context and the forward pass rely on: nothing
+ * below divides by zero, overflows a size or indexes past rope()'s tables. */
+static enum dj_status check_hparams(struct dj_model *m) {
+    const struct dj_hparams *hp = &m->hp;
+    enum dj_status st;
+    if ((st = hp_range(m, "context_length", hp->n_ctx_train, 1, HP_CTX_MAX)) ||
+        (st = hp_range(m, "embedding_length", hp->n_embd, 1, HP_DIM_MAX)) ||
+        (st = hp_range(m, "block_count", hp->n_layer, 1, HP_LAYER_MAX)) ||
+        (st = hp_range(m, "feed_forward_length", hp->n_ff, 1, HP_DIM_MAX)) ||
+        (st = hp_range(m, "attention.head_count", hp->n_head, 1, HP_DIM_MAX)) ||
+        (st = hp_range(m, "attention.head_count_kv", hp->n_head_kv, 1, hp->n_head)))
+        return st;
+    if (hp->n_head % hp->n_head_kv != 0)
+        return hp_bad(m, "attention.head_count_kv", "is %u, which does not divide attention.head_count (%u)",
+                      hp->n_head_kv, hp->n_head);
+    if ((st = hp_range(m, "attention.key_length", hp->head_dim, 1, HP_DIM_MAX))) return st;
+    if ((uint64_t)hp->n_head * hp->head_dim > HP_DIM_MAX)
+        return hp_bad(m, "attention.key_length", "is %u: with %u heads a query row has %llu elements (at most %u)",
+                      hp->head_dim, hp->n_head, (unsigned long long)hp->n_head * hp->head_dim, HP_DIM_MAX);
+    if (hp->n_rot == 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim || hp->n_rot > HP_ROT_MAX)
+        return hp_bad(m, "rope.dimension_count",
+                      "is %u; it must be even, at least 2 and at most the head size (attention.key_length %u) and %u",
+                      hp->n_rot, hp->head_dim, HP_ROT_MAX);
+    if (!isfinite(hp->rope_freq_base) || hp->rope_freq_base <= 0)
+        return hp_bad(m, "rope.freq_base", "is %g; it must be a finite number > 0", (double)hp->rope_freq_base);
+    if (!isfinite(hp->rms_eps) || hp->rms_eps < 0)
+        return hp_bad(m, "attention.layer_norm_rms_epsilon", "is %g; it must be a finite number >= 0",
+                      (double)hp->rms_eps);
+    return DJ_OK;
+}
+
+/* rope.scaling.*: "none" (or absent), "linear" (rope.scaling.factor), "llama3"
+ * (rope.scaling.factor, .original_context_length and deja's .low_freq_factor /
+ * .high_freq_factor, defaulting to what llama.cpp's converter assumes: 8, 8192,
+ * 1, 4).  Anything else is refused rather than silently run unscaled. */
+static enum dj_status load_rope_scaling(struct dj_model *m) {
+    struct dj_hparams *hp = &m->hp;
+    enum dj_status st;
+    hp->rope_linear_scale = 1.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
+    struct gguf_str stype;
+    st = gguf_get_str(m->gguf, key, &stype);
+    if (st == DJ_ERR_NOT_FOUND) return DJ_OK;
+    if (st) return st; /* not a string: the reader's message names the key */
+    if (stype.len == 4 && !memcmp(stype.ptr, "none", 4)) return DJ_OK;
+    if (stype.len == 6 && !memcmp(stype.ptr, "linear", 6)) {
+        float f = 1.0f;
+        if ((st = hp_f32(m, "rope.scaling.factor", &f, 1.0f))) return st;
+        if (!isfinite(f) || f <= 0)
+            return hp_bad(m, "rope.scaling.factor", "is %g; it must be a finite number > 0", (double)f);
+        hp->rope_linear_scale = 1.0f / f;
+        return DJ_OK;
+    }
+    if (stype.len == 6 && !memcmp(stype.ptr, "llama3", 6)) {
+        hp->rope_llama3 = true;
+        if ((st = hp_f32(m, "rope.scaling.factor", &hp->rope_factor, 8.0f)) ||
+            (st = hp_f32(m, "rope.scaling.low_freq_factor", &hp->rope_low_freq_factor, 1.0f)) ||
+            (st = hp_f32(m, "rope.scaling.high_freq_factor", &hp->rope_high_freq_factor, 4.0f)) ||
+            (st = hp_u32(m, "rope.scaling.original_context_length", &hp->rope_orig_ctx, true, 8192)))
+            return st;
+        if (!isfinite(hp->rope_factor) || hp->rope_factor <= 0)
+            return hp_bad(m, "rope.scaling.factor", "is %g; it must be a finite number > 0", (double)hp->rope_factor);
+        if (!isfinite(hp->rope_low_freq_factor) || hp->rope_low_freq_factor <= 0)
+            return hp_bad(m, "rope.scaling.low_freq_factor", "is %g; it must be a finite number > 0",
+                          (double)hp->rope_low_freq_factor);
+        /* high == low would divide by zero in the smoothing step (the converter asserts it) */
+        if (!isfinite(hp->rope_high_freq_factor) || hp->rope_high_freq_factor <= hp->rope_low_freq_factor)
+            return hp_bad(m, "rope.scaling.high_freq_factor",
+                          "is %g; it must be finite and greater than rope.scaling.low_freq_factor (%g)",
+                          (double)hp->rope_high_freq_factor, (double)hp->rope_low_freq_factor);
+        if (hp->rope_orig_ctx == 0)
+            return hp_bad(m, "rope.scaling.original_context_length", "is 0; it must be at least 1");
+        return DJ_OK;
+    }
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' (%s) is not supported (deja supports none, "
+                   "linear, llama3)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
+}
+
 static enum dj_status load_common_hparams(struct dj_model *m) {
     struct dj_hparams *hp = &m->hp;
     enum dj_status st;
@@ -94,51 +222,91 @@ static enum dj_status load_common_hparams(struct dj_model *m) {
         (st = hp_u32(m, "attention.head_count", &hp->n_head, false, 0)))
         return st;
     if ((st = hp_u32(m, "attention.head_count_kv", &hp->n_head_kv, true, hp->n_head))) return st;
-    if (hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv != 0 || hp->n_embd == 0 ||
-        hp->n_layer == 0 || hp->n_layer > 4096)
-        return dj_fail(DJ_ERR_FORMAT, "%s: inconsistent hyperparameters (n_embd %u, n_layer %u, n_head %u, n_head_kv %u)",
-                       gguf_name(m->gguf), hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv);
-    if ((st = hp_u32(m, "attention.key_length", &hp->head_dim, true, hp->n_embd / hp->n_head))) return st;
-    if ((st = hp_u32(m, "rope.dimension_count", &hp->n_rot, true, hp->head_dim))) return st;
-    if (hp->head_dim == 0 || hp->head_dim % 2 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
-        return dj_fail(DJ_ERR_FORMAT, "%s: bad head/rope dimensions (head_dim %u, rope dims %u)", gguf_name(m->gguf),
-                       hp->head_dim, hp->n_rot);
-    if ((st = hp_f32(m, "attention.layer_norm_rms_epsilon", &hp->rms_eps, 1e-5f)) ||
+    if (!hp_has(m, "attention.key_length") && hp->n_head && hp->n_embd % hp->n_head)
+        return hp_bad(m, "embedding_length",
+                      "is %u, not a multiple of attention.head_count (%u), and attention.key_length is absent",
+                      hp->n_embd, hp->n_head);
+    if ((st = hp_u32(m, "attention.key_length", &hp->head_dim, true, hp->n_head ? hp->n_embd / hp->n_head : 0)) ||
+        (st = hp_u32(m, "rope.dimension_count", &hp->n_rot, true, hp->head_dim)) ||
+        (st = hp_f32(m, "attention.layer_norm_rms_epsilon", &hp->rms_eps, 1e-5f)) ||
         (st = hp_f32(m, "rope.freq_base", &hp->rope_freq_base, 10000.0f)))
         return st;
-    hp->rope_linear_scale = 1.0f;
-    char key[128];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
-    struct gguf_str stype;
-    if (gguf_get_str(m->gguf, key, &stype) == DJ_OK) {
-        if (stype.len == 6 && !memcmp(stype.ptr, "linear", 6)) {
-            float f = 1.0f;
-            if ((st = hp_f32(m, "rope.scaling.factor", &f, 1.0f))) return st;
-            if (f > 0) hp->rope_linear_scale = 1.0f / f;
-        } else if (!(stype.len == 4 && !memcmp(stype.ptr, "none", 4)) &&
-                   !(stype.len == 6 && !memcmp(stype.ptr, "llama3", 6))) {
-            return dj_fail(DJ_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' is not supported", gguf_name(m->gguf),
-                           (int)stype.len, stype.ptr);
+    uint32_t v_len;
+    if ((st = hp_u32(m, "attention.value_length", &v_len, true, hp->head_dim))) return st;
+    if (v_len != hp->head_dim)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "%s: hyperparameter '%s.attention.value_length' is %u but key_length is "
+                       "%u; deja needs them equal", gguf_name(m->gguf), m->arch_name, v_len, hp->head_dim);
+    if ((st = check_hparams(m))) return st;
+    return load_rope_scaling(m);
+}
+
+/* llama.cpp's convert_hf_to_gguf.py writes these as rope_freqs for Llama 3
+ * (per rotated pair i, freq = base^(-2i/n_rot)):
+ *     wavelen = 2 pi / freq
+ *     wavelen < orig_ctx / high  ->  1
+ *     wavelen > orig_ctx / low   ->  factor
+ *     otherwise  smooth = (orig_ctx / wavelen - low) / (high - low),  1 / ((1 - smooth) / factor + smooth)
+ * Computed in double and rounded once to float (the converter works in torch
+ * float32, so a factor in the smooth band may differ from a converted file's
+ * in the last bit; files that have the tensor use it). */
+void model_llama3_rope_freqs(const struct dj_hparams *hp, float *out) {
+    const double base = hp->rope_freq_base, factor = hp->rope_factor, low = hp->rope_low_freq_factor,
+                 high = hp->rope_high_freq_factor, orig = hp->rope_orig_ctx;
+    const double low_wavelen = orig / low, high_wavelen = orig / high;
+    for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
+        const double freq = 1.0 / pow(base, (double)(2 * i) / (double)hp->n_rot);
+        const double wavelen = 2.0 * 3.14159265358979323846 / freq;
+        double f;
+        if (wavelen < high_wavelen) {
+            f = 1.0;
+        } else if (wavelen > low_wavelen) {
+            f = factor;
+        } else {
+            const double smooth = (orig / wavelen - low) / (high - low);
+            f = 1.0 / ((1.0 - smooth) / factor + smooth);
         }
+        out[i] = (float)f;
     }
-    return DJ_OK;
 }
 
 static enum dj_status bind_tensors(struct dj_model *m) {
-    const struct dj_hparams *hp = &m->hp;
+    struct dj_hparams *hp = &m->hp;
     enum dj_status st;
+    const char *path = gguf_name(m->gguf);
     int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, KV = (int64_t)hp->n_head_kv * hp->head_dim;
     const struct gguf_tensor *emb = gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!emb)
-        return dj_fail(DJ_ERR_NOT_FOUND, "%s: tensor 'token_embd.weight' is missing", gguf_name(m->gguf));
-    hp = &m->hp;
-    if (m->hp.n_vocab == 0) m->hp.n_vocab = (uint32_t)(emb->n_dims > 1 ? emb->ne[1] : 0);
+    if (!emb) return dj_fail(DJ_ERR_NOT_FOUND, "%s: tensor 'token_embd.weight' is missing", path);
+    if (emb->n_dims != 2 || emb->ne[1] < 1 || emb->ne[1] > INT32_MAX)
+        return dj_fail(DJ_ERR_FORMAT, "%s: tensor 'token_embd.weight' has %u dimensions and %lld rows; it must be a "
+                       "matrix of 1 to %d rows (one per token)", path, emb->n_dims, (long long)emb->ne[1], INT32_MAX);
+    if (hp->n_vocab == 0) {
+        hp->n_vocab = (uint32_t)emb->ne[1];
+    } else if ((int64_t)hp->n_vocab != emb->ne[1]) {
+        return dj_fail(DJ_ERR_FORMAT, "%s: hyperparameter '%s.vocab_size' is %u but tensor 'token_embd.weight' has "
+                       "%lld rows", path, m->arch_name, hp->n_vocab, (long long)emb->ne[1]);
+    }
     if ((st = model_bind(m, &m->tok_embd, "token_embd.weight", E, hp->n_vocab, true)) ||
         (st = model_bind(m, &m->output_norm, "output_norm.weight", E, 1, true)) ||
         (st = model_bind(m, &m->output, "output.weight", E, hp->n_vocab, false)) ||
         (st = model_bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 1, false)))
         return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if (m->rope_freqs.data) {
+        /* rope() divides by each factor: 0, a negative or a NaN would give NaN logits, not an error */
+        for (int64_t i = 0; i < m->rope_freqs.ne0; i++) {
+            float f;
+            memcpy(&f, (const char *)m->rope_freqs.data + (size_t)i * sizeof f, sizeof f);
+            if (!isfinite(f) || f <= 0)
+                return dj_fail(DJ_ERR_FORMAT, "%s: tensor 'rope_freqs.weight' element %lld is %g; rope frequency "
+                               "factors must be finite and > 0", path, (long long)i, (double)f);
+        }
+    } else if (hp->rope_llama3) {
+        m->rope_freqs_buf = malloc((size_t)(hp->n_rot / 2) * sizeof(float));
+        if (!m->rope_freqs_buf) return dj_fail(DJ_ERR_NOMEM, "%s: out of memory for the rope factors", path);
+        model_llama3_rope_freqs(hp, m->rope_freqs_buf);
+        m->rope_freqs = (struct dj_weight){.data = m->rope_freqs_buf, .type = DJ_TYPE_F32, .ne0 = hp->n_rot / 2,
+                                           .ne1 = 1, .row_bytes = (size_t)(hp->n_rot / 2) * sizeof(float)};
+    }
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers) return dj_fail(DJ_ERR_NOMEM, "out of memory binding %u layers", hp->n_layer);
     bool bias = hp->arch == DJ_ARCH_QWEN2, qk_norm = hp->arch == DJ_ARCH_QWEN3;
@@ -183,14 +351,19 @@ enum dj_status model_load(const char *path, struct dj_model **out) {
     else if (!strcmp(m->arch_name, "qwen3")) st = qwen3_load_hparams(m);
     else {
         st = dj_fail(DJ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (deja supports llama, qwen2, qwen3)",
-                     path, (int)arch.len, arch.ptr);
+                     path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }
     if (st || (st = load_common_hparams(m))) goto fail;
-    uint32_t nv = 0;
     char key[128];
     snprintf(key, sizeof key, "%s.vocab_size", m->arch_name);
-    if (gguf_get_u32(m->gguf, key, &nv) == DJ_OK) m->hp.n_vocab = nv;
+    st = gguf_get_u32(m->gguf, key, &m->hp.n_vocab);
+    if (st == DJ_ERR_NOT_FOUND) m->hp.n_vocab = 0; /* from token_embd.weight */
+    else if (st) goto fail;
+    else if (m->hp.n_vocab == 0) {
+        st = dj_fail(DJ_ERR_FORMAT, "%s: hyperparameter '%s' is 0; it must be at least 1", path, key);
+        goto fail;
+    }
     if ((st = bind_tensors(m))) goto fail;
     if ((st = vocab_load_gguf(m->gguf, &m->vocab))) goto fail;
     if (vocab_n_tokens(m->vocab) > m->hp.n_vocab) {
@@ -210,5 +383,6 @@ void model_free(struct dj_model *m) {
     if (m->vocab) dj_vocab_free(m->vocab);
     gguf_close(m->gguf);
     free(m->layers);
+    free(m->rope_freqs_buf);
     free(m);
 }

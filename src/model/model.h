@@ -10,7 +10,7 @@
  *   qwen3  — per-head q_norm / k_norm, NeoX RoPE
  *
  * Ownership: the model owns the GGUF mapping (weights point into it) and the
- * vocab.  A dj_model is read-only after loading and may be shared by
+ * vocab (and rope_freqs_buf).  A dj_model is read-only after loading and may be shared by
  * contexts.  A dj_context owns its KV cache, scratch buffers and thread pool.
  */
 #ifndef DJ_MODEL_H
@@ -41,7 +41,8 @@ struct dj_hparams {
     float rms_eps;
     float rope_freq_base;
     enum dj_rope_type rope_type;
-    /* llama3-style rope scaling (rope.scaling.type "llama3" or rope_freqs tensor) */
+    /* llama3-style rope scaling (rope.scaling.type "llama3"): rope.scaling.factor (8),
+     * .low_freq_factor (1), .high_freq_factor (4), .original_context_length (8192) */
     bool rope_llama3;
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     uint32_t rope_orig_ctx;
@@ -74,14 +75,25 @@ struct dj_model {
     struct dj_weight tok_embd;    /* (n_vocab, n_embd) */
     struct dj_weight output_norm; /* (n_embd), f32 */
     struct dj_weight output;      /* (n_vocab, n_embd); = tok_embd when tied */
-    struct dj_weight rope_freqs;  /* (n_rot/2) f32 factors, optional (llama3) */
+    struct dj_weight rope_freqs;  /* (n_rot/2) f32 divisors of theta, optional (llama3): the
+                                     rope_freqs.weight tensor, else rope_freqs_buf */
+    float *rope_freqs_buf;        /* (n_rot/2) owned: llama3 factors computed from the metadata
+                                     when the file has no rope_freqs tensor; NULL otherwise */
     struct dj_layer *layers;      /* n_layer */
     char arch_name[32];
 };
 
+/* Loads and validates a model: every hyperparameter is range-checked (a bad one
+ * gives DJ_ERR_FORMAT naming the file and the key), every tensor bound with its
+ * shape and type checked.  *out is set only on success; free with model_free. */
 enum dj_status model_load(const char *path, struct dj_model **out);
 void model_free(struct dj_model *m); /* accepts NULL */
 const char *model_arch_name(enum dj_arch a);
+
+/* The n_rot/2 llama3 rope factors of hp (rope_freq_base, n_rot and the rope_*
+ * scaling fields) into out, as llama.cpp's converter writes rope_freqs.weight;
+ * model_load uses it when a "llama3" model has no such tensor. */
+void model_llama3_rope_freqs(const struct dj_hparams *hp, float *out);
 
 /* Architecture hooks (model/llama.c, qwen2.c, qwen3.c): read the hparams that
  * differ and bind the extra tensors. */

@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,54 +28,56 @@ static const char *const diff_mode_names[] = {"exact", "approx", NULL};
  * ("16384000000") fails here rather than in an allocation. */
 static const struct llama_opt_var vars[] = {
     {"LLAMA_OPT_BLOCK_SIZE", LLAMA_OPT_VAR_UINT, F(block_size), 1, 65536, NULL, 0, NULL, "block_size",
-     "tokens per KV block: the unit of hashing, dedup, persistence and block-level diff"},
+     "tokens per KV block: the unit of hashing, dedup, persistence and block-level diff", true},
     {"LLAMA_OPT_DEDUP_ENABLED", LLAMA_OPT_VAR_BOOL, F(dedup_enabled), 0, 1, NULL, 1, "LLAMA_OPT_DEDUP", "dedup_enabled",
-     "reuse full KV blocks found in the block pool by chain hash (verified token by token)"},
+     "reuse full KV blocks found in the block pool by chain hash (verified token by token)", true},
     {"LLAMA_OPT_DEDUP_POOL_MAX", LLAMA_OPT_VAR_UINT, F(dedup_pool_max), 1, 1073741824.0, NULL, 1, NULL,
-     "dedup_pool_max", "max blocks kept in the dedup pool (unpinned blocks are evicted LRU)"},
+     "dedup_pool_max", "max blocks kept in the dedup pool (unpinned blocks are evicted LRU)", true},
     {"LLAMA_OPT_DIFF_ENABLED", LLAMA_OPT_VAR_BOOL, F(diff_enabled), 0, 1, NULL, 1, "LLAMA_OPT_KV_DIFF", "diff_enabled",
-     "diff each turn's tokens against the session's previous tokens and reuse the unchanged KV"},
+     "diff each turn's tokens against the session's previous tokens and reuse the unchanged KV", true},
     {"LLAMA_OPT_DIFF_MIN_UNCHANGED", LLAMA_OPT_VAR_UINT, F(diff_min_unchanged), 0, 1073741824.0, NULL, 2, NULL,
-     "diff_min_unchanged", "approx mode: a KEEP span after an edit shorter than this is recomputed, not reused"},
+     "diff_min_unchanged", "approx mode: a KEEP span after an edit shorter than this is recomputed, not reused", true},
     {"LLAMA_OPT_DIFF_MODE", LLAMA_OPT_VAR_ENUM, F(diff_mode), 0, 1, diff_mode_names, 2, NULL, "diff_mode",
-     "exact: reuse the longest common prefix only (Tier 1); approx: also reuse KEEP spans after an edit (Tier 2)"},
+     "exact: reuse the longest common prefix only (Tier 1); approx: also reuse KEEP spans after an edit (Tier 2)",
+     true},
     {"LLAMA_OPT_DIFF_RECOMPUTE", LLAMA_OPT_VAR_FLOAT, F(diff_recompute), 0, 1, NULL, 2, NULL, "diff_recompute",
-     "approx mode: fraction of the reused tokens recomputed (the most deviating ones, CacheBlend-style)"},
+     "approx mode: fraction of the reused tokens recomputed (the most deviating ones, CacheBlend-style)", true},
     {"LLAMA_OPT_SCHEMA_SKIP_ENABLED", LLAMA_OPT_VAR_BOOL, F(schema_skip_enabled), 0, 1, NULL, 1,
      "LLAMA_OPT_SCHEMA_SKIP", "schema_skip_enabled",
-     "skip the forward pass when the grammar allows one token; draft and verify forced strings"},
+     "skip the forward pass when the grammar allows one token; draft and verify forced strings", false},
     {"LLAMA_OPT_CANON_ENABLED", LLAMA_OPT_VAR_BOOL, F(canon_enabled), 0, 1, NULL, 1, "LLAMA_OPT_KV_CANON",
-     "canon_enabled", "store bitwise-identical K/V entries once"},
+     "canon_enabled", "store bitwise-identical K/V entries once", false},
     {"LLAMA_OPT_PRECOMPUTE_ENABLED", LLAMA_OPT_VAR_BOOL, F(precompute_enabled), 0, 1, NULL, 1,
-     "LLAMA_OPT_PRECOMPUTE", "precompute_enabled", "cache deterministic per-position values (RoPE tables, masks)"},
+     "LLAMA_OPT_PRECOMPUTE", "precompute_enabled", "cache deterministic per-position values (RoPE tables, masks)",
+     false},
     {"LLAMA_OPT_PRECOMPUTE_ROPE_MAX", LLAMA_OPT_VAR_UINT, F(precompute_rope_max), 0, 1073741824.0, NULL, 1, NULL,
-     "precompute_rope_max", "max RoPE cache entries"},
+     "precompute_rope_max", "max RoPE cache entries", false},
     {"LLAMA_OPT_PERSIST_ENABLED", LLAMA_OPT_VAR_BOOL, F(persist_enabled), 0, 1, NULL, 1, "LLAMA_OPT_KV_PERSIST",
-     "persist_enabled", "save sealed KV blocks to disk and restore them in later sessions (verified)"},
+     "persist_enabled", "save sealed KV blocks to disk and restore them in later sessions (verified)", false},
     {"LLAMA_OPT_PERSIST_DIR", LLAMA_OPT_VAR_STRING, F(persist_dir), 0, 0, NULL, 1, NULL, "persist_dir",
-     "directory for persisted KV blocks"},
+     "directory for persisted KV blocks", false},
     {"LLAMA_OPT_MEMO_ENABLED", LLAMA_OPT_VAR_BOOL, F(memo_enabled), 0, 1, NULL, 1, "LLAMA_OPT_MEMO", "memo_enabled",
-     "draft continuations from earlier outputs (keyed by the last n tokens) and verify them in one batch"},
+     "draft continuations from earlier outputs (keyed by the last n tokens) and verify them in one batch", false},
     {"LLAMA_OPT_MEMO_TRIE_MAX", LLAMA_OPT_VAR_UINT, F(memo_trie_max), 0, 1073741824.0, NULL, 1, NULL,
-     "memo_trie_max", "max nodes of the memoization trie"},
+     "memo_trie_max", "max nodes of the memoization trie", false},
     {"LLAMA_OPT_ATTN_PRUNE_ENABLED", LLAMA_OPT_VAR_BOOL, F(attn_prune_enabled), 0, 1, NULL, 2,
-     "LLAMA_OPT_ATTN_PRUNE", "attn_prune_enabled", "evict KV blocks that received little attention for a while"},
+     "LLAMA_OPT_ATTN_PRUNE", "attn_prune_enabled", "evict KV blocks that received little attention for a while", false},
     {"LLAMA_OPT_ATTN_PRUNE_WINDOW", LLAMA_OPT_VAR_UINT, F(attn_prune_window), 1, 1048576, NULL, 2, NULL,
-     "attn_prune_window", "turns of inactivity before a block is evicted"},
+     "attn_prune_window", "turns of inactivity before a block is evicted", false},
     {"LLAMA_OPT_ATTN_PRUNE_THRESHOLD", LLAMA_OPT_VAR_FLOAT, F(attn_prune_threshold), 0, 1, NULL, 2, NULL,
-     "attn_prune_threshold", "attention weight under which a block counts as inactive"},
+     "attn_prune_threshold", "attention weight under which a block counts as inactive", false},
     {"LLAMA_OPT_SPARSE_ATTN_ENABLED", LLAMA_OPT_VAR_BOOL, F(sparse_attn_enabled), 0, 1, NULL, 2,
-     "LLAMA_OPT_SPARSE_ATTN", "sparse_attn_enabled", "attend only to the relevant parts of tool results"},
+     "LLAMA_OPT_SPARSE_ATTN", "sparse_attn_enabled", "attend only to the relevant parts of tool results", false},
     {"LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", LLAMA_OPT_VAR_FLOAT, F(sparse_relevance_threshold), 0, 1, NULL, 2, NULL,
-     "sparse_relevance_threshold", "min relevance score of a tool-result block to be attended"},
+     "sparse_relevance_threshold", "min relevance score of a tool-result block to be attended", false},
     {"LLAMA_OPT_ACT_DEDUP_ENABLED", LLAMA_OPT_VAR_BOOL, F(act_dedup_enabled), 0, 1, NULL, 1, "LLAMA_OPT_ACT_DEDUP",
-     "act_dedup_enabled", "reuse results of identical activation rows (CSE)"},
+     "act_dedup_enabled", "reuse results of identical activation rows (CSE)", false},
     {"LLAMA_OPT_NOOP_ENABLED", LLAMA_OPT_VAR_BOOL, F(noop_enabled), 0, 1, NULL, 1, "LLAMA_OPT_NOOP", "noop_enabled",
-     "skip operations that provably do nothing (scale by 1, add 0)"},
+     "skip operations that provably do nothing (scale by 1, add 0)", false},
     {"LLAMA_OPT_ALGEBRAIC_ENABLED", LLAMA_OPT_VAR_BOOL, F(algebraic_enabled), 0, 1, NULL, 1, "LLAMA_OPT_ALGEBRAIC",
-     "algebraic_enabled", "bitwise-exact algebraic rewrites"},
+     "algebraic_enabled", "bitwise-exact algebraic rewrites", false},
     {"LLAMA_OPT_STATS", LLAMA_OPT_VAR_BOOL, F(stats_enabled), 0, 1, NULL, 0, NULL, "stats_enabled",
-     "print one line `opt-stats {json}` of per-turn counter deltas on stderr after every turn"},
+     "print one line `opt-stats {json}` of per-turn counter deltas on stderr after every turn", true},
 };
 
 #undef F
@@ -234,6 +237,90 @@ enum dj_status llama_opt_config_load(struct llama_opt_config *cfg, llama_opt_get
     return DJ_OK;
 }
 
+/* ---- Variables without behaviour yet ------------------------------------------ */
+
+/* Floats by value, strings up to their NUL, the rest by bytes (bools and the enum are
+ * stored whole by the loader). */
+static bool differs_from_default(const struct llama_opt_config *cfg, const struct llama_opt_var *v) {
+    const struct llama_opt_config d = llama_opt_config_default();
+    const char *a = (const char *)cfg + v->offset, *b = (const char *)&d + v->offset;
+    switch (v->type) {
+    case LLAMA_OPT_VAR_FLOAT: {
+        float x, y;
+        memcpy(&x, a, sizeof x);
+        memcpy(&y, b, sizeof y);
+        return x != y;
+    }
+    case LLAMA_OPT_VAR_STRING: return strncmp(a, b, v->size) != 0;
+    default: return memcmp(a, b, v->size) != 0;
+    }
+}
+
+size_t llama_opt_config_not_implemented(const struct llama_opt_config *cfg, const struct llama_opt_var **out,
+                                        size_t cap) {
+    size_t n = 0;
+    for (size_t i = 0; i < N_VARS; i++) {
+        if (vars[i].implemented || !differs_from_default(cfg, &vars[i])) continue;
+        if (n < cap) out[n] = &vars[i];
+        n++;
+    }
+    return n;
+}
+
+size_t llama_opt_config_format_value(const struct llama_opt_config *cfg, const struct llama_opt_var *v, char *buf,
+                                     size_t cap) {
+    const char *field = (const char *)cfg + v->offset;
+    int n = 0;
+    switch (v->type) {
+    case LLAMA_OPT_VAR_BOOL: {
+        bool b;
+        memcpy(&b, field, sizeof b);
+        n = snprintf(buf, cap, "%d", b ? 1 : 0);
+        break;
+    }
+    case LLAMA_OPT_VAR_UINT: {
+        uint32_t u;
+        memcpy(&u, field, sizeof u);
+        n = snprintf(buf, cap, "%u", u);
+        break;
+    }
+    case LLAMA_OPT_VAR_FLOAT: {
+        float f;
+        memcpy(&f, field, sizeof f);
+        n = snprintf(buf, cap, "%g", (double)f);
+        break;
+    }
+    case LLAMA_OPT_VAR_STRING: n = snprintf(buf, cap, "%.*s", (int)strnlen(field, v->size), field); break;
+    case LLAMA_OPT_VAR_ENUM: {
+        enum llama_opt_diff_mode m;
+        memcpy(&m, field, sizeof m);
+        size_t nc = 0;
+        while (v->choices[nc]) nc++;
+        n = snprintf(buf, cap, "%s", (size_t)m < nc ? v->choices[m] : "?");
+        break;
+    }
+    }
+    return n < 0 ? 0 : (size_t)n;
+}
+
+/* Bit i: variable i was warned about in this process (the table has fewer than 64). */
+static atomic_uint_fast64_t warned;
+
+size_t llama_opt_config_warn_not_implemented(const struct llama_opt_config *cfg) {
+    _Static_assert(sizeof vars / sizeof vars[0] <= 64, "one bit per variable in `warned`");
+    size_t printed = 0;
+    for (size_t i = 0; i < N_VARS; i++) {
+        if (vars[i].implemented || !differs_from_default(cfg, &vars[i])) continue;
+        const uint_fast64_t bit = (uint_fast64_t)1 << i;
+        if (atomic_fetch_or(&warned, bit) & bit) continue;
+        char val[80];
+        llama_opt_config_format_value(cfg, &vars[i], val, sizeof val);
+        dj_log(DJ_LOG_WARN, "%s=%s: not implemented yet, has no effect (docs/CONFIG.md)", vars[i].name, val);
+        printed++;
+    }
+    return printed;
+}
+
 static const char *process_getenv(const char *name, void *ud) {
     (void)ud;
     return getenv(name);
@@ -254,6 +341,7 @@ enum dj_status llama_opt_config_from_env(struct llama_opt_config *cfg) {
             known = strlen(vars[i].name) == n && memcmp(vars[i].name, *e, n) == 0;
         if (!known) dj_log(DJ_LOG_WARN, "unknown variable %.*s ignored (see docs/CONFIG.md)", (int)(n > 80 ? 80 : n), *e);
     }
+    llama_opt_config_warn_not_implemented(&c);
     *cfg = c;
     return DJ_OK;
 }

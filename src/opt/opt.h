@@ -17,7 +17,9 @@
  * options are off by default and stay off unless a variable turns them on.
  *
  * Every variable is described once, in a table (llama_opt_config_var): name,
- * type, range, tier, CMake option, one line of documentation.  The loader, the
+ * type, range, tier, CMake option, one line of documentation, and whether
+ * anything reads it yet (16 of the 24 are parsed ahead of their features; a
+ * non-default value of one of them is warned about, docs/CONFIG.md lists them).  The loader, the
  * tests and docs/CONFIG.md are checked against that table.  An invalid value
  * (not a bool/number, out of range, unknown enum name, too long) is rejected
  * with DJ_ERR_INVALID and a message naming the variable and the value; the
@@ -153,7 +155,10 @@ enum dj_status llama_opt_config_load(struct llama_opt_config *cfg, llama_opt_get
 
 /* *cfg = defaults overridden by the process environment (getenv).  Unknown
  * LLAMA_OPT_* variables in the environment are reported with a warning (they
- * are usually typos) but are not an error.  *cfg is set only on success. */
+ * are usually typos) but are not an error, and so is a variable of a feature
+ * that does not exist yet set to a non-default value
+ * (llama_opt_config_warn_not_implemented).  *cfg is set only on success.
+ * Every command that runs the model calls this once at start-up. */
 enum dj_status llama_opt_config_from_env(struct llama_opt_config *cfg);
 
 /* ---- The variable table ------------------------------------------------- */
@@ -177,12 +182,31 @@ struct llama_opt_var {
     const char *cmake;           /* CMake option giving its built-in default, or NULL */
     const char *field;           /* "block_size" */
     const char *doc;             /* one line */
+    bool implemented;            /* false: parsed and validated, but nothing reads the field yet */
 };
 
 /* The i-th variable, or NULL past the end. */
 const struct llama_opt_var *llama_opt_config_var(size_t i);
 /* The variable named `name`, or NULL. */
 const struct llama_opt_var *llama_opt_config_find_var(const char *name);
+
+/* The variables of cfg whose feature is not implemented yet (llama_opt_var.implemented
+ * false) and whose value differs from llama_opt_config_default(): the first `cap` of
+ * them go to out[] in table order (out may be NULL when cap is 0); returns how many
+ * there are.  Such a setting has no effect, which the user should be told. */
+size_t llama_opt_config_not_implemented(const struct llama_opt_config *cfg, const struct llama_opt_var **out,
+                                        size_t cap);
+
+/* Prints, as a warning on stderr, one line per variable llama_opt_config_not_implemented
+ * lists, e.g. "LLAMA_OPT_MEMO_ENABLED=0: not implemented yet, has no effect (docs/CONFIG.md)";
+ * each variable at most once per process, however often a configuration is loaded.
+ * Returns the number of lines printed by this call. */
+size_t llama_opt_config_warn_not_implemented(const struct llama_opt_config *cfg);
+
+/* Variable v's value in cfg as the environment spells it ("0", "64", "0.25", "approx",
+ * "/tmp/kv"): into buf, snprintf-style (returns the length it needed). */
+size_t llama_opt_config_format_value(const struct llama_opt_config *cfg, const struct llama_opt_var *v, char *buf,
+                                     size_t cap);
 
 /* ---- Statistics ---------------------------------------------------------- */
 

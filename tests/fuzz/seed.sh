@@ -10,6 +10,12 @@
 #                   (nested and string arrays, alignment, a q8_0 tensor)
 #   fuzz_tokenizer  the vocab test inputs (*.inp)
 #   fuzz_trace      the first 3 lines of every trace in traces/, cut to 16 KB
+#   fuzz_model      models/stories260K.gguf whole, and three hand-built tiny
+#                   models (5-token SPM vocab, 1 layer): a llama in f32 with
+#                   llama3 rope scaling in its metadata, a qwen2 (biases) with
+#                   q8_0/q4_0/f16/bf16 weights, a qwen3 (q/k norms) with
+#                   q4_K/q6_K weights — every weight type the loader binds,
+#                   each small enough that the target also runs them
 set -eu
 
 # Little-endian writers for the hand-built seed (POSIX sh arithmetic is 64-bit).
@@ -17,7 +23,7 @@ byte() { printf "\\$(printf '%03o' "$1")"; }
 u32() { byte $(($1 & 255)); byte $((($1 >> 8) & 255)); byte $((($1 >> 16) & 255)); byte $((($1 >> 24) & 255)); }
 u64() { u32 $(($1 & 4294967295)); u32 $((($1 >> 32) & 4294967295)); }
 str() { u64 ${#1}; printf '%s' "$1"; }
-zeros() { i=0; while [ $i -lt "$1" ]; do byte 0; i=$((i + 1)); done; }
+zeros() { i=0; while [ $i -lt "$1" ]; do printf '\000'; i=$((i + 1)); done; }
 
 every_kind() {
     printf 'GGUF'; u32 3; u64 2; u64 9
@@ -33,6 +39,128 @@ every_kind() {
     str w; u32 2; u64 4; u64 2; u32 0; u64 0
     str q; u32 1; u64 32; u32 8; u64 32
 }
+# ---- fuzz_model: tiny models, built in three parts (metadata, tensor infos, data) ----
+# Weight bytes: consecutive slices of stories260K's f32 weights (real small values;
+# as quantized blocks, varied bytes), deterministic and fast; without that file a
+# 31-bit LCG (one process per byte: slow, but the same kind of bytes).  Ones: 1.0f.
+SRC_OFF=131072
+R=12345
+rnd() { R=$(((R * 1103515245 + 12345) & 2147483647)); }
+src_bytes() { # N
+    if [ -f "$SRC" ]; then
+        SRC_OFF=$(((SRC_OFF + 31) / 32 * 32))
+        tail -c +$((SRC_OFF + 1)) "$SRC" | head -c "$1"
+        SRC_OFF=$((SRC_OFF + $1))
+    else
+        i=0; while [ $i -lt "$1" ]; do rnd; byte $(((R >> 16) & 255)); i=$((i + 1)); done
+    fi
+}
+ones() { i=0; while [ $i -lt "$1" ]; do printf '\000\000\200\077'; i=$((i + 1)); done; }
+kv_u32() { { str "$1"; u32 4; u32 "$2"; } >> "$KVF"; NKV=$((NKV + 1)); }
+kv_f32() { { str "$1"; u32 6; u32 "$2"; } >> "$KVF"; NKV=$((NKV + 1)); } # value as IEEE bits
+kv_str() { { str "$1"; u32 8; str "$2"; } >> "$KVF"; NKV=$((NKV + 1)); }
+# tensor NAME TYPE NBYTES KIND NE0 [NE1]; KIND: f (f32 weights), o (f32 ones), r (block bytes)
+tensor() {
+    name=$1 ty=$2 nb=$3 kind=$4 ne0=$5
+    { str "$name"; if [ $# -ge 6 ]; then u32 2; u64 "$ne0"; u64 "$6"; else u32 1; u64 "$ne0"; fi; u32 "$ty"; u64 "$OFF"; } >> "$TIF"
+    dlen=$(wc -c < "$DATF")
+    zeros $((OFF - dlen)) >> "$DATF"
+    case $kind in
+    o) ones $((nb / 4)) ;;
+    *) src_bytes "$nb" ;;
+    esac >> "$DATF"
+    OFF=$(((OFF + nb + 31) / 32 * 32))
+    NT=$((NT + 1))
+}
+model_begin() { # ARCH E N_LAYER N_HEAD N_HEAD_KV HEAD_DIM N_FF
+    KVF=$TMPD/kv TIF=$TMPD/ti DATF=$TMPD/data
+    : > "$KVF"; : > "$TIF"; : > "$DATF"
+    NKV=0 NT=0 OFF=0
+    kv_str general.architecture "$1"
+    kv_u32 "$1.context_length" 64
+    kv_u32 "$1.embedding_length" "$2"
+    kv_u32 "$1.block_count" "$3"
+    kv_u32 "$1.attention.head_count" "$4"
+    kv_u32 "$1.attention.head_count_kv" "$5"
+    kv_u32 "$1.attention.key_length" "$6"
+    kv_u32 "$1.rope.dimension_count" "$6"
+    kv_u32 "$1.feed_forward_length" "$7"
+    kv_f32 "$1.rope.freq_base" 1176256512 # 10000
+    kv_f32 "$1.attention.layer_norm_rms_epsilon" 925353388 # 1e-5
+    # an SPM vocab of 5 tokens: <unk> <s> </s> "\342\226\201a" (U+2581 a) b
+    { str tokenizer.ggml.tokens; u32 9; u32 8; u64 5; str "<unk>"; str "<s>"; str "</s>"; str "$(printf '\342\226\201a')"; str b; } >> "$KVF"
+    { str tokenizer.ggml.scores; u32 9; u32 6; u64 5; u32 0; u32 0; u32 0; u32 3212836864; u32 3221225472; } >> "$KVF"
+    { str tokenizer.ggml.token_type; u32 9; u32 5; u64 5; u32 2; u32 3; u32 3; u32 1; u32 1; } >> "$KVF"
+    NKV=$((NKV + 3))
+    kv_str tokenizer.ggml.model llama
+    kv_u32 tokenizer.ggml.bos_token_id 1
+    kv_u32 tokenizer.ggml.eos_token_id 2
+    kv_u32 tokenizer.ggml.unknown_token_id 0
+}
+model_end() { # OUT
+    { printf 'GGUF'; u32 3; u64 "$NT"; u64 "$NKV"; cat "$KVF" "$TIF"; } > "$1"
+    size=$(wc -c < "$1")
+    zeros $(((32 - size % 32) % 32)) >> "$1"
+    cat "$DATF" >> "$1"
+    dlen=$(wc -c < "$DATF")
+    zeros $((OFF - dlen)) >> "$1"
+}
+# F32 0, F16 1, Q4_0 2, Q8_0 8, Q4_K 12, Q6_K 14, BF16 30
+tiny_llama_f32() {
+    model_begin llama 8 1 2 1 4 16
+    kv_str llama.rope.scaling.type llama3
+    kv_f32 llama.rope.scaling.factor 1090519040 # 8
+    kv_u32 llama.rope.scaling.original_context_length 16
+    tensor token_embd.weight 0 160 f 8 5
+    tensor output_norm.weight 0 32 o 8
+    tensor blk.0.attn_norm.weight 0 32 o 8
+    tensor blk.0.attn_q.weight 0 256 f 8 8
+    tensor blk.0.attn_k.weight 0 128 f 8 4
+    tensor blk.0.attn_v.weight 0 128 f 8 4
+    tensor blk.0.attn_output.weight 0 256 f 8 8
+    tensor blk.0.ffn_norm.weight 0 32 o 8
+    tensor blk.0.ffn_gate.weight 0 512 f 8 16
+    tensor blk.0.ffn_up.weight 0 512 f 8 16
+    tensor blk.0.ffn_down.weight 0 512 f 16 8
+    model_end "$1"
+}
+tiny_qwen2_mixed() { # E 32, 2 heads of 16, 1 KV head, n_ff 32
+    model_begin qwen2 32 1 2 1 16 32
+    tensor token_embd.weight 8 170 r 32 5
+    tensor output.weight 1 320 r 32 5
+    tensor output_norm.weight 0 128 o 32
+    tensor blk.0.attn_norm.weight 0 128 o 32
+    tensor blk.0.attn_q.weight 2 576 r 32 32
+    tensor blk.0.attn_q.bias 0 128 f 32
+    tensor blk.0.attn_k.weight 1 1024 r 32 16
+    tensor blk.0.attn_k.bias 0 64 f 16
+    tensor blk.0.attn_v.weight 30 1024 r 32 16
+    tensor blk.0.attn_v.bias 0 64 f 16
+    tensor blk.0.attn_output.weight 8 1088 r 32 32
+    tensor blk.0.ffn_norm.weight 0 128 o 32
+    tensor blk.0.ffn_gate.weight 8 1088 r 32 32
+    tensor blk.0.ffn_up.weight 2 576 r 32 32
+    tensor blk.0.ffn_down.weight 1 2048 r 32 32
+    model_end "$1"
+}
+tiny_qwen3_kquants() { # E 256 (a q4_K/q6_K row), 2 heads of 8, 1 KV head, n_ff 16
+    model_begin qwen3 256 1 2 1 8 16
+    tensor token_embd.weight 12 720 r 256 5
+    tensor output_norm.weight 0 1024 o 256
+    tensor blk.0.attn_norm.weight 0 1024 o 256
+    tensor blk.0.attn_q.weight 12 2304 r 256 16
+    tensor blk.0.attn_k.weight 14 1680 r 256 8
+    tensor blk.0.attn_v.weight 12 1152 r 256 8
+    tensor blk.0.attn_q_norm.weight 0 32 o 8
+    tensor blk.0.attn_k_norm.weight 0 32 o 8
+    tensor blk.0.attn_output.weight 1 8192 r 16 256
+    tensor blk.0.ffn_norm.weight 0 1024 o 256
+    tensor blk.0.ffn_gate.weight 14 3360 r 256 16
+    tensor blk.0.ffn_up.weight 12 2304 r 256 16
+    tensor blk.0.ffn_down.weight 30 8192 r 16 256
+    model_end "$1"
+}
+
 if [ $# -ne 3 ]; then
     echo "usage: $0 NAME SHARED_DIR CORPUS_DIR" >&2
     exit 2
@@ -62,6 +190,16 @@ fuzz_tokenizer)
         rm -f "$corpus/$(basename "$f")"
         cat "$f" > "$corpus/$(basename "$f")"
     done
+    ;;
+fuzz_model)
+    rm -f "$corpus/stories260K.gguf" "$corpus/tiny_llama_f32.gguf" "$corpus/tiny_qwen2_mixed.gguf" \
+        "$corpus/tiny_qwen3_kquants.gguf"
+    [ -f "$shared/models/stories260K.gguf" ] && cat "$shared/models/stories260K.gguf" > "$corpus/stories260K.gguf"
+    TMPD=$(mktemp -d) SRC=$shared/models/stories260K.gguf
+    tiny_llama_f32 "$corpus/tiny_llama_f32.gguf"
+    tiny_qwen2_mixed "$corpus/tiny_qwen2_mixed.gguf"
+    tiny_qwen3_kquants "$corpus/tiny_qwen3_kquants.gguf"
+    rm -rf "$TMPD"
     ;;
 fuzz_trace)
     for f in "$shared"/traces/*.jsonl; do

@@ -3,21 +3,29 @@
  * compile-time definitions, every LLAMA_OPT_* variable parsed through a fake
  * environment, invalid values rejected with a message naming variable and
  * value (config untouched), the real environment, the stats counters and the
- * `opt-stats {json}` line, and docs/CONFIG.md listing every variable and
- * CMake option of the table.
+ * `opt-stats {json}` line, docs/CONFIG.md listing every variable and
+ * CMake option of the table and marking the ones not implemented yet; the
+ * 16 variables without behaviour: listed when set to a non-default value
+ * (through the getenv-callback loader), warned about once per process, and
+ * `deja bench` / `deja perplexity` reading the environment (a warning for
+ * those, exit 1 with the message for a bad value).
  */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "opt/opt.h"
 #include "test.h"
+#include "test_run.h"
+
+static const char *shared;
 
 struct fake_env {
-    const char *names[8];
-    const char *values[8];
+    const char *names[32];
+    const char *values[32];
     int n;
 };
 
@@ -306,6 +314,178 @@ static void test_stats(void) {
     CHECK(d.memo_hits == 3 && d.dedup_blocks_total == 0);
 }
 
+/* ---- variables that have no behaviour yet ---------------------------------------- */
+
+/* The 16 that src/ does not read yet (grep for the fields: only src/opt touches them). */
+static const char *const not_impl[] = {
+    "LLAMA_OPT_SCHEMA_SKIP_ENABLED", "LLAMA_OPT_CANON_ENABLED",     "LLAMA_OPT_PRECOMPUTE_ENABLED",
+    "LLAMA_OPT_PRECOMPUTE_ROPE_MAX", "LLAMA_OPT_PERSIST_ENABLED",   "LLAMA_OPT_PERSIST_DIR",
+    "LLAMA_OPT_MEMO_ENABLED",        "LLAMA_OPT_MEMO_TRIE_MAX",     "LLAMA_OPT_ATTN_PRUNE_ENABLED",
+    "LLAMA_OPT_ATTN_PRUNE_WINDOW",   "LLAMA_OPT_ATTN_PRUNE_THRESHOLD", "LLAMA_OPT_SPARSE_ATTN_ENABLED",
+    "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_NOOP_ENABLED",
+    "LLAMA_OPT_ALGEBRAIC_ENABLED"};
+#define N_NOT_IMPL (sizeof not_impl / sizeof not_impl[0])
+
+/* A value of v's type that differs from its default. */
+static const char *non_default(const struct llama_opt_var *v) {
+    const struct llama_opt_config d = llama_opt_config_default();
+    bool b;
+    switch (v->type) {
+    case LLAMA_OPT_VAR_BOOL: memcpy(&b, (const char *)&d + v->offset, sizeof b); return b ? "0" : "1";
+    case LLAMA_OPT_VAR_UINT: return "7";
+    case LLAMA_OPT_VAR_FLOAT: return "0.5";
+    case LLAMA_OPT_VAR_STRING: return "/tmp/kv";
+    case LLAMA_OPT_VAR_ENUM: return "approx";
+    }
+    return NULL;
+}
+
+/* Runs fn with stderr going to a temp file; returns what it wrote (malloc'd). */
+static char *capture_stderr(size_t (*fn)(const struct llama_opt_config *), const struct llama_opt_config *c,
+                            size_t *ret) {
+    fflush(stderr);
+    const int saved = dup(2);
+    FILE *tmp = tmpfile();
+    if (saved < 0 || !tmp) abort();
+    dup2(fileno(tmp), 2);
+    *ret = fn(c);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long n = ftell(tmp);
+    char *buf = calloc((size_t)(n > 0 ? n : 0) + 1, 1);
+    rewind(tmp);
+    if (n > 0 && fread(buf, 1, (size_t)n, tmp) != (size_t)n) buf[0] = '\0';
+    fclose(tmp);
+    return buf;
+}
+
+static size_t count_lines(const char *s, const char *needle) {
+    size_t n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+static void test_not_implemented(void) {
+    /* the table says exactly these 16 are not implemented */
+    size_t n_false = 0;
+    for (size_t i = 0; llama_opt_config_var(i); i++) {
+        const struct llama_opt_var *v = llama_opt_config_var(i);
+        bool listed = false;
+        for (size_t j = 0; j < N_NOT_IMPL; j++) listed |= strcmp(not_impl[j], v->name) == 0;
+        CHECKF(listed == !v->implemented, "%s: implemented = %d", v->name, v->implemented);
+        n_false += !v->implemented;
+    }
+    CHECK(n_false == 16 && N_NOT_IMPL == 16);
+
+    /* defaults: nothing to warn about */
+    struct llama_opt_config c = llama_opt_config_default();
+    CHECK(llama_opt_config_not_implemented(&c, NULL, 0) == 0);
+
+    /* each one alone, at a non-default value through the getenv-callback loader: listed, alone */
+    for (size_t j = 0; j < N_NOT_IMPL; j++) {
+        const struct llama_opt_var *v = llama_opt_config_find_var(not_impl[j]), *out[4] = {NULL};
+        if (!v) continue;
+        c = llama_opt_config_default();
+        CHECK(load1(&c, v->name, non_default(v)) == DJ_OK);
+        CHECKF(llama_opt_config_not_implemented(&c, out, 4) == 1 && out[0] == v, "%s=%s not listed", v->name,
+               non_default(v));
+    }
+    /* implemented variables and default values are never listed; the list is in table order */
+    struct fake_env e = {{"LLAMA_OPT_BLOCK_SIZE", "LLAMA_OPT_DEDUP_ENABLED", "LLAMA_OPT_DIFF_MODE", "LLAMA_OPT_STATS",
+                          "LLAMA_OPT_NOOP_ENABLED", "LLAMA_OPT_CANON_ENABLED", "LLAMA_OPT_ATTN_PRUNE_THRESHOLD",
+                          "LLAMA_OPT_MEMO_ENABLED", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_SPARSE_ATTN_ENABLED"},
+                         {"32", "0", "approx", "1", LLAMA_OPT_NOOP ? "on" : "off", LLAMA_OPT_KV_CANON ? "1" : "0",
+                          "0.001", LLAMA_OPT_MEMO ? "0" : "1", "/tmp/kv", LLAMA_OPT_SPARSE_ATTN ? "0" : "1"},
+                         10};
+    c = llama_opt_config_default();
+    CHECK(llama_opt_config_load(&c, fake_get, &e) == DJ_OK);
+    const struct llama_opt_var *out[8] = {NULL};
+    const size_t n = llama_opt_config_not_implemented(&c, out, 8);
+    CHECKF(n == 3, "%zu listed", n);
+    if (n == 3) {
+        CHECK(strcmp(out[0]->name, "LLAMA_OPT_PERSIST_DIR") == 0);
+        CHECK(strcmp(out[1]->name, "LLAMA_OPT_MEMO_ENABLED") == 0);
+        CHECK(strcmp(out[2]->name, "LLAMA_OPT_SPARSE_ATTN_ENABLED") == 0);
+    }
+    CHECK(llama_opt_config_not_implemented(&c, out, 1) == 3); /* the count, whatever the room */
+
+    /* values as the environment spells them */
+    char buf[64];
+    CHECK(llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_PERSIST_DIR"), buf, sizeof buf) == 7 &&
+          strcmp(buf, "/tmp/kv") == 0);
+    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_MEMO_ENABLED"), buf, sizeof buf);
+    CHECK(strcmp(buf, LLAMA_OPT_MEMO ? "0" : "1") == 0);
+    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_DIFF_MODE"), buf, sizeof buf);
+    CHECK(strcmp(buf, "approx") == 0);
+    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_BLOCK_SIZE"), buf, sizeof buf);
+    CHECK(strcmp(buf, "32") == 0);
+    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_ATTN_PRUNE_THRESHOLD"), buf, sizeof buf);
+    CHECK(strcmp(buf, "0.001") == 0);
+
+    /* the warning: one line per variable, once per process */
+    size_t printed = 0;
+    char *err = capture_stderr(llama_opt_config_warn_not_implemented, &c, &printed);
+    CHECKF(printed == 3 && count_lines(err, "not implemented yet, has no effect") == 3, "first warning: %s", err);
+    CHECKF(strstr(err, "LLAMA_OPT_MEMO_ENABLED=") && strstr(err, "LLAMA_OPT_PERSIST_DIR=/tmp/kv: not implemented yet, "
+                                                                 "has no effect"),
+           "first warning: %s", err);
+    free(err);
+    err = capture_stderr(llama_opt_config_warn_not_implemented, &c, &printed);
+    CHECKF(printed == 0 && err[0] == '\0', "warned again: %s", err);
+    free(err);
+
+    /* llama_opt_config_from_env warns too (a variable not warned about before) */
+    setenv("LLAMA_OPT_ALGEBRAIC_ENABLED", LLAMA_OPT_ALGEBRAIC ? "0" : "1", 1);
+    fflush(stderr);
+    const int saved = dup(2);
+    FILE *tmp = tmpfile();
+    dup2(fileno(tmp), 2);
+    CHECK(llama_opt_config_from_env(&c) == DJ_OK);
+    CHECK(llama_opt_config_from_env(&c) == DJ_OK);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char text[4096] = "";
+    rewind(tmp);
+    size_t got = fread(text, 1, sizeof text - 1, tmp);
+    text[got] = '\0';
+    fclose(tmp);
+    CHECKF(count_lines(text, "LLAMA_OPT_ALGEBRAIC_ENABLED=") == 1, "from_env twice: %s", text);
+    unsetenv("LLAMA_OPT_ALGEBRAIC_ENABLED");
+}
+
+/* deja bench and deja perplexity read the environment: a setting without behaviour is
+ * warned about once, a bad value stops the command with the message and exit 1. */
+static void test_commands(void) {
+    if (!shared || !deja_bin) {
+        printf("command checks skipped: no shared dir / deja binary given\n");
+        return;
+    }
+    char model[4096], text[4096];
+    snprintf(model, sizeof model, "%s", test_shared_path(shared, "models/stories260K.gguf"));
+    snprintf(text, sizeof text, "%s", test_shared_path(shared, "vocab/ggml-vocab-llama-spm.gguf.inp"));
+    char *out = NULL;
+    setenv("LLAMA_OPT_MEMO_TRIE_MAX", "7", 1);
+    int rc = RUN(&out, "bench", "-m", model, "-p", "8", "-n", "2", "-r", "1");
+    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_MEMO_TRIE_MAX=7: not implemented yet, has no effect") == 1,
+           "bench: rc %d: %s", rc, out);
+    free(out);
+    rc = RUN(&out, "perplexity", "-m", model, "-f", text, "-c", "32", "--chunks", "1");
+    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_MEMO_TRIE_MAX=7: not implemented yet, has no effect") == 1,
+           "perplexity: rc %d: %s", rc, out);
+    free(out);
+    unsetenv("LLAMA_OPT_MEMO_TRIE_MAX");
+    setenv("LLAMA_OPT_DEDUP_POOL_MAX", "lots", 1);
+    rc = RUN(&out, "bench", "-m", model, "-p", "8", "-n", "2", "-r", "1");
+    CHECKF(rc == 1 && strstr(out, "LLAMA_OPT_DEDUP_POOL_MAX='lots'"), "bench: rc %d: %s", rc, out);
+    free(out);
+    rc = RUN(&out, "perplexity", "-m", model, "-f", text, "-c", "32", "--chunks", "1");
+    CHECKF(rc == 1 && strstr(out, "LLAMA_OPT_DEDUP_POOL_MAX='lots'"), "perplexity: rc %d: %s", rc, out);
+    free(out);
+    unsetenv("LLAMA_OPT_DEDUP_POOL_MAX");
+}
+
 /* docs/CONFIG.md (found from this file's path) names every variable and every CMake option. */
 static void test_docs(void) {
     char path[4096];
@@ -326,18 +506,37 @@ static void test_docs(void) {
             snprintf(key, sizeof key, "`%s`", v->cmake);
             if (!strstr(doc, key)) { missing++; fprintf(stderr, "CONFIG.md lacks %s\n", key); }
         }
+        /* its row in the variables table says whether it is implemented */
+        snprintf(key, sizeof key, "\n| `%s` |", v->name);
+        const char *row = strstr(doc, key), *end = row ? strchr(row + 1, '\n') : NULL;
+        if (!row || !end) {
+            missing++;
+            fprintf(stderr, "CONFIG.md has no table row for %s\n", v->name);
+            continue;
+        }
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)(end - row), row);
+        if ((strstr(line, "Not implemented yet") != NULL) == v->implemented) {
+            missing++;
+            fprintf(stderr, "CONFIG.md's row for %s %s 'Not implemented yet'\n", v->name,
+                    v->implemented ? "says" : "does not say");
+        }
     }
     CHECK(missing == 0);
     free(doc);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    shared = argc > 1 ? argv[1] : NULL;
+    deja_bin = argc > 2 ? argv[2] : NULL;
     test_defaults();
     test_table();
     test_load_valid();
     test_load_invalid();
     test_real_env();
     test_stats();
+    test_not_implemented();
+    test_commands();
     test_docs();
     TEST_END();
 }

@@ -43,8 +43,21 @@ bool dj_kernels_init_avx512(struct dj_kernels *k);
 /* A 64-byte-aligned buffer of at least `bytes`, owned by the calling thread
  * (scratch.c): valid until this thread's next call, contents not kept.
  * For kernels that repack an operand once per call and reuse it across a
- * tile loop; never fails (aborts when out of memory). */
+ * tile loop.  NULL when memory is out (or dj_kernel_scratch_fail_for_test is
+ * on): the caller then computes without it, e.g. by dj_matmul_by_dot. */
 void *dj_kernel_scratch(size_t bytes);
+
+/* A matmul with no memory of its own: each element by the table's dot of its
+ * (row, token) pair, which the batch-invariance contract makes bitwise what the
+ * tiled kernel computes (kernels.h; tests/kernels check it).  The dot must need
+ * no scratch itself.  Slow (no tiling, no repacking): for when dj_kernel_scratch
+ * failed, so that running out of memory costs speed, not the process. */
+static inline void dj_matmul_by_dot(dj_dot_fn dot, int64_t k, const void *w, size_t ws, const void *a, size_t as,
+                                    float *c, int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = r0; r < r1; r++)
+            c[t * ldc + r] = dot(k, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+}
 
 /* Unaligned little-endian loads (blocks are 2-byte aligned at best). */
 static inline uint16_t dj_load_u16(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }

@@ -150,10 +150,15 @@ static const f16k_fn f16k_tab[6][4] = {F16K_TAB(1), F16K_TAB(2), F16K_TAB(3), F1
  * the 4-chain attn_values together: 136.8, 136.9 -> 159.8, 162.5 t/s (on a loaded VM
  * the difference was within the noise). */
 enum { F16K_KC = 4096, F16K_MC = 24, F16K_NC = 128 };
+static float f16_dot(int64_t k, const void *w, const void *a);
 static void f16_matmul_kblocked(int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,
                                 int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
     const int64_t kc = F16K_KC, mc = F16K_MC, nc = F16K_NC;
     __m512 *accb = dj_kernel_scratch((size_t)mc * (size_t)nc * sizeof(__m512));
+    if (!accb) { /* out of memory: the same bits, element by element */
+        dj_matmul_by_dot(f16_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
     for (int64_t tb = 0; tb < n_tok; tb += nc) {
         const int64_t te = tb + nc < n_tok ? tb + nc : n_tok;
         for (int64_t rb = r0; rb < r1; rb += mc) {
@@ -332,9 +337,11 @@ static inline __m512i q16_vidx(size_t ws) {
 static inline size_t q16_wbs(const int q8) { return q8 ? sizeof(struct dj_block_q8_0) : sizeof(struct dj_block_q4_0); }
 
 /* Decode: 16 rows from w (ws apart) x NT tokens (a, as apart; tp: their q16_tok rows,
- * nb apart) on the raw blocks; lanes in m stored to c[j * ldc + i]. */
-static inline DJ_ALWAYS_INLINE void q16_gemv_body(const int q8, const int NT, int64_t nb, const uint8_t *w,
-                                                  size_t ws, const uint8_t *a, size_t as,
+ * nb apart) on the raw blocks; lanes in m stored to c[j * ldc + i].  prep (a constant):
+ * tp is NULL and each token block's q16_tok is made as it is used (the dot, which has no
+ * scratch to hold tp): the same values, so the same bits. */
+static inline DJ_ALWAYS_INLINE void q16_gemv_body(const int q8, const int NT, const int prep, int64_t nb,
+                                                  const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
                                                   const struct q16_tok *tp, float *c, int64_t ldc, __mmask16 m,
                                                   const uint8_t *pf) {
     const __m512i vidx = q16_vidx(ws);
@@ -354,9 +361,13 @@ static inline DJ_ALWAYS_INLINE void q16_gemv_body(const int q8, const int NT, in
             DJ_UNROLL for (int l = 0; l < plines; l++) _mm_prefetch((const char *)(pb + 64 * l), _MM_HINT_T0);
         }
         q16_unpack(q8, w + (size_t)b * q16_wbs(q8), ws, vidx, q, &dw);
-        DJ_UNROLL for (int j = 0; j < NT; j++)
-            acc[j] = q16_fma(q, dw, a + (size_t)j * as + (size_t)b * sizeof(struct dj_block_q8_0), tp[j * nb + b],
-                             acc[j]);
+        DJ_UNROLL for (int j = 0; j < NT; j++) {
+            const uint8_t *ab = a + (size_t)j * as + (size_t)b * sizeof(struct dj_block_q8_0);
+            struct q16_tok tk;
+            if (prep) q16_prep_tok(q8, 1, ab, &tk);
+            else tk = tp[j * nb + b];
+            acc[j] = q16_fma(q, dw, ab, tk, acc[j]);
+        }
     }
     DJ_UNROLL for (int j = 0; j < NT; j++) _mm512_mask_storeu_ps(c + j * ldc, m, acc[j]);
 }
@@ -366,7 +377,7 @@ typedef void (*q16_gemv_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8
     static void T##_gemv16_##N(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,      \
                                const struct q16_tok *tp, float *c, int64_t ldc, __mmask16 m,              \
                                const uint8_t *pf) {                                                       \
-        q16_gemv_body(Q8, N, nb, w, ws, a, as, tp, c, ldc, m, pf);                                        \
+        q16_gemv_body(Q8, N, 0, nb, w, ws, a, as, tp, c, ldc, m, pf);                                     \
     }
 Q16_GEMV(q4_0, 0, 1) Q16_GEMV(q4_0, 0, 2) Q16_GEMV(q8_0, 1, 1) Q16_GEMV(q8_0, 1, 2)
 
@@ -462,6 +473,9 @@ static inline const uint8_t *q16_group(const uint8_t *w, size_t ws, int64_t r, i
     return rows;
 }
 
+static float q4_0_dot(int64_t k, const void *w, const void *a);
+static float q8_0_dot(int64_t k, const void *w, const void *a);
+
 static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const void *wv, size_t ws, const void *av,
                                                size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
                                                int64_t n_tok) {
@@ -476,6 +490,10 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const vo
     const size_t accb_bytes = gemv ? 0 : (size_t)tok_chunk * sizeof(__m512);
     const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q16_tok);
     uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + 16 * ws);
+    if (!scr) { /* out of memory: the same bits, element by element */
+        dj_matmul_by_dot(q8 ? q8_0_dot : q4_0_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
     struct q16_wblk *wp = (struct q16_wblk *)scr;
     __m512 *accb = (__m512 *)(scr + wp_bytes);
     struct q16_tok *tp = (struct q16_tok *)(scr + wp_bytes + accb_bytes);
@@ -521,17 +539,19 @@ static void q8_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size
     q16_matmul(1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 
-/* The pair's q16_fma chain with the row in all 16 lanes; lane 0 stored. */
-static inline DJ_ALWAYS_INLINE float q16_dot(const int q8, int64_t k, const void *w, const void *a) {
-    const int64_t nb = k / 32;
-    struct q16_tok *tp = dj_kernel_scratch((size_t)nb * sizeof *tp);
-    q16_prep_tok(q8, nb, a, tp);
+/* The pair's q16_fma chain with the row in all 16 lanes; lane 0 stored.  No scratch:
+ * the token's blocks are prepared as they are used (q16_gemv_body's prep), so the dot
+ * is also the out-of-memory path of q16_matmul. */
+static float q4_0_dot(int64_t k, const void *w, const void *a) {
     float c = 0;
-    (q8 ? q8_0_gemv16_1 : q4_0_gemv16_1)(nb, w, 0, a, 0, tp, &c, 0, 1, NULL);
+    q16_gemv_body(0, 1, 1, k / 32, w, 0, a, 0, NULL, &c, 0, 1, NULL);
     return c;
 }
-static float q4_0_dot(int64_t k, const void *w, const void *a) { return q16_dot(0, k, w, a); }
-static float q8_0_dot(int64_t k, const void *w, const void *a) { return q16_dot(1, k, w, a); }
+static float q8_0_dot(int64_t k, const void *w, const void *a) {
+    float c = 0;
+    q16_gemv_body(1, 1, 1, k / 32, w, 0, a, 0, NULL, &c, 0, 1, NULL);
+    return c;
+}
 
 
 /* ---- q4_K x q8_K: 16 rows in the 16 lanes ---------------------------------------------
@@ -634,10 +654,12 @@ static inline DJ_ALWAYS_INLINE __m512 q4k_fma(__m512i isum, const __m512i m[4], 
 
 /* Decode: 16 rows from w (ws apart) x NT tokens on the raw super-blocks, each transposed
  * 16 bytes at a time straight into the dot products (no q4k_wblk); pf (unless NULL): the
- * next group, prefetched at the pace this one is read (2304 bytes a super-block). */
-static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, int64_t nb, const uint8_t *w, size_t ws,
-                                                  const uint8_t *a, size_t as, const struct q4k_tok *tp, float *c,
-                                                  int64_t ldc, __mmask16 msk, const uint8_t *pf) {
+ * next group, prefetched at the pace this one is read (2304 bytes a super-block).  prep (a
+ * constant): tp is NULL and each token super-block's q4k_tok is made as it is used (the
+ * dot, which has no scratch for tp): the same values, so the same bits. */
+static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, int64_t nb, const uint8_t *w,
+                                                  size_t ws, const uint8_t *a, size_t as, const struct q4k_tok *tp,
+                                                  float *c, int64_t ldc, __mmask16 msk, const uint8_t *pf) {
     const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
     const size_t wbs = sizeof(struct dj_block_q4_K), pstep = 16 * ws / (size_t)nb;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -672,17 +694,22 @@ static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, int64_t nb, cons
                 isum[t] = _mm512_add_epi32(_mm512_add_epi32(isum[t], _mm512_mullo_epi32(xl[t], sc[2 * ch])),
                                            _mm512_mullo_epi32(xh[t], sc[2 * ch + 1]));
         }
-        DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = q4k_fma(isum[t], m, d, dmin, &tp[t * nb + b], acc[t]);
+        DJ_UNROLL for (int t = 0; t < NT; t++) {
+            struct q4k_tok tk;
+            if (prep) q4k_prep_tok(1, a + (size_t)t * as + (size_t)b * abs_, &tk);
+            else tk = tp[t * nb + b];
+            acc[t] = q4k_fma(isum[t], m, d, dmin, &tk, acc[t]);
+        }
     }
     DJ_UNROLL for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(c + t * ldc, msk, acc[t]);
 }
 static void q4k_gemv_1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
                        const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {
-    q4k_gemv_body(1, nb, w, ws, a, as, tp, c, ldc, m, pf);
+    q4k_gemv_body(1, 0, nb, w, ws, a, as, tp, c, ldc, m, pf);
 }
 static void q4k_gemv_2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
                        const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {
-    q4k_gemv_body(2, nb, w, ws, a, as, tp, c, ldc, m, pf);
+    q4k_gemv_body(2, 0, nb, w, ws, a, as, tp, c, ldc, m, pf);
 }
 
 /* NT tokens (a: their q8_K block at the slab's start, as apart; tp: q4k_tok, tps apart)
@@ -733,6 +760,7 @@ Q4K_GEMM(1) Q4K_GEMM(2) Q4K_GEMM(3) Q4K_GEMM(4) Q4K_GEMM(5) Q4K_GEMM(6) Q4K_GEMM
 static const q4k_gemm_fn q4k_gemm_tab[Q16_NT] = {q4k_gemm_1, q4k_gemm_2, q4k_gemm_3, q4k_gemm_4,
                                                  q4k_gemm_5, q4k_gemm_6, q4k_gemm_7, q4k_gemm_8};
 
+static float q4_K_dot(int64_t k, const void *w, const void *a);
 static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
                         int64_t r0, int64_t r1, int64_t n_tok) {
     const uint8_t *w = wv, *a = av;
@@ -742,6 +770,10 @@ static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
     const size_t wp_bytes = Q4K_SLAB * sizeof(struct q4k_wblk), accb_bytes = (size_t)tok_chunk * sizeof(__m512);
     const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q4k_tok);
     uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + 16 * ws);
+    if (!scr) { /* out of memory: the same bits, element by element */
+        dj_matmul_by_dot(q4_K_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
     struct q4k_wblk *wp = (struct q4k_wblk *)scr;
     __m512 *accb = (__m512 *)(scr + wp_bytes);
     struct q4k_tok *tp = (struct q4k_tok *)(scr + wp_bytes + accb_bytes);
@@ -775,13 +807,12 @@ static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
         }
     }
 }
-/* The pair's chain with the row in all 16 lanes; lane 0 stored. */
+/* The pair's chain with the row in all 16 lanes; lane 0 stored.  No scratch: the token's
+ * super-blocks are prepared as they are used (q4k_gemv_body's prep), so the dot is also
+ * the out-of-memory path of q4_K_matmul. */
 static float q4_K_dot(int64_t k, const void *w, const void *a) {
-    const int64_t nb = k / DJ_QK_K;
-    struct q4k_tok *tp = dj_kernel_scratch((size_t)nb * sizeof *tp);
-    q4k_prep_tok(nb, a, tp);
     float c = 0;
-    q4k_gemv_1(nb, w, 0, a, 0, tp, &c, 0, 1, NULL);
+    q4k_gemv_body(1, 1, k / DJ_QK_K, w, 0, a, 0, NULL, &c, 0, 1, NULL);
     return c;
 }
 
@@ -960,6 +991,7 @@ static void q6k_row_2(int64_t k, const uint8_t *w, const uint8_t *a, size_t as, 
     q6k_row(2, k, w, a, as, c, ldc);
 }
 
+static float q6_K_dot(int64_t k, const void *w, const void *a);
 static void q6_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
                         int64_t r0, int64_t r1, int64_t n_tok) {
     const uint8_t *w = wv, *a = av;
@@ -974,6 +1006,10 @@ static void q6_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
     const int64_t tok_chunk = q16_tok_chunk(as, n_tok);
     const size_t wp_bytes = Q6K_SLAB * sizeof(struct q6k_wblk), accb_bytes = (size_t)tok_chunk * sizeof(__m512);
     uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + 16 * ws);
+    if (!scr) { /* out of memory: the same bits, element by element */
+        dj_matmul_by_dot(q6_K_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
     struct q6k_wblk *wp = (struct q6k_wblk *)scr;
     __m512 *accb = (__m512 *)(scr + wp_bytes);
     uint8_t *rows = scr + wp_bytes + accb_bytes; /* a matrix of fewer than 16 rows, padded */

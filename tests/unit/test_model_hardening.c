@@ -1,0 +1,262 @@
+/*
+ * test_model_hardening.c — model_load on files that parse as GGUF but describe
+ * an impossible model: every hyperparameter the context and the forward pass
+ * divide by, size buffers with or index tables with, at 0 or out of range
+ * (context length, embedding size, layers, feed-forward size, head counts, head
+ * size, rope dimensions, rope base, RMS epsilon, vocab size vs the embedding's
+ * rows, rope scaling parameters), and zero-dimension or malformed tensors.
+ *
+ * Each variant is one change away from a tiny valid llama (tests/test_synth.h),
+ * written to a temp dir.  model_load must fail with a status and a message that
+ * names the file and the key or tensor; then `deja run` on the file must exit
+ * with a non-zero status of its own (not killed by a signal: these files used to
+ * end in SIGFPE in ctx_create's or model_bind's divisions).  A few variants also
+ * go through `deja replay`, `deja bench` and `deja perplexity`.  The unchanged
+ * model (llama, qwen2, qwen3) must load and run.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "test.h"
+#include "test_run.h"
+#include "test_synth.h"
+
+static const char *shared;
+static char dir[64];
+
+/* ---- variants ---------------------------------------------------------------- */
+
+/* One metadata edit: key (after "llama."), type u (u32), f (f32), s (string), x (remove). */
+struct edit {
+    const char *key;
+    char t;
+    double v;
+    const char *s;
+};
+
+struct variant {
+    const char *what;
+    struct edit e[3];
+    void (*shape)(struct synth_model *p);
+    void (*extra)(struct gguf_writer *w); /* adds tensors */
+    const char *want;                     /* in the message, besides the file name */
+    const char *want2;                    /* a second word, or NULL */
+};
+
+static void shape_e0(struct synth_model *p) { p->n_embd = 0; }
+static void shape_layers0(struct synth_model *p) { p->n_layer = 0; }
+static void shape_ff0(struct synth_model *p) { p->n_ff = 0; }
+static void shape_no_rows(struct synth_model *p) { p->embd_no_rows = true; }
+static void shape_1d(struct synth_model *p) { p->embd_1d = true; }
+static const float freqs_zero[8] = {1, 1, 1, 0, 2, 2, 2, 2};
+static const float freqs_nan[8] = {1, 1, 1, NAN, 2, 2, 2, 2};
+static void shape_freqs_zero(struct synth_model *p) { p->rope_freqs = freqs_zero; }
+static void shape_freqs_nan(struct synth_model *p) { p->rope_freqs = freqs_nan; }
+static float empty_data[1];
+static void extra_output_zero(struct gguf_writer *w) {
+    int64_t ne[2] = {64, 0};
+    CHECK(gguf_writer_add_tensor(w, "output.weight", DJ_TYPE_F32, 2, ne, empty_data, 0) == DJ_OK);
+}
+
+#define U(k, x) {k, 'u', (double)(x), NULL}
+#define FL(k, x) {k, 'f', (double)(x), NULL}
+#define S(k, x) {k, 's', 0, x}
+#define X(k) {k, 'x', 0, NULL}
+
+static const struct variant variants[] = {
+    {"context_length 0", {U("context_length", 0)}, NULL, NULL, "llama.context_length", "is 0"},
+    {"context_length 2^31", {U("context_length", 2147483648.0)}, NULL, NULL, "llama.context_length", NULL},
+    {"embedding_length 0", {U("embedding_length", 0)}, NULL, NULL, "llama.embedding_length", "is 0"},
+    {"embedding_length 0, tensors too", {{0}}, shape_e0, NULL, "llama.embedding_length", "is 0"},
+    {"embedding_length 2^24 + 1", {U("embedding_length", 16777217)}, NULL, NULL, "llama.embedding_length", NULL},
+    {"embedding_length not a multiple of the heads", {U("embedding_length", 62), X("attention.key_length")}, NULL,
+     NULL, "llama.embedding_length", "multiple"},
+    {"block_count 0", {U("block_count", 0)}, NULL, NULL, "llama.block_count", "is 0"},
+    {"block_count 0, no layers", {{0}}, shape_layers0, NULL, "llama.block_count", "is 0"},
+    {"block_count 5000", {U("block_count", 5000)}, NULL, NULL, "llama.block_count", NULL},
+    {"feed_forward_length 0", {U("feed_forward_length", 0)}, NULL, NULL, "llama.feed_forward_length", "is 0"},
+    {"feed_forward_length 0, zero-size FFN tensors", {{0}}, shape_ff0, NULL, "llama.feed_forward_length", "is 0"},
+    {"head_count 0", {U("attention.head_count", 0)}, NULL, NULL, "llama.attention.head_count", "is 0"},
+    {"head_count 0, no key_length", {U("attention.head_count", 0), X("attention.key_length")}, NULL, NULL,
+     "llama.attention.head_count", "is 0"},
+    {"head_count_kv 0", {U("attention.head_count_kv", 0)}, NULL, NULL, "llama.attention.head_count_kv", "is 0"},
+    {"head_count_kv 3 (does not divide 4)", {U("attention.head_count_kv", 3)}, NULL, NULL,
+     "llama.attention.head_count_kv", "divide"},
+    {"head_count_kv 8 > head_count 4", {U("attention.head_count_kv", 8)}, NULL, NULL,
+     "llama.attention.head_count_kv", NULL},
+    {"key_length 0", {U("attention.key_length", 0)}, NULL, NULL, "llama.attention.key_length", "is 0"},
+    {"key_length 15 (odd, rope over all of it)", {U("attention.key_length", 15), X("rope.dimension_count")}, NULL,
+     NULL, "llama.rope.dimension_count", "key_length 15"},
+    {"key_length 2^22 + 2 x 4 heads", {U("attention.key_length", 4194306)}, NULL, NULL, "llama.attention.key_length",
+     NULL},
+    {"value_length != key_length", {U("attention.value_length", 8)}, NULL, NULL, "llama.attention.value_length",
+     NULL},
+    {"rope.dimension_count 0", {U("rope.dimension_count", 0)}, NULL, NULL, "llama.rope.dimension_count", "is 0"},
+    {"rope.dimension_count 7 (odd)", {U("rope.dimension_count", 7)}, NULL, NULL, "llama.rope.dimension_count",
+     "is 7"},
+    {"rope.dimension_count 18 > key_length 16", {U("rope.dimension_count", 18)}, NULL, NULL,
+     "llama.rope.dimension_count", "is 18"},
+    {"rope.dimension_count 1024 (n_rot/2 > 256)", {U("attention.key_length", 1024), U("rope.dimension_count", 1024)},
+     NULL, NULL, "llama.rope.dimension_count", "is 1024"},
+    {"rope.freq_base 0", {FL("rope.freq_base", 0)}, NULL, NULL, "llama.rope.freq_base", NULL},
+    {"rope.freq_base -1", {FL("rope.freq_base", -1)}, NULL, NULL, "llama.rope.freq_base", NULL},
+    {"rope.freq_base nan", {FL("rope.freq_base", NAN)}, NULL, NULL, "llama.rope.freq_base", NULL},
+    {"rope.freq_base inf", {FL("rope.freq_base", INFINITY)}, NULL, NULL, "llama.rope.freq_base", NULL},
+    {"rms epsilon -1", {FL("attention.layer_norm_rms_epsilon", -1)}, NULL, NULL,
+     "llama.attention.layer_norm_rms_epsilon", NULL},
+    {"rms epsilon nan", {FL("attention.layer_norm_rms_epsilon", NAN)}, NULL, NULL,
+     "llama.attention.layer_norm_rms_epsilon", NULL},
+    {"rms epsilon inf", {FL("attention.layer_norm_rms_epsilon", INFINITY)}, NULL, NULL,
+     "llama.attention.layer_norm_rms_epsilon", NULL},
+    {"vocab_size 0", {U("vocab_size", 0)}, NULL, NULL, "llama.vocab_size", "is 0"},
+    {"vocab_size 511 (embedding has 512 rows)", {U("vocab_size", 511)}, NULL, NULL, "llama.vocab_size", "512 rows"},
+    {"vocab_size 513 (embedding has 512 rows)", {U("vocab_size", 513)}, NULL, NULL, "llama.vocab_size", "512 rows"},
+    {"token_embd.weight with 0 rows", {{0}}, shape_no_rows, NULL, "token_embd.weight", NULL},
+    {"token_embd.weight a vector", {{0}}, shape_1d, NULL, "token_embd.weight", NULL},
+    {"output.weight [64, 0]", {{0}}, NULL, extra_output_zero, "output.weight", "zero dimension"},
+    {"rope_freqs.weight with a 0", {{0}}, shape_freqs_zero, NULL, "rope_freqs.weight", "element 3"},
+    {"rope_freqs.weight with a nan", {{0}}, shape_freqs_nan, NULL, "rope_freqs.weight", "element 3"},
+    {"rope scaling yarn", {S("rope.scaling.type", "yarn")}, NULL, NULL, "rope scaling type 'yarn'", NULL},
+    {"rope scaling type a u32", {U("rope.scaling.type", 1)}, NULL, NULL, "llama.rope.scaling.type", NULL},
+    {"linear factor 0", {S("rope.scaling.type", "linear"), FL("rope.scaling.factor", 0)}, NULL, NULL,
+     "llama.rope.scaling.factor", NULL},
+    {"linear factor -2", {S("rope.scaling.type", "linear"), FL("rope.scaling.factor", -2)}, NULL, NULL,
+     "llama.rope.scaling.factor", NULL},
+    {"linear factor inf", {S("rope.scaling.type", "linear"), FL("rope.scaling.factor", INFINITY)}, NULL, NULL,
+     "llama.rope.scaling.factor", NULL},
+    {"llama3 factor 0", {S("rope.scaling.type", "llama3"), FL("rope.scaling.factor", 0)}, NULL, NULL,
+     "llama.rope.scaling.factor", NULL},
+    {"llama3 factor nan", {S("rope.scaling.type", "llama3"), FL("rope.scaling.factor", NAN)}, NULL, NULL,
+     "llama.rope.scaling.factor", NULL},
+    {"llama3 low_freq_factor 0", {S("rope.scaling.type", "llama3"), FL("rope.scaling.low_freq_factor", 0)}, NULL,
+     NULL, "llama.rope.scaling.low_freq_factor", NULL},
+    {"llama3 high == low", {S("rope.scaling.type", "llama3"), FL("rope.scaling.high_freq_factor", 1)}, NULL, NULL,
+     "llama.rope.scaling.high_freq_factor", NULL},
+    {"llama3 high < low",
+     {S("rope.scaling.type", "llama3"), FL("rope.scaling.low_freq_factor", 4), FL("rope.scaling.high_freq_factor", 2)},
+     NULL, NULL, "llama.rope.scaling.high_freq_factor", NULL},
+    {"llama3 original_context_length 0",
+     {S("rope.scaling.type", "llama3"), U("rope.scaling.original_context_length", 0)}, NULL, NULL,
+     "llama.rope.scaling.original_context_length", NULL},
+};
+#define N_VARIANTS (sizeof variants / sizeof variants[0])
+
+static void apply_edits(struct gguf_writer *w, void *ud) {
+    const struct variant *v = ud;
+    for (int i = 0; i < 3 && v->e[i].key; i++) {
+        const struct edit *e = &v->e[i];
+        char key[128];
+        snprintf(key, sizeof key, "llama.%s", e->key);
+        enum dj_status st = DJ_OK;
+        switch (e->t) {
+        case 'u': st = gguf_writer_set_u32(w, key, (uint32_t)e->v); break;
+        case 'f': st = gguf_writer_set_f32(w, key, (float)e->v); break;
+        case 's': st = gguf_writer_set_str(w, key, e->s, strlen(e->s)); break;
+        case 'x': st = gguf_writer_remove_key(w, key); break;
+        }
+        CHECKF(st == DJ_OK, "%s: edit of %s failed", v->what, key);
+    }
+    if (v->extra) v->extra(w);
+}
+
+static bool write_variant(const struct variant *v, const char *path) {
+    struct synth_model p = synth_default();
+    if (v->shape) v->shape(&p);
+    enum dj_status st = synth_write(path, test_shared_path(shared, "models/stories260K.gguf"), &p, apply_edits,
+                                    (void *)v);
+    CHECKF(st == DJ_OK, "%s: writing %s failed: %s", v->what, path, dj_last_error());
+    return st == DJ_OK;
+}
+
+/* `deja run` (and the other model commands, with `all`) on a bad file: a non-zero exit
+ * of the command's own, not a signal (run() reports a signal as 128 + its number). */
+static void check_commands(const struct variant *v, const char *path, bool all) {
+    char *out = NULL;
+    int rc = RUN(&out, "run", "-m", (char *)path, "-p", "Once upon a time", "-n", "4");
+    CHECKF(rc > 0 && rc < 128, "%s: deja run exited %d: %s", v->what, rc, out);
+    CHECKF(strstr(out, path) != NULL && strstr(out, v->want) != NULL, "%s: deja run said: %s", v->what, out);
+    free(out);
+    if (!all) return;
+    char trace[4096];
+    snprintf(trace, sizeof trace, "%s", test_shared_path(shared, "traces/claude_code__cctrace_f33cdb42.jsonl"));
+    rc = RUN(&out, "replay", "-m", (char *)path, "--trace", trace);
+    CHECKF(rc > 0 && rc < 128, "%s: deja replay exited %d: %s", v->what, rc, out);
+    free(out);
+    rc = RUN(&out, "bench", "-m", (char *)path, "-p", "8", "-n", "2", "-r", "1");
+    CHECKF(rc > 0 && rc < 128, "%s: deja bench exited %d: %s", v->what, rc, out);
+    free(out);
+    char text[4096];
+    snprintf(text, sizeof text, "%s", test_shared_path(shared, "vocab/ggml-vocab-llama-spm.gguf.inp"));
+    rc = RUN(&out, "perplexity", "-m", (char *)path, "-f", text, "-c", "16");
+    CHECKF(rc > 0 && rc < 128, "%s: deja perplexity exited %d: %s", v->what, rc, out);
+    free(out);
+}
+
+static void test_variants(void) {
+    for (size_t i = 0; i < N_VARIANTS; i++) {
+        const struct variant *v = &variants[i];
+        char path[128];
+        snprintf(path, sizeof path, "%s/bad%02zu.gguf", dir, i);
+        if (!write_variant(v, path)) continue;
+        struct dj_model *m = (struct dj_model *)0x1; /* must stay untouched on failure */
+        dj_clear_error();
+        enum dj_status st = model_load(path, &m);
+        const char *msg = dj_last_error();
+        CHECKF(st != DJ_OK, "%s: model_load accepted it", v->what);
+        CHECKF(m == (struct dj_model *)0x1, "%s: out-param written on failure", v->what);
+        if (st == DJ_OK && m != (struct dj_model *)0x1) model_free(m);
+        CHECKF(strstr(msg, path) != NULL, "%s: message does not name the file: %s", v->what, msg);
+        CHECKF(strstr(msg, v->want) != NULL, "%s: message lacks '%s': %s", v->what, v->want, msg);
+        if (v->want2) CHECKF(strstr(msg, v->want2) != NULL, "%s: message lacks '%s': %s", v->what, v->want2, msg);
+        check_commands(v, path, i == 0 || v->shape == shape_ff0 || v->shape == shape_no_rows);
+        unlink(path);
+    }
+}
+
+/* The unchanged model loads, and runs, for every architecture. */
+static void test_valid(void) {
+    static const char *const archs[] = {"llama", "qwen2", "qwen3"};
+    for (int a = 0; a < 3; a++) {
+        struct synth_model p = synth_default();
+        p.arch = archs[a];
+        char path[128];
+        snprintf(path, sizeof path, "%s/ok_%s.gguf", dir, archs[a]);
+        enum dj_status st = synth_write(path, test_shared_path(shared, "models/stories260K.gguf"), &p, NULL, NULL);
+        CHECKF(st == DJ_OK, "%s: %s", archs[a], dj_last_error());
+        struct dj_model *m = NULL;
+        st = model_load(path, &m);
+        CHECKF(st == DJ_OK, "%s: %s", archs[a], dj_last_error());
+        if (m) {
+            CHECK(m->hp.n_vocab == 512 && m->hp.head_dim == 16 && m->hp.n_rot == 16 && m->rope_freqs.data == NULL);
+            model_free(m);
+        }
+        char *out = NULL;
+        int rc = RUN(&out, "run", "-m", path, "-p", "Once upon a time", "-n", "4");
+        CHECKF(rc == 0, "%s: deja run exited %d: %s", archs[a], rc, out);
+        free(out);
+        unlink(path);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s SHARED_DIR DEJA_BINARY\n", argv[0]);
+        return 2;
+    }
+    shared = argv[1];
+    deja_bin = argv[2];
+    snprintf(dir, sizeof dir, "/tmp/dj_model_hardening_XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_valid();
+    test_variants();
+    rmdir(dir);
+    TEST_END();
+}
