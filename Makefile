@@ -62,7 +62,7 @@ fuzz: deps-fuzz
 	  name=$$(basename $$f); corpus=$(FUZZ_BUILD)/corpus/$$name; mkdir -p $$corpus; \
 	  sh tests/fuzz/seed.sh $$name $(SHARED) $$corpus; \
 	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -print_final_stats=1 $$corpus; \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -print_final_stats=1 $$corpus; \
 	done
 
 # A short generation on the bundled code model: ~64 tokens, greedy, with the
