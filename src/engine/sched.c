@@ -169,12 +169,13 @@ static enum dj_status req_create(struct dj_engine *e, const struct dj_request_pa
     q->reserve = blocks_for(e, p->n_prompt + gen_pos) + 1 + (size_t)(n - 1) * (blocks_for(e, gen_pos) + 2);
     const uint32_t capacity = kv_pool_params(e->pool)->max_blocks; /* constant: safe from any thread */
     if (q->reserve > capacity) {
+        const size_t reserve = q->reserve;
         req_free(e, q);
         return dj_fail(DJ_ERR_NOMEM,
                        "KV budget too small: %u blocks of %zu KiB (%.1f MiB) cannot hold this request (%zu prompt + %zu "
                        "generated positions x %u completions = %zu blocks of %u); raise --kv-budget or lower max tokens",
                        capacity, e->block_bytes / 1024, (double)capacity * (double)e->block_bytes / 1048576.0,
-                       p->n_prompt, gen_pos, n, q->reserve, e->block_size);
+                       p->n_prompt, gen_pos, n, reserve, e->block_size);
     }
     *out = q;
     return DJ_OK;
