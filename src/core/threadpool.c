@@ -6,8 +6,9 @@
  * if a worker sleeps).  Every thread, the caller included, claims shares by
  * fetch_sub on `left`: an old value v > 0 is share n - v.  The caller writes
  * the next job only after `unfinished` reached 0, and a share counts as
- * unfinished until its fn returned, so a thread that claimed a share reads
- * fn/arg/n_shares of the very job it claimed from, whenever it got there.  A
+ * unfinished until the thread that ran it has returned from fn and failed its
+ * next claim, so a thread that claimed a share reads fn/arg/n_shares of the
+ * very job it claimed from, whenever it got there.  A
  * late worker that decrements an exhausted counter (v <= 0) claims nothing;
  * the next publish overwrites `left`.  Sequentially consistent atomics
  * throughout: two sleep flags rely on the store-then-load (Dekker) order, and
@@ -42,7 +43,7 @@
  * SPIN_YIELD_EVERY pauses: with nothing else runnable that returns at once
  * (codelm decode unchanged), with a compiler or a second engine on the core it
  * hands the core over instead of burning the slice (the same decode under one
- * busy process: ~250 t/s spinning with pauses only, ~400 yielding). */
+ * busy process: ~250 t/s spinning with pauses only, ~300-400 yielding). */
 enum {
     THREADPOOL_WORKER_SPIN_US = 100, /* longer than the gaps between runs of a decode step */
     THREADPOOL_CALLER_SPIN_US = 50,  /* longer than a worker's last chunk, unless it was descheduled */
@@ -115,16 +116,21 @@ static bool spin_step(unsigned spins, int64_t t0, int64_t budget_us) {
 
 /* ---- shares ----------------------------------------------------------------- */
 
-/* Claims and runs shares of the current job until none is left. */
+/* Claims and runs shares of the current job until none is left.  The thread's
+ * finished shares are subtracted from `unfinished` once, when its claim fails
+ * (one contended atomic a share instead of two; a thread that got another
+ * share must be waited for anyway). */
 static void run_shares(struct dj_threadpool *pool) {
+    int done = 0;
     for (;;) {
         const int v = atomic_fetch_sub(&pool->left, 1);
-        if (v <= 0) return;
+        if (v <= 0) break;
         const int n = atomic_load(&pool->n_shares);
         atomic_load(&pool->fn)(atomic_load(&pool->arg), n - v, n);
-        if (atomic_fetch_sub(&pool->unfinished, 1) == 1 && atomic_load(&pool->caller_sleeping))
-            word_wake(pool, &pool->unfinished);
+        done++;
     }
+    if (done && atomic_fetch_sub(&pool->unfinished, done) == done && atomic_load(&pool->caller_sleeping))
+        word_wake(pool, &pool->unfinished);
 }
 
 static void *worker_main(void *p) {

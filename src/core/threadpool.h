@@ -17,16 +17,20 @@
  * results do not depend on n, nth, or which thread ran which share
  * (DESIGN.md §3).
  *
- * Waiting, measured on codelm decode (41 runs a token, 4-30 us each, gaps
- * between runs under 8 us for 95% of them, the longest ~60 us between
- * tokens): an idle worker spins on the job generation for up to
- * THREADPOOL_WORKER_SPIN_US, then sleeps on a futex; the caller, once no
+ * Waiting is bounded, then sleeps.  The budgets come from the gaps between
+ * runs, measured on codelm decode (-t 2: 41 runs a token of 4-30 us each;
+ * 95% of the gaps under 8 us, the longest ~60 us, between tokens; 1.1B q4_0
+ * decode: runs of 0.1-2 ms, gaps up to ~60 us; prefill gaps reach ms, where
+ * a wake is cheap next to the job).  An idle worker spins on the job
+ * generation for up to 100 us, then sleeps on a futex; the caller, once no
  * share is left to take, spins on the count of unfinished shares for up to
- * THREADPOOL_CALLER_SPIN_US, then sleeps on a futex until the last share is
- * done — so a caller never spins on a worker that the scheduler put aside,
- * it gives up the core that worker needs to finish.  Wakes cost a syscall
- * only when someone sleeps.  One run at a time: the pool is driven by one
- * caller thread.
+ * 50 us, then sleeps on a futex until the last share is done — so it never
+ * spins on a worker that the scheduler put aside, it gives up the core that
+ * worker needs.  Spinning calls sched_yield every 8 pauses: free when nothing
+ * else is runnable, and it hands the core to a compiler or test run when one
+ * is (codelm -t 2 decode under one busy process: ~250 t/s with pauses only,
+ * ~300-400 yielding; docs/BENCHMARKS.md).  Wakes cost a syscall only when
+ * someone sleeps.  One run at a time: the pool is driven by one caller thread.
  */
 #ifndef DJ_CORE_THREADPOOL_H
 #define DJ_CORE_THREADPOOL_H

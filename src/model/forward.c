@@ -101,6 +101,9 @@ static void mm_task(void *arg, int ith, int nth) {
  * pp512 under one busy process: 1,437-1,930 t/s with 2 chunks a thread, base
  * 1,504-1,810). */
 enum { MM_CHUNKS_DECODE = 8, MM_CHUNKS_PREFILL = 1 };
+/* ... but no chunk under 64 KiB of weights (a few us of GEMV) unless that leaves
+ * a thread without one: each chunk costs a claim on a contended cache line. */
+#define MM_CHUNK_MIN_BYTES ((size_t)64 << 10)
 
 /* Products of several weights with the same input (Q/K/V, gate/up): when they
  * share K and the activation type, the input is converted once and one pool
@@ -131,7 +134,10 @@ static void ctx_matmul_n(struct dj_context *c, const struct dj_weight *const *ws
     long blocks = 0; /* of 16 rows */
     for (int i = 0; i < n_w; i++) blocks += (long)(ws[i]->ne1 + 15) / 16;
     const long target = (long)nth * (n_tok <= 2 /* the kernels' GEMV path */ ? MM_CHUNKS_DECODE : MM_CHUNKS_PREFILL);
-    j.chunk_rows = 16 * (nth == 1 ? blocks : (blocks + target - 1) / target);
+    long per = nth == 1 ? blocks : (blocks + target - 1) / target;
+    const long min_blocks = (long)(MM_CHUNK_MIN_BYTES / (16 * ws[0]->row_bytes)); /* the others have as many elements a row */
+    if (per < min_blocks) per = min_blocks < (blocks + nth - 1) / nth ? min_blocks : (blocks + nth - 1) / nth;
+    j.chunk_rows = 16 * per;
     int n_chunks = 0;
     for (int i = 0; i < n_w; i++) n_chunks += j.chunks[i] = (int)((ws[i]->ne1 + j.chunk_rows - 1) / j.chunk_rows);
     threadpool_run_n(c->tpool, mm_task, &j, n_chunks);
