@@ -18,15 +18,16 @@
  * (DESIGN.md §3).
  *
  * Waiting is bounded, then sleeps.  The budgets come from the gaps between
- * runs, measured on codelm decode (-t 2: 41 runs a token of 4-30 us each;
- * 95% of the gaps under 8 us, the longest ~60 us, between tokens; 1.1B q4_0
- * decode: runs of 0.1-2 ms, gaps up to ~60 us; prefill gaps reach ms, where
- * a wake is cheap next to the job).  An idle worker spins on the job
- * generation for up to 100 us, then sleeps on a futex; the caller, once no
- * share is left to take, spins on the count of unfinished shares for up to
- * 50 us, then sleeps on a futex until the last share is done — so it never
- * spins on a worker that the scheduler put aside, it gives up the core that
- * worker needs.  Spinning calls sched_yield every 8 pauses: free when nothing
+ * runs (the old pool, -t 2; docs/BENCHMARKS.md): codelm decode runs 41 jobs
+ * a token of mostly 2-64 us (the output matrix 0.5-1 ms), 99.5% of the gaps
+ * between them under 8 us, the longest 64-128 us; 1.1B q4_0 decode: jobs of
+ * mostly 0.13-2 ms, 99.5% of the gaps under 64 us, the longest 64-128 us;
+ * prefill gaps reach ms, where a wake is cheap next to the job.  An idle
+ * worker spins on the job generation for up to 100 us, then sleeps on a
+ * futex; the caller, once no share is left to take, spins on the count of
+ * unfinished shares for up to 50 us, then sleeps on a futex until the last
+ * share is done — so it never spins on a worker that the scheduler put aside,
+ * it gives up the core that worker needs.  Spinning calls sched_yield every 8 pauses: free when nothing
  * else is runnable, and it hands the core to a compiler or test run when one
  * is (codelm -t 2 decode under one busy process: ~250 t/s with pauses only,
  * ~300-400 yielding; docs/BENCHMARKS.md).  Wakes cost a syscall only when
