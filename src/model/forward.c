@@ -46,9 +46,10 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float e
 /* ---- matrix product ------------------------------------------------------
  * y = W x through the kernel table (src/kernels): the activation rows are
  * first converted to the weight type's activation type (per row, so a token's
- * activations never depend on the rest of the batch), then threads take fixed
- * ranges of output rows.  The kernels guarantee every element equals the
- * single dot product of its (row, token) pair, whatever the tile or range.
+ * activations never depend on the rest of the batch), then the threads take
+ * chunks of output rows from the pool's share counter (threadpool.h).  The
+ * kernels guarantee every element equals the single dot product of its
+ * (row, token) pair, whatever the tile, range or thread.
  */
 
 struct act_job {
@@ -74,20 +75,35 @@ struct mm_job {
     const void *a;
     size_t a_row;
     int64_t n_tok;
+    long chunk_rows; /* rows a share, a multiple of 16 */
+    int chunks[3];   /* shares of each weight (n_w <= 3) */
 };
 
+/* Share i of the job: the i-th chunk of chunk_rows output rows, counting the
+ * weights' chunks one after the other.  Chunks are multiples of 16 rows (of the
+ * 4-row tiles; 6-row tiles end each chunk with a shorter one — results do not
+ * depend on the tiling or on which thread takes a chunk). */
 static void mm_task(void *arg, int ith, int nth) {
     const struct mm_job *j = arg;
-    for (int i = 0; i < j->n_w; i++) {
-        const struct dj_weight *w = j->w[i];
-        long r0, r1;
-        /* ranges of 16 rows (a multiple of the 4-row tiles; 6-row tiles end each
-         * range with a shorter one — results do not depend on the tiling) */
-        threadpool_split((long)w->ne1, 16, ith, nth, &r0, &r1);
-        if (r1 > r0)
-            j->kern->w[w->type].matmul(w->ne0, w->data, w->row_bytes, j->a, j->a_row, j->y[i], w->ne1, r0, r1, j->n_tok);
-    }
+    int i = 0;
+    while (ith >= j->chunks[i]) ith -= j->chunks[i++];
+    const struct dj_weight *w = j->w[i];
+    const long r0 = ith * j->chunk_rows, r1 = r0 + j->chunk_rows < (long)w->ne1 ? r0 + j->chunk_rows : (long)w->ne1;
+    j->kern->w[w->type].matmul(w->ne0, w->data, w->row_bytes, j->a, j->a_row, j->y[i], w->ne1, r0, r1, j->n_tok);
+    (void)nth;
 }
+
+/* Chunks a thread, on average, of a matmul.  Decode: 8, so that a thread the
+ * scheduler put aside leaves its part to the others in small pieces (codelm -t 2
+ * under one busy process: see docs/BENCHMARKS.md).  Prefill: 1, the calls of the
+ * old fixed split — the AVX-512 kernels convert the tokens' activations again in
+ * every call — and a prefill job is long next to a scheduler slice anyway (codelm
+ * pp512 under one busy process: 1,437-1,930 t/s with 2 chunks a thread, base
+ * 1,504-1,810). */
+enum { MM_CHUNKS_DECODE = 8, MM_CHUNKS_PREFILL = 1 };
+/* ... but no chunk under 64 KiB of weights (a few us of GEMV) unless that leaves
+ * a thread without one: each chunk costs a claim on a contended cache line. */
+#define MM_CHUNK_MIN_BYTES ((size_t)64 << 10)
 
 /* Products of several weights with the same input (Q/K/V, gate/up): when they
  * share K and the activation type, the input is converted once and one pool
@@ -112,8 +128,19 @@ static void ctx_matmul_n(struct dj_context *c, const struct dj_weight *const *ws
         else threadpool_run(c->tpool, act_task, &aj);
         a = c->act;
     }
-    struct mm_job j = {c->kern, ws, ys, n_w, a, a_row, n_tok};
-    threadpool_run(c->tpool, mm_task, &j);
+    struct mm_job j = {c->kern, ws, ys, n_w, a, a_row, n_tok, 0, {0}};
+    DJ_ASSERT(n_w <= 3);
+    const int nth = threadpool_n_threads(c->tpool);
+    long blocks = 0; /* of 16 rows */
+    for (int i = 0; i < n_w; i++) blocks += (long)(ws[i]->ne1 + 15) / 16;
+    const long target = (long)nth * (n_tok <= 2 /* the kernels' GEMV path */ ? MM_CHUNKS_DECODE : MM_CHUNKS_PREFILL);
+    long per = nth == 1 ? blocks : (blocks + target - 1) / target;
+    const long min_blocks = (long)(MM_CHUNK_MIN_BYTES / (16 * ws[0]->row_bytes)); /* the others have as many elements a row */
+    if (per < min_blocks) per = min_blocks < (blocks + nth - 1) / nth ? min_blocks : (blocks + nth - 1) / nth;
+    j.chunk_rows = 16 * per;
+    int n_chunks = 0;
+    for (int i = 0; i < n_w; i++) n_chunks += j.chunks[i] = (int)((ws[i]->ne1 + j.chunk_rows - 1) / j.chunk_rows);
+    threadpool_run_n(c->tpool, mm_task, &j, n_chunks);
 }
 
 void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x, int64_t n_tok, float *y) {
