@@ -271,23 +271,12 @@ int cmd_run(int argc, char **argv) {
     rp.on_done = run_on_done;
     rp.on_logits = run_on_logits;
     rp.ud = &rs;
-    if (n_gen > 0) {
-        if (engine_submit(e, &rp, NULL) != DJ_OK) {
-            cli_error("run", "%s", dj_last_error());
-            goto done;
-        }
-        engine_run_all(e);
-    } else { /* -n 0: the prompt's logits only */
-        rp.max_tokens = 1;
-        rs.cap = 0;
-        if (engine_submit(e, &rp, NULL) != DJ_OK) {
-            cli_error("run", "%s", dj_last_error());
-            goto done;
-        }
-        engine_run_all(e);
-        rs.r.n_gen = 0;
-        rs.text_len = 0;
+    if (n_gen == 0) rp.max_tokens = 1; /* -n 0: the prompt only; cap 0 makes the callbacks record nothing */
+    if (engine_submit(e, &rp, NULL) != DJ_OK) {
+        cli_error("run", "%s", dj_last_error());
+        goto done;
     }
+    engine_run_all(e);
     if (rs.err) {
         cli_error("run", "%s", rs.err_msg);
         goto done;

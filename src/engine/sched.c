@@ -393,16 +393,9 @@ static bool emit(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_token to
         ok = text_append(e, &n_text, out, n_out);
         if (c->finish == DJ_FINISH_NONE && c->n_gen >= q->max_gen) c->finish = DJ_FINISH_LENGTH;
     }
-    if (c->finish == DJ_FINISH_STOP && c->stop_index < 0) { /* end token: what is held is text */
-        size_t n_flush, n_out;
-        const char *fl = detok_flush(c->detok, &n_flush), *out;
-        if (stop_feed(&c->stop, fl, n_flush, &out, &n_out)) c->stop_index = (int)c->stop.which;
-        ok = ok && text_append(e, &n_text, out, n_out);
-        if (c->stop_index < 0) {
-            out = stop_flush(&c->stop, &n_out);
-            ok = ok && text_append(e, &n_text, out, n_out);
-        }
-    } else if (c->finish == DJ_FINISH_LENGTH) {
+    /* the end (an end token or the length limit, not a stop string): what the detokenizer and
+     * the stop matcher hold is text — unless the detokenizer's tail completes a stop string */
+    if (c->finish == DJ_FINISH_LENGTH || (c->finish == DJ_FINISH_STOP && c->stop_index < 0)) {
         size_t n_flush, n_out;
         const char *fl = detok_flush(c->detok, &n_flush), *out;
         if (stop_feed(&c->stop, fl, n_flush, &out, &n_out)) {

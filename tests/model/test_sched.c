@@ -232,7 +232,7 @@ static void test_stop_strings(const struct dj_model *m, const dj_token *p, size_
     engine_run_all(e);
     ref.text[ref.n_text] = 0;
     /* a stop string across the boundary of tokens k and k+1 (pieces of >= 2 bytes) */
-    size_t off = 0, found = 0;
+    size_t found = 0;
     char stop[16] = {0};
     for (size_t k = 0; k + 1 < ref.n && !found; k++) {
         char a[64], b[64];
@@ -243,7 +243,6 @@ static void test_stop_strings(const struct dj_model *m, const dj_token *p, size_
             memcpy(stop + 2, b, 2);
             found = 1;
         }
-        off += la;
     }
     CHECK(found);
     const char *hit = strstr(ref.text, stop);
