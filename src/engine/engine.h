@@ -93,6 +93,7 @@
 #include "kv/pool.h"
 #include "model/model.h"
 #include "opt/opt.h"
+#include "sample/processor.h"
 #include "sample/sampler.h"
 
 struct dj_engine_params {
@@ -121,25 +122,6 @@ struct dj_engine_params engine_default_params(void);
  * generated token but the last (skipped forced tokens produce none). */
 typedef void (*dj_logits_fn)(void *ud, const float *logits, size_t n_vocab);
 
-/* A logits processor (the grammar engine plugs in here).  All functions run
- * on the engine thread; a non-DJ_OK status fails the request with the
- * processor's message (dj_fail). */
-struct dj_logits_processor {
-    void *ud;
-    /* Before each sampled token: may set entries of logits (n_vocab floats, a
-     * copy) to -INFINITY to forbid tokens. */
-    enum dj_status (*apply)(void *ud, float *logits, size_t n_vocab);
-    /* Told every token the completion emits, sampled or forced, in order. */
-    enum dj_status (*accept)(void *ud, dj_token tok);
-    /* After accept: tokens that must follow (at most cap, into buf); they are
-     * emitted without sampling and fed with the sampled token in one step.
-     * NULL or 0: none. */
-    size_t (*forced)(void *ud, dj_token *buf, size_t cap);
-    /* For n > 1: a processor for completion `index` (>= 1) with the state of
-     * ud before the first token; NULL: the request fails.  free releases it. */
-    void *(*fork)(void *ud, uint32_t index);
-    void (*free)(void *ud); /* for forks only; the caller owns ud itself */
-};
 
 enum dj_finish {
     DJ_FINISH_NONE = 0,
@@ -182,7 +164,9 @@ struct dj_turn_result {
     size_t n_blend;        /* Tier 2: candidates recomputed after the probe (in n_computed) */
     size_t n_probed;       /* Tier 2: candidates run through the probe (layer 0, layer-1 K/V) */
     size_t n_gen;          /* tokens generated (sampled + forced, the end token included) */
-    size_t n_forced;
+    size_t n_forced;       /* emitted without a forward pass for their position (the processor forced them) */
+    size_t n_drafted;      /* processor drafts fed for verification */
+    size_t n_draft_accepted; /* drafts the sampler confirmed (each saved a pass) */
     size_t n_parked;       /* idle sequences parked under memory pressure while it ran */
     double t_queue_ms;     /* submit to admission */
     double t_prefill_ms;   /* admission to the prompt's logits */

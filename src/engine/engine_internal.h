@@ -17,7 +17,7 @@
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-enum { DJ_FEED_MAX = 64 }; /* tokens one completion feeds in one step (sampled + forced) */
+enum { DJ_FEED_MAX = 64 }; /* tokens one completion feeds in one step (sampled + forced + drafts) */
 
 struct dj_req;
 
@@ -44,7 +44,9 @@ struct dj_comp {
     size_t n_gen, cap;
     dj_token feed[DJ_FEED_MAX]; /* fed in the next step */
     size_t n_feed;
+    size_t n_draft;          /* the last n_draft of feed are drafts, verified after the step */
     size_t n_forced;
+    size_t n_drafted, n_draft_accepted;
     enum dj_finish finish;   /* DJ_FINISH_NONE while running */
     int stop_index;
     double t_done_ms;

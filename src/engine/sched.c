@@ -288,6 +288,8 @@ static void req_finish(struct dj_engine *e, struct dj_req *q) {
         r.n_cached = r.n_reused_own + r.n_reused_pool + r.n_reused_approx;
         r.n_gen = c->n_gen;
         r.n_forced = c->n_forced;
+        r.n_drafted = c->n_drafted;
+        r.n_draft_accepted = c->n_draft_accepted;
         r.t_queue_ms = ms_between(q->t_submit, q->t_admit ? q->t_admit : now);
         r.t_ttft_ms = ms_between(q->t_submit, q->t_first);
         r.t_decode_ms = c->t_done_ms;
@@ -371,6 +373,7 @@ static bool emit(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_token to
     const size_t pos = c->n_gen;
     c->gen[c->n_gen++] = tok;
     if (forced) c->n_forced++;
+    if (q->has_proc) e->stats.schema_tokens_total++;
     if (!q->t_first) q->t_first = dj_time_us();
     if (q->has_proc && q->proc.accept && q->proc.accept(c->proc_ud, tok) != DJ_OK) {
         req_fail(q, DJ_ERR_INVALID, dj_last_error());
@@ -421,40 +424,115 @@ static bool emit(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_token to
     return c->finish == DJ_FINISH_NONE;
 }
 
-/* Samples the next token of completion ci from its logits row and queues
- * what it feeds next (the token, then any the processor forces). */
-static void next_token(struct dj_engine *e, struct dj_req *q, uint32_t ci, const float *logits) {
+/* Samples the token at output position n_gen of completion ci from a logits
+ * row (the processor's mask, the counter-based draw, logprobs) and emits it.
+ * Returns false when the completion ended or failed. */
+static bool sample_emit(struct dj_engine *e, struct dj_req *q, uint32_t ci, const float *logits, dj_token *out) {
     struct dj_comp *c = &q->comp[ci];
     const size_t V = e->model->hp.n_vocab;
-    c->n_feed = 0;
     if (q->p.on_logits) q->p.on_logits(q->p.logits_ud ? q->p.logits_ud : q->p.ud, logits, V);
     const float *l = logits;
     if (q->has_proc && q->proc.apply) {
         memcpy(e->work, logits, V * sizeof *e->work);
         if (q->proc.apply(c->proc_ud, e->work, V) != DJ_OK) {
             req_fail(q, DJ_ERR_INVALID, dj_last_error());
-            return;
+            return false;
         }
         l = e->work;
     }
-    const size_t pos = c->n_gen;
-    const dj_token tok = sampler_sample(c->smp, l, pos);
+    const dj_token tok = sampler_sample(c->smp, l, c->n_gen);
     float lp = 0.0f;
     size_t n_top = 0;
     if (q->p.logprobs || q->p.n_probs) lp = sampler_logprobs(l, V, tok, e->top, q->p.n_probs, &n_top);
-    if (!emit(e, q, ci, tok, false, lp, n_top)) return;
-    c->feed[c->n_feed++] = q->p.force ? q->p.force[pos] : tok;
-    if (q->has_proc && q->proc.forced) {
+    *out = tok;
+    return emit(e, q, ci, tok, false, lp, n_top);
+}
+
+/* Queues what completion ci feeds next: tok (just emitted), then — with
+ * schema skipping on — the tokens the processor forces after it (emitted
+ * now: no logits are computed for their positions) and its drafts (emitted
+ * only once verified, see verify_drafts).  Drafts never run past the
+ * request's last position (its KV reservation). */
+static void queue_feed(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_token tok) {
+    struct dj_comp *c = &q->comp[ci];
+    const size_t V = e->model->hp.n_vocab;
+    c->n_feed = 0;
+    c->n_draft = 0;
+    c->feed[c->n_feed++] = q->p.force ? q->p.force[c->n_gen - 1] : tok;
+    if (!q->has_proc || !e->cfg.schema_skip_enabled) return;
+    if (q->proc.forced) {
         dj_token f[DJ_FEED_MAX];
-        const size_t nf = q->proc.forced(c->proc_ud, f, DJ_FEED_MAX - 1);
-        for (size_t i = 0; i < nf && i < DJ_FEED_MAX - 1; i++) {
-            if (f[i] < 0 || (uint32_t)f[i] >= V) {
-                req_fail(q, DJ_ERR_INVALID, "logits processor forced a token outside the vocabulary");
+        size_t nf;
+        while (c->n_feed < DJ_FEED_MAX && (nf = q->proc.forced(c->proc_ud, f, DJ_FEED_MAX - c->n_feed)) > 0) {
+            for (size_t i = 0; i < nf && c->n_feed < DJ_FEED_MAX; i++) {
+                if (f[i] < 0 || (uint32_t)f[i] >= V) {
+                    req_fail(q, DJ_ERR_INVALID, "logits processor forced a token outside the vocabulary");
+                    return;
+                }
+                e->stats.schema_tokens_skipped++;
+                if (!emit(e, q, ci, f[i], true, 0.0f, 0)) return;
+                c->feed[c->n_feed++] = f[i];
+            }
+        }
+    }
+    /* fed positions after this step: every generated token but none past max_gen - 1 */
+    const size_t room = q->max_gen - 1 > c->n_gen ? q->max_gen - 1 - c->n_gen : 0;
+    if (q->proc.draft && !q->p.force && room > 0 && c->n_feed < DJ_FEED_MAX) {
+        size_t cap = DJ_FEED_MAX - c->n_feed;
+        if (cap > room) cap = room;
+        const size_t nd = q->proc.draft(c->proc_ud, c->feed + c->n_feed, cap);
+        for (size_t i = 0; i < nd && i < cap; i++)
+            if (c->feed[c->n_feed + i] < 0 || (uint32_t)c->feed[c->n_feed + i] >= V) {
+                req_fail(q, DJ_ERR_INVALID, "logits processor drafted a token outside the vocabulary");
                 return;
             }
-            if (!emit(e, q, ci, f[i], true, 0.0f, 0)) return;
-            c->feed[c->n_feed++] = f[i];
+        c->n_draft = nd < cap ? nd : cap;
+        c->n_feed += c->n_draft;
+        c->n_drafted += c->n_draft;
+    }
+}
+
+/* Samples the next token of completion ci from its logits row and queues
+ * what it feeds next. */
+static void next_token(struct dj_engine *e, struct dj_req *q, uint32_t ci, const float *logits) {
+    dj_token tok;
+    q->comp[ci].n_feed = 0;
+    q->comp[ci].n_draft = 0;
+    if (sample_emit(e, q, ci, logits, &tok)) queue_feed(e, q, ci, tok);
+}
+
+/* The step fed completion ci's drafts d[0..nd) after its last real token and
+ * computed logits for the nd + 1 positions from that token on (rows).  Row j
+ * is the distribution after d[0..j): sample it exactly as without drafts
+ * (same mask, same draw for that output position); while the sample equals
+ * d[j] the draft stands (its K/V are already in place) and row j + 1 is
+ * valid; at the first difference, or after the last row, the sampled token
+ * is the real next token and the fed drafts after it are rolled back. */
+static void verify_drafts(struct dj_engine *e, struct dj_req *q, uint32_t ci, const float *rows) {
+    struct dj_comp *c = &q->comp[ci];
+    const size_t V = e->model->hp.n_vocab;
+    const size_t nd = c->n_draft;
+    dj_token d[DJ_FEED_MAX];
+    memcpy(d, c->feed + c->n_feed - nd, nd * sizeof *d);
+    struct dj_session *s = c->s;
+    const size_t pos0 = s->seq.n_pos - nd; /* where d[0] was written */
+    c->n_feed = 0;
+    c->n_draft = 0;
+    for (size_t j = 0; j <= nd; j++) {
+        dj_token tok;
+        const bool live = sample_emit(e, q, ci, rows + j * V, &tok);
+        if (live && j < nd && tok == d[j]) {
+            c->n_draft_accepted++;
+            e->stats.schema_tokens_inferred++;
+            continue;
         }
+        if (pos0 + j < s->seq.n_pos) {
+            kv_seq_truncate(&s->seq, pos0 + j);
+            kv_history_truncate(&s->hist, pos0 + j);
+            if (s->n_exact > pos0 + j) s->n_exact = pos0 + j;
+        }
+        if (live) queue_feed(e, q, ci, tok);
+        return;
     }
 }
 
@@ -650,8 +728,9 @@ size_t engine_step(struct dj_engine *e) {
                     req_fail(q, st, dj_last_error());
                     break;
                 }
+                /* logits for the last real token and every draft */
                 e->ent[n_ent++] = (struct step_ent){q, i, nt, c->n_feed, false, (int64_t)n_out};
-                e->b_out[n_out++] = (uint32_t)(nt + c->n_feed - 1);
+                for (size_t j = c->n_feed - c->n_draft - 1; j < c->n_feed; j++) e->b_out[n_out++] = (uint32_t)(nt + j);
                 add_rows(e, &nt, c->s, c->feed, c->n_feed);
             }
         }
@@ -721,6 +800,7 @@ size_t engine_step(struct dj_engine *e) {
                 if (q->err || en->out < 0) continue;
                 const float *row = e->b_logits + (size_t)en->out * V;
                 if (en->prefill) prompt_done(e, q, row);
+                else if (q->comp[en->comp].n_draft) verify_drafts(e, q, en->comp, row);
                 else next_token(e, q, en->comp, row);
             }
         /* 7. seal what filled up (other sequences chain onto it at once) */
