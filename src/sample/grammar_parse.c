@@ -75,6 +75,7 @@ struct parser {
     size_t n_defined;
     size_t n_elems_total; /* every element pushed so far, for the size cap */
     size_t depth;
+    size_t item;      /* where the item being parsed starts: where "too large" points */
     bool has_tokens;
 };
 
@@ -130,7 +131,7 @@ static enum dj_status fail_at(const struct parser *p, size_t pos, const char *fm
 static enum dj_status reserve(struct parser *p, struct elem_vec *v, size_t extra) {
     enum dj_status st = elem_vec_reserve(p, v, extra);
     if (st == DJ_ERR_INVALID)
-        return fail_at(p, p->pos, "a smaller grammar (repetitions expand to more than %zu elements)",
+        return fail_at(p, p->item, "a smaller grammar (repetitions expand to more than %zu elements)",
                        DJ_GRAMMAR_MAX_ELEMS);
     return st;
 }
@@ -454,6 +455,7 @@ static enum dj_status parse_sequence(struct parser *p, size_t parent, bool neste
     while (p->pos < p->n) {
         size_t start = p->pos;
         int c = at(p, start);
+        p->item = start;
         if (c == '"') {
             p->pos++;
             last_start = rule->n;
@@ -581,6 +583,7 @@ static enum dj_status parse_sequence(struct parser *p, size_t parent, bool neste
                 skip_space(p, nested);
             }
             if (last_start == rule->n) return fail_at(p, start, "an item before '%c'", c);
+            p->item = start;
             TRY(repeat(p, rule, last_start, min, max, parent));
         } else {
             break;
