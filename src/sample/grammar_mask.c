@@ -476,12 +476,13 @@ static bool walk_step(struct dj_gtok *t, size_t d, uint8_t b) {
 
 /* Sorts the tokens of a subset (sorted indices sub[0..n), NULL: all text
  * tokens; lcp[i] = prefix shared with the subset's previous token) into
- * t->cls[i], walking from the stacks roots[0..n_roots) with decoder u0.
+ * t->cls[i], walking from the stacks roots[0..n_roots) with decoder u0
+ * (sub NULL: the sorted tokens base .. base + n, lcp indexed from base).
  * relative: the empty stack is the bottom of a context (popping out with
  * bytes left: CLS_UNDECIDED); otherwise it is the end of the grammar
  * (bytes left: rejected).  false on a cap (t->failed). */
 static bool walk(struct dj_gtok *t, const uint32_t *roots, size_t n_roots, struct gutf8 u0, const uint32_t *sub,
-                 const uint16_t *lcp, size_t n, bool relative) {
+                 size_t base, const uint16_t *lcp, size_t n, bool relative) {
     const struct dj_gvocab *gv = t->gv;
     if (!grow((void **)&t->cls, &t->cap_cls, n ? n : 1, 1)) return t->failed = true, false;
     struct level *L0 = &t->levels[0];
@@ -503,7 +504,7 @@ static bool walk(struct dj_gtok *t, const uint32_t *roots, size_t n_roots, struc
     L0->end = t->n_lv;
     size_t valid = 0; /* levels[0..valid] hold the previous token's prefix */
     for (size_t i = 0; i < n;) {
-        size_t idx = sub ? sub[i] : i, len;
+        size_t idx = sub ? sub[i] : base + i, len;
         const uint8_t *p = piece_at(gv, idx, &len);
         size_t d = i ? (lcp[i] < valid ? lcp[i] : valid) : 0;
         bool dead = false;
@@ -598,7 +599,7 @@ static uint32_t ctx_get(struct dj_gtok *t, uint32_t parent, const uint32_t *s, s
         t->stats.n_checked += n;
     }
     struct gutf8 u0 = {0};
-    if (!walk(t, &x, 1, u0, sub, lcp, n, true)) return NO_ID;
+    if (!walk(t, &x, 1, u0, sub, 0, lcp, n, true)) return NO_ID;
 
     struct gctx c = {.parent = parent, .elem = elem};
     size_t n_acc = 0, n_unc = 0;
@@ -714,6 +715,19 @@ static void mask_brute(struct dj_gtok *t, const struct dj_gmatch *m, uint64_t *m
     }
 }
 
+/* The first sorted piece whose first byte is >= b (n_text if none). */
+static size_t first_byte_at_least(const struct dj_gvocab *gv, unsigned b) {
+    size_t lo = 0, hi = gv->n_text;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (gv->bytes[gv->poff[mid]] < b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static bool mask_fast(struct dj_gtok *t, const struct dj_gmatch *m, uint64_t *mask) {
     const struct dj_gvocab *gv = t->gv;
     const struct gcomp *gc = t->gc;
@@ -739,12 +753,15 @@ static bool mask_fast(struct dj_gtok *t, const struct dj_gmatch *m, uint64_t *ma
                 return false;
             }
         }
-        t->stats.n_checked += gv->n_text;
-        bool ok = walk(t, roots, ns, *u, NULL, gv->lcp, gv->n_text, false);
+        /* only pieces whose first byte continues the sequence can pass:
+         * in byte order they are one run */
+        size_t lo = first_byte_at_least(gv, u->lo), hi = first_byte_at_least(gv, u->hi + 1u);
+        t->stats.n_checked += hi - lo;
+        bool ok = walk(t, roots, ns, *u, NULL, lo, gv->lcp + lo, hi - lo, false);
         free(roots);
         if (!ok) return false;
-        for (size_t i = 0; i < gv->n_text; i++)
-            if (t->cls[i] == CLS_ACCEPT) mask[gv->ids[i] / 64] |= 1ull << (gv->ids[i] % 64);
+        for (size_t i = 0; i < hi - lo; i++)
+            if (t->cls[i] == CLS_ACCEPT) mask[gv->ids[lo + i] / 64] |= 1ull << (gv->ids[lo + i] % 64);
         return true;
     }
     if (t->ctx_bytes > GTOK_CTX_BYTES_MAX) ctx_free_all(t);
