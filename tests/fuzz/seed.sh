@@ -10,6 +10,7 @@
 #                   (nested and string arrays, alignment, a q8_0 tensor)
 #   fuzz_tokenizer  the vocab test inputs (*.inp)
 #   fuzz_trace      the first 3 lines of every trace in traces/, cut to 16 KB
+#   fuzz_grammar    the llama.cpp example grammars in golden/grammars/*.gbnf
 #   fuzz_model      models/stories260K.gguf whole, and three hand-built tiny
 #                   models (5-token SPM vocab, 1 layer): a llama in f32 with
 #                   llama3 rope scaling in its metadata, a qwen2 (biases) with
@@ -200,6 +201,13 @@ fuzz_model)
     tiny_qwen2_mixed "$corpus/tiny_qwen2_mixed.gguf"
     tiny_qwen3_kquants "$corpus/tiny_qwen3_kquants.gguf"
     rm -rf "$TMPD"
+    ;;
+fuzz_grammar)
+    for f in "$shared"/golden/grammars/*.gbnf; do
+        [ -f "$f" ] || continue
+        rm -f "$corpus/$(basename "$f")"
+        cat "$f" > "$corpus/$(basename "$f")"
+    done
     ;;
 fuzz_trace)
     for f in "$shared"/traces/*.jsonl; do
