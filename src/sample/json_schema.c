@@ -284,7 +284,7 @@ const char *gbnf_builder_add_rule(struct dj_gbnf_builder *b, const char *name, c
     return builder_put(b, name, body);
 }
 
-static bool builder_define(struct dj_gbnf_builder *b, const char *name, const char *body) {
+bool gbnf_builder_define(struct dj_gbnf_builder *b, const char *name, const char *body) {
     struct rule *r = rule_find(b, name);
     char *bd = xstrdup(body);
     if (!r || !bd) {
@@ -397,7 +397,7 @@ static const char *prim(struct dj_gbnf_builder *b, enum prim_id id) {
         if (!o || !a || !st || !nu || !bo || !nl) return NULL;
         sb_printf(&s, "%s | %s | %s | %s | %s | %s", o, a, st, nu, bo, nl);
         char *body = sb_take(&s);
-        bool ok = body && builder_define(b, v, body);
+        bool ok = body && gbnf_builder_define(b, v, body);
         free(body);
         return ok ? v : NULL;
     }
@@ -1788,7 +1788,7 @@ static const char *visit_ref(struct conv *c, const char *ref) {
     free(saved);
     c->n_open--;
     if (!r) return NULL;
-    if (!builder_define(c->b, name, r)) return conv_oom(c);
+    if (!gbnf_builder_define(c->b, name, r)) return conv_oom(c);
     return name;
 }
 

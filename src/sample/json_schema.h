@@ -82,8 +82,8 @@ struct dj_json_schema_opts {
     enum dj_json_ws whitespace;
     bool strict;                 /* an absent additionalProperties means false (OpenAI strict mode) */
     bool ignore_unknown_formats; /* an unknown `format` is an annotation instead of an error */
-    const char *root_name;       /* the rule the whole value is; NULL: "root" */
-    const char *rule_prefix;     /* prepended to every rule made for this schema; NULL: root_name + "-" */
+    const char *root_name;       /* the rule the whole value is; NULL: "root" (sub-rules: "root-...") */
+    const char *rule_prefix;     /* names of $ref target rules: "<prefix>-<Name>"; NULL: the root name */
 };
 
 struct dj_json_schema_opts json_schema_default_opts(void);
@@ -102,8 +102,12 @@ struct dj_gbnf_builder;
 
 enum dj_status gbnf_builder_create(const struct dj_json_schema_opts *opts, struct dj_gbnf_builder **out);
 void gbnf_builder_free(struct dj_gbnf_builder *b); /* accepts NULL */
-/* Adds `name ::= body`; returns the name used (owned by the builder), NULL on OOM. */
+/* Adds `name ::= body`; returns the name used (owned by the builder), NULL on
+ * OOM.  body NULL reserves a fresh name for gbnf_builder_define (rules that
+ * refer to each other); finish fails while one is undefined. */
 const char *gbnf_builder_add_rule(struct dj_gbnf_builder *b, const char *name, const char *body);
+/* Sets the body of a reserved (or any) rule; false on OOM or an unknown name. */
+bool gbnf_builder_define(struct dj_gbnf_builder *b, const char *name, const char *body);
 /* Converts schema (refs relative to it) under rules named name, name-...;
  * *rule: the rule the value is (owned by the builder). */
 enum dj_status gbnf_builder_add_schema(struct dj_gbnf_builder *b, json_t *schema, const char *name, const char **rule);
