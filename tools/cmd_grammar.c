@@ -132,6 +132,12 @@ int cmd_grammar(int argc, char **argv) {
         fprintf(stderr, "deja grammar: %s: %s\n", path, dj_last_error());
         return 2;
     }
+    if (raw && !check && !check_file) { /* as converted, even if the parser would refuse it */
+        if (trigger && lazy) printf("# trigger: %s (the grammar starts after it)\n", trigger);
+        fputs(gbnf, stdout);
+        free(gbnf), free(trigger);
+        return 0;
+    }
     struct dj_grammar *g = NULL;
     if (grammar_parse(gbnf, strlen(gbnf), NULL, NULL, &g) != DJ_OK) {
         fprintf(stderr, "deja grammar: %s: %s\n", path, dj_last_error());
@@ -152,12 +158,12 @@ int cmd_grammar(int argc, char **argv) {
         free(text);
     } else {
         if (trigger && lazy) printf("# trigger: %s (the grammar starts after it)\n", trigger);
-        char *out = raw ? NULL : grammar_to_gbnf(g);
-        if (!raw && !out) {
+        char *out = grammar_to_gbnf(g);
+        if (!out) {
             fprintf(stderr, "deja grammar: out of memory\n");
             rc = 2;
         } else {
-            fputs(raw ? gbnf : out, stdout);
+            fputs(out, stdout);
         }
         free(out);
     }

@@ -165,7 +165,7 @@ static const char *text_rule(struct dj_gbnf_builder *b, const char *trig) {
             free(alt);
         }
         strcat(other, "]");
-        char *alt = fmt("%s%s %s | ", body ? " | " : "", other, rule_names[0]);
+        char *alt = fmt("%s%s %s | \"\"", body ? " | " : "", other, rule_names[0]);
         if (!alt || !cat(&body, alt)) {
             free(alt), free(body);
             return NULL;
