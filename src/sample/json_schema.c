@@ -1032,6 +1032,93 @@ static bool int_bounds(struct conv *c, json_t *s, int64_t *lo, bool *has_lo, int
     return true;
 }
 
+/* A bound of a number range: integral, inclusive or not. */
+struct nbound {
+    bool has, excl;
+    int64_t v;
+};
+
+/* Bounds of type "number" (integral values only: a fractional bound would
+ * need digit-by-digit fraction comparisons, not done). */
+static bool num_bounds(struct conv *c, json_t *s, struct nbound *lo, struct nbound *hi) {
+    *lo = *hi = (struct nbound){false, false, 0};
+    static const char *const names[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(s, names[i]);
+        if (!v || json_is_boolean(v)) continue;
+        bool lower = i < 2, excl = (i & 1) || json_is_true(json_object_get(s, names[i + 1]));
+        double d = json_number_value(v);
+        if (!(d > -9.2e18 && d < 9.2e18) || (json_is_integer(v) && json_integer_value(v) == INT64_MIN)) {
+            conv_fail(c, DJ_ERR_INVALID, "'%s' %g is out of the supported range", names[i], d);
+            return false;
+        }
+        if (json_is_real(v) && d != floor(d)) {
+            conv_fail(c, DJ_ERR_INVALID, "'%s' %g on type 'number': only integral bounds are supported", names[i], d);
+            return false;
+        }
+        int64_t b = json_is_integer(v) ? json_integer_value(v) : (int64_t)d;
+        struct nbound *t = lower ? lo : hi;
+        bool tighter = !t->has || (lower ? b > t->v : b < t->v) || (b == t->v && excl);
+        if (tighter) *t = (struct nbound){true, excl, b};
+    }
+    return true;
+}
+
+/* Unsigned decimals M(.F)? with value y in (ylo, yhi) (ylo.has always,
+ * ylo.v >= 0): M in a range with any fraction, M = ylo with a non-zero
+ * fraction when ylo is exclusive, M = yhi with a zero fraction when yhi is
+ * inclusive.  Returns the number of alternatives written. */
+static int magnitude_into(struct sb *s, struct nbound ylo, struct nbound yhi) {
+    int n = 0;
+    uint64_t a = (uint64_t)ylo.v + (ylo.excl ? 1 : 0);
+    if (!yhi.has || (yhi.v >= 1 && a <= (uint64_t)yhi.v - 1)) {
+        if (yhi.has) uint_range_into(s, a, (uint64_t)yhi.v - 1, false);
+        else uint_range_into(s, a, UINT64_MAX, true);
+        sb_puts(s, " ( \".\" [0-9]+ )?");
+        n++;
+    }
+    if (ylo.excl && (!yhi.has || ylo.v < yhi.v))
+        sb_printf(s, "%s\"%lld.\" [0-9]* [1-9] [0-9]*", n++ ? " | " : "", (long long)ylo.v);
+    if (yhi.has && !yhi.excl && (yhi.v > ylo.v || (yhi.v == ylo.v && !ylo.excl)))
+        sb_printf(s, "%s\"%lld\" ( \".\" \"0\"+ )?", n++ ? " | " : "", (long long)yhi.v);
+    return n;
+}
+
+/* Numbers between integral bounds, written without exponent (every JSON
+ * number has a finite decimal expansion, so each value keeps a spelling). */
+static char *number_range_body(struct conv *c, json_t *s) {
+    struct nbound lo, hi;
+    if (!num_bounds(c, s, &lo, &hi)) return NULL;
+    struct sb b = {0};
+    int n = 0;
+    /* no sign: y = x >= max(lo, 0) */
+    if (!hi.has || hi.v > 0 || (hi.v == 0 && !hi.excl)) {
+        struct nbound ylo = lo.has && lo.v >= 0 ? lo : (struct nbound){true, false, 0};
+        sb_puts(&b, "( ");
+        int k = magnitude_into(&b, ylo, hi);
+        sb_puts(&b, " )");
+        if (!k) b.n = 0, b.p[0] = 0;
+        n += k;
+    }
+    /* "-": y = -x > 0, y <= -lo, y >= -hi */
+    if (!lo.has || lo.v < 0) {
+        struct nbound ylo = hi.has && hi.v < 0 ? (struct nbound){true, hi.excl, -hi.v} : (struct nbound){true, true, 0};
+        struct nbound yhi = lo.has ? (struct nbound){true, lo.excl, -lo.v} : (struct nbound){false, false, 0};
+        struct sb neg = {0};
+        int k = magnitude_into(&neg, ylo, yhi);
+        if (k) sb_printf(&b, "%s\"-\" ( %s )", n ? " | " : "", neg.p);
+        b.oom |= neg.oom;
+        sb_free(&neg);
+        n += k;
+    }
+    if (!n) {
+        sb_free(&b);
+        return conv_fail(c, DJ_ERR_INVALID, "no number lies between the bounds");
+    }
+    char *r = sb_take(&b);
+    return r ? r : conv_oom(c);
+}
+
 /* ---- regex (pattern) ---- */
 
 struct rx {
@@ -2299,8 +2386,7 @@ static char *typed_body(struct conv *c, json_t *s, unsigned t, const char *hint)
             p = prim(b, t == T_NUMBER ? P_NUMBER : P_INTEGER);
             break;
         }
-        if (t == T_NUMBER)
-            return conv_fail(c, DJ_ERR_INVALID, "minimum/maximum on type 'number' is not supported (only on integers)");
+        if (t == T_NUMBER) return number_range_body(c, s);
         int64_t lo, hi;
         bool has_lo, has_hi;
         if (!int_bounds(c, s, &lo, &has_lo, &hi, &has_hi)) return NULL;

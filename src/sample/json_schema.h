@@ -10,7 +10,7 @@
  * grammar accepts.  The grammar fixes the spelling where JSON allows several:
  * object members in the order `properties` lists them (additional members
  * after them), integers without fraction or exponent and never "-0" under a
- * range, strings produced for `pattern`/`format`/`enum` in canonical escapes,
+ * range, bounded numbers without exponent, strings produced for `pattern`/`format`/`enum` in canonical escapes,
  * whitespace as opts.whitespace says.
  *
  * Supported (draft 2020-12 meaning, with draft 4-7 spellings where noted):
@@ -23,7 +23,9 @@
  *   (date, time, date-time, uuid, email, ipv4, hostname; others are an error
  *   unless opts.ignore_unknown_formats), minimum / maximum / exclusiveMinimum /
  *   exclusiveMaximum on integers (exact, any int64 bounds; draft-4 boolean
- *   exclusive* too), anyOf, oneOf (as anyOf: a grammar cannot enforce that
+ *   exclusive* too) and on numbers when the bounds are integral (exact:
+ *   integer part by digit ranges, the fraction free, zero or non-zero at the
+ *   bounds), anyOf, oneOf (as anyOf: a grammar cannot enforce that
  *   exactly one branch matches), allOf (merged into one schema; siblings of
  *   anyOf/oneOf/$ref are merged into each branch the same way), $ref to local
  *   JSON pointers ("#", "#/$defs/X", "#/definitions/X", any "#/a/b"),
@@ -47,15 +49,14 @@
  * "json schema: unsupported keyword 'patternProperties' at /properties/foo"):
  * patternProperties, propertyNames, dependentRequired/Schemas, contains,
  * uniqueItems: true, multipleOf, if/then/else, not, unevaluated*, $anchor,
- * $dynamicRef, remote refs; minimum/maximum on non-integer numbers; pattern
+ * $dynamicRef, remote refs; fractional bounds on type "number"; pattern
  * or format together with minLength/maxLength; enum/const with keywords other
  * than type; allOf branches with different patterns or formats.
  *
  * Known gaps where the grammar is looser or stricter than the schema (a CFG
  * cannot do better or it was not worth it): duplicate keys among additional
- * properties are not excluded; an additional property may spell a declared
- * name with \u escapes (e.g. "\u0061" for "a") and then escape the exclusion
- * (declared spellings only are excluded); format "time"/"date-time" accept
+ * properties are not excluded (declared names are, in any spelling: keys
+ * close to a declared name must use canonical escapes); format "time"/"date-time" accept
  * seconds 00-59 (no leap second 60) and upper-case T/Z only; "email" is the
  * dot-atom@hostname subset of RFC 5321.
  *
