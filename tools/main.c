@@ -19,6 +19,7 @@ struct subcommand {
 
 static const struct subcommand commands[] = {
     {"bench", cmd_bench, "prefill and decode throughput (like llama-bench), memory bandwidth"},
+    {"grammar", cmd_grammar, "GBNF from a JSON schema or OpenAI tools; print it or check a text against it"},
     {"inspect", cmd_inspect, "print a GGUF model's architecture, hyperparameters, tensors and vocabulary"},
     {"quantize", cmd_quantize, "quantize a model to q8_0, q4_0 or q4_k_m (llama.cpp's type choices)"},
     {"replay", cmd_replay, "replay multi-turn agent traces with exact KV reuse: tokens reused/computed, TTFT, hashes"},
