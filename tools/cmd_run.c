@@ -23,7 +23,11 @@
 #include "core/timer.h"
 #include "engine/engine.h"
 #include "model/context.h"
+#include "sample/grammar.h"
+#include "sample/json_schema.h"
 #include "sample/sampler.h"
+#include "sample/schema_skip.h"
+#include "sample/toolcall.h"
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -42,6 +46,13 @@ static void run_usage(FILE *f) {
             "  LLAMA_OPT_* variables configure the engine (docs/CONFIG.md).\n"
             "  --json            print one JSON object instead of the text\n"
             "  --dump-logits F   write every logits vector as float32 LE rows to F\n"
+            "  --grammar F       constrain the output to the GBNF grammar in file F (root rule: root)\n"
+            "  --json-schema F   constrain the output to JSON valid under the JSON Schema in file F\n"
+            "  --grammar-trigger T  lazy grammar: free text until the output contains T; the grammar\n"
+            "                    then constrains what follows T\n"
+            "  --tools F         OpenAI-style tools (a JSON array) in file F: the output calls them as\n"
+            "                    <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> (Hermes/Qwen format)\n"
+            "  --tool-choice C   auto (free text, then optional calls; default) | required | NAME\n"
             "  An empty prompt (-p \"\") means BOS only.  Special tokens in the prompt are parsed.\n");
 }
 
@@ -131,6 +142,7 @@ int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL, *dump = NULL;
     double n_gen = 64, n_ctx = 0, n_threads = 1, ubatch = 512, seed = 0;
     bool json = false, ignore_eos = false;
+    const char *grammar_file = NULL, *schema_file = NULL, *trigger = NULL, *tools_file = NULL, *tool_choice = NULL;
     char **stops = NULL;
     size_t n_stops = 0;
     struct dj_sampler_params sp = sampler_default_params();
@@ -155,6 +167,16 @@ int cmd_run(int argc, char **argv) {
             if (!(file = cli_value("run", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--dump-logits")) {
             if (!(dump = cli_value("run", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--grammar")) {
+            if (!(grammar_file = cli_value("run", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--json-schema")) {
+            if (!(schema_file = cli_value("run", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--tools")) {
+            if (!(tools_file = cli_value("run", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--tool-choice")) {
+            if (!(tool_choice = cli_value("run", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--grammar-trigger")) {
+            if (!(trigger = cli_value("run", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -198,6 +220,12 @@ int cmd_run(int argc, char **argv) {
         run_usage(stderr);
         return cli_error("run", "give exactly one of -p TEXT or -f FILE");
     }
+    if (!!grammar_file + !!schema_file + !!tools_file > 1) {
+        run_usage(stderr);
+        return cli_error("run", "give at most one of --grammar, --json-schema and --tools");
+    }
+    if (trigger && !grammar_file && !schema_file) return cli_error("run", "--grammar-trigger needs --grammar or --json-schema");
+    if (tool_choice && !tools_file) return cli_error("run", "--tool-choice needs --tools");
     size_t plen = 0;
     char *owned = NULL;
     if (file) {
@@ -213,6 +241,13 @@ int cmd_run(int argc, char **argv) {
     dj_token *pids = NULL;
     struct run_state rs = {0};
     size_t np = 0;
+    char *gbnf = NULL;
+    struct dj_grammar *g = NULL;
+    struct dj_gvocab *gv = NULL;
+    struct dj_gtok *gt = NULL;
+    struct dj_gproc *gp = NULL;
+    struct dj_logits_processor proc;
+    struct dj_toolcall_grammar tcg = {0};
     struct dj_engine_params ep = engine_default_params();
     if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
         cli_error("run", "%s", dj_last_error());
@@ -241,6 +276,63 @@ int cmd_run(int argc, char **argv) {
         cli_error("run", "prompt (%zu tokens) + %zu generated tokens exceed the context size %u (use -c)", np,
                   (size_t)n_gen, ep.n_ctx);
         goto done;
+    }
+    const char *gfile = grammar_file ? grammar_file : schema_file ? schema_file : tools_file;
+    if (gfile) {
+        size_t n_src = 0;
+        char *src = cli_read_file("run", gfile, &n_src);
+        if (!src) goto done;
+        enum dj_status gs = DJ_OK;
+        if (tools_file) {
+            struct dj_toolcall_opts to = toolcall_default_opts();
+            if (!tool_choice || !strcmp(tool_choice, "auto")) {
+                to.choice = DJ_TOOL_AUTO;
+            } else if (!strcmp(tool_choice, "required")) {
+                to.choice = DJ_TOOL_REQUIRED;
+            } else {
+                to.choice = DJ_TOOL_NAMED;
+                to.name = tool_choice;
+            }
+            gs = toolcall_grammar_build(src, n_src, &to, &tcg);
+            free(src);
+            if (gs) {
+                cli_error("run", "%s: %s", tools_file, dj_last_error());
+                goto done;
+            }
+            /* auto: free text until the trigger, then the rest of the calls */
+            gbnf = strdup(to.choice == DJ_TOOL_AUTO ? tcg.lazy_gbnf : tcg.gbnf);
+            if (to.choice == DJ_TOOL_AUTO) trigger = tcg.trigger;
+            if (!gbnf) {
+                cli_error("run", "out of memory");
+                goto done;
+            }
+            n_src = strlen(gbnf);
+        } else if (schema_file) {
+            gs = json_schema_to_gbnf(src, n_src, NULL, &gbnf);
+            free(src);
+            if (gs) {
+                cli_error("run", "%s: %s", schema_file, dj_last_error());
+                goto done;
+            }
+            n_src = strlen(gbnf);
+        } else {
+            gbnf = src;
+        }
+        struct dj_gproc_params gpp = {0};
+        if ((gs = grammar_parse(gbnf, n_src, NULL, m->vocab, &g)) || (gs = gvocab_create(m->vocab, &gv)) ||
+            (gs = gtok_create(g, gv, &gt))) {
+            cli_error("run", "%s: %s", gfile, dj_last_error());
+            goto done;
+        }
+        gpp.g = g;
+        gpp.gtok = gt;
+        gpp.vocab = m->vocab;
+        gpp.trigger = trigger;
+        if (gproc_create(&gpp, &gp)) {
+            cli_error("run", "%s", dj_last_error());
+            goto done;
+        }
+        proc = gproc_processor(gp);
     }
     if (engine_create(m, &ep, &e) != DJ_OK) {
         cli_error("run", "%s", dj_last_error());
@@ -271,6 +363,7 @@ int cmd_run(int argc, char **argv) {
     rp.on_done = run_on_done;
     rp.on_logits = run_on_logits;
     rp.ud = &rs;
+    if (gp) rp.proc = &proc;
     if (n_gen == 0) rp.max_tokens = 1; /* -n 0: the prompt only; cap 0 makes the callbacks record nothing */
     if (engine_submit(e, &rp, NULL) != DJ_OK) {
         cli_error("run", "%s", dj_last_error());
@@ -291,6 +384,8 @@ int cmd_run(int argc, char **argv) {
             np, ms_p, ms_p > 0 ? (double)np * 1000.0 / ms_p : 0.0, n_ids, ms_d,
             ms_d > 0 && n_ids > 1 ? (double)(n_ids - 1) * 1000.0 / ms_d : 0.0, ep.n_threads);
     if (json) {
+        struct llama_opt_stats os;
+        engine_get_stats(e, &os);
         printf("{\"prompt_ids\": [");
         for (size_t i = 0; i < np; i++) printf(i ? ", %d" : "%d", pids[i]);
         printf("], \"ids\": [");
@@ -298,9 +393,13 @@ int cmd_run(int argc, char **argv) {
         printf("], \"text\": ");
         json_str(stdout, rs.text ? rs.text : "", rs.text_len);
         printf(", \"n_prompt\": %zu, \"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"t_decode_ms\": %.3f, "
-               "\"finish_reason\": \"%s\", \"n_forward_passes\": %llu, \"logits_hash\": \"%016" PRIx64 "\"}\n",
+               "\"finish_reason\": \"%s\", \"n_forward_passes\": %llu, \"schema_tokens_total\": %llu, "
+               "\"schema_tokens_skipped\": %llu, \"schema_tokens_inferred\": %llu, \"n_drafted\": %zu, "
+               "\"grammar_complete\": %s, \"logits_hash\": \"%016" PRIx64 "\"}\n",
                np, n_ids, ms_p, ms_d, n_gen > 0 ? engine_finish_name(rs.r.finish) : "length",
-               (unsigned long long)(engine_n_forward(e) - rs.fwd_first), rs.lhash);
+               (unsigned long long)(engine_n_forward(e) - rs.fwd_first), (unsigned long long)os.schema_tokens_total,
+               (unsigned long long)os.schema_tokens_skipped, (unsigned long long)os.schema_tokens_inferred,
+               rs.r.n_drafted, gp ? (gproc_complete(gp) ? "true" : "false") : "null", rs.lhash);
     } else {
         putchar('\n');
     }
@@ -312,6 +411,12 @@ done:
     free(pids);
     free(stops);
     engine_destroy(e);
+    gproc_free(gp);
+    gtok_free(gt);
+    gvocab_free(gv);
+    grammar_free(g);
+    free(gbnf);
+    toolcall_grammar_free(&tcg);
     model_free(m);
     free(owned);
     return rc;

@@ -44,7 +44,7 @@ static const struct llama_opt_var vars[] = {
      "approx mode: fraction of the reused tokens recomputed (the most deviating ones, CacheBlend-style)", true},
     {"LLAMA_OPT_SCHEMA_SKIP_ENABLED", LLAMA_OPT_VAR_BOOL, F(schema_skip_enabled), 0, 1, NULL, 1,
      "LLAMA_OPT_SCHEMA_SKIP", "schema_skip_enabled",
-     "skip the forward pass when the grammar allows one token; draft and verify forced strings", false},
+     "skip the forward pass when the grammar allows one token; draft and verify forced strings", true},
     {"LLAMA_OPT_CANON_ENABLED", LLAMA_OPT_VAR_BOOL, F(canon_enabled), 0, 1, NULL, 1, "LLAMA_OPT_KV_CANON",
      "canon_enabled", "store bitwise-identical K/V entries once", false},
     {"LLAMA_OPT_PRECOMPUTE_ENABLED", LLAMA_OPT_VAR_BOOL, F(precompute_enabled), 0, 1, NULL, 1,
