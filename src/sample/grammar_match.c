@@ -92,9 +92,9 @@ static size_t compile_set(const struct dj_grammar *g, size_t s, struct u32vec *r
         }
     } while (pos < n && el[pos].type == DJ_GE_CHAR_ALT);
 
-    uint32_t *r = rv->v + r0;
+    uint32_t *r = rv->v ? rv->v + r0 : NULL;
     size_t k = (rv->n - r0) / 2, m = 0;
-    qsort(r, k, 2 * sizeof *r, cmp_pair);
+    if (k) qsort(r, k, 2 * sizeof *r, cmp_pair);
     for (size_t i = 0; i < k; i++) {
         if (m && r[2 * i] <= r[2 * m - 1] + 1) {
             if (r[2 * i + 1] > r[2 * m - 1]) r[2 * m - 1] = r[2 * i + 1];
@@ -374,7 +374,7 @@ static void gset_clear(struct gset *s) {
 }
 
 static bool gset_reserve(struct gset *s, size_t n_stacks, size_t n_el) {
-    if (n_el > s->cap_el) {
+    if (n_el > s->cap_el || !s->el) { /* never NULL: gset_stack adds offsets to it */
         size_t cap = s->cap_el ? s->cap_el : 64;
         while (cap < n_el) cap *= 2;
         uint32_t *el = realloc(s->el, cap * sizeof *el);
@@ -745,7 +745,7 @@ size_t gmatch_next_ranges(const struct dj_gmatch *m, uint32_t *out, size_t cap_p
         }
     }
     size_t k = all.n / 2, n = 0;
-    qsort(all.v, k, 2 * sizeof *all.v, cmp_pair);
+    if (k) qsort(all.v, k, 2 * sizeof *all.v, cmp_pair);
     for (size_t i = 0; i < k; i++) {
         if (n && all.v[2 * i] <= all.v[2 * n - 1] + 1) {
             if (all.v[2 * i + 1] > all.v[2 * n - 1]) all.v[2 * n - 1] = all.v[2 * i + 1];
@@ -838,7 +838,7 @@ size_t gmatch_key(const struct dj_gmatch *m, uint32_t *out, size_t cap) {
         size_t len;
         const uint32_t *s = gset_stack(&m->cur, i, &len);
         out[k++] = (uint32_t)len;
-        memcpy(out + k, s, len * sizeof *s);
+        if (len) memcpy(out + k, s, len * sizeof *s);
         k += len;
     }
     return need;
