@@ -1499,7 +1499,7 @@ static bool rx_alt(struct rx *x, bool top, struct rxe *out) {
         if (rx_peek(x, 0) != '|') break;
         x->pos++;
     }
-    if (has_empty && n_alt) sb_puts(&s, " | ");
+    if (has_empty && n_alt) sb_puts(&s, " | \"\""); /* an explicit empty alternative: a bare trailing | would run into the next line */
     char *e = sb_take(&s);
     if (!e) return conv_oom(x->c), false;
     *out = (struct rxe){e, nullable || has_empty, false};
@@ -1973,7 +1973,7 @@ static bool trie_expr(struct conv *c, struct sb *s, const struct trie *t, const 
     if (oom) return conv_oom(c), false;
     if (other) sb_printf(s, "%s%s %s*", n_alt++ ? " | " : "", other, charr);
     free(other);
-    if (!t->end) sb_puts(s, n_alt ? " | " : "");
+    if (!t->end) sb_puts(s, n_alt ? " | \"\"" : "\"\""); /* the key may end here */
     return true;
 }
 

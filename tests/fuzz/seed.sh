@@ -17,6 +17,8 @@
 #                   q8_0/q4_0/f16/bf16 weights, a qwen3 (q/k norms) with
 #                   q4_K/q6_K weights — every weight type the loader binds,
 #                   each small enough that the target also runs them
+#   fuzz_json_schema  hand-written JSON schemas (every supported keyword, a
+#                   tools array), each after one options byte
 set -eu
 
 # Little-endian writers for the hand-built seed (POSIX sh arithmetic is 64-bit).
@@ -219,4 +221,32 @@ fuzz_trace)
 *)
     ;;
 esac
+
+# ---- fuzz_json_schema (begin) ----
+json_schema_seeds() { # CORPUS: one file a schema, the first byte the options (see fuzz_json_schema.c)
+    i=0
+    while IFS= read -r line; do
+        [ -n "$line" ] || continue
+        f="$1/schema$i.json"
+        rm -f "$f"
+        { printf '\001'; printf '%s' "$line"; } > "$f"
+        i=$((i + 1))
+    done <<'SCHEMAS'
+{"type":"object","properties":{"name":{"type":"string","minLength":1,"maxLength":20},"age":{"type":"integer","minimum":0,"maximum":150}},"required":["name"],"additionalProperties":false}
+{"type":"array","prefixItems":[{"type":"string","format":"date"},{"enum":["a",1,null]}],"items":{"type":"number","exclusiveMinimum":-3,"maximum":7},"minItems":1,"maxItems":5}
+{"type":"string","pattern":"^(?:[A-Z]{2,3}|x+)-\\d{1,4}(\\.[a-f0-9]*)?$"}
+{"anyOf":[{"type":"string","format":"uuid"},{"type":"string","format":"date-time"},{"const":{"k":[true,false]}}]}
+{"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["v"]}},"$ref":"#/$defs/n"}
+{"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":{"type":"string"}},"additionalProperties":{"type":"boolean"}}],"oneOf":[{"required":["b"]},{"properties":{"a":{"minimum":5}}}]}
+{"type":["string","null","integer"],"maxLength":3,"minimum":-10,"description":"d","title":"t","examples":[1],"default":null}
+{"type":"object","properties":{"ab":{},"abc":false},"additionalProperties":true,"minProperties":0}
+{"type":"string","format":"email"}
+{"type":"string","minLength":1200,"maxLength":2500}
+[{"type":"function","function":{"name":"f","description":"x","parameters":{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}}},{"type":"function","function":{"name":"g"}}]
+SCHEMAS
+}
+case "$name" in
+fuzz_json_schema) json_schema_seeds "$corpus" ;;
+esac
+# ---- fuzz_json_schema (end) ----
 exit 0
