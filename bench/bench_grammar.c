@@ -26,6 +26,7 @@
  */
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@
 #include "core/status.h"
 #include "deja.h"
 #include "sample/grammar.h"
+#include "sample/schema_skip.h"
 #include "tokenizer/tokenizer.h"
 
 #ifndef DJ_SHARED_DIR
@@ -176,6 +178,13 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The median and p99 of t[0..n) (sorted in place) as a JSON object. */
+static void json_stats(const char *key, double *t, size_t n) {
+    qsort(t, n, sizeof *t, cmp_double);
+    printf("\"%s\": {\"median\": %.3f, \"p99\": %.3f, \"max\": %.3f}", key, n ? t[n / 2] : 0.0,
+           n ? t[(size_t)(0.99 * (double)(n - 1))] : 0.0, n ? t[n - 1] : 0.0);
+}
+
 static void report(const char *label, double *t, size_t n) {
     if (!n) {
         printf("%-28s no masks\n", label);
@@ -270,10 +279,14 @@ int main(int argc, char **argv) {
     uint64_t *mask = malloc(nw * sizeof *mask);
     double *times = malloc((total + s.count + 1) * sizeof *times);
     double *computed = malloc((total + s.count + 1) * sizeof *computed);
-    if (!mask || !times || !computed) return 1;
+    /* what a sampler pays: the mask applied to a logits vector (as sample/schema_skip.c does), and the accept */
+    double *t_apply = malloc((total + s.count + 1) * sizeof *t_apply);
+    double *t_accept = malloc((total + s.count + 1) * sizeof *t_accept);
+    float *logits = calloc(vocab_n_tokens(v), sizeof *logits);
+    if (!mask || !times || !computed || !t_apply || !t_accept || !logits) return 1;
     double cold = -1;
     for (int pass = 0; pass < passes; pass++) {
-        size_t nt = 0, nc_t = 0, rejected = 0, n_allowed = 0;
+        size_t nt = 0, nc_t = 0, rejected = 0, n_allowed = 0, n_ap = 0, n_ac = 0;
         struct dj_gtok_stats before;
         gtok_get_stats(t, &before);
         for (size_t i = 0; i < s.count; i++) {
@@ -285,6 +298,9 @@ int main(int argc, char **argv) {
                 double a = now_us();
                 size_t cnt = gtok_mask(t, m, mask);
                 double b = now_us();
+                grammar_mask_apply(mask, logits, vocab_n_tokens(v));
+                double c = now_us();
+                t_apply[n_ap++] = c - a;
                 gtok_get_stats(t, &s1);
                 if (cold < 0) {
                     cold = b - a;
@@ -301,7 +317,9 @@ int main(int argc, char **argv) {
                 }
                 dj_token tok = s.ids[i][j];
                 bool bit = tok >= 0 && (size_t)tok < vocab_n_tokens(v) && ((mask[tok / 64] >> (tok % 64)) & 1);
+                double a2 = now_us();
                 bool ok = gtok_accept(t, m, tok);
+                t_accept[n_ac++] = now_us() - a2;
                 if (bit != ok) printf("  sequence %zu token %zu: mask says %d, gtok_accept %d (BUG)\n", i, j, bit, ok);
                 if (!ok) {
                     if (pass == 0) {
@@ -329,7 +347,19 @@ int main(int argc, char **argv) {
                "%.0f tokens allowed per mask on average\n",
                "", nm ? 100.0 * (double)nc / (double)nm : 0.0, (unsigned long long)(st.n_checked - before.n_checked),
                rejected, nm ? (double)n_allowed / (double)nm : 0.0);
+        /* one JSON line per pass for bench/grammar.sh (the peer prints the same fields) */
+        printf("{\"pass\": %d, \"n_tokens\": %zu, \"compile_ms\": %.3f, \"vocab_ms\": %.3f, \"first_mask_ms\": %.3f, ",
+               pass + 1, nt, (t2 - t1) / 1e3, (t1 - t0) / 1e3, cold / 1e3);
+        json_stats("mask_us", times, nt);
+        printf(", ");
+        json_stats("apply_us", t_apply, n_ap);
+        printf(", ");
+        json_stats("accept_us", t_accept, n_ac);
+        printf("}\n");
     }
+    free(logits);
+    free(t_apply);
+    free(t_accept);
     free(mask);
     free(times);
     free(computed);

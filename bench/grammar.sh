@@ -29,13 +29,12 @@ CASES=${CASES:-"json:$shared/golden/grammars/json.gbnf:$shared/traces/*.jsonl to
 MAX_SEQ=${MAX_SEQ:-40}
 ROUNDS=${ROUNDS:-2}
 
-# ---- deja's bench: ASSUMED options (bench/bench_grammar.c is written in another branch;
-# ---- adjust this template when it lands). Placeholders: {VOCAB} {GBNF} {TRACES} {MAX_SEQ}
-# ---- {IDS} (the file deja must write: one sequence per line, space-separated token ids).
-# ---- Its stdout is shown as is; a JSON line with compile_ms / mask_us|apply_us / accept_us
-# ---- objects (median, p99, ...) as the peer prints is picked up for the table.
+# deja's bench (bench/bench_grammar.c) reads the ids file the peer made ({IDS}: one sequence a
+# line) and prints a JSON line per pass with compile_ms and apply_us / mask_us / accept_us
+# objects; --passes 1: every round starts with cold caches, as a grammar seen for the first
+# time.  apply_us (mask + -inf into the logits) is compared with llama.cpp's apply.
 DEJA_BENCH=${DEJA_BENCH:-build/bench/bench_grammar}
-DEJA_ARGS=${DEJA_ARGS:-"-v {VOCAB} -g {GBNF} --dump-ids {IDS}"}
+DEJA_ARGS=${DEJA_ARGS:-"-m {VOCAB} -g {GBNF} --ids {IDS} --passes 1"}
 
 work=$root/build/grammar-bench
 peer=$work/grammar_peer
@@ -138,24 +137,17 @@ for vocab in $VOCABS; do
         ids=$work/$vname.$name.ids
         rm -f "$ids"
         echo "== $vname  $name ($(basename "$gbnf"))"
+        # the peer tokenizes the sequences once; both sides time exactly those ids
+        "$peer" -m "$vocab" --make-ids "$traces" "$ids" --max-seq "$MAX_SEQ" 2> >(grep -v '^load:' >&2)
         for r in $(seq 1 "$ROUNDS"); do
             if [ $have_deja = 1 ]; then
-                dump=$work/$vname.$name.deja$r.ids
                 args=${DEJA_ARGS//\{VOCAB\}/$vocab}; args=${args//\{GBNF\}/$gbnf}
                 args=${args//\{TRACES\}/$traces}; args=${args//\{MAX_SEQ\}/$MAX_SEQ}
-                args=${args//\{IDS\}/$dump}
+                args=${args//\{IDS\}/$ids}
                 # word splitting of $args is intended (a template of options)
                 # shellcheck disable=SC2086
                 "$DEJA_BENCH" $args | tee "$work/deja.out"
                 grep '^{' "$work/deja.out" | sed "s/^{/{\"_side\":\"deja\",\"_case\":\"$vname $name\",/" >> "$results" || true
-                if [ -s "$dump" ]; then
-                    if [ ! -s "$ids" ]; then cp "$dump" "$ids"
-                    elif ! cmp -s "$dump" "$ids"; then echo "WARNING: deja round $r timed other sequences than round 1" >&2; fi
-                fi
-            fi
-            if [ ! -s "$ids" ]; then
-                [ $have_deja = 0 ] || echo "WARNING: deja wrote no ids ($DEJA_ARGS); the peer makes its own, the two did not time the same sequences" >&2
-                "$peer" -m "$vocab" --make-ids "$traces" "$ids" --max-seq "$MAX_SEQ" 2> >(grep -v '^load:' >&2)
             fi
             "$peer" -m "$vocab" -g "$gbnf" -i "$ids" --label "$label" 2> >(grep -v '^load:' >&2) | tee "$work/peer.out"
             grep '^{' "$work/peer.out" | sed "s/^{/{\"_side\":\"llama.cpp\",\"_case\":\"$vname $name\",/" >> "$results"
@@ -182,7 +174,7 @@ def get(j, keys, field):
 def med(js, keys, field):
     xs = [x for x in (get(j, keys, field) for j in js) if x is not None]
     return st.median(xs) if xs else float("nan")
-mask = ("mask_us", "apply_us")
+mask = ("apply_us", "mask_us")  # deja: mask + writing -inf into the logits, as llama.cpp's apply
 print(f"{'case':<38}{'side':<10}{'rounds':>6}{'tokens':>8}{'compile ms':>11}"
       f"{'mask med us':>12}{'p99':>10}{'accept med':>11}{'p99':>8}{'peer/deja mask':>16}")
 for (case, side), js in sorted(rows.items()):

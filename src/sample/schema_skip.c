@@ -44,14 +44,24 @@ static enum dj_status gp_apply(void *ud, float *logits, size_t n_vocab) {
     if (gp->n_allowed == 0)
         return dj_fail(DJ_ERR_INVALID, "grammar: no token can continue the output (the grammar allows no "
                                        "continuation the vocabulary can spell, and cannot end here)");
-    for (size_t w = 0; w < gp->n_words; w++) {
-        uint64_t bits = gp->mask[w];
-        if (bits == ~(uint64_t)0) continue;
-        const size_t base = w * 64, end = base + 64 < n_vocab ? base + 64 : n_vocab;
-        for (size_t t = base; t < end; t++)
-            if (!(bits >> (t - base) & 1)) logits[t] = -INFINITY;
-    }
+    grammar_mask_apply(gp->mask, logits, n_vocab);
     return DJ_OK;
+}
+
+void grammar_mask_apply(const uint64_t *mask, float *logits, size_t n) {
+    const size_t full = n / 64;
+    for (size_t w = 0; w < full; w++) {
+        const uint64_t bits = mask[w];
+        float *l = logits + w * 64;
+        if (bits == ~(uint64_t)0) continue;
+        if (bits == 0) {
+            for (size_t k = 0; k < 64; k++) l[k] = -INFINITY;
+            continue;
+        }
+        for (uint64_t z = ~bits; z; z &= z - 1) l[__builtin_ctzll(z)] = -INFINITY;
+    }
+    for (size_t t = full * 64; t < n; t++)
+        if (!(mask[t / 64] >> (t % 64) & 1)) logits[t] = -INFINITY;
 }
 
 /* Activates the grammar once the output contains the trigger: the grammar

@@ -57,4 +57,9 @@ bool gproc_active(const struct dj_gproc *gp);
 /* The output so far is a complete sentence of the grammar (not lazy-waiting). */
 bool gproc_complete(const struct dj_gproc *gp);
 
+/* Sets logits[t] = -INFINITY for every token t whose bit in mask is clear
+ * (grammar.h's bitset; n entries).  Whole forbidden words are filled 64 at a
+ * time, mixed words bit by bit over their clear bits only. */
+void grammar_mask_apply(const uint64_t *mask, float *logits, size_t n);
+
 #endif
