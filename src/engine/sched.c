@@ -373,7 +373,7 @@ static bool emit(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_token to
     const size_t pos = c->n_gen;
     c->gen[c->n_gen++] = tok;
     if (forced) c->n_forced++;
-    if (q->has_proc) e->stats.schema_tokens_total++;
+    if (q->has_proc && (!q->proc.active || q->proc.active(c->proc_ud))) e->stats.schema_tokens_total++;
     if (!q->t_first) q->t_first = dj_time_us();
     if (q->has_proc && q->proc.accept && q->proc.accept(c->proc_ud, tok) != DJ_OK) {
         req_fail(q, DJ_ERR_INVALID, dj_last_error());

@@ -20,6 +20,7 @@
 #ifndef DJ_SAMPLE_PROCESSOR_H
 #define DJ_SAMPLE_PROCESSOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "deja.h"
@@ -45,6 +46,9 @@ struct dj_logits_processor {
     /* After the forced tokens: up to cap tokens expected next (not accepted
      * yet; must not change the state).  NULL: none. */
     size_t (*draft)(void *ud, dj_token *buf, size_t cap);
+    /* Whether the processor constrains the next token (a lazy grammar before
+     * its trigger does not); for the schema_tokens_total counter.  NULL: always. */
+    bool (*active)(void *ud);
 };
 
 #endif

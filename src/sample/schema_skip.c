@@ -192,6 +192,8 @@ static void *gp_fork(void *ud, uint32_t index) {
 
 static void gp_free(void *ud) { gproc_free(ud); }
 
+static bool gp_active(void *ud) { return ((struct dj_gproc *)ud)->m != NULL; }
+
 enum dj_status gproc_create(const struct dj_gproc_params *p, struct dj_gproc **out) {
     if (!p || !p->g || !p->gtok || !p->vocab || !out) return dj_fail(DJ_ERR_INVALID, "grammar processor: missing argument");
     struct dj_gproc *gp = calloc(1, sizeof *gp);
@@ -230,7 +232,7 @@ void gproc_free(struct dj_gproc *gp) {
 }
 
 struct dj_logits_processor gproc_processor(struct dj_gproc *gp) {
-    return (struct dj_logits_processor){gp, gp_apply, gp_accept, gp_forced, gp_fork, gp_free, gp_draft};
+    return (struct dj_logits_processor){gp, gp_apply, gp_accept, gp_forced, gp_fork, gp_free, gp_draft, gp_active};
 }
 
 bool gproc_active(const struct dj_gproc *gp) { return gp->m != NULL; }

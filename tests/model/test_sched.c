@@ -444,7 +444,7 @@ static void test_processor(const struct dj_model *m, const dj_token *p, size_t n
     const uint64_t f0 = engine_n_forward(e);
     /* forcing exactly what greedy decoding produces at positions 1..5: the same tokens, 5 passes fewer */
     struct proc_state st = {NULL, 0, ref.tok + 1, 5, 0, false, -1};
-    struct dj_logits_processor proc = {&st, proc_apply, proc_accept, proc_forced, NULL, NULL, NULL};
+    struct dj_logits_processor proc = {&st, proc_apply, proc_accept, proc_forced, NULL, NULL, NULL, NULL};
     rp = req(p, np, 20, &o);
     rp.ignore_eos = true;
     rp.proc = &proc;
