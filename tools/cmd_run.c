@@ -53,6 +53,7 @@ static void run_usage(FILE *f) {
             "  --tools F         OpenAI-style tools (a JSON array) in file F: the output calls them as\n"
             "                    <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> (Hermes/Qwen format)\n"
             "  --tool-choice C   auto (free text, then optional calls; default) | required | NAME\n"
+            "  --tool-format F   hermes (default) | json: a bare {\"name\": ..., \"arguments\": ...} object\n"
             "  An empty prompt (-p \"\") means BOS only.  Special tokens in the prompt are parsed.\n");
 }
 
@@ -142,7 +143,8 @@ int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL, *dump = NULL;
     double n_gen = 64, n_ctx = 0, n_threads = 1, ubatch = 512, seed = 0;
     bool json = false, ignore_eos = false;
-    const char *grammar_file = NULL, *schema_file = NULL, *trigger = NULL, *tools_file = NULL, *tool_choice = NULL;
+    const char *grammar_file = NULL, *schema_file = NULL, *trigger = NULL, *tools_file = NULL, *tool_choice = NULL,
+               *tool_format = NULL;
     char **stops = NULL;
     size_t n_stops = 0;
     struct dj_sampler_params sp = sampler_default_params();
@@ -173,6 +175,10 @@ int cmd_run(int argc, char **argv) {
             if (!(schema_file = cli_value("run", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--tools")) {
             if (!(tools_file = cli_value("run", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--tool-format")) {
+            if (!(tool_format = cli_value("run", argc, argv, &i))) return 1;
+            if (strcmp(tool_format, "hermes") && strcmp(tool_format, "json"))
+                return cli_error("run", "--tool-format: '%s' is not hermes or json", tool_format);
         } else if (!strcmp(a, "--tool-choice")) {
             if (!(tool_choice = cli_value("run", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--grammar-trigger")) {
@@ -225,7 +231,7 @@ int cmd_run(int argc, char **argv) {
         return cli_error("run", "give at most one of --grammar, --json-schema and --tools");
     }
     if (trigger && !grammar_file && !schema_file) return cli_error("run", "--grammar-trigger needs --grammar or --json-schema");
-    if (tool_choice && !tools_file) return cli_error("run", "--tool-choice needs --tools");
+    if ((tool_choice || tool_format) && !tools_file) return cli_error("run", "--tool-choice and --tool-format need --tools");
     size_t plen = 0;
     char *owned = NULL;
     if (file) {
@@ -285,6 +291,7 @@ int cmd_run(int argc, char **argv) {
         enum dj_status gs = DJ_OK;
         if (tools_file) {
             struct dj_toolcall_opts to = toolcall_default_opts();
+            if (tool_format && !strcmp(tool_format, "json")) to.format = DJ_TOOL_FORMAT_JSON;
             if (!tool_choice || !strcmp(tool_choice, "auto")) {
                 to.choice = DJ_TOOL_AUTO;
             } else if (!strcmp(tool_choice, "required")) {

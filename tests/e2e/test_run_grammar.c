@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
     CHECK(RUN(&out, "run", "-m", stories, "-p", "x", "--json-schema", (char *)schema, "--grammar", (char *)bad_g) == 1 &&
           strstr(out, "at most one"));
     free(out);
-    CHECK(RUN(&out, "run", "-m", stories, "-p", "x", "--tool-choice", "required") == 1 && strstr(out, "needs --tools"));
+    CHECK(RUN(&out, "run", "-m", stories, "-p", "x", "--tool-choice", "required") == 1 && strstr(out, "need --tools"));
     free(out);
     CHECK(RUN(&out, "run", "-m", stories, "-p", "x", "--tools", (char *)schema) == 1 && strstr(out, "tools"));
     free(out);
