@@ -33,6 +33,7 @@
 
 #include "core/status.h"
 #include "sample/grammar_internal.h"
+#include "tokenizer/unicode.h"
 
 /* The recursion of an expansion can be as deep as the stack; this keeps it
  * far inside an 8 MB (even a 1 MB thread) C stack. */
@@ -763,29 +764,6 @@ size_t gmatch_next_ranges(const struct dj_gmatch *m, uint32_t *out, size_t cap_p
     return n;
 }
 
-static size_t utf8_encode(uint32_t cp, uint8_t *b) {
-    if (cp < 0x80) {
-        b[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        b[0] = (uint8_t)(0xC0 | (cp >> 6));
-        b[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        b[0] = (uint8_t)(0xE0 | (cp >> 12));
-        b[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        b[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    b[0] = (uint8_t)(0xF0 | (cp >> 18));
-    b[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    b[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    b[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 size_t gmatch_forced_bytes(const struct dj_gmatch *m, char *buf, size_t cap) {
     struct dj_gmatch *c = gmatch_clone(m);
     if (!c) return 0;
@@ -799,11 +777,11 @@ size_t gmatch_forced_bytes(const struct dj_gmatch *m, char *buf, size_t cap) {
         }
         uint32_t r[4];
         if (tok_top || gmatch_next_ranges(c, r, 2) != 1 || r[0] != r[1]) break;
-        uint8_t b[4];
+        char b[4];
         size_t len = utf8_encode(r[0], b), done = 0;
         if (c->u.n_remain) done = len - c->u.n_remain; /* the bytes of it already read */
         if (n + (len - done) > cap) break;
-        if (!gmatch_accept_bytes(c, (const char *)b + done, len - done)) break;
+        if (!gmatch_accept_bytes(c, b + done, len - done)) break;
         memcpy(buf + n, b + done, len - done);
         n += len - done;
     }

@@ -26,6 +26,7 @@
  * message set (dj_fail); rule names come back owned by the builder.
  */
 #include "sample/json_schema.h"
+#include "tokenizer/unicode.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -138,15 +139,7 @@ static uint32_t utf8_next(const char *s, size_t n, size_t *i) {
 
 static void utf8_put(struct sb *b, uint32_t c) {
     char t[4];
-    size_t n;
-    if (c < 0x80) t[0] = (char)c, n = 1;
-    else if (c < 0x800) t[0] = (char)(0xC0 | c >> 6), t[1] = (char)(0x80 | (c & 0x3F)), n = 2;
-    else if (c < 0x10000)
-        t[0] = (char)(0xE0 | c >> 12), t[1] = (char)(0x80 | ((c >> 6) & 0x3F)), t[2] = (char)(0x80 | (c & 0x3F)), n = 3;
-    else
-        t[0] = (char)(0xF0 | c >> 18), t[1] = (char)(0x80 | ((c >> 12) & 0x3F)), t[2] = (char)(0x80 | ((c >> 6) & 0x3F)),
-        t[3] = (char)(0x80 | (c & 0x3F)), n = 4;
-    sb_putn(b, t, n);
+    sb_putn(b, t, utf8_encode(c, t));
 }
 
 /* ---- literals ---------------------------------------------------------------- */
@@ -1977,6 +1970,18 @@ static bool trie_expr(struct conv *c, struct sb *s, const struct trie *t, const 
     return true;
 }
 
+/* The rule `"key": value` of one object member, named after its hint; NULL on OOM. */
+static const char *member_rule(struct dj_gbnf_builder *b, const char *key, const char *value_rule, const char *hint) {
+    char *kl = gbnf_json_string_literal(key, strlen(key));
+    struct sb kb = {0}, hn = {0};
+    if (kl) sb_printf(&kb, "%s %s %s", kl, b->punct[5], value_rule), sb_printf(&hn, "%s-kv", hint);
+    free(kl);
+    char *kvb = sb_take(&kb), *kvn = sb_take(&hn);
+    const char *rule = kvb && kvn ? builder_put(b, kvn, kvb) : NULL;
+    free(kvb), free(kvn);
+    return rule;
+}
+
 static char *object_body(struct conv *c, json_t *s, const char *hint) {
     struct dj_gbnf_builder *b = c->b;
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
@@ -2022,13 +2027,8 @@ static char *object_body(struct conv *c, json_t *s, const char *hint) {
             free(h);
             goto fail;
         }
-        char *kl = gbnf_json_string_literal(k, strlen(k));
-        struct sb kb = {0}, hn = {0};
-        if (kl) sb_printf(&kb, "%s %s %s", kl, COLON, vr), sb_printf(&hn, "%s-kv", h);
-        free(kl), free(h);
-        char *kvb = sb_take(&kb), *kvn = sb_take(&hn);
-        if (kvb && kvn) kv[n] = builder_put(b, kvn, kvb);
-        free(kvb), free(kvn);
+        kv[n] = member_rule(b, k, vr, h);
+        free(h);
         if (!kv[n]) goto oom;
         is_req[n++] = r;
     }
@@ -2048,13 +2048,8 @@ static char *object_body(struct conv *c, json_t *s, const char *hint) {
             if (!c->st) conv_oom(c);
             goto fail;
         }
-        char *kl = gbnf_json_string_literal(r, strlen(r));
-        struct sb kb = {0}, hn = {0};
-        if (kl) sb_printf(&kb, "%s %s %s", kl, COLON, vr), sb_printf(&hn, "%s-kv", h);
-        free(kl), free(h);
-        char *kvb = sb_take(&kb), *kvn = sb_take(&hn);
-        if (kvb && kvn) kv[n] = builder_put(b, kvn, kvb);
-        free(kvb), free(kvn);
+        kv[n] = member_rule(b, r, vr, h);
+        free(h);
         if (!kv[n]) goto oom;
         is_req[n++] = true;
     }

@@ -32,6 +32,7 @@
 #include "sample/json_schema.h"
 #include "sample/toolcall.h"
 #include "test.h"
+#include "tokenizer/unicode.h"
 
 /* ---- an independent validator (the supported subset, JSON Schema 2020-12
  * meaning, draft-4 boolean exclusive bounds and items arrays too) ---- */
@@ -337,14 +338,7 @@ static void gen_costs(struct gen *g) {
 
 static void put_cp(struct gen *g, uint32_t c) {
     char t[4];
-    size_t n;
-    if (c < 0x80) t[0] = (char)c, n = 1;
-    else if (c < 0x800) t[0] = (char)(0xC0 | c >> 6), t[1] = (char)(0x80 | (c & 0x3F)), n = 2;
-    else if (c < 0x10000)
-        t[0] = (char)(0xE0 | c >> 12), t[1] = (char)(0x80 | ((c >> 6) & 0x3F)), t[2] = (char)(0x80 | (c & 0x3F)), n = 3;
-    else
-        t[0] = (char)(0xF0 | c >> 18), t[1] = (char)(0x80 | ((c >> 12) & 0x3F)), t[2] = (char)(0x80 | ((c >> 6) & 0x3F)),
-        t[3] = (char)(0x80 | (c & 0x3F)), n = 4;
+    const size_t n = utf8_encode(c, t);
     if (g->n + n > g->cap) {
         g->too_long = true;
         return;
