@@ -7,10 +7,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "core/status.h"
 #include "tokenizer/tokenizer.h"
 
 enum { GPROC_FORCED_BYTES_MAX = 1024 };
+
+/* What the model wrote for a forced string before: the forced string's first
+ * MEMO_BYTES bytes -> the tokens emitted while the output stayed inside it.
+ * Canonical tokenizations lose to what a model was trained on (codelm writes
+ * `":` + `"`, the tokenizer `":"`), and models repeat themselves. */
+enum { MEMO_SLOTS = 512, MEMO_BYTES = 64, MEMO_TOK = 16 };
+
+struct memo_slot {
+    uint64_t h;
+    uint16_t n_bytes;
+    uint8_t n_tok;
+    char bytes[MEMO_BYTES];
+    dj_token tok[MEMO_TOK];
+};
+
+struct dj_gdraft_memo {
+    struct memo_slot slot[MEMO_SLOTS];
+};
+
+struct dj_gdraft_memo *gdraft_memo_create(void) { return calloc(1, sizeof(struct dj_gdraft_memo)); }
+
+void gdraft_memo_free(struct dj_gdraft_memo *memo) { free(memo); }
 
 struct dj_gproc {
     const struct dj_grammar *g;
@@ -26,7 +49,51 @@ struct dj_gproc {
     size_t n_trigger;
     char *tail;           /* lazy: the last bytes of the output (a trigger may span tokens) */
     size_t n_tail, cap_tail;
+    struct dj_gdraft_memo *memo;
+    bool own_memo;
+    /* learning: the forced string of the last draft and the tokens emitted inside it so far */
+    bool learning;
+    char learn_key[MEMO_BYTES];
+    size_t learn_n, learn_used;
+    dj_token learn_tok[MEMO_TOK];
+    size_t learn_nt;
 };
+
+static struct memo_slot *memo_find(struct dj_gdraft_memo *memo, const char *key, size_t n, uint64_t *h_out) {
+    const uint64_t h = dj_fnv1a(DJ_FNV_OFFSET, key, n);
+    struct memo_slot *sl = &memo->slot[h % MEMO_SLOTS];
+    *h_out = h;
+    return sl->n_tok && sl->h == h && sl->n_bytes == n && !memcmp(sl->bytes, key, n) ? sl : NULL;
+}
+
+static void learn_finish(struct dj_gproc *gp) {
+    if (gp->learning && gp->learn_nt > 0) {
+        uint64_t h;
+        memo_find(gp->memo, gp->learn_key, gp->learn_n, &h);
+        struct memo_slot *sl = &gp->memo->slot[h % MEMO_SLOTS];
+        sl->h = h;
+        sl->n_bytes = (uint16_t)gp->learn_n;
+        sl->n_tok = (uint8_t)gp->learn_nt;
+        memcpy(sl->bytes, gp->learn_key, gp->learn_n);
+        memcpy(sl->tok, gp->learn_tok, gp->learn_nt * sizeof *sl->tok);
+    }
+    gp->learning = false;
+}
+
+/* A token emitted after a draft: still inside the forced string? */
+static void learn_push(struct dj_gproc *gp, dj_token tok) {
+    if (!gp->learning) return;
+    char piece[MEMO_BYTES];
+    const size_t n = vocab_token_to_piece(gp->vocab, tok, false, piece, sizeof piece);
+    if (n == 0 || gp->learn_nt == MEMO_TOK || gp->learn_used + n > gp->learn_n ||
+        memcmp(gp->learn_key + gp->learn_used, piece, n) != 0) {
+        learn_finish(gp);
+        return;
+    }
+    gp->learn_tok[gp->learn_nt++] = tok;
+    gp->learn_used += n;
+    if (gp->learn_used == gp->learn_n) learn_finish(gp);
+}
 
 static enum dj_status refresh_mask(struct dj_gproc *gp) {
     if (gp->mask_ok) return DJ_OK;
@@ -123,6 +190,7 @@ static enum dj_status gp_accept(void *ud, dj_token tok) {
         return dj_fail(DJ_ERR_INVALID, "grammar: token %d is not allowed here", tok);
     if (!gtok_accept(gp->gtok, gp->m, tok)) return dj_fail(DJ_ERR_INVALID, "grammar: token %d is not allowed here", tok);
     gp->mask_ok = false;
+    learn_push(gp, tok);
     return DJ_OK;
 }
 
@@ -144,18 +212,34 @@ static size_t gp_draft(void *ud, dj_token *buf, size_t cap) {
     if (!gp->m || cap == 0) return 0;
     char bytes[GPROC_FORCED_BYTES_MAX];
     const size_t nb = gmatch_forced_bytes(gp->m, bytes, sizeof bytes);
+    learn_finish(gp);
     if (nb == 0) return 0;
-    dj_token *tok = NULL;
-    size_t n_tok = 0;
-    if (vocab_tokenize(gp->vocab, bytes, nb, false, false, &tok, &n_tok) != DJ_OK) return 0;
     if (cap > gp->max_draft) cap = gp->max_draft;
+    /* learn what the model writes for this forced string; draft what it wrote last time,
+     * else the tokenizer's canonical tokens */
+    const size_t nk = nb < MEMO_BYTES ? nb : MEMO_BYTES;
+    gp->learning = true;
+    memcpy(gp->learn_key, bytes, nk);
+    gp->learn_n = nk;
+    gp->learn_used = gp->learn_nt = 0;
+    uint64_t h;
+    const struct memo_slot *sl = memo_find(gp->memo, bytes, nk, &h);
+    dj_token *tok = NULL, memo_tok[MEMO_TOK];
+    size_t n_tok = 0;
+    if (sl) {
+        n_tok = sl->n_tok;
+        memcpy(memo_tok, sl->tok, n_tok * sizeof *memo_tok);
+    } else if (vocab_tokenize(gp->vocab, bytes, nb, false, false, &tok, &n_tok) != DJ_OK) {
+        return 0;
+    }
+    const dj_token *cand = sl ? memo_tok : tok;
     /* keep the prefix the grammar accepts (an SPM space prefix, a token that
      * runs past the forced bytes into a branch, is cut) */
     struct dj_gmatch *probe = gmatch_clone(gp->m);
     size_t n = 0;
     if (probe)
-        while (n < n_tok && n < cap && gtok_accept(gp->gtok, probe, tok[n])) {
-            buf[n] = tok[n];
+        while (n < n_tok && n < cap && gtok_accept(gp->gtok, probe, cand[n])) {
+            buf[n] = cand[n];
             n++;
         }
     gmatch_free(probe);
@@ -169,6 +253,7 @@ static struct dj_gproc *gproc_copy(const struct dj_gproc *src) {
     *gp = *src;
     gp->m = NULL;
     gp->trigger = gp->tail = NULL;
+    gp->own_memo = false; /* forks share the memo; the original outlives them */
     gp->mask = malloc(src->n_words * sizeof *gp->mask);
     if (!gp->mask) goto fail;
     memcpy(gp->mask, src->mask, src->n_words * sizeof *gp->mask);
@@ -204,8 +289,10 @@ enum dj_status gproc_create(const struct dj_gproc_params *p, struct dj_gproc **o
     gp->n_vocab = vocab_n_tokens(p->vocab);
     gp->n_words = (gp->n_vocab + 63) / 64;
     gp->max_draft = p->max_draft ? p->max_draft : 16;
+    gp->memo = p->memo;
     enum dj_status st = DJ_OK;
-    if (!(gp->mask = calloc(gp->n_words, sizeof *gp->mask))) {
+    if (!gp->memo && (gp->memo = gdraft_memo_create())) gp->own_memo = true;
+    if (!gp->memo || !(gp->mask = calloc(gp->n_words, sizeof *gp->mask))) {
         st = dj_fail(DJ_ERR_NOMEM, "grammar processor: out of memory");
     } else if (p->trigger && p->trigger[0]) {
         gp->n_trigger = strlen(p->trigger);
@@ -225,6 +312,7 @@ enum dj_status gproc_create(const struct dj_gproc_params *p, struct dj_gproc **o
 void gproc_free(struct dj_gproc *gp) {
     if (!gp) return;
     gmatch_free(gp->m);
+    if (gp->own_memo) gdraft_memo_free(gp->memo);
     free(gp->mask);
     free(gp->trigger);
     free(gp->tail);

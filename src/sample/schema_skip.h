@@ -22,9 +22,10 @@
  * only draw that one, so forced() returns it and the engine emits it without
  * computing logits for it; an end-of-generation token forced this way ends
  * the completion.  Drafts: where the grammar forces a byte string but more
- * than one token can start it (`"`, `":`, `": "`), draft() returns the
- * string's canonical tokenization (the tokenizer's, cut where the grammar
- * would reject a token); the engine verifies it against the sampler.
+ * than one token can start it (`"`, `":`, `": "`), draft() returns the tokens
+ * the model wrote for that string before (the draft memo), else the string's
+ * canonical tokenization (the tokenizer's), cut where the grammar would
+ * reject a token; the engine verifies them against the sampler.
  */
 #ifndef DJ_SAMPLE_SCHEMA_SKIP_H
 #define DJ_SAMPLE_SCHEMA_SKIP_H
@@ -37,12 +38,22 @@
 
 struct dj_vocab;
 
+/* Draft memo: for a forced string, the tokens the model wrote for it last
+ * time (drafted instead of the canonical tokenization when known).  Shared by
+ * the requests of one grammar and vocabulary (a server keeps one per
+ * grammar); bounded (512 slots, ~100 KiB); engine thread only.  Drafts never
+ * change the output, so a stale or colliding entry only costs a rejection. */
+struct dj_gdraft_memo;
+struct dj_gdraft_memo *gdraft_memo_create(void); /* NULL on OOM */
+void gdraft_memo_free(struct dj_gdraft_memo *memo);
+
 struct dj_gproc_params {
     const struct dj_grammar *g;    /* borrowed; its root is the constraint */
     struct dj_gtok *gtok;          /* borrowed; made for g and vocab */
     const struct dj_vocab *vocab;  /* borrowed: token pieces, draft tokenization */
     const char *trigger;           /* NULL or "": constrain from the first token; else lazy (copied) */
     size_t max_draft;              /* drafts per step at most; 0 = 16 */
+    struct dj_gdraft_memo *memo;   /* borrowed; NULL: the processor keeps its own */
 };
 
 struct dj_gproc;

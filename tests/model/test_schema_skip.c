@@ -86,6 +86,10 @@ static void gset_free(struct gset *s) {
     grammar_free(s->g);
 }
 
+/* Shared by every request (as a server shares one per grammar): later requests draft what
+ * earlier ones wrote; NULL for the first pass of each model (private memos). */
+static struct dj_gdraft_memo *g_memo;
+
 struct job {
     const dj_token *prompt;
     size_t n_prompt;
@@ -118,13 +122,14 @@ static void job_submit(struct dj_engine *e, const struct dj_model *m, struct job
     rp.ud = &j->o[0];
     j->gp = NULL;
     if (j->gs) {
-        struct dj_gproc_params gpp = {j->gs->g, j->gs->gt, m->vocab, j->trigger, 0};
+        struct dj_gproc_params gpp = {j->gs->g, j->gs->gt, m->vocab, j->trigger, 0, g_memo};
         CHECKF(gproc_create(&gpp, &j->gp) == DJ_OK, "%s", dj_last_error());
         j->proc = gproc_processor(j->gp);
         rp.proc = &j->proc;
     }
     CHECKF(engine_submit(e, &rp, NULL) == DJ_OK, "%s", dj_last_error());
 }
+
 
 static struct dj_engine *mk(const struct dj_model *m, bool skip) {
     struct dj_engine_params ep = engine_default_params();
@@ -258,7 +263,11 @@ static void test_model(const char *shared, const char *rel, const char *prompt_t
         if (nj < MAX_REQ) jobs[nj++] = (struct job){.prompt = p2, .n_prompt = np2, .gs = &hermes, .trigger = "<tool_call>", .temp = 0.9f,
                                       .seed = 4242, .n = 1, .max_tokens = 120};
         run_pair(m, e_off, e_on, jobs, nj, false, rel);
+        g_memo = gdraft_memo_create();
+        CHECK(g_memo != NULL);
         run_pair(m, e_off, e_on, jobs, nj, true, rel);
+        gdraft_memo_free(g_memo);
+        g_memo = NULL;
         /* schema counters moved */
         struct llama_opt_stats os;
         engine_get_stats(e_on, &os);
