@@ -57,7 +57,23 @@ struct dj_gproc {
     size_t learn_n, learn_used;
     dj_token learn_tok[MEMO_TOK];
     size_t learn_nt;
+    /* draft length: doubled while whole drafts are confirmed, cut to what was confirmed
+     * (+1) when one is rejected — rejected drafts cost forward-pass rows */
+    size_t draft_cap;
+    dj_token drafted[MEMO_TOK];
+    size_t n_drafted, n_confirmed;
 };
+
+static void draft_check(struct dj_gproc *gp, dj_token tok) {
+    if (gp->n_confirmed >= gp->n_drafted) return;
+    if (tok == gp->drafted[gp->n_confirmed] && ++gp->n_confirmed < gp->n_drafted) return;
+    if (gp->n_confirmed == gp->n_drafted) {
+        gp->draft_cap = gp->draft_cap * 2 < gp->max_draft ? gp->draft_cap * 2 : gp->max_draft;
+    } else {
+        gp->draft_cap = gp->n_confirmed + 1 > 2 ? gp->n_confirmed + 1 : 2;
+        gp->n_drafted = gp->n_confirmed; /* done */
+    }
+}
 
 static struct memo_slot *memo_find(struct dj_gdraft_memo *memo, const char *key, size_t n, uint64_t *h_out) {
     const uint64_t h = dj_fnv1a(DJ_FNV_OFFSET, key, n);
@@ -191,6 +207,7 @@ static enum dj_status gp_accept(void *ud, dj_token tok) {
     if (!gtok_accept(gp->gtok, gp->m, tok)) return dj_fail(DJ_ERR_INVALID, "grammar: token %d is not allowed here", tok);
     gp->mask_ok = false;
     learn_push(gp, tok);
+    draft_check(gp, tok);
     return DJ_OK;
 }
 
@@ -214,7 +231,8 @@ static size_t gp_draft(void *ud, dj_token *buf, size_t cap) {
     const size_t nb = gmatch_forced_bytes(gp->m, bytes, sizeof bytes);
     learn_finish(gp);
     if (nb == 0) return 0;
-    if (cap > gp->max_draft) cap = gp->max_draft;
+    if (cap > gp->draft_cap) cap = gp->draft_cap;
+    if (cap > MEMO_TOK) cap = MEMO_TOK;
     /* learn what the model writes for this forced string; draft what it wrote last time,
      * else the tokenizer's canonical tokens */
     const size_t nk = nb < MEMO_BYTES ? nb : MEMO_BYTES;
@@ -244,6 +262,9 @@ static size_t gp_draft(void *ud, dj_token *buf, size_t cap) {
         }
     gmatch_free(probe);
     free(tok);
+    memcpy(gp->drafted, buf, n * sizeof *buf);
+    gp->n_drafted = n;
+    gp->n_confirmed = 0;
     return n;
 }
 
@@ -289,6 +310,7 @@ enum dj_status gproc_create(const struct dj_gproc_params *p, struct dj_gproc **o
     gp->n_vocab = vocab_n_tokens(p->vocab);
     gp->n_words = (gp->n_vocab + 63) / 64;
     gp->max_draft = p->max_draft ? p->max_draft : 16;
+    gp->draft_cap = 4;
     gp->memo = p->memo;
     enum dj_status st = DJ_OK;
     if (!gp->memo && (gp->memo = gdraft_memo_create())) gp->own_memo = true;
