@@ -13,7 +13,7 @@ FUZZERS    := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
 # Debian packages the build needs.  Checked with dpkg first so the common case
 # (everything present) costs a few milliseconds and needs no root.
-DEPS      := cmake gcc make pkg-config libpcre2-dev libjansson-dev
+DEPS      := cmake gcc make pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev
 FUZZ_DEPS := clang libclang-rt-14-dev
 
 .PHONY: all deps deps-fuzz build test asan fuzz run clean bench

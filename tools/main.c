@@ -23,6 +23,7 @@ static const struct subcommand commands[] = {
     {"inspect", cmd_inspect, "print a GGUF model's architecture, hyperparameters, tensors and vocabulary"},
     {"quantize", cmd_quantize, "quantize a model to q8_0, q4_0 or q4_k_m (llama.cpp's type choices)"},
     {"replay", cmd_replay, "replay multi-turn agent traces with exact KV reuse: tokens reused/computed, TTFT, hashes"},
+    {"serve", cmd_serve, "the HTTP server: OpenAI-compatible completions over the serving engine"},
     {"run", cmd_run, "generate text from a prompt (greedy or sampled), with speed, logits hash and dumps"},
     {"perplexity", cmd_perplexity, "perplexity of a text file, llama.cpp's method (chunks of -c tokens)"},
     {"synth", cmd_synth, "write a model with random weights at real shapes (tiny, 1b, 8b) for benchmarks"},

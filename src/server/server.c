@@ -1,0 +1,635 @@
+/*
+ * server.c — `deja serve` (server.h): libmicrohttpd with a thread per
+ * connection, jansson for JSON, one engine thread.
+ */
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/rng.h"
+#include "core/status.h"
+#include "core/timer.h"
+#include "tokenizer/tokenizer.h"
+
+enum { STOP_MAX = 16 };
+
+struct dj_server {
+    const struct dj_model *m;
+    struct dj_engine *e;
+    struct MHD_Daemon *d;
+    struct dj_server_params p;
+    char *alias;
+    pthread_t engine_thread;
+    atomic_bool stop;
+    atomic_ullong n_req;
+    /* requests in flight (for shutdown) */
+    pthread_mutex_t mu;
+    struct sreq *live;
+};
+
+/* One HTTP request's generation: filled by the engine thread, drained by the
+ * connection thread.  Two references: the engine's (until the last on_done)
+ * and the connection's (until the response is sent or the client is gone). */
+struct sreq {
+    struct dj_server *s;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    uint64_t id;
+    bool stream, include_usage, done, cancelled;
+    uint32_t n, n_done;
+    char cmpl_id[40];
+    time_t created;
+    char *buf; /* streaming: SSE bytes not read yet from off */
+    size_t n_buf, cap_buf, off;
+    char **text; /* non-streaming: per completion */
+    size_t *n_text, *cap_text;
+    struct dj_turn_result *res;
+    struct sreq *prev, *next; /* s->live */
+};
+
+struct body {
+    char *buf;
+    size_t n, cap;
+    bool too_big;
+};
+
+struct dj_server_params server_default_params(void) {
+    struct dj_server_params p = {0};
+    p.host = "127.0.0.1";
+    p.port = 8080;
+    p.engine = engine_default_params();
+    return p;
+}
+
+/* ---- per-request queue ------------------------------------------------------ */
+
+static bool buf_append(char **buf, size_t *n, size_t *cap, const char *s, size_t len) {
+    if (*n + len + 1 > *cap) {
+        size_t c = (*n + len + 1) * 2;
+        char *nb = realloc(*buf, c);
+        if (!nb) return false;
+        *buf = nb;
+        *cap = c;
+    }
+    memcpy(*buf + *n, s, len);
+    *n += len;
+    (*buf)[*n] = 0;
+    return true;
+}
+
+static void sreq_unref(struct sreq *r) {
+    pthread_mutex_lock(&r->mu);
+    const int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left > 0) return;
+    struct dj_server *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    if (r->prev) r->prev->next = r->next;
+    else if (s->live == r) s->live = r->next;
+    if (r->next) r->next->prev = r->prev;
+    pthread_mutex_unlock(&s->mu);
+    for (uint32_t i = 0; i < r->n; i++) free(r->text ? r->text[i] : NULL);
+    free(r->text);
+    free(r->n_text);
+    free(r->cap_text);
+    free(r->res);
+    free(r->buf);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* A JSON string of s[0..n); invalid UTF-8 (never from the engine) becomes U+FFFD. */
+static json_t *jstr(const char *s, size_t n) {
+    json_t *v = json_stringn(s, n);
+    return v ? v : json_string("\xEF\xBF\xBD");
+}
+
+/* Appends `data: <json>\n\n` (takes j). Caller holds r->mu. */
+static void sse_locked(struct sreq *r, json_t *j) {
+    char *txt = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+    json_decref(j);
+    if (!txt) return;
+    buf_append(&r->buf, &r->n_buf, &r->cap_buf, "data: ", 6);
+    buf_append(&r->buf, &r->n_buf, &r->cap_buf, txt, strlen(txt));
+    buf_append(&r->buf, &r->n_buf, &r->cap_buf, "\n\n", 2);
+    free(txt);
+}
+
+static json_t *chunk(const struct sreq *r, uint32_t index, json_t *text, const char *finish) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:I, s:o, s:o, s:n}]}", "id", r->cmpl_id, "object", "text_completion",
+                     "created", (json_int_t)r->created, "model", r->s->alias, "choices", "index", (json_int_t)index,
+                     "text", text, "finish_reason", finish ? json_string(finish) : json_null(), "logprobs");
+}
+
+static json_t *usage_json(const struct sreq *r) {
+    size_t gen = 0;
+    for (uint32_t i = 0; i < r->n; i++) gen += r->res[i].n_gen;
+    const struct dj_turn_result *r0 = &r->res[0];
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)r0->n_prompt, "completion_tokens",
+                     (json_int_t)gen, "total_tokens", (json_int_t)(r0->n_prompt + gen), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)r0->n_cached);
+}
+
+/* deja's extension: where the prompt's tokens came from. */
+static json_t *xdeja_json(const struct sreq *r) {
+    const struct dj_turn_result *r0 = &r->res[0];
+    return json_pack("{s:I, s:I, s:I, s:I, s:f, s:f}", "reused_own", (json_int_t)r0->n_reused_own, "reused_pool",
+                     (json_int_t)r0->n_reused_pool, "computed", (json_int_t)r0->n_computed, "forced",
+                     (json_int_t)r0->n_forced, "ttft_ms", r0->t_ttft_ms, "queue_ms", r0->t_queue_ms);
+}
+
+static void on_token(void *ud, const struct dj_token_event *ev) {
+    struct sreq *r = ud;
+    if (ev->n_text == 0) return;
+    pthread_mutex_lock(&r->mu);
+    if (r->stream) {
+        sse_locked(r, chunk(r, ev->index, jstr(ev->text, ev->n_text), NULL));
+    } else if (ev->index < r->n) {
+        buf_append(&r->text[ev->index], &r->n_text[ev->index], &r->cap_text[ev->index], ev->text, ev->n_text);
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static const char *finish_name(enum dj_finish f) {
+    return f == DJ_FINISH_LENGTH ? "length" : f == DJ_FINISH_STOP ? "stop" : engine_finish_name(f);
+}
+
+static void on_done(void *ud, const struct dj_turn_result *res) {
+    struct sreq *r = ud;
+    pthread_mutex_lock(&r->mu);
+    if (res->index < r->n) r->res[res->index] = *res;
+    if (r->stream) sse_locked(r, chunk(r, res->index, json_string(""), finish_name(res->finish)));
+    const bool last = ++r->n_done == r->n;
+    if (last) {
+        if (r->stream && r->include_usage)
+            sse_locked(r, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o, s:o}", "id", r->cmpl_id, "object", "text_completion",
+                                    "created", (json_int_t)r->created, "model", r->s->alias, "choices", "usage",
+                                    usage_json(r), "x_deja", xdeja_json(r)));
+        if (r->stream) buf_append(&r->buf, &r->n_buf, &r->cap_buf, "data: [DONE]\n\n", 14);
+        r->done = true;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (last) sreq_unref(r);
+}
+
+/* ---- responses ----------------------------------------------------------------- */
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(txt);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    enum MHD_Result ret = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) {
+    char *txt = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+    json_decref(j);
+    if (!txt) return MHD_NO;
+    return send_text(c, status, txt, "application/json");
+}
+
+/* OpenAI's error shape: {"error": {"message", "type", "param", "code"}}. */
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *param, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *type = status == 401 ? "authentication_error"
+                       : status == 404 ? "not_found_error"
+                       : status == 413 ? "request_too_large"
+                       : status >= 500 ? "server_error"
+                                       : "invalid_request_error";
+    return send_json(c, status,
+                     json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type", type, "param",
+                               param ? json_string(param) : json_null(), "code", json_null()));
+}
+
+/* ---- /v1/completions ----------------------------------------------------------- */
+
+/* Reads an optional number field into *out; false (and a 400) on a wrong type or range. */
+static bool opt_num(json_t *req, const char *key, double lo, double hi, double *out, const char **bad) {
+    json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi) {
+        *bad = key;
+        return false;
+    }
+    *out = json_number_value(v);
+    return true;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
+    (void)pos;
+    struct sreq *r = cls;
+    pthread_mutex_lock(&r->mu);
+    while (r->off == r->n_buf && !r->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+    size_t n = r->n_buf - r->off;
+    if (n > max) n = max;
+    memcpy(out, r->buf + r->off, n);
+    r->off += n;
+    const bool end = n == 0 && r->done;
+    pthread_mutex_unlock(&r->mu);
+    return end ? MHD_CONTENT_READER_END_OF_STREAM : (ssize_t)n;
+}
+
+/* The connection is finished (sent, or the client went away): cancel what still runs. */
+static void stream_free(void *cls) {
+    struct sreq *r = cls;
+    pthread_mutex_lock(&r->mu);
+    const bool running = !r->done;
+    pthread_mutex_unlock(&r->mu);
+    if (running) engine_cancel(r->s->e, r->id);
+    sreq_unref(r);
+}
+
+static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c, json_t *req) {
+    const struct dj_vocab *v = s->m->vocab;
+    json_t *jp = json_object_get(req, "prompt");
+    dj_token *prompt = NULL;
+    size_t n_prompt = 0;
+    if (json_is_string(jp)) {
+        if (vocab_tokenize(v, json_string_value(jp), json_string_length(jp), true, true, &prompt, &n_prompt) != DJ_OK)
+            return send_error(c, 400, "prompt", "%s", dj_last_error());
+    } else if (json_is_array(jp) && json_array_size(jp) > 0 && json_is_integer(json_array_get(jp, 0))) {
+        n_prompt = json_array_size(jp);
+        if (!(prompt = malloc(n_prompt * sizeof *prompt))) return send_error(c, 500, NULL, "out of memory");
+        for (size_t i = 0; i < n_prompt; i++) {
+            json_t *t = json_array_get(jp, i);
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || (size_t)json_integer_value(t) >= vocab_n_tokens(v)) {
+                free(prompt);
+                return send_error(c, 400, "prompt", "prompt[%zu] is not a token id of this model (0..%zu)", i,
+                                  vocab_n_tokens(v) - 1);
+            }
+            prompt[i] = (dj_token)json_integer_value(t);
+        }
+    } else {
+        return send_error(c, 400, "prompt", "prompt must be a string or an array of token ids");
+    }
+    if (n_prompt == 0) {
+        free(prompt);
+        return send_error(c, 400, "prompt", "the prompt is empty and the model adds no BOS token");
+    }
+
+    struct dj_request_params rp = engine_default_request();
+    struct dj_sampler_params *sp = &rp.sampling;
+    *sp = sampler_default_params();
+    const char *bad = NULL;
+    double temp = sp->temp, top_p = sp->top_p, min_p = sp->min_p, top_k = sp->top_k, fp = 0, pp = 0, rpn = 1,
+           n = 1, seed = -1, max_tokens = -1;
+    const size_t n_ctx = s->p.engine.n_ctx ? s->p.engine.n_ctx : s->m->hp.n_ctx_train;
+    bool ok = opt_num(req, "temperature", 0, 100, &temp, &bad) && opt_num(req, "top_p", 0, 1, &top_p, &bad) &&
+              opt_num(req, "min_p", 0, 1, &min_p, &bad) && opt_num(req, "top_k", 0, 1e9, &top_k, &bad) &&
+              opt_num(req, "frequency_penalty", -2, 2, &fp, &bad) && opt_num(req, "presence_penalty", -2, 2, &pp, &bad) &&
+              opt_num(req, "repeat_penalty", 0.0001, 100, &rpn, &bad) && opt_num(req, "n", 1, 16, &n, &bad) &&
+              opt_num(req, "seed", -9.2e18, 1.8e19, &seed, &bad) && opt_num(req, "max_tokens", 1, 1e9, &max_tokens, &bad);
+    if (!ok) {
+        free(prompt);
+        return send_error(c, 400, bad, "'%s' has a wrong type or is out of range", bad);
+    }
+    sp->temp = (float)temp;
+    sp->top_p = (float)top_p;
+    sp->min_p = (float)min_p;
+    sp->top_k = (int32_t)top_k;
+    sp->freq_penalty = (float)fp;
+    sp->presence_penalty = (float)pp;
+    sp->repeat_penalty = (float)rpn;
+    /* no seed: a different one per request, as OpenAI */
+    sp->seed = seed >= 0 ? (uint64_t)seed : dj_rng_u64((uint64_t)dj_time_us(), atomic_fetch_add(&s->n_req, 1));
+    const char *stops[STOP_MAX];
+    size_t n_stop = 0;
+    json_t *js = json_object_get(req, "stop");
+    if (json_is_string(js)) {
+        stops[n_stop++] = json_string_value(js);
+    } else if (json_is_array(js)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(js, i, x) {
+            if (!json_is_string(x) || n_stop == STOP_MAX) {
+                free(prompt);
+                return send_error(c, 400, "stop", "stop must be a string or an array of at most %d strings", STOP_MAX);
+            }
+            stops[n_stop++] = json_string_value(x);
+        }
+    } else if (js && !json_is_null(js)) {
+        free(prompt);
+        return send_error(c, 400, "stop", "stop must be a string or an array of strings");
+    }
+    json_t *ie = json_object_get(req, "ignore_eos"); /* llama-server's extension */
+    if (ie && !json_is_boolean(ie) && !json_is_null(ie)) {
+        free(prompt);
+        return send_error(c, 400, "ignore_eos", "ignore_eos must be a boolean");
+    }
+    rp.ignore_eos = json_is_true(ie);
+    json_t *jstream = json_object_get(req, "stream");
+    if (jstream && !json_is_boolean(jstream) && !json_is_null(jstream)) {
+        free(prompt);
+        return send_error(c, 400, "stream", "stream must be a boolean");
+    }
+    size_t gen = max_tokens > 0 ? (size_t)max_tokens : s->p.n_predict;
+    if (gen == 0) gen = n_ctx > n_prompt ? n_ctx - n_prompt : 1;
+
+    struct sreq *r = calloc(1, sizeof *r);
+    if (!r) {
+        free(prompt);
+        return send_error(c, 500, NULL, "out of memory");
+    }
+    r->s = s;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 2;
+    r->n = (uint32_t)n;
+    r->stream = json_is_true(jstream);
+    r->include_usage = json_is_true(json_object_get(json_object_get(req, "stream_options"), "include_usage"));
+    r->created = time(NULL);
+    snprintf(r->cmpl_id, sizeof r->cmpl_id, "cmpl-%016llx", (unsigned long long)dj_rng_u64(sp->seed, 7));
+    r->text = calloc(r->n, sizeof *r->text);
+    r->n_text = calloc(r->n, sizeof *r->n_text);
+    r->cap_text = calloc(r->n, sizeof *r->cap_text);
+    r->res = calloc(r->n, sizeof *r->res);
+    if (!r->text || !r->n_text || !r->cap_text || !r->res) {
+        free(prompt);
+        r->refs = 1;
+        sreq_unref(r);
+        return send_error(c, 500, NULL, "out of memory");
+    }
+    rp.prompt = prompt;
+    rp.n_prompt = n_prompt;
+    rp.max_tokens = gen;
+    rp.n = r->n;
+    rp.stop = stops;
+    rp.n_stop = n_stop;
+    rp.on_token = on_token;
+    rp.on_done = on_done;
+    rp.ud = r;
+    pthread_mutex_lock(&s->mu);
+    r->next = s->live;
+    if (s->live) s->live->prev = r;
+    s->live = r;
+    pthread_mutex_unlock(&s->mu);
+    enum dj_status st = engine_submit(s->e, &rp, &r->id);
+    free(prompt);
+    if (st) {
+        r->refs = 1;
+        sreq_unref(r);
+        return send_error(c, st == DJ_ERR_NOMEM ? 503 : 400, NULL, "%s", dj_last_error());
+    }
+    if (r->stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, r, stream_free);
+        if (!resp) {
+            stream_free(r);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    json_t *choices = json_array();
+    unsigned status = 200;
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (r->res[i].finish == DJ_FINISH_ERROR) status = 500;
+        json_array_append_new(choices, json_pack("{s:I, s:o, s:s, s:n}", "index", (json_int_t)i, "text",
+                                                 jstr(r->text[i] ? r->text[i] : "", r->n_text[i]), "finish_reason",
+                                                 finish_name(r->res[i].finish), "logprobs"));
+    }
+    enum MHD_Result ret;
+    if (status == 500) {
+        ret = send_error(c, 500, NULL, "generation failed: %s", r->res[0].error);
+        json_decref(choices);
+    } else {
+        ret = send_json(c, 200,
+                        json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:o}", "id", r->cmpl_id, "object", "text_completion",
+                                  "created", (json_int_t)r->created, "model", s->alias, "choices", choices, "usage",
+                                  usage_json(r), "x_deja", xdeja_json(r)));
+    }
+    sreq_unref(r);
+    return ret;
+}
+
+/* ---- small endpoints --------------------------------------------------------------- */
+
+static enum MHD_Result tokenize(struct dj_server *s, struct MHD_Connection *c, json_t *req) {
+    json_t *content = json_object_get(req, "content");
+    if (!json_is_string(content)) return send_error(c, 400, "content", "content must be a string");
+    json_t *as = json_object_get(req, "add_special");
+    dj_token *t = NULL;
+    size_t n = 0;
+    if (vocab_tokenize(s->m->vocab, json_string_value(content), json_string_length(content), json_is_true(as), true, &t,
+                       &n) != DJ_OK)
+        return send_error(c, 400, "content", "%s", dj_last_error());
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(t[i]));
+    free(t);
+    return send_json(c, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+static enum MHD_Result detokenize(struct dj_server *s, struct MHD_Connection *c, json_t *req) {
+    json_t *toks = json_object_get(req, "tokens");
+    if (!json_is_array(toks)) return send_error(c, 400, "tokens", "tokens must be an array of token ids");
+    const size_t n = json_array_size(toks);
+    dj_token *t = malloc((n ? n : 1) * sizeof *t);
+    if (!t) return send_error(c, 500, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(toks, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || (size_t)json_integer_value(x) >= vocab_n_tokens(s->m->vocab)) {
+            free(t);
+            return send_error(c, 400, "tokens", "tokens[%zu] is not a token id of this model", i);
+        }
+        t[i] = (dj_token)json_integer_value(x);
+    }
+    char *out = NULL;
+    size_t len = 0;
+    enum dj_status st = vocab_detokenize(s->m->vocab, t, n, false, &out, &len);
+    free(t);
+    if (st) return send_error(c, 400, "tokens", "%s", dj_last_error());
+    json_t *j = json_pack("{s:o}", "content", jstr(out, len));
+    free(out);
+    return send_json(c, 200, j);
+}
+
+/* ---- dispatch -------------------------------------------------------------------------- */
+
+static bool authorized(struct dj_server *s, struct MHD_Connection *c) {
+    if (!s->p.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *want = s->p.api_key;
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    const size_t nh = strlen(h), nw = strlen(want);
+    unsigned diff = (unsigned)(nh ^ nw);
+    for (size_t i = 0; i < nh; i++) diff |= (unsigned char)h[i] ^ (unsigned char)want[i % (nw ? nw : 1)]; /* constant time */
+    return diff == 0;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    struct dj_server *s = cls;
+    struct body *b = *con_cls;
+    if (!b) {
+        if (!(b = calloc(1, sizeof *b))) return MHD_NO;
+        *con_cls = b;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        const size_t max = s->p.body_max ? s->p.body_max : (size_t)8 << 20;
+        if (!b->too_big && b->n + *upload_size <= max) {
+            if (!buf_append(&b->buf, &b->n, &b->cap, upload, *upload_size)) b->too_big = true;
+        } else {
+            b->too_big = true;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (!strcmp(url, "/health")) return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    if (!authorized(s, c)) return send_error(c, 401, NULL, "invalid or missing API key (Authorization: Bearer KEY)");
+    if (!strcmp(url, "/v1/models") || !strcmp(url, "/models")) {
+        if (strcmp(method, "GET")) return send_error(c, 405, NULL, "use GET for %s", url);
+        return send_json(c, 200,
+                         json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", s->alias, "object",
+                                   "model", "created", (json_int_t)time(NULL), "owned_by", "deja"));
+    }
+    enum MHD_Result (*fn)(struct dj_server *, struct MHD_Connection *, json_t *) = NULL;
+    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")) fn = completions;
+    else if (!strcmp(url, "/tokenize")) fn = tokenize;
+    else if (!strcmp(url, "/detokenize")) fn = detokenize;
+    if (!fn) return send_error(c, 404, NULL, "no endpoint %s %s (not implemented or unknown)", method, url);
+    if (strcmp(method, "POST")) return send_error(c, 405, NULL, "use POST for %s", url);
+    if (b->too_big) return send_error(c, 413, NULL, "request body over the limit");
+    json_error_t err;
+    json_t *req = json_loadb(b->buf ? b->buf : "", b->n, 0, &err);
+    if (!json_is_object(req)) {
+        json_decref(req);
+        return req ? send_error(c, 400, NULL, "the body must be a JSON object")
+                   : send_error(c, 400, NULL, "malformed JSON at line %d, column %d: %s", err.line, err.column, err.text);
+    }
+    json_t *model = json_object_get(req, "model");
+    if (model && !json_is_null(model) && (!json_is_string(model) || strcmp(json_string_value(model), s->alias))) {
+        json_decref(req);
+        return send_error(c, 404, "model", "model '%s' is not served here (this server has '%s')",
+                          json_is_string(model) ? json_string_value(model) : "?", s->alias);
+    }
+    enum MHD_Result ret = fn(s, c, req);
+    json_decref(req);
+    return ret;
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
+    (void)cls;
+    (void)c;
+    (void)code;
+    struct body *b = *con_cls;
+    if (b) free(b->buf);
+    free(b);
+    *con_cls = NULL;
+}
+
+static void *engine_main(void *arg) {
+    struct dj_server *s = arg;
+    while (!atomic_load(&s->stop)) {
+        if (engine_n_pending(s->e) == 0) engine_wait_work(s->e, 100);
+        else engine_step(s->e);
+    }
+    return NULL;
+}
+
+enum dj_status server_start(const struct dj_model *m, const char *model_path, const struct dj_server_params *p,
+                            struct dj_server **out) {
+    struct dj_server *s = calloc(1, sizeof *s);
+    if (!s) return dj_fail(DJ_ERR_NOMEM, "serve: out of memory");
+    s->m = m;
+    s->p = *p;
+    pthread_mutex_init(&s->mu, NULL);
+    const char *base = strrchr(model_path, '/');
+    s->alias = strdup(p->alias ? p->alias : base ? base + 1 : model_path);
+    enum dj_status st = s->alias ? engine_create(m, &p->engine, &s->e) : dj_fail(DJ_ERR_NOMEM, "serve: out of memory");
+    if (st) {
+        free(s->alias);
+        free(s);
+        return st;
+    }
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s) != 0) {
+        engine_destroy(s->e);
+        free(s->alias);
+        free(s);
+        return dj_fail(DJ_ERR_NOMEM, "serve: cannot start the engine thread");
+    }
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(p->port);
+    if (inet_pton(AF_INET, p->host, &addr.sin_addr) != 1) {
+        server_stop(s, 0);
+        return dj_fail(DJ_ERR_INVALID, "serve: --host '%s' is not an IPv4 address", p->host);
+    }
+    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
+                            NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)(p->timeout_s ? p->timeout_s : 600), MHD_OPTION_END);
+    if (!s->d) {
+        server_stop(s, 0);
+        return dj_fail(DJ_ERR_IO, "serve: cannot listen on %s:%u (in use, or not allowed)", p->host, p->port);
+    }
+    *out = s;
+    return DJ_OK;
+}
+
+uint16_t server_port(const struct dj_server *s) {
+    const union MHD_DaemonInfo *i = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    return i ? i->port : 0;
+}
+
+void server_stop(struct dj_server *s, int deadline_ms) {
+    if (!s) return;
+    if (s->d) MHD_quiesce_daemon(s->d);
+    /* cancel what runs; streams end once their requests finish */
+    pthread_mutex_lock(&s->mu);
+    for (struct sreq *r = s->live; r; r = r->next) engine_cancel(s->e, r->id);
+    pthread_mutex_unlock(&s->mu);
+    const int64_t t0 = dj_time_us();
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        const bool empty = s->live == NULL;
+        pthread_mutex_unlock(&s->mu);
+        if (empty || dj_time_us() - t0 > (int64_t)deadline_ms * 1000) break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (s->d) MHD_stop_daemon(s->d);
+    atomic_store(&s->stop, true);
+    pthread_join(s->engine_thread, NULL);
+    engine_destroy(s->e);
+    pthread_mutex_destroy(&s->mu);
+    free(s->alias);
+    free(s);
+}

@@ -1,0 +1,49 @@
+/*
+ * server.h — the HTTP server over the serving engine (`deja serve`).
+ *
+ *   client ── HTTP (libmicrohttpd, a thread per connection) ──▶ handler
+ *       parse JSON (jansson) → tokenize → engine_submit ──▶ engine thread
+ *       ◀── SSE chunks / one JSON body ◀── per-request queue ◀── on_token/on_done
+ *
+ * One engine thread runs engine_step while work is pending (engine_wait_work
+ * otherwise).  A connection thread submits and then either waits for the
+ * request to finish (non-streaming) or streams the queue as Server-Sent
+ * Events; when a streaming client goes away its request is cancelled.
+ *
+ * Not implemented yet (issue 11): chat completions, chat templates, the
+ * Responses and Anthropic Messages APIs, tool calls, metrics.
+ */
+#ifndef DJ_SERVER_SERVER_H
+#define DJ_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "model/model.h"
+
+struct dj_server_params {
+    const char *host;       /* "127.0.0.1" */
+    uint16_t port;          /* 0: any free port (dj_server_port tells which) */
+    const char *api_key;    /* NULL: no authentication */
+    const char *alias;      /* the model id /v1/models reports; NULL: the file name */
+    size_t n_predict;       /* tokens generated when a request sets no limit; 0: up to the context */
+    size_t body_max;        /* request body limit in bytes; 0: 8 MiB */
+    unsigned timeout_s;     /* idle connection timeout; 0: 600 */
+    struct dj_engine_params engine;
+};
+
+struct dj_server_params server_default_params(void);
+
+struct dj_server;
+
+/* Starts the engine thread and the HTTP daemon; m must outlive the server. */
+enum dj_status server_start(const struct dj_model *m, const char *model_path, const struct dj_server_params *p,
+                            struct dj_server **out);
+uint16_t server_port(const struct dj_server *s);
+/* Stops accepting, cancels what is in flight (waiting at most deadline_ms for
+ * streams to end), stops the engine thread, frees everything.  Accepts NULL. */
+void server_stop(struct dj_server *s, int deadline_ms);
+
+#endif

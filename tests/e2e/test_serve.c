@@ -1,0 +1,330 @@
+/*
+ * test_serve.c — `deja serve` over real sockets on a free loopback port:
+ * health, models, completions (the same text as `deja run`, streamed and
+ * not, prefix reuse reported as cached_tokens, n = 2), 4 concurrent streams
+ * equal to sequential runs with the same seeds, a disconnected stream is
+ * cancelled (with --parallel 1 the next request does not wait behind it),
+ * bad requests get OpenAI-shaped 4xx errors, --api-key, SIGTERM exits 0.
+ */
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "test.h"
+#include "test_run.h"
+
+struct srv {
+    pid_t pid;
+    int err_fd;
+    unsigned port;
+};
+
+static bool srv_start(struct srv *s, const char *model, const char *const *extra) {
+    int fd[2];
+    if (pipe(fd) != 0) return false;
+    char *argv[32] = {(char *)deja_bin, "serve", "-m", (char *)model, "--port", "0", "--kv-budget", "64"};
+    int n = 8;
+    for (size_t i = 0; extra && extra[i] && n < 30; i++) argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    s->pid = fork();
+    if (s->pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    s->err_fd = fd[0];
+    char line[512];
+    size_t k = 0;
+    while (k + 1 < sizeof line && read(fd[0], line + k, 1) == 1 && line[k] != '\n') k++;
+    line[k] = 0;
+    const char *p = strstr(line, "127.0.0.1:");
+    s->port = p ? (unsigned)atoi(p + 10) : 0;
+    CHECKF(s->port > 0, "server did not start: %s", line);
+    return s->port > 0;
+}
+
+static int srv_stop(struct srv *s) {
+    kill(s->pid, SIGTERM);
+    int st = 0;
+    waitpid(s->pid, &st, 0);
+    close(s->err_fd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* One request on its own connection; returns the status, *body the body (malloc'd). */
+static int http(unsigned port, const char *method, const char *path, const char *body, const char *auth, char **out) {
+    *out = NULL;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    char hdr[512];
+    const size_t nb = body ? strlen(body) : 0;
+    int nh = snprintf(hdr, sizeof hdr,
+                      "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\n%s%s%s\r\n",
+                      method, path, nb, auth ? "Authorization: Bearer " : "", auth ? auth : "", auth ? "\r\n" : "");
+    if (write(fd, hdr, (size_t)nh) != nh || (nb && write(fd, body, nb) != (ssize_t)nb)) {
+        close(fd);
+        return -1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    ssize_t got;
+    while ((got = read(fd, buf + n, cap - n - 1)) > 0) {
+        n += (size_t)got;
+        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[n] = 0;
+    close(fd);
+    int status = 0;
+    sscanf(buf, "HTTP/1.%*d %d", &status);
+    const char *b = strstr(buf, "\r\n\r\n");
+    *out = strdup(b ? b + 4 : "");
+    free(buf);
+    return status;
+}
+
+/* Chunked bodies (streams): the data lines are intact between chunk headers; join the
+ * texts of every `data: {...}` event, and check the stream ended with [DONE]. */
+static char *sse_text(const char *raw, bool *done, json_t **usage) {
+    size_t cap = 4096, n = 0;
+    char *t = calloc(1, cap);
+    *done = strstr(raw, "data: [DONE]") != NULL;
+    for (const char *p = raw; (p = strstr(p, "data: {")); p += 6) {
+        const char *e = strstr(p, "\n\n");
+        if (!e) break;
+        json_t *j = json_loadb(p + 6, (size_t)(e - p - 6), 0, NULL);
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        const char *s = json_string_value(json_object_get(ch, "text"));
+        if (s) {
+            size_t l = strlen(s);
+            if (n + l + 1 > cap) t = realloc(t, cap = (n + l + 1) * 2);
+            memcpy(t + n, s, l + 1);
+            n += l;
+        }
+        if (usage && json_object_get(j, "usage")) *usage = json_incref(json_object_get(j, "usage"));
+        json_decref(j);
+    }
+    return t;
+}
+
+static json_t *body_json(const char *b) { return json_loads(b ? b : "", 0, NULL); }
+
+static const char *choice_text(json_t *j, size_t i) {
+    return json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), i), "text"));
+}
+
+static bool is_error(const char *body, const char *param) {
+    json_t *j = body_json(body);
+    json_t *e = json_object_get(j, "error");
+    bool ok = json_is_string(json_object_get(e, "message")) && json_is_string(json_object_get(e, "type")) &&
+              (!param || !strcmp(json_string_value(json_object_get(e, "param")) ? json_string_value(json_object_get(e, "param")) : "", param));
+    json_decref(j);
+    return ok;
+}
+
+struct conc {
+    unsigned port;
+    int seed;
+    char *text;
+};
+
+static void *conc_main(void *arg) {
+    struct conc *c = arg;
+    char body[256], *out;
+    snprintf(body, sizeof body,
+             "{\"prompt\": \"def parse(line):\", \"max_tokens\": 24, \"temperature\": 0.9, \"seed\": %d, \"stream\": true}",
+             c->seed);
+    http(c->port, "POST", "/v1/completions", body, NULL, &out);
+    bool done;
+    c->text = sse_text(out ? out : "", &done, NULL);
+    free(out);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    deja_bin = argv[2];
+    signal(SIGPIPE, SIG_IGN);
+    char model[512];
+    snprintf(model, sizeof model, "%s", test_shared_path(argv[1], "models/codelm-15m-f16.gguf"));
+    struct srv s;
+    const char *extra[] = {"--body-max", "4096", NULL};
+    if (!srv_start(&s, model, extra)) TEST_END();
+    char *out = NULL;
+
+    CHECK(http(s.port, "GET", "/health", NULL, NULL, &out) == 200 && strstr(out, "ok"));
+    free(out);
+    CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, &out) == 200 && strstr(out, "codelm-15m-f16.gguf"));
+    free(out);
+
+    /* the same greedy text as deja run */
+    char *run_out = NULL;
+    CHECK(RUN(&run_out, "run", "-m", model, "-p", "def fib(n):", "-n", "20", "--json") == 0);
+    json_t *rj = json_loads(strstr(run_out, "{\"prompt_ids\"") ? strstr(run_out, "{\"prompt_ids\"") : "", JSON_DISABLE_EOF_CHECK, NULL);
+    const char *want = json_string_value(json_object_get(rj, "text"));
+    const char *req = "{\"prompt\": \"def fib(n):\", \"max_tokens\": 20, \"temperature\": 0}";
+    CHECK(http(s.port, "POST", "/v1/completions", req, NULL, &out) == 200);
+    json_t *j = body_json(out);
+    CHECKF(want && choice_text(j, 0) && !strcmp(want, choice_text(j, 0)), "server '%s' vs run '%s'", choice_text(j, 0), want);
+    json_t *u = json_object_get(j, "usage");
+    CHECK(json_integer_value(json_object_get(u, "completion_tokens")) == 20);
+    json_decref(j);
+    free(out);
+    /* again: the prompt is reused from the cache (all but its last token), same text */
+    CHECK(http(s.port, "POST", "/v1/completions", req, NULL, &out) == 200);
+    j = body_json(out);
+    CHECK(want && choice_text(j, 0) && !strcmp(want, choice_text(j, 0)));
+    const json_int_t np = json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens"));
+    const json_int_t nc = json_integer_value(
+        json_object_get(json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"), "cached_tokens"));
+    CHECKF(np > 1 && nc == np - 1, "cached %lld of %lld", (long long)nc, (long long)np);
+    CHECK(json_is_object(json_object_get(j, "x_deja")));
+    json_decref(j);
+    free(out);
+    /* streamed: the same text, [DONE], usage on request */
+    CHECK(http(s.port, "POST", "/v1/completions",
+               "{\"prompt\": \"def fib(n):\", \"max_tokens\": 20, \"temperature\": 0, \"stream\": true, "
+               "\"stream_options\": {\"include_usage\": true}}",
+               NULL, &out) == 200);
+    bool done = false;
+    json_t *usage = NULL;
+    char *st = sse_text(out, &done, &usage);
+    CHECKF(done && want && !strcmp(st, want), "stream '%s'", st);
+    CHECK(usage && json_integer_value(json_object_get(usage, "completion_tokens")) == 20);
+    json_decref(usage);
+    free(st);
+    free(out);
+    json_decref(rj);
+    free(run_out);
+    /* n = 2 with a seed: two choices, reproducible */
+    const char *req2 = "{\"prompt\": \"import\", \"max_tokens\": 12, \"temperature\": 1.0, \"seed\": 5, \"n\": 2}";
+    char *out2 = NULL;
+    CHECK(http(s.port, "POST", "/v1/completions", req2, NULL, &out) == 200);
+    CHECK(http(s.port, "POST", "/v1/completions", req2, NULL, &out2) == 200);
+    j = body_json(out);
+    json_t *j2 = body_json(out2);
+    CHECK(json_array_size(json_object_get(j, "choices")) == 2 && choice_text(j, 1) && choice_text(j2, 1) &&
+          !strcmp(choice_text(j, 0), choice_text(j2, 0)) && !strcmp(choice_text(j, 1), choice_text(j2, 1)));
+    json_decref(j);
+    json_decref(j2);
+    free(out);
+    free(out2);
+
+    /* 4 concurrent streams = the same requests one at a time */
+    struct conc cs[4], seq[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        seq[i] = (struct conc){s.port, 100 + i, NULL};
+        conc_main(&seq[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        cs[i] = (struct conc){s.port, 100 + i, NULL};
+        pthread_create(&th[i], NULL, conc_main, &cs[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECKF(cs[i].text && seq[i].text && cs[i].text[0] && !strcmp(cs[i].text, seq[i].text),
+               "stream %d: '%s' vs '%s'", i, cs[i].text, seq[i].text);
+        free(cs[i].text);
+        free(seq[i].text);
+    }
+
+    /* bad input: 4xx with an OpenAI-shaped error, the server goes on */
+    CHECK(http(s.port, "POST", "/v1/completions", "{bad json", NULL, &out) == 400 && is_error(out, NULL));
+    free(out);
+    CHECK(http(s.port, "POST", "/v1/completions", "[1, 2]", NULL, &out) == 400 && is_error(out, NULL));
+    free(out);
+    CHECK(http(s.port, "POST", "/v1/completions", "{\"prompt\": 7}", NULL, &out) == 400 && is_error(out, "prompt"));
+    free(out);
+    CHECK(http(s.port, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 0}", NULL, &out) == 400 &&
+          is_error(out, "max_tokens"));
+    free(out);
+    CHECK(http(s.port, "POST", "/v1/completions", "{\"prompt\": \"x\", \"temperature\": \"hot\"}", NULL, &out) == 400 &&
+          is_error(out, "temperature"));
+    free(out);
+    CHECK(http(s.port, "POST", "/v1/completions", "{\"prompt\": [1, 99999999]}", NULL, &out) == 400 && is_error(out, "prompt"));
+    free(out);
+    CHECK(http(s.port, "POST", "/v1/completions", "{\"prompt\": \"x\", \"model\": \"gpt-9\"}", NULL, &out) == 404 &&
+          is_error(out, "model"));
+    free(out);
+    CHECK(http(s.port, "POST", "/v1/nothing", "{}", NULL, &out) == 404 && is_error(out, NULL));
+    free(out);
+    CHECK(http(s.port, "GET", "/v1/completions", NULL, NULL, &out) == 405 && is_error(out, NULL));
+    free(out);
+    char big[6000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    memcpy(big, "{\"prompt\": \"", 12);
+    CHECK(http(s.port, "POST", "/v1/completions", big, NULL, &out) == 413 && is_error(out, NULL));
+    free(out);
+    /* a prompt past the context (2048) */
+    size_t nl = 3 * 2048 * 6;
+    char *lng = malloc(nl + 64);
+    strcpy(lng, "{\"prompt\": [");
+    for (int i = 0; i < 3000; i++) strcat(lng, i ? ", 100" : "100");
+    strcat(lng, "]}");
+    CHECK(http(s.port, "POST", "/tokenize", "{\"content\": \"hello world\"}", NULL, &out) == 200 && strstr(out, "tokens"));
+    free(out);
+    CHECK(http(s.port, "POST", "/detokenize", "{\"tokens\": [31702, 1835]}", NULL, &out) == 200 &&
+          strstr(out, "hello world"));
+    free(out);
+    CHECK(srv_stop(&s) == 0);
+
+    /* larger body limit for the long prompt; --parallel 1 for the disconnect test; an API key */
+    const char *extra2[] = {"--parallel", "1", "--api-key", "sekrit", NULL};
+    if (srv_start(&s, model, extra2)) {
+        CHECK(http(s.port, "POST", "/v1/completions", lng, "sekrit", &out) == 400 && is_error(out, NULL));
+        free(out);
+        CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, &out) == 401 && is_error(out, NULL));
+        free(out);
+        CHECK(http(s.port, "GET", "/v1/models", NULL, "wrong", &out) == 401);
+        free(out);
+        CHECK(http(s.port, "GET", "/health", NULL, NULL, &out) == 200);
+        free(out);
+        /* a stream of up to 2000 tokens, dropped after its first bytes */
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)s.port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+        const char *sb = "{\"prompt\": \"def\", \"max_tokens\": 2000, \"stream\": true, \"ignore_eos\": true}";
+        char hdr[512];
+        int nh = snprintf(hdr, sizeof hdr,
+                          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n"
+                          "Content-Length: %zu\r\n\r\n%s",
+                          strlen(sb), sb);
+        CHECK(write(fd, hdr, (size_t)nh) == nh);
+        char tmp[256];
+        CHECK(read(fd, tmp, sizeof tmp) > 0);
+        close(fd);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        CHECK(http(s.port, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1}", "sekrit", &out) == 200);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        /* not cancelled, it would hold the only slot for its 2000 tokens (~8 s here) */
+        CHECKF(secs < 3.0, "the request after a dropped stream waited %.1f s", secs);
+        free(out);
+        CHECK(srv_stop(&s) == 0);
+    }
+    free(lng);
+    TEST_END();
+}

@@ -1,0 +1,126 @@
+/*
+ * cmd_serve.c — `deja serve`: the HTTP server (src/server/server.h).
+ * Runs until SIGINT or SIGTERM, then stops accepting, cancels what is in
+ * flight (streams end within --shutdown-ms) and exits 0.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core/status.h"
+#include "model/model.h"
+#include "opt/opt.h"
+#include "server/server.h"
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig) { got_signal = sig; }
+
+static void serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: deja serve -m MODEL [options]\n"
+            "  -m, --model F       GGUF model\n"
+            "  --host H            IPv4 address to listen on (default 127.0.0.1)\n"
+            "  --port P            TCP port (default 8080; 0: any free port, printed at start)\n"
+            "  -t, --threads N     threads for the forward pass (default 1)\n"
+            "  -c, --ctx-size N    context per sequence (default: the model's training context)\n"
+            "  -n, --n-predict N   tokens generated when a request sets no max_tokens (default: up to the context)\n"
+            "  --parallel N        requests generating at once (default: as many as the KV budget holds)\n"
+            "  --kv-budget MIB     KV cache memory (default: half the available memory)\n"
+            "  --api-key KEY       require 'Authorization: Bearer KEY' (all endpoints but /health)\n"
+            "  --alias NAME        the model id reported by /v1/models (default: the file name)\n"
+            "  --body-max BYTES    request body limit (default 8 MiB; larger: HTTP 413)\n"
+            "  --timeout S         idle connection timeout in seconds (default 600)\n"
+            "  --shutdown-ms MS    on SIGINT/SIGTERM, how long in-flight streams get to end (default 5000)\n"
+            "Endpoints: POST /v1/completions (prompt string or token ids; stream; stop; seed; n;\n"
+            "temperature, top_p, top_k, min_p, penalties), POST /tokenize, POST /detokenize, GET /v1/models,\n"
+            "GET /health.  Not implemented yet: /v1/chat/completions, /v1/responses, /v1/messages, /metrics\n"
+            "(see docs/SERVER.md).\n");
+}
+
+static bool num(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+int cmd_serve(int argc, char **argv) {
+    struct dj_server_params p = server_default_params();
+    const char *model = NULL;
+    double v, shutdown_ms = 5000;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+#define NUMOPT(name1, name2, lo, hi, dst)                                                     \
+    if (!strcmp(a, name1) || !strcmp(a, name2)) {                                                \
+        if (!(val = cli_value("serve", argc, argv, &i))) return 1;                             \
+        if (!num(val, lo, hi, &v)) return cli_error("serve", "%s: '%s' is not a number in [%g, %g]", a, val, \
+                                                    (double)(lo), (double)(hi));               \
+        dst;                                                                                    \
+        continue;                                                                               \
+    }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            serve_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model = cli_value("serve", argc, argv, &i))) return 1;
+            continue;
+        }
+        if (!strcmp(a, "--host")) {
+            if (!(p.host = cli_value("serve", argc, argv, &i))) return 1;
+            continue;
+        }
+        if (!strcmp(a, "--api-key")) {
+            if (!(p.api_key = cli_value("serve", argc, argv, &i))) return 1;
+            continue;
+        }
+        if (!strcmp(a, "--alias")) {
+            if (!(p.alias = cli_value("serve", argc, argv, &i))) return 1;
+            continue;
+        }
+        NUMOPT("--port", "--port", 0, 65535, p.port = (uint16_t)v)
+        NUMOPT("-t", "--threads", 1, 1024, p.engine.n_threads = (int)v)
+        NUMOPT("-c", "--ctx-size", 0, 1 << 24, p.engine.n_ctx = (uint32_t)v)
+        NUMOPT("-n", "--n-predict", 0, 1 << 24, p.n_predict = (size_t)v)
+        NUMOPT("--parallel", "--parallel", 0, 4096, p.engine.n_running_max = (uint32_t)v)
+        NUMOPT("--kv-budget", "--kv-budget", 0, 1 << 30, p.engine.kv_budget_mib = v)
+        NUMOPT("--body-max", "--body-max", 1024, 1 << 30, p.body_max = (size_t)v)
+        NUMOPT("--timeout", "--timeout", 1, 86400, p.timeout_s = (unsigned)v)
+        NUMOPT("--shutdown-ms", "--shutdown-ms", 0, 600000, shutdown_ms = v)
+#undef NUMOPT
+        serve_usage(stderr);
+        return cli_error("serve", "unknown argument '%s'", a);
+    }
+    if (!model) {
+        serve_usage(stderr);
+        return cli_error("serve", "no model given (-m MODEL)");
+    }
+    if (llama_opt_config_from_env(&p.engine.opt) != DJ_OK) return cli_error("serve", "%s", dj_last_error());
+    p.engine.kv_budget_auto = p.engine.kv_budget_mib == 0 && getenv("LLAMA_OPT_DEDUP_POOL_MAX") == NULL;
+    struct dj_model *m = NULL;
+    if (model_load(model, &m) != DJ_OK) return cli_error("serve", "%s", dj_last_error());
+    struct dj_server *s = NULL;
+    if (server_start(m, model, &p, &s) != DJ_OK) {
+        cli_error("serve", "%s", dj_last_error());
+        model_free(m);
+        return 1;
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    fprintf(stderr, "deja serve: listening on http://%s:%u\n", p.host, (unsigned)server_port(s));
+    while (!got_signal) pause();
+    fprintf(stderr, "deja serve: signal %d, stopping\n", (int)got_signal);
+    server_stop(s, (int)shutdown_ms);
+    model_free(m);
+    return 0;
+}
