@@ -536,9 +536,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     json_t *model = json_object_get(req, "model");
     if (model && !json_is_null(model) && (!json_is_string(model) || strcmp(json_string_value(model), s->alias))) {
+        enum MHD_Result ret = send_error(c, 404, "model", "model '%s' is not served here (this server has '%s')",
+                                         json_is_string(model) ? json_string_value(model) : "?", s->alias);
         json_decref(req);
-        return send_error(c, 404, "model", "model '%s' is not served here (this server has '%s')",
-                          json_is_string(model) ? json_string_value(model) : "?", s->alias);
+        return ret;
     }
     enum MHD_Result ret = fn(s, c, req);
     json_decref(req);
