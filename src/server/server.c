@@ -4,6 +4,8 @@
  */
 #include "server/server.h"
 
+#include "server/request.h"
+
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -21,7 +23,6 @@
 #include "core/timer.h"
 #include "tokenizer/tokenizer.h"
 
-enum { STOP_MAX = 16 };
 
 struct dj_server {
     const struct dj_model *m;
@@ -228,18 +229,6 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
 
 /* ---- /v1/completions ----------------------------------------------------------- */
 
-/* Reads an optional number field into *out; false (and a 400) on a wrong type or range. */
-static bool opt_num(json_t *req, const char *key, double lo, double hi, double *out, const char **bad) {
-    json_t *v = json_object_get(req, key);
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi) {
-        *bad = key;
-        return false;
-    }
-    *out = json_number_value(v);
-    return true;
-}
-
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     struct sreq *r = cls;
@@ -269,104 +258,34 @@ static void stream_free(void *cls) {
     sreq_unref(r);
 }
 
-static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c, json_t *req) {
-    const struct dj_vocab *v = s->m->vocab;
-    json_t *jp = json_object_get(req, "prompt");
-    dj_token *prompt = NULL;
-    size_t n_prompt = 0;
-    if (json_is_string(jp)) {
-        if (vocab_tokenize(v, json_string_value(jp), json_string_length(jp), true, true, &prompt, &n_prompt) != DJ_OK)
-            return send_error(c, 400, "prompt", "%s", dj_last_error());
-    } else if (json_is_array(jp) && json_array_size(jp) > 0 && json_is_integer(json_array_get(jp, 0))) {
-        n_prompt = json_array_size(jp);
-        if (!(prompt = malloc(n_prompt * sizeof *prompt))) return send_error(c, 500, NULL, "out of memory");
-        for (size_t i = 0; i < n_prompt; i++) {
-            json_t *t = json_array_get(jp, i);
-            if (!json_is_integer(t) || json_integer_value(t) < 0 || (size_t)json_integer_value(t) >= vocab_n_tokens(v)) {
-                free(prompt);
-                return send_error(c, 400, "prompt", "prompt[%zu] is not a token id of this model (0..%zu)", i,
-                                  vocab_n_tokens(v) - 1);
-            }
-            prompt[i] = (dj_token)json_integer_value(t);
-        }
-    } else {
-        return send_error(c, 400, "prompt", "prompt must be a string or an array of token ids");
-    }
-    if (n_prompt == 0) {
-        free(prompt);
-        return send_error(c, 400, "prompt", "the prompt is empty and the model adds no BOS token");
-    }
-
+static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body) {
+    struct dj_completion_req cr = {0};
+    int code = 400;
+    const char *param = NULL;
+    if (server_parse_completion(s->m->vocab, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
+        return send_error(c, (unsigned)code, param, "%s", dj_last_error());
     struct dj_request_params rp = engine_default_request();
+    rp.sampling = cr.sp;
     struct dj_sampler_params *sp = &rp.sampling;
-    *sp = sampler_default_params();
-    const char *bad = NULL;
-    double temp = sp->temp, top_p = sp->top_p, min_p = sp->min_p, top_k = sp->top_k, fp = 0, pp = 0, rpn = 1,
-           n = 1, seed = -1, max_tokens = -1;
-    const size_t n_ctx = s->p.engine.n_ctx ? s->p.engine.n_ctx : s->m->hp.n_ctx_train;
-    bool ok = opt_num(req, "temperature", 0, 100, &temp, &bad) && opt_num(req, "top_p", 0, 1, &top_p, &bad) &&
-              opt_num(req, "min_p", 0, 1, &min_p, &bad) && opt_num(req, "top_k", 0, 1e9, &top_k, &bad) &&
-              opt_num(req, "frequency_penalty", -2, 2, &fp, &bad) && opt_num(req, "presence_penalty", -2, 2, &pp, &bad) &&
-              opt_num(req, "repeat_penalty", 0.0001, 100, &rpn, &bad) && opt_num(req, "n", 1, 16, &n, &bad) &&
-              opt_num(req, "seed", -9.2e18, 1.8e19, &seed, &bad) && opt_num(req, "max_tokens", 1, 1e9, &max_tokens, &bad);
-    if (!ok) {
-        free(prompt);
-        return send_error(c, 400, bad, "'%s' has a wrong type or is out of range", bad);
-    }
-    sp->temp = (float)temp;
-    sp->top_p = (float)top_p;
-    sp->min_p = (float)min_p;
-    sp->top_k = (int32_t)top_k;
-    sp->freq_penalty = (float)fp;
-    sp->presence_penalty = (float)pp;
-    sp->repeat_penalty = (float)rpn;
     /* no seed: a different one per request, as OpenAI */
-    sp->seed = seed >= 0 ? (uint64_t)seed : dj_rng_u64((uint64_t)dj_time_us(), atomic_fetch_add(&s->n_req, 1));
-    const char *stops[STOP_MAX];
-    size_t n_stop = 0;
-    json_t *js = json_object_get(req, "stop");
-    if (json_is_string(js)) {
-        stops[n_stop++] = json_string_value(js);
-    } else if (json_is_array(js)) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(js, i, x) {
-            if (!json_is_string(x) || n_stop == STOP_MAX) {
-                free(prompt);
-                return send_error(c, 400, "stop", "stop must be a string or an array of at most %d strings", STOP_MAX);
-            }
-            stops[n_stop++] = json_string_value(x);
-        }
-    } else if (js && !json_is_null(js)) {
-        free(prompt);
-        return send_error(c, 400, "stop", "stop must be a string or an array of strings");
-    }
-    json_t *ie = json_object_get(req, "ignore_eos"); /* llama-server's extension */
-    if (ie && !json_is_boolean(ie) && !json_is_null(ie)) {
-        free(prompt);
-        return send_error(c, 400, "ignore_eos", "ignore_eos must be a boolean");
-    }
-    rp.ignore_eos = json_is_true(ie);
-    json_t *jstream = json_object_get(req, "stream");
-    if (jstream && !json_is_boolean(jstream) && !json_is_null(jstream)) {
-        free(prompt);
-        return send_error(c, 400, "stream", "stream must be a boolean");
-    }
-    size_t gen = max_tokens > 0 ? (size_t)max_tokens : s->p.n_predict;
+    if (!cr.has_seed) sp->seed = dj_rng_u64((uint64_t)dj_time_us(), atomic_fetch_add(&s->n_req, 1));
+    rp.ignore_eos = cr.ignore_eos;
+    const size_t n_ctx = s->p.engine.n_ctx ? s->p.engine.n_ctx : s->m->hp.n_ctx_train;
+    const size_t n_prompt = cr.n_prompt;
+    size_t gen = cr.max_tokens ? cr.max_tokens : s->p.n_predict;
     if (gen == 0) gen = n_ctx > n_prompt ? n_ctx - n_prompt : 1;
-
     struct sreq *r = calloc(1, sizeof *r);
     if (!r) {
-        free(prompt);
+        server_completion_req_free(&cr);
         return send_error(c, 500, NULL, "out of memory");
     }
     r->s = s;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->refs = 2;
-    r->n = (uint32_t)n;
-    r->stream = json_is_true(jstream);
-    r->include_usage = json_is_true(json_object_get(json_object_get(req, "stream_options"), "include_usage"));
+    r->n = cr.n;
+    r->stream = cr.stream;
+    r->include_usage = cr.include_usage;
     r->created = time(NULL);
     snprintf(r->cmpl_id, sizeof r->cmpl_id, "cmpl-%016llx", (unsigned long long)dj_rng_u64(sp->seed, 7));
     r->text = calloc(r->n, sizeof *r->text);
@@ -374,17 +293,17 @@ static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c
     r->cap_text = calloc(r->n, sizeof *r->cap_text);
     r->res = calloc(r->n, sizeof *r->res);
     if (!r->text || !r->n_text || !r->cap_text || !r->res) {
-        free(prompt);
+        server_completion_req_free(&cr);
         r->refs = 1;
         sreq_unref(r);
         return send_error(c, 500, NULL, "out of memory");
     }
-    rp.prompt = prompt;
+    rp.prompt = cr.prompt;
     rp.n_prompt = n_prompt;
     rp.max_tokens = gen;
     rp.n = r->n;
-    rp.stop = stops;
-    rp.n_stop = n_stop;
+    rp.stop = cr.stop;
+    rp.n_stop = cr.n_stop;
     rp.on_token = on_token;
     rp.on_done = on_done;
     rp.ud = r;
@@ -394,7 +313,7 @@ static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c
     s->live = r;
     pthread_mutex_unlock(&s->mu);
     enum dj_status st = engine_submit(s->e, &rp, &r->id);
-    free(prompt);
+    server_completion_req_free(&cr);
     if (st) {
         r->refs = 1;
         sreq_unref(r);
@@ -521,26 +440,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                                    "model", "created", (json_int_t)time(NULL), "owned_by", "deja"));
     }
     enum MHD_Result (*fn)(struct dj_server *, struct MHD_Connection *, json_t *) = NULL;
-    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")) fn = completions;
-    else if (!strcmp(url, "/tokenize")) fn = tokenize;
+    const bool is_cmpl = !strcmp(url, "/v1/completions") || !strcmp(url, "/completions");
+    if (!strcmp(url, "/tokenize")) fn = tokenize;
     else if (!strcmp(url, "/detokenize")) fn = detokenize;
-    if (!fn) return send_error(c, 404, NULL, "no endpoint %s %s (not implemented or unknown)", method, url);
+    if (!fn && !is_cmpl) return send_error(c, 404, NULL, "no endpoint %s %s (not implemented or unknown)", method, url);
     if (strcmp(method, "POST")) return send_error(c, 405, NULL, "use POST for %s", url);
     if (b->too_big) return send_error(c, 413, NULL, "request body over the limit");
-    json_error_t err;
-    json_t *req = json_loadb(b->buf ? b->buf : "", b->n, 0, &err);
-    if (!json_is_object(req)) {
-        json_decref(req);
-        return req ? send_error(c, 400, NULL, "the body must be a JSON object")
-                   : send_error(c, 400, NULL, "malformed JSON at line %d, column %d: %s", err.line, err.column, err.text);
-    }
-    json_t *model = json_object_get(req, "model");
-    if (model && !json_is_null(model) && (!json_is_string(model) || strcmp(json_string_value(model), s->alias))) {
-        enum MHD_Result ret = send_error(c, 404, "model", "model '%s' is not served here (this server has '%s')",
-                                         json_is_string(model) ? json_string_value(model) : "?", s->alias);
-        json_decref(req);
-        return ret;
-    }
+    if (is_cmpl) return completions(s, c, b->buf ? b->buf : "", b->n);
+    json_t *req = server_parse_body(b->buf ? b->buf : "", b->n);
+    if (!req) return send_error(c, 400, NULL, "%s", dj_last_error());
     enum MHD_Result ret = fn(s, c, req);
     json_decref(req);
     return ret;

@@ -19,6 +19,7 @@
 #                   each small enough that the target also runs them
 #   fuzz_json_schema  hand-written JSON schemas (every supported keyword, a
 #                   tools array), each after one options byte
+#   fuzz_request    /v1/completions request bodies using every field
 set -eu
 
 # Little-endian writers for the hand-built seed (POSIX sh arithmetic is 64-bit).
@@ -249,4 +250,20 @@ case "$name" in
 fuzz_json_schema) json_schema_seeds "$corpus" ;;
 esac
 # ---- fuzz_json_schema (end) ----
+
+# fuzz_request: request bodies for POST /v1/completions, one a file
+if [ "$name" = fuzz_request ]; then
+    i=0
+    while IFS= read -r line; do
+        f="$corpus/req$i.json"
+        rm -f "$f"
+        printf '%s' "$line" > "$f"
+        i=$((i + 1))
+    done <<'BODIES'
+{"prompt": "def fib(n):", "max_tokens": 20, "temperature": 0}
+{"prompt": [1, 2, 3], "stream": true, "stream_options": {"include_usage": true}, "n": 2, "seed": 5}
+{"model": "m", "prompt": "x", "stop": ["\n", "END"], "top_k": 40, "top_p": 0.9, "min_p": 0.05, "ignore_eos": true}
+{"prompt": "x", "frequency_penalty": 0.5, "presence_penalty": -0.5, "repeat_penalty": 1.1, "max_tokens": 1}
+BODIES
+fi
 exit 0

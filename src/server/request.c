@@ -1,0 +1,171 @@
+/*
+ * request.c — JSON request bodies to engine requests (request.h).
+ */
+#include "server/request.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+
+json_t *server_parse_body(const char *body, size_t n) {
+    json_error_t err;
+    json_t *req = json_loadb(body, n, 0, &err);
+    if (json_is_object(req)) return req;
+    if (req) {
+        json_decref(req);
+        dj_fail(DJ_ERR_INVALID, "the body must be a JSON object");
+    } else {
+        dj_fail(DJ_ERR_INVALID, "malformed JSON at line %d, column %d: %s", err.line, err.column, err.text);
+    }
+    return NULL;
+}
+
+/* An optional number field; false on a wrong type or a value outside [lo, hi]. */
+static bool opt_num(json_t *req, const char *key, double lo, double hi, double *out) {
+    json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v) || !(json_number_value(v) >= lo && json_number_value(v) <= hi)) return false;
+    *out = json_number_value(v);
+    return true;
+}
+
+static bool opt_bool(json_t *req, const char *key, bool *out) {
+    json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) return false;
+    *out = json_is_true(v);
+    return true;
+}
+
+void server_completion_req_free(struct dj_completion_req *r) {
+    free(r->prompt);
+    json_decref(r->root);
+    memset(r, 0, sizeof *r);
+}
+
+static enum dj_status bad(int *status, const char **param, const char *field, int code) {
+    *status = code;
+    *param = field;
+    return DJ_ERR_INVALID;
+}
+
+enum dj_status server_parse_completion(const struct dj_vocab *v, const char *alias, const char *body, size_t n,
+                                       struct dj_completion_req *out, int *http_status, const char **param) {
+    struct dj_completion_req r = {0};
+    *param = NULL;
+    *http_status = 400;
+    if (!(r.root = server_parse_body(body, n))) return DJ_ERR_INVALID;
+    json_t *req = r.root;
+    enum dj_status st = DJ_OK;
+    json_t *model = json_object_get(req, "model");
+    if (model && !json_is_null(model) && (!json_is_string(model) || strcmp(json_string_value(model), alias))) {
+        dj_fail(DJ_ERR_INVALID, "model '%s' is not served here (this server has '%s')",
+                json_is_string(model) ? json_string_value(model) : "?", alias);
+        st = bad(http_status, param, "model", 404);
+        goto fail;
+    }
+    json_t *jp = json_object_get(req, "prompt");
+    if (json_is_string(jp)) {
+        if (vocab_tokenize(v, json_string_value(jp), json_string_length(jp), true, true, &r.prompt, &r.n_prompt) != DJ_OK) {
+            st = bad(http_status, param, "prompt", 400);
+            goto fail;
+        }
+    } else if (json_is_array(jp) && json_array_size(jp) > 0) {
+        r.n_prompt = json_array_size(jp);
+        if (!(r.prompt = malloc(r.n_prompt * sizeof *r.prompt))) {
+            st = dj_fail(DJ_ERR_NOMEM, "out of memory");
+            *http_status = 500;
+            goto fail;
+        }
+        for (size_t i = 0; i < r.n_prompt; i++) {
+            json_t *t = json_array_get(jp, i);
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || (size_t)json_integer_value(t) >= vocab_n_tokens(v)) {
+                dj_fail(DJ_ERR_INVALID, "prompt[%zu] is not a token id of this model (0..%zu)", i, vocab_n_tokens(v) - 1);
+                st = bad(http_status, param, "prompt", 400);
+                goto fail;
+            }
+            r.prompt[i] = (dj_token)json_integer_value(t);
+        }
+    } else {
+        dj_fail(DJ_ERR_INVALID, "prompt must be a string or a non-empty array of token ids");
+        st = bad(http_status, param, "prompt", 400);
+        goto fail;
+    }
+    if (r.n_prompt == 0) {
+        dj_fail(DJ_ERR_INVALID, "the prompt is empty and the model adds no BOS token");
+        st = bad(http_status, param, "prompt", 400);
+        goto fail;
+    }
+
+    r.sp = sampler_default_params(); /* llama-server's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05 */
+    double temp = r.sp.temp, top_p = r.sp.top_p, min_p = r.sp.min_p, top_k = r.sp.top_k, fp = 0, pp = 0, rpn = 1,
+           nc = 1, seed = -1, max_tokens = 0;
+    static const struct {
+        const char *key;
+        double lo, hi;
+    } fields[] = {{"temperature", 0, 100}, {"top_p", 0, 1}, {"min_p", 0, 1}, {"top_k", 0, 1e9},
+                  {"frequency_penalty", -2, 2}, {"presence_penalty", -2, 2}, {"repeat_penalty", 0.0001, 100},
+                  {"n", 1, DJ_SERVER_N_MAX}, {"seed", -9.2e18, 1.8e19}, {"max_tokens", 1, 1e9}};
+    double *dst[] = {&temp, &top_p, &min_p, &top_k, &fp, &pp, &rpn, &nc, &seed, &max_tokens};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (!opt_num(req, fields[i].key, fields[i].lo, fields[i].hi, dst[i])) {
+            dj_fail(DJ_ERR_INVALID, "'%s' must be a number in [%g, %g]", fields[i].key, fields[i].lo, fields[i].hi);
+            st = bad(http_status, param, fields[i].key, 400);
+            goto fail;
+        }
+    r.sp.temp = (float)temp;
+    r.sp.top_p = (float)top_p;
+    r.sp.min_p = (float)min_p;
+    r.sp.top_k = (int32_t)top_k;
+    r.sp.freq_penalty = (float)fp;
+    r.sp.presence_penalty = (float)pp;
+    r.sp.repeat_penalty = (float)rpn;
+    r.has_seed = json_is_number(json_object_get(req, "seed"));
+    if (r.has_seed) r.sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)(int64_t)seed;
+    r.n = (uint32_t)nc;
+    r.max_tokens = (size_t)max_tokens;
+    if (nc != (double)r.n || max_tokens != (double)r.max_tokens) {
+        dj_fail(DJ_ERR_INVALID, "'%s' must be an integer", nc != (double)r.n ? "n" : "max_tokens");
+        st = bad(http_status, param, nc != (double)r.n ? "n" : "max_tokens", 400);
+        goto fail;
+    }
+    json_t *js = json_object_get(req, "stop");
+    if (json_is_string(js)) {
+        r.stop[r.n_stop++] = json_string_value(js);
+    } else if (json_is_array(js)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(js, i, x) {
+            if (!json_is_string(x) || r.n_stop == DJ_SERVER_STOP_MAX) {
+                dj_fail(DJ_ERR_INVALID, "stop must be a string or an array of at most %d strings", DJ_SERVER_STOP_MAX);
+                st = bad(http_status, param, "stop", 400);
+                goto fail;
+            }
+            r.stop[r.n_stop++] = json_string_value(x);
+        }
+    } else if (js && !json_is_null(js)) {
+        dj_fail(DJ_ERR_INVALID, "stop must be a string or an array of strings");
+        st = bad(http_status, param, "stop", 400);
+        goto fail;
+    }
+    static const char *const bools[] = {"stream", "ignore_eos"};
+    bool *bdst[] = {&r.stream, &r.ignore_eos};
+    for (size_t i = 0; i < 2; i++)
+        if (!opt_bool(req, bools[i], bdst[i])) {
+            dj_fail(DJ_ERR_INVALID, "'%s' must be a boolean", bools[i]);
+            st = bad(http_status, param, bools[i], 400);
+            goto fail;
+        }
+    json_t *so = json_object_get(req, "stream_options");
+    if (so && !json_is_null(so) && (!json_is_object(so) || !opt_bool(so, "include_usage", &r.include_usage))) {
+        dj_fail(DJ_ERR_INVALID, "stream_options must be an object with a boolean include_usage");
+        st = bad(http_status, param, "stream_options", 400);
+        goto fail;
+    }
+    *out = r;
+    return DJ_OK;
+fail:
+    server_completion_req_free(&r);
+    return st;
+}
