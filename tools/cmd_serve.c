@@ -35,6 +35,7 @@ static void serve_usage(FILE *f) {
             "  --alias NAME        the model id reported by /v1/models (default: the file name)\n"
             "  --body-max BYTES    request body limit (default 8 MiB; larger: HTTP 413)\n"
             "  --timeout S         idle connection timeout in seconds (default 600)\n"
+            "  --queue-max N       with --parallel: requests waiting beyond N get 503 + Retry-After (default 64)\n"
             "  --shutdown-ms MS    on SIGINT/SIGTERM, how long in-flight streams get to end (default 5000)\n"
             "Endpoints: POST /v1/completions (prompt string or token ids; stream; stop; seed; n;\n"
             "temperature, top_p, top_k, min_p, penalties), POST /tokenize, POST /detokenize, GET /v1/models,\n"
@@ -93,6 +94,7 @@ int cmd_serve(int argc, char **argv) {
         NUMOPT("--kv-budget", "--kv-budget", 0, 1 << 30, p.engine.kv_budget_mib = v)
         NUMOPT("--body-max", "--body-max", 1024, 1 << 30, p.body_max = (size_t)v)
         NUMOPT("--timeout", "--timeout", 1, 86400, p.timeout_s = (unsigned)v)
+        NUMOPT("--queue-max", "--queue-max", 0, 1 << 20, p.queue_max = (size_t)v)
         NUMOPT("--shutdown-ms", "--shutdown-ms", 0, 600000, shutdown_ms = v)
 #undef NUMOPT
         serve_usage(stderr);
@@ -102,6 +104,7 @@ int cmd_serve(int argc, char **argv) {
         serve_usage(stderr);
         return cli_error("serve", "no model given (-m MODEL)");
     }
+    if (p.engine.n_running_max == 0) p.queue_max = 0; /* no --parallel: the KV budget is the only limit */
     if (llama_opt_config_from_env(&p.engine.opt) != DJ_OK) return cli_error("serve", "%s", dj_last_error());
     p.engine.kv_budget_auto = p.engine.kv_budget_mib == 0 && getenv("LLAMA_OPT_DEDUP_POOL_MAX") == NULL;
     struct dj_model *m = NULL;

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -36,6 +37,7 @@ struct dj_server {
     /* requests in flight (for shutdown) */
     pthread_mutex_t mu;
     struct sreq *live;
+    size_t n_live;
 };
 
 /* One HTTP request's generation: filled by the engine thread, drained by the
@@ -57,6 +59,7 @@ struct sreq {
     size_t *n_text, *cap_text;
     struct dj_turn_result *res;
     struct sreq *prev, *next; /* s->live */
+    int fd;                   /* the client's socket (streaming: watched for a hang-up while waiting) */
 };
 
 struct body {
@@ -69,6 +72,7 @@ struct dj_server_params server_default_params(void) {
     struct dj_server_params p = {0};
     p.host = "127.0.0.1";
     p.port = 8080;
+    p.queue_max = 64;
     p.engine = engine_default_params();
     return p;
 }
@@ -99,6 +103,7 @@ static void sreq_unref(struct sreq *r) {
     if (r->prev) r->prev->next = r->next;
     else if (s->live == r) s->live = r->next;
     if (r->next) r->next->prev = r->prev;
+    s->n_live--;
     pthread_mutex_unlock(&s->mu);
     for (uint32_t i = 0; i < r->n; i++) free(r->text ? r->text[i] : NULL);
     free(r->text);
@@ -168,6 +173,18 @@ static const char *finish_name(enum dj_finish f) {
     return f == DJ_FINISH_LENGTH ? "length" : f == DJ_FINISH_STOP ? "stop" : engine_finish_name(f);
 }
 
+/* One line per completion request on stderr: what the prompt reused and what it cost. */
+static void log_request(const struct sreq *r) {
+    const struct dj_turn_result *x = &r->res[0];
+    size_t gen = 0;
+    for (uint32_t i = 0; i < r->n; i++) gen += r->res[i].n_gen;
+    fprintf(stderr,
+            "deja serve: POST /v1/completions %s prompt %zu cached %zu (own %zu, pool %zu) computed %zu generated %zu "
+            "finish %s ttft %.1f ms total %.1f ms\n",
+            r->stream ? "stream" : "json", x->n_prompt, x->n_cached, x->n_reused_own, x->n_reused_pool, x->n_computed,
+            gen, finish_name(x->finish), x->t_ttft_ms, x->t_queue_ms + x->t_prefill_ms + x->t_decode_ms);
+}
+
 static void on_done(void *ud, const struct dj_turn_result *res) {
     struct sreq *r = ud;
     pthread_mutex_lock(&r->mu);
@@ -175,6 +192,7 @@ static void on_done(void *ud, const struct dj_turn_result *res) {
     if (r->stream) sse_locked(r, chunk(r, res->index, json_string(""), finish_name(res->finish)));
     const bool last = ++r->n_done == r->n;
     if (last) {
+        log_request(r);
         if (r->stream && r->include_usage)
             sse_locked(r, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o, s:o}", "id", r->cmpl_id, "object", "text_completion",
                                     "created", (json_int_t)r->created, "model", r->s->alias, "choices", "usage",
@@ -227,6 +245,23 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
                                param ? json_string(param) : json_null(), "code", json_null()));
 }
 
+/* 503 + Retry-After: more requests in flight than --parallel + --queue-max. */
+static enum MHD_Result send_busy(struct MHD_Connection *c) {
+    char *txt = strdup("{\"error\":{\"message\":\"the server is busy: too many requests in flight\","
+                       "\"type\":\"server_busy\",\"param\":null,\"code\":null}}");
+    if (!txt) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(txt);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Retry-After", "1");
+    enum MHD_Result ret = MHD_queue_response(c, 503, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 /* ---- /v1/completions ----------------------------------------------------------- */
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
@@ -234,9 +269,20 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     struct sreq *r = cls;
     pthread_mutex_lock(&r->mu);
     while (r->off == r->n_buf && !r->done) {
+        /* a request waiting for its turn sends nothing, so MHD would never notice the client
+         * leaving: look for the hang-up ourselves */
+        struct pollfd pf = {r->fd, POLLRDHUP, 0};
+        if (r->fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     }
     size_t n = r->n_buf - r->off;
@@ -260,6 +306,12 @@ static void stream_free(void *cls) {
 
 static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body) {
     struct dj_completion_req cr = {0};
+    if (s->p.queue_max) {
+        pthread_mutex_lock(&s->mu);
+        const bool full = s->n_live >= (size_t)s->p.engine.n_running_max + s->p.queue_max;
+        pthread_mutex_unlock(&s->mu);
+        if (full) return send_busy(c);
+    }
     int code = 400;
     const char *param = NULL;
     if (server_parse_completion(s->m->vocab, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
@@ -283,6 +335,9 @@ static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->refs = 2;
+    r->fd = -1;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) r->fd = ci->connect_fd;
     r->n = cr.n;
     r->stream = cr.stream;
     r->include_usage = cr.include_usage;
@@ -311,6 +366,7 @@ static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c
     r->next = s->live;
     if (s->live) s->live->prev = r;
     s->live = r;
+    s->n_live++;
     pthread_mutex_unlock(&s->mu);
     enum dj_status st = engine_submit(s->e, &rp, &r->id);
     server_completion_req_free(&cr);

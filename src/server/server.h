@@ -31,6 +31,8 @@ struct dj_server_params {
     size_t n_predict;       /* tokens generated when a request sets no limit; 0: up to the context */
     size_t body_max;        /* request body limit in bytes; 0: 8 MiB */
     unsigned timeout_s;     /* idle connection timeout; 0: 600 */
+    size_t queue_max;       /* with engine.n_running_max: completions beyond running + queue_max
+                               get 503 + Retry-After; 0: no cap (they wait in order) */
     struct dj_engine_params engine;
 };
 

@@ -4,6 +4,7 @@
  * not, prefix reuse reported as cached_tokens, n = 2), 4 concurrent streams
  * equal to sequential runs with the same seeds, a disconnected stream is
  * cancelled (with --parallel 1 the next request does not wait behind it),
+ * a full queue answers 503 + Retry-After,
  * bad requests get OpenAI-shaped 4xx errors, --api-key, SIGTERM exits 0.
  */
 #include <arpa/inet.h>
@@ -288,7 +289,7 @@ int main(int argc, char **argv) {
     CHECK(srv_stop(&s) == 0);
 
     /* larger body limit for the long prompt; --parallel 1 for the disconnect test; an API key */
-    const char *extra2[] = {"--parallel", "1", "--api-key", "sekrit", NULL};
+    const char *extra2[] = {"--parallel", "1", "--queue-max", "1", "--api-key", "sekrit", NULL};
     if (srv_start(&s, model, extra2)) {
         CHECK(http(s.port, "POST", "/v1/completions", lng, "sekrit", &out) == 400 && is_error(out, NULL));
         free(out);
@@ -298,26 +299,43 @@ int main(int argc, char **argv) {
         free(out);
         CHECK(http(s.port, "GET", "/health", NULL, NULL, &out) == 200);
         free(out);
-        /* a stream of up to 2000 tokens, dropped after its first bytes */
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {0};
-        a.sin_family = AF_INET;
-        a.sin_port = htons((uint16_t)s.port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+        /* two streams of up to 2000 tokens: one runs, one waits; a third request finds the
+         * queue full (503 + Retry-After); then both are dropped after their first bytes */
+        int fds[2];
         const char *sb = "{\"prompt\": \"def\", \"max_tokens\": 2000, \"stream\": true, \"ignore_eos\": true}";
-        char hdr[512];
-        int nh = snprintf(hdr, sizeof hdr,
-                          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n"
-                          "Content-Length: %zu\r\n\r\n%s",
-                          strlen(sb), sb);
-        CHECK(write(fd, hdr, (size_t)nh) == nh);
+        for (int k = 0; k < 2; k++) {
+            fds[k] = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a = {0};
+            a.sin_family = AF_INET;
+            a.sin_port = htons((uint16_t)s.port);
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            CHECK(connect(fds[k], (struct sockaddr *)&a, sizeof a) == 0);
+            char hdr[512];
+            int nh = snprintf(hdr, sizeof hdr,
+                              "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n"
+                              "Content-Length: %zu\r\n\r\n%s",
+                              strlen(sb), sb);
+            CHECK(write(fds[k], hdr, (size_t)nh) == nh);
+        }
         char tmp[256];
-        CHECK(read(fd, tmp, sizeof tmp) > 0);
-        close(fd);
+        CHECK(read(fds[0], tmp, sizeof tmp) > 0);
+        struct timespec pause_ts = {0, 200 * 1000 * 1000};
+        nanosleep(&pause_ts, NULL); /* the second request is submitted and queued */
+        CHECK(http(s.port, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1}", "sekrit", &out) == 503 &&
+              is_error(out, NULL));
+        free(out);
+        close(fds[0]);
+        close(fds[1]);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        CHECK(http(s.port, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1}", "sekrit", &out) == 200);
+        int code, tries = 0;
+        /* as a client honouring Retry-After: the dropped streams take a moment to be noticed */
+        while (tries++ < 60 && (code = http(s.port, "POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1}", "sekrit",
+                            &out)) == 503) {
+            free(out);
+            nanosleep(&pause_ts, NULL);
+        }
+        CHECK(code == 200);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
         /* not cancelled, it would hold the only slot for its 2000 tokens (~8 s here) */
