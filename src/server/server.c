@@ -207,16 +207,23 @@ static void on_done(void *ud, const struct dj_turn_result *res) {
 
 /* ---- responses ----------------------------------------------------------------- */
 
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype) {
+/* Sends txt (malloc'd; freed by MHD) with one optional extra header (hname NULL: none). */
+static enum MHD_Result send_text_hdr(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype,
+                                     const char *hname, const char *hvalue) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(txt);
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", ctype);
+    if (hname) MHD_add_response_header(resp, hname, hvalue);
     enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     return ret;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype) {
+    return send_text_hdr(c, status, txt, ctype, NULL, NULL);
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) {
@@ -249,17 +256,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
 static enum MHD_Result send_busy(struct MHD_Connection *c) {
     char *txt = strdup("{\"error\":{\"message\":\"the server is busy: too many requests in flight\","
                        "\"type\":\"server_busy\",\"param\":null,\"code\":null}}");
-    if (!txt) return MHD_NO;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(txt);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    MHD_add_response_header(resp, "Retry-After", "1");
-    enum MHD_Result ret = MHD_queue_response(c, 503, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "1") : MHD_NO;
 }
 
 /* ---- /v1/completions ----------------------------------------------------------- */
