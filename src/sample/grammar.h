@@ -82,6 +82,8 @@ void grammar_free(struct dj_grammar *g); /* accepts NULL */
 /* The grammar as GBNF text again (one rule a line; generated rules included);
  * malloc'd, NUL-terminated; NULL on OOM.  Parsing it gives the same IR. */
 char *grammar_to_gbnf(const struct dj_grammar *g);
+/* Same IR: rules (names, starts, root), elements, has_tokens. */
+bool grammar_equal(const struct dj_grammar *a, const struct dj_grammar *b);
 
 /* ---- the matcher ---------------------------------------------------------- */
 

@@ -1067,3 +1067,13 @@ char *grammar_to_gbnf(const struct dj_grammar *g) {
     }
     return b.s;
 }
+
+bool grammar_equal(const struct dj_grammar *a, const struct dj_grammar *b) {
+    if (a->n_rules != b->n_rules || a->n_elems != b->n_elems || a->root != b->root || a->has_tokens != b->has_tokens)
+        return false;
+    for (size_t r = 0; r < a->n_rules; r++)
+        if (a->rule_start[r] != b->rule_start[r] || strcmp(a->rule_names[r], b->rule_names[r]) != 0) return false;
+    for (size_t i = 0; i < a->n_elems; i++)
+        if (a->elems[i].type != b->elems[i].type || a->elems[i].value != b->elems[i].value) return false;
+    return true;
+}

@@ -18,16 +18,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static bool ir_equal(const struct dj_grammar *a, const struct dj_grammar *b) {
-    if (a->n_rules != b->n_rules || a->n_elems != b->n_elems || a->root != b->root || a->has_tokens != b->has_tokens)
-        return false;
-    for (size_t r = 0; r < a->n_rules; r++)
-        if (a->rule_start[r] != b->rule_start[r] || strcmp(a->rule_names[r], b->rule_names[r]) != 0) return false;
-    for (size_t i = 0; i < a->n_elems; i++)
-        if (a->elems[i].type != b->elems[i].type || a->elems[i].value != b->elems[i].value) return false;
-    return true;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* a heap copy of exactly size bytes, so ASan sees any read past the end */
     char *src = malloc(size ? size : 1);
@@ -45,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!text) abort();
     struct dj_grammar *g2 = NULL;
     if (grammar_parse(text, strlen(text), NULL, NULL, &g2) != DJ_OK) abort();
-    if (!ir_equal(g, g2)) abort();
+    if (!grammar_equal(g, g2)) abort();
     char *text2 = grammar_to_gbnf(g2);
     if (!text2 || strcmp(text, text2) != 0) abort();
     free(text2);

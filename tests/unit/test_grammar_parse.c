@@ -56,16 +56,6 @@ static void dump(const struct dj_grammar *g, char *out, size_t cap) {
 #undef OUT
 }
 
-static bool ir_equal(const struct dj_grammar *a, const struct dj_grammar *b) {
-    if (a->n_rules != b->n_rules || a->n_elems != b->n_elems || a->root != b->root || a->has_tokens != b->has_tokens)
-        return false;
-    for (size_t r = 0; r < a->n_rules; r++)
-        if (a->rule_start[r] != b->rule_start[r] || strcmp(a->rule_names[r], b->rule_names[r]) != 0) return false;
-    for (size_t i = 0; i < a->n_elems; i++)
-        if (a->elems[i].type != b->elems[i].type || a->elems[i].value != b->elems[i].value) return false;
-    return true;
-}
-
 /* parse -> print -> parse: identical IR, and printing again gives the same text. */
 static void check_round_trip(const char *what, const struct dj_grammar *g, const char *root,
                              const struct dj_vocab *vocab) {
@@ -76,7 +66,7 @@ static void check_round_trip(const char *what, const struct dj_grammar *g, const
     enum dj_status st = grammar_parse(text, strlen(text), root, vocab, &g2);
     CHECKF(st == DJ_OK, "%s: re-parse failed: %s\n%s", what, dj_last_error(), text);
     if (st == DJ_OK) {
-        CHECKF(ir_equal(g, g2), "%s: IR differs after the round trip\n%s", what, text);
+        CHECKF(grammar_equal(g, g2), "%s: IR differs after the round trip\n%s", what, text);
         char *text2 = grammar_to_gbnf(g2);
         CHECKF(text2 && strcmp(text, text2) == 0, "%s: printing is not stable", what);
         free(text2);
@@ -143,7 +133,7 @@ static void test_shipped(const char *shared) {
             char *copy = malloc(len ? len : 1);
             memcpy(copy, src, len);
             struct dj_grammar *g2 = NULL;
-            CHECK(grammar_parse(copy, len, NULL, NULL, &g2) == DJ_OK && ir_equal(g, g2));
+            CHECK(grammar_parse(copy, len, NULL, NULL, &g2) == DJ_OK && grammar_equal(g, g2));
             grammar_free(g2);
             free(copy);
         }
