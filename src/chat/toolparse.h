@@ -1,0 +1,93 @@
+/*
+ * toolparse.h — tool calls and reasoning in model output: the syntax of each
+ * chat-template family (Hermes/Qwen <tool_call> JSON, Qwen3-Coder XML,
+ * Llama 3.x JSON / <|python_tag|>, Mistral [TOOL_CALLS], DeepSeek V3/R1,
+ * Functionary v3.1/v3.2, Command-R, Granite, gpt-oss channels, ...) parsed
+ * into OpenAI-style deltas: content, reasoning_content, and tool calls
+ * (id, name, then the arguments' JSON text piece by piece).
+ *
+ * Streaming: text is fed as the model writes it; a delta is emitted as soon
+ * as it is certain (text that may still become a tool-call or think marker is
+ * held back until it is decided).  The concatenated TOOL_ARGS deltas of a
+ * call are its complete arguments JSON; the first TOOL_ARGS delta starts with
+ * the opening '{' (never dropped).  Knows nothing of models or the engine.
+ */
+#ifndef DJ_CHAT_TOOLPARSE_H
+#define DJ_CHAT_TOOLPARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+enum dj_tool_syntax {
+    DJ_TOOLS_NONE = 0,       /* the template has no tool-call syntax: all text is content */
+    DJ_TOOLS_HERMES,         /* <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Qwen 2.5/3, Hermes, ChatML) */
+    DJ_TOOLS_QWEN3_CODER,    /* <tool_call>\n<function=NAME>\n<parameter=P>\nV\n</parameter>\n</function>\n</tool_call> */
+    DJ_TOOLS_LLAMA3,         /* {"name": ..., "parameters": {...}} or <|python_tag|>... */
+    DJ_TOOLS_MISTRAL,        /* [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}] or [TOOL_CALLS]NAME[ARGS]{...} */
+    DJ_TOOLS_DEEPSEEK_V3,    /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>... */
+    DJ_TOOLS_DEEPSEEK_V31,   /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>... */
+    DJ_TOOLS_FUNCTIONARY_V31,/* <function=NAME>{...}</function> (Llama 3.1 style) */
+    DJ_TOOLS_FUNCTIONARY_V32,/* >>>NAME\n{...} ... (>>>all\n text) */
+    DJ_TOOLS_COMMAND_R,      /* <|START_ACTION|>[{"tool_name": ..., "parameters": {...}}]<|END_ACTION|> */
+    DJ_TOOLS_GRANITE,        /* <|tool_call|>[{"name": ..., "arguments": {...}}] */
+    DJ_TOOLS_GPT_OSS,        /* <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|> */
+    DJ_TOOLS_KIMI_K2,        /* <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>... */
+    DJ_TOOLS_N
+};
+
+/* What a template's output looks like; from chat_syntax_detect(). */
+struct dj_chat_syntax {
+    enum dj_tool_syntax tools;
+    const char *think_open, *think_close; /* "<think>", "</think>" (or the family's markers); NULL: none */
+    bool think_forced_open;               /* the generation prompt already ends in think_open: output starts
+                                             inside reasoning (DeepSeek R1, Qwen3 with thinking, ...) */
+};
+
+/* Recognises a template's family from its source (markers it writes). */
+struct dj_chat_syntax chat_syntax_detect(const char *template_src, size_t n);
+const char *chat_tool_syntax_name(enum dj_tool_syntax s); /* "hermes", "qwen3-coder", ... */
+
+enum dj_chat_delta_kind {
+    DJ_DELTA_CONTENT,    /* text, n: visible answer text */
+    DJ_DELTA_REASONING,  /* text, n: reasoning (think) text */
+    DJ_DELTA_TOOL_START, /* tool_index, id, name: a new call (ids "call_" + 24 alphanumerics, unique per parser) */
+    DJ_DELTA_TOOL_ARGS,  /* tool_index, text, n: more of the call's arguments JSON */
+};
+
+struct dj_chat_delta {
+    enum dj_chat_delta_kind kind;
+    uint32_t tool_index;
+    const char *id, *name; /* TOOL_START */
+    const char *text;      /* CONTENT / REASONING / TOOL_ARGS */
+    size_t n;
+};
+
+typedef void (*dj_chat_emit_fn)(void *ud, const struct dj_chat_delta *d);
+
+struct dj_toolparse;
+
+/* parse_tools false: tool syntax is plain content (a request without tools).
+ * reasoning false: think markers are left in the content.  id_seed makes the
+ * tool-call ids (deterministic for a seed). */
+struct dj_toolparse *toolparse_new(const struct dj_chat_syntax *syn, bool parse_tools, bool reasoning, uint64_t id_seed);
+void toolparse_free(struct dj_toolparse *p); /* accepts NULL */
+
+/* Feeds the next piece of generated text (any split, even inside a UTF-8
+ * sequence or a marker). */
+void toolparse_feed(struct dj_toolparse *p, const char *text, size_t n, dj_chat_emit_fn emit, void *ud);
+
+/* End of generation: emits what was held back.  A tool call left unfinished
+ * or with arguments that are not valid JSON is still closed (its arguments
+ * completed to valid JSON where possible); returns DJ_ERR_INVALID with a
+ * message when the output could not be parsed as the syntax promised (the
+ * deltas already emitted stay valid). */
+enum dj_status toolparse_finish(struct dj_toolparse *p, dj_chat_emit_fn emit, void *ud);
+
+/* The text that starts a tool call in this syntax ("<tool_call>", "[TOOL_CALLS]",
+ * ...), for the lazy grammar's trigger; NULL when none is fixed. */
+const char *chat_tool_trigger(enum dj_tool_syntax s);
+
+#endif

@@ -1,0 +1,130 @@
+/*
+ * api.h — the three chat dialects the server speaks, to and from one internal
+ * shape: OpenAI Chat Completions (/v1/chat/completions), OpenAI Responses
+ * (/v1/responses, as Codex CLI uses it) and Anthropic Messages (/v1/messages,
+ * as Claude Code uses it).
+ *
+ *   request body ──api_parse_chat──▶ struct dj_chat_req (OpenAI chat messages + tools + sampling)
+ *   generation deltas (chat/toolparse.h) ──api_stream_*──▶ SSE bytes in the dialect's events
+ *   finished choices ──api_response──▶ the dialect's response object
+ *
+ * Pure functions of their inputs (no HTTP, no engine), so they are unit-tested
+ * and fuzzed on their own.
+ */
+#ifndef DJ_SERVER_API_H
+#define DJ_SERVER_API_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "chat/toolparse.h"
+#include "engine/engine.h"
+#include "sample/sampler.h"
+#include "server/request.h"
+
+enum dj_api { DJ_API_CHAT, DJ_API_RESPONSES, DJ_API_MESSAGES, DJ_API_MESSAGES_COUNT };
+
+enum dj_tool_choice { DJ_TOOL_CHOICE_AUTO, DJ_TOOL_CHOICE_NONE, DJ_TOOL_CHOICE_REQUIRED, DJ_TOOL_CHOICE_NAMED };
+
+/* A chat request in any dialect, as OpenAI Chat Completions would say it. */
+struct dj_chat_req {
+    enum dj_api api;
+    json_t *root;     /* the parsed body (owned) */
+    json_t *messages; /* owned: OpenAI chat messages, normalised for templates:
+                         {role: system|developer|user|assistant|tool, content: string | null |
+                          [{type: "text", text}...]}; assistant: optional reasoning_content (string)
+                         and tool_calls [{id, type: "function", function: {name, arguments}}]
+                         with arguments a JSON *string* as on the wire; tool: {role, tool_call_id,
+                         content}.  Anthropic's system / Responses' instructions become a first
+                         system message. */
+    json_t *tools;    /* owned: [{type: "function", function: {name, description?, parameters}}] or NULL */
+    enum dj_tool_choice tool_choice;
+    const char *tool_name; /* NAMED (points into root) */
+    bool parallel_tool_calls;
+    json_t *json_schema;   /* borrowed: response_format json_schema.schema (or Responses text.format) */
+    bool json_object;      /* response_format {type: json_object}: any JSON object */
+    json_t *template_kwargs; /* owned: object of extra template variables (chat_template_kwargs;
+                                reasoning_effort; Anthropic thinking → enable_thinking), or NULL */
+    struct dj_sampler_params sp;
+    struct dj_logit_bias *bias; /* owned, n_bias entries (sp.logit_bias points here) */
+    size_t n_bias;
+    bool has_seed;
+    size_t max_tokens; /* 0: not given */
+    uint32_t n;
+    const char *stop[DJ_SERVER_STOP_MAX]; /* point into root */
+    size_t n_stop;
+    bool stream, include_usage, ignore_eos, logprobs;
+    uint32_t top_logprobs;
+    const char *cache_salt; /* points into root, or NULL */
+};
+
+/* Parses body[0..n) as dialect `api` for a server of model `alias` (any
+ * "model" is accepted for DJ_API_MESSAGES*: Claude Code sends its own names).
+ * Unknown fields are ignored, wrong types rejected.  On failure: message
+ * (dj_last_error), *http_status (400; 404 for another model) and *param. */
+enum dj_status api_parse_chat(enum dj_api api, const char *alias, const char *body, size_t n,
+                              struct dj_chat_req *out, int *http_status, const char **param);
+void api_chat_req_free(struct dj_chat_req *r); /* accepts a zeroed struct */
+
+/* An error body in the dialect's shape (OpenAI: {error: {message, type, param,
+ * code}}; Anthropic: {type: "error", error: {type, message}}). */
+json_t *api_error_json(enum dj_api api, unsigned http_status, const char *param, const char *msg);
+
+struct dj_chat_call {
+    char id[48];
+    char *name; /* malloc'd */
+    char *args; /* malloc'd JSON text */
+    size_t n_args;
+};
+
+/* One finished completion. */
+struct dj_chat_choice {
+    char *content;     /* may be NULL */
+    size_t n_content;
+    char *reasoning;   /* may be NULL */
+    size_t n_reasoning;
+    struct dj_chat_call *calls;
+    size_t n_calls;
+    enum dj_finish finish;
+    json_t *logprobs;  /* borrowed: OpenAI chat {content: [{token, logprob, bytes, top_logprobs}]} or NULL */
+};
+
+struct dj_chat_usage {
+    size_t prompt, cached, completion;
+    json_t *x_deja; /* borrowed: deja's extension object, or NULL */
+};
+
+/* The response object (takes nothing; returns a new reference). */
+json_t *api_response(enum dj_api api, const char *id, const char *model, time_t created,
+                     const struct dj_chat_choice *choices, uint32_t n, const struct dj_chat_usage *u);
+
+/* A growable byte buffer for SSE output. */
+struct dj_sbuf {
+    char *p;
+    size_t n, cap;
+};
+bool sbuf_append(struct dj_sbuf *b, const char *s, size_t n);
+void sbuf_free(struct dj_sbuf *b);
+
+/* Streaming: events in the dialect's form (chat: `data: {chunk}` lines and
+ * `data: [DONE]`; Responses: `event: response.* / data:`; Messages:
+ * `event: message_start / content_block_* / message_delta / message_stop`). */
+struct dj_api_stream;
+struct dj_api_stream *api_stream_new(enum dj_api api, const char *id, const char *model, time_t created, uint32_t n,
+                                     bool include_usage, size_t prompt_tokens);
+void api_stream_free(struct dj_api_stream *st);
+void api_stream_start(struct dj_api_stream *st, struct dj_sbuf *out);
+/* A delta of completion `index`; logprobs (borrowed, may be NULL): the OpenAI
+ * chat logprobs entries of the tokens in this delta. */
+void api_stream_delta(struct dj_api_stream *st, uint32_t index, const struct dj_chat_delta *d, const json_t *logprobs,
+                      struct dj_sbuf *out);
+void api_stream_finish(struct dj_api_stream *st, uint32_t index, enum dj_finish f, struct dj_sbuf *out);
+/* After every completion finished: usage (chat: only with include_usage) and the end. */
+void api_stream_end(struct dj_api_stream *st, const struct dj_chat_usage *u, struct dj_sbuf *out);
+/* An error after the stream began (the engine failed): the dialect's error event. */
+void api_stream_error(struct dj_api_stream *st, const char *msg, struct dj_sbuf *out);
+
+#endif
