@@ -37,10 +37,11 @@ static void serve_usage(FILE *f) {
             "  --timeout S         idle connection timeout in seconds (default 600)\n"
             "  --queue-max N       with --parallel: requests waiting beyond N get 503 + Retry-After (default 64)\n"
             "  --shutdown-ms MS    on SIGINT/SIGTERM, how long in-flight streams get to end (default 5000)\n"
-            "Endpoints: POST /v1/completions (prompt string or token ids; stream; stop; seed; n;\n"
-            "temperature, top_p, top_k, min_p, penalties), POST /tokenize, POST /detokenize, GET /v1/models,\n"
-            "GET /health.  Not implemented yet: /v1/chat/completions, /v1/responses, /v1/messages, /metrics\n"
-            "(see docs/SERVER.md).\n");
+            "  --chat-template-file F  the chat template (Jinja) instead of the model's tokenizer.chat_template\n"
+            "                      (a model without one gets the built-in ChatML / Hermes template)\n"
+            "Endpoints (docs/SERVER.md): POST /v1/chat/completions, /v1/completions, /v1/responses,\n"
+            "/v1/messages, /v1/messages/count_tokens, /apply-template, /tokenize, /detokenize;\n"
+            "GET /v1/models, /health, /metrics.\n");
 }
 
 static bool num(const char *s, double lo, double hi, double *out) {
@@ -55,6 +56,7 @@ static bool num(const char *s, double lo, double hi, double *out) {
 int cmd_serve(int argc, char **argv) {
     struct dj_server_params p = server_default_params();
     const char *model = NULL;
+    char *tmpl = NULL;
     double v, shutdown_ms = 5000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
@@ -82,6 +84,14 @@ int cmd_serve(int argc, char **argv) {
             if (!(p.api_key = cli_value("serve", argc, argv, &i))) return 1;
             continue;
         }
+        if (!strcmp(a, "--chat-template-file")) {
+            if (!(val = cli_value("serve", argc, argv, &i))) return 1;
+            free(tmpl);
+            size_t n = 0;
+            if (!(tmpl = cli_read_file("serve", val, &n))) return 1;
+            p.chat_template = tmpl;
+            continue;
+        }
         if (!strcmp(a, "--alias")) {
             if (!(p.alias = cli_value("serve", argc, argv, &i))) return 1;
             continue;
@@ -102,17 +112,25 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!model) {
         serve_usage(stderr);
+        free(tmpl);
         return cli_error("serve", "no model given (-m MODEL)");
     }
     if (p.engine.n_running_max == 0) p.queue_max = 0; /* no --parallel: the KV budget is the only limit */
-    if (llama_opt_config_from_env(&p.engine.opt) != DJ_OK) return cli_error("serve", "%s", dj_last_error());
+    if (llama_opt_config_from_env(&p.engine.opt) != DJ_OK) {
+        free(tmpl);
+        return cli_error("serve", "%s", dj_last_error());
+    }
     p.engine.kv_budget_auto = p.engine.kv_budget_mib == 0 && getenv("LLAMA_OPT_DEDUP_POOL_MAX") == NULL;
     struct dj_model *m = NULL;
-    if (model_load(model, &m) != DJ_OK) return cli_error("serve", "%s", dj_last_error());
+    if (model_load(model, &m) != DJ_OK) {
+        free(tmpl);
+        return cli_error("serve", "%s", dj_last_error());
+    }
     struct dj_server *s = NULL;
     if (server_start(m, model, &p, &s) != DJ_OK) {
         cli_error("serve", "%s", dj_last_error());
         model_free(m);
+        free(tmpl);
         return 1;
     }
     struct sigaction sa = {0};
@@ -125,5 +143,6 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "deja serve: signal %d, stopping\n", (int)got_signal);
     server_stop(s, (int)shutdown_ms);
     model_free(m);
+    free(tmpl);
     return 0;
 }

@@ -229,6 +229,9 @@ void engine_cancel(struct dj_engine *e, uint64_t id);
 size_t engine_step(struct dj_engine *e);
 /* Requests queued, waiting or running (thread-safe). */
 size_t engine_n_pending(struct dj_engine *e);
+/* Requests admitted and running (engine thread; requests per completion as
+ * admitted, so n > 1 counts once). */
+size_t engine_n_running(const struct dj_engine *e);
 /* Blocks until a request or cancel is submitted, or timeout_ms passes
  * (thread-safe; for the engine thread when engine_n_pending is 0). */
 void engine_wait_work(struct dj_engine *e, int timeout_ms);

@@ -223,6 +223,12 @@ void engine_cancel(struct dj_engine *e, uint64_t id) {
 
 size_t engine_n_pending(struct dj_engine *e) { return atomic_load(&e->n_pending); }
 
+size_t engine_n_running(const struct dj_engine *e) {
+    size_t n = 0;
+    for (const struct dj_req *r = e->running; r; r = r->next) n++;
+    return n;
+}
+
 void engine_wait_work(struct dj_engine *e, int timeout_ms) {
     pthread_mutex_lock(&e->mu);
     if (!e->inbox && !e->n_cancels && timeout_ms > 0) {

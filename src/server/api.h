@@ -23,11 +23,13 @@
 #include "chat/toolparse.h"
 #include "engine/engine.h"
 #include "sample/sampler.h"
+#include "sample/toolcall.h"
 #include "server/request.h"
 
 enum dj_api { DJ_API_CHAT, DJ_API_RESPONSES, DJ_API_MESSAGES, DJ_API_MESSAGES_COUNT };
 
-enum dj_tool_choice { DJ_TOOL_CHOICE_AUTO, DJ_TOOL_CHOICE_NONE, DJ_TOOL_CHOICE_REQUIRED, DJ_TOOL_CHOICE_NAMED };
+/* tool_choice: enum dj_tool_choice of sample/toolcall.h (DJ_TOOL_AUTO, DJ_TOOL_REQUIRED,
+ * DJ_TOOL_NAMED, DJ_TOOL_NONE) — one enum for the grammar builder and the parser. */
 
 /* A chat request in any dialect, as OpenAI Chat Completions would say it. */
 struct dj_chat_req {

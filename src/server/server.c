@@ -5,6 +5,7 @@
 #include "server/server.h"
 
 #include "server/request.h"
+#include "server/server_internal.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -22,51 +23,9 @@
 #include "core/rng.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-
-struct dj_server {
-    const struct dj_model *m;
-    struct dj_engine *e;
-    struct MHD_Daemon *d;
-    struct dj_server_params p;
-    char *alias;
-    pthread_t engine_thread;
-    atomic_bool stop;
-    atomic_ullong n_req;
-    /* requests in flight (for shutdown) */
-    pthread_mutex_t mu;
-    struct sreq *live;
-    size_t n_live;
-};
-
-/* One HTTP request's generation: filled by the engine thread, drained by the
- * connection thread.  Two references: the engine's (until the last on_done)
- * and the connection's (until the response is sent or the client is gone). */
-struct sreq {
-    struct dj_server *s;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs;
-    uint64_t id;
-    bool stream, include_usage, done, cancelled;
-    uint32_t n, n_done;
-    char cmpl_id[40];
-    time_t created;
-    char *buf; /* streaming: SSE bytes not read yet from off */
-    size_t n_buf, cap_buf, off;
-    char **text; /* non-streaming: per completion */
-    size_t *n_text, *cap_text;
-    struct dj_turn_result *res;
-    struct sreq *prev, *next; /* s->live */
-    int fd;                   /* the client's socket (streaming: watched for a hang-up while waiting) */
-};
-
-struct body {
-    char *buf;
-    size_t n, cap;
-    bool too_big;
-};
 
 struct dj_server_params server_default_params(void) {
     struct dj_server_params p = {0};
@@ -77,9 +36,13 @@ struct dj_server_params server_default_params(void) {
     return p;
 }
 
+/* The server the current connection thread serves (thread per connection): for
+ * counting response codes where a response is queued. */
+static __thread struct dj_server *tls_server;
+
 /* ---- per-request queue ------------------------------------------------------ */
 
-static bool buf_append(char **buf, size_t *n, size_t *cap, const char *s, size_t len) {
+bool buf_append(char **buf, size_t *n, size_t *cap, const char *s, size_t len) {
     if (*n + len + 1 > *cap) {
         size_t c = (*n + len + 1) * 2;
         char *nb = realloc(*buf, c);
@@ -93,7 +56,7 @@ static bool buf_append(char **buf, size_t *n, size_t *cap, const char *s, size_t
     return true;
 }
 
-static void sreq_unref(struct sreq *r) {
+void sreq_unref(struct sreq *r) {
     pthread_mutex_lock(&r->mu);
     const int left = --r->refs;
     pthread_mutex_unlock(&r->mu);
@@ -105,6 +68,7 @@ static void sreq_unref(struct sreq *r) {
     if (r->next) r->next->prev = r->prev;
     s->n_live--;
     pthread_mutex_unlock(&s->mu);
+    chat_sreq_free(r);
     for (uint32_t i = 0; i < r->n; i++) free(r->text ? r->text[i] : NULL);
     free(r->text);
     free(r->n_text);
@@ -117,7 +81,7 @@ static void sreq_unref(struct sreq *r) {
 }
 
 /* A JSON string of s[0..n); invalid UTF-8 (never from the engine) becomes U+FFFD. */
-static json_t *jstr(const char *s, size_t n) {
+json_t *jstr(const char *s, size_t n) {
     json_t *v = json_stringn(s, n);
     return v ? v : json_string("\xEF\xBF\xBD");
 }
@@ -149,17 +113,28 @@ static json_t *usage_json(const struct sreq *r) {
 }
 
 /* deja's extension: where the prompt's tokens came from. */
-static json_t *xdeja_json(const struct sreq *r) {
+json_t *xdeja_json(const struct sreq *r) {
     const struct dj_turn_result *r0 = &r->res[0];
     return json_pack("{s:I, s:I, s:I, s:I, s:f, s:f}", "reused_own", (json_int_t)r0->n_reused_own, "reused_pool",
                      (json_int_t)r0->n_reused_pool, "computed", (json_int_t)r0->n_computed, "forced",
                      (json_int_t)r0->n_forced, "ttft_ms", r0->t_ttft_ms, "queue_ms", r0->t_queue_ms);
 }
 
+void server_note_token(struct sreq *r, uint32_t i) {
+    if (i >= r->n) return;
+    const int64_t now = dj_time_us();
+    if (r->t_last_us[i]) metrics_observe_itl(&r->s->metrics, (double)(now - r->t_last_us[i]) / 1e6);
+    r->t_last_us[i] = now;
+}
+
 static void on_token(void *ud, const struct dj_token_event *ev) {
     struct sreq *r = ud;
-    if (ev->n_text == 0) return;
     pthread_mutex_lock(&r->mu);
+    server_note_token(r, ev->index);
+    if (ev->n_text == 0) {
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
     if (r->stream) {
         sse_locked(r, chunk(r, ev->index, jstr(ev->text, ev->n_text), NULL));
     } else if (ev->index < r->n) {
@@ -173,26 +148,27 @@ static const char *finish_name(enum dj_finish f) {
     return f == DJ_FINISH_LENGTH ? "length" : f == DJ_FINISH_STOP ? "stop" : engine_finish_name(f);
 }
 
-/* One line per completion request on stderr: what the prompt reused and what it cost. */
-static void log_request(const struct sreq *r) {
+void server_log_request(const struct sreq *r) {
     const struct dj_turn_result *x = &r->res[0];
     size_t gen = 0;
     for (uint32_t i = 0; i < r->n; i++) gen += r->res[i].n_gen;
     fprintf(stderr,
-            "deja serve: POST /v1/completions %s prompt %zu cached %zu (own %zu, pool %zu) computed %zu generated %zu "
+            "deja serve: POST %s %s prompt %zu cached %zu (own %zu, pool %zu) computed %zu generated %zu "
             "finish %s ttft %.1f ms total %.1f ms\n",
-            r->stream ? "stream" : "json", x->n_prompt, x->n_cached, x->n_reused_own, x->n_reused_pool, x->n_computed,
-            gen, finish_name(x->finish), x->t_ttft_ms, x->t_queue_ms + x->t_prefill_ms + x->t_decode_ms);
+            r->path ? r->path : "?", r->stream ? "stream" : "json", x->n_prompt, x->n_cached, x->n_reused_own,
+            x->n_reused_pool, x->n_computed, gen, finish_name(x->finish), x->t_ttft_ms,
+            x->t_queue_ms + x->t_prefill_ms + x->t_decode_ms);
 }
 
 static void on_done(void *ud, const struct dj_turn_result *res) {
     struct sreq *r = ud;
+    metrics_observe_done(&r->s->metrics, res);
     pthread_mutex_lock(&r->mu);
     if (res->index < r->n) r->res[res->index] = *res;
     if (r->stream) sse_locked(r, chunk(r, res->index, json_string(""), finish_name(res->finish)));
     const bool last = ++r->n_done == r->n;
     if (last) {
-        log_request(r);
+        server_log_request(r);
         if (r->stream && r->include_usage)
             sse_locked(r, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o, s:o}", "id", r->cmpl_id, "object", "text_completion",
                                     "created", (json_int_t)r->created, "model", r->s->alias, "choices", "usage",
@@ -208,7 +184,7 @@ static void on_done(void *ud, const struct dj_turn_result *res) {
 /* ---- responses ----------------------------------------------------------------- */
 
 /* Sends txt (malloc'd; freed by MHD) with one optional extra header (hname NULL: none). */
-static enum MHD_Result send_text_hdr(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype,
+enum MHD_Result send_text_hdr(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype,
                                      const char *hname, const char *hvalue) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
@@ -217,6 +193,7 @@ static enum MHD_Result send_text_hdr(struct MHD_Connection *c, unsigned status, 
     }
     MHD_add_response_header(resp, "Content-Type", ctype);
     if (hname) MHD_add_response_header(resp, hname, hvalue);
+    if (tls_server) metrics_count_status(&tls_server->metrics, status);
     enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -226,7 +203,7 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char
     return send_text_hdr(c, status, txt, ctype, NULL, NULL);
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) {
+enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) {
     char *txt = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(j);
     if (!txt) return MHD_NO;
@@ -253,7 +230,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
 }
 
 /* 503 + Retry-After: more requests in flight than --parallel + --queue-max. */
-static enum MHD_Result send_busy(struct MHD_Connection *c) {
+enum MHD_Result send_busy(struct MHD_Connection *c) {
     char *txt = strdup("{\"error\":{\"message\":\"the server is busy: too many requests in flight\","
                        "\"type\":\"server_busy\",\"param\":null,\"code\":null}}");
     return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "1") : MHD_NO;
@@ -301,33 +278,29 @@ static void stream_free(void *cls) {
     sreq_unref(r);
 }
 
-static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body) {
-    struct dj_completion_req cr = {0};
-    if (s->p.queue_max) {
-        pthread_mutex_lock(&s->mu);
-        const bool full = s->n_live >= (size_t)s->p.engine.n_running_max + s->p.queue_max;
-        pthread_mutex_unlock(&s->mu);
-        if (full) return send_busy(c);
-    }
-    int code = 400;
-    const char *param = NULL;
-    if (server_parse_completion(s->m->vocab, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
-        return send_error(c, (unsigned)code, param, "%s", dj_last_error());
-    struct dj_request_params rp = engine_default_request();
-    rp.sampling = cr.sp;
-    struct dj_sampler_params *sp = &rp.sampling;
-    /* no seed: a different one per request, as OpenAI */
-    if (!cr.has_seed) sp->seed = dj_rng_u64((uint64_t)dj_time_us(), atomic_fetch_add(&s->n_req, 1));
-    rp.ignore_eos = cr.ignore_eos;
+bool server_full(struct dj_server *s) {
+    if (!s->p.queue_max) return false;
+    pthread_mutex_lock(&s->mu);
+    const bool full = s->n_live >= (size_t)s->p.engine.n_running_max + s->p.queue_max;
+    pthread_mutex_unlock(&s->mu);
+    if (full) metrics_count_busy(&s->metrics);
+    return full;
+}
+
+uint64_t server_fresh_seed(struct dj_server *s) {
+    return dj_rng_u64((uint64_t)dj_time_us(), atomic_fetch_add(&s->n_req, 1));
+}
+
+size_t server_gen_cap(const struct dj_server *s, size_t n_prompt, size_t max_tokens) {
     const size_t n_ctx = s->p.engine.n_ctx ? s->p.engine.n_ctx : s->m->hp.n_ctx_train;
-    const size_t n_prompt = cr.n_prompt;
-    size_t gen = cr.max_tokens ? cr.max_tokens : s->p.n_predict;
+    size_t gen = max_tokens ? max_tokens : s->p.n_predict;
     if (gen == 0) gen = n_ctx > n_prompt ? n_ctx - n_prompt : 1;
+    return gen;
+}
+
+struct sreq *sreq_new(struct dj_server *s, struct MHD_Connection *c, uint32_t n) {
     struct sreq *r = calloc(1, sizeof *r);
-    if (!r) {
-        server_completion_req_free(&cr);
-        return send_error(c, 500, NULL, "out of memory");
-    }
+    if (!r) return NULL;
     r->s = s;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
@@ -335,36 +308,70 @@ static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c
     r->fd = -1;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) r->fd = ci->connect_fd;
-    r->n = cr.n;
-    r->stream = cr.stream;
-    r->include_usage = cr.include_usage;
+    r->n = n;
     r->created = time(NULL);
-    snprintf(r->cmpl_id, sizeof r->cmpl_id, "cmpl-%016llx", (unsigned long long)dj_rng_u64(sp->seed, 7));
-    r->text = calloc(r->n, sizeof *r->text);
-    r->n_text = calloc(r->n, sizeof *r->n_text);
-    r->cap_text = calloc(r->n, sizeof *r->cap_text);
-    r->res = calloc(r->n, sizeof *r->res);
-    if (!r->text || !r->n_text || !r->cap_text || !r->res) {
-        server_completion_req_free(&cr);
-        r->refs = 1;
-        sreq_unref(r);
-        return send_error(c, 500, NULL, "out of memory");
-    }
-    rp.prompt = cr.prompt;
-    rp.n_prompt = n_prompt;
-    rp.max_tokens = gen;
-    rp.n = r->n;
-    rp.stop = cr.stop;
-    rp.n_stop = cr.n_stop;
-    rp.on_token = on_token;
-    rp.on_done = on_done;
-    rp.ud = r;
+    r->text = calloc(n, sizeof *r->text);
+    r->n_text = calloc(n, sizeof *r->n_text);
+    r->cap_text = calloc(n, sizeof *r->cap_text);
+    r->res = calloc(n, sizeof *r->res);
+    r->t_last_us = calloc(n, sizeof *r->t_last_us);
     pthread_mutex_lock(&s->mu);
     r->next = s->live;
     if (s->live) s->live->prev = r;
     s->live = r;
     s->n_live++;
     pthread_mutex_unlock(&s->mu);
+    if (!r->text || !r->n_text || !r->cap_text || !r->res || !r->t_last_us) {
+        r->refs = 1;
+        sreq_unref(r);
+        return NULL;
+    }
+    return r;
+}
+
+enum MHD_Result send_stream(struct MHD_Connection *c, struct sreq *r) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, r, stream_free);
+    if (!resp) {
+        stream_free(r);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    if (tls_server) metrics_count_status(&tls_server->metrics, 200);
+    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body) {
+    struct dj_completion_req cr = {0};
+    if (server_full(s)) return send_busy(c);
+    int code = 400;
+    const char *param = NULL;
+    if (server_parse_completion(s->m->vocab, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
+        return send_error(c, (unsigned)code, param, "%s", dj_last_error());
+    struct dj_request_params rp = engine_default_request();
+    rp.sampling = cr.sp;
+    if (!cr.has_seed) rp.sampling.seed = server_fresh_seed(s);
+    rp.ignore_eos = cr.ignore_eos;
+    struct sreq *r = sreq_new(s, c, cr.n);
+    if (!r) {
+        server_completion_req_free(&cr);
+        return send_error(c, 500, NULL, "out of memory");
+    }
+    r->path = "/v1/completions";
+    r->stream = cr.stream;
+    r->include_usage = cr.include_usage;
+    snprintf(r->cmpl_id, sizeof r->cmpl_id, "cmpl-%016llx", (unsigned long long)dj_rng_u64(rp.sampling.seed, 7));
+    rp.prompt = cr.prompt;
+    rp.n_prompt = cr.n_prompt;
+    rp.max_tokens = server_gen_cap(s, cr.n_prompt, cr.max_tokens);
+    rp.n = r->n;
+    rp.stop = cr.stop;
+    rp.n_stop = cr.n_stop;
+    rp.on_token = on_token;
+    rp.on_done = on_done;
+    rp.ud = r;
     enum dj_status st = engine_submit(s->e, &rp, &r->id);
     server_completion_req_free(&cr);
     if (st) {
@@ -372,18 +379,7 @@ static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c
         sreq_unref(r);
         return send_error(c, st == DJ_ERR_NOMEM ? 503 : 400, NULL, "%s", dj_last_error());
     }
-    if (r->stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, r, stream_free);
-        if (!resp) {
-            stream_free(r);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp);
-        return ret;
-    }
+    if (r->stream) return send_stream(c, r);
     pthread_mutex_lock(&r->mu);
     while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
     pthread_mutex_unlock(&r->mu);
@@ -484,7 +480,19 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *upload_size = 0;
         return MHD_YES;
     }
-    if (!strcmp(url, "/health")) return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    tls_server = s;
+    if (!strcmp(url, "/health")) {
+        if (!atomic_load(&s->ready))
+            return send_json(c, 503, json_pack("{s:{s:s, s:s, s:I}}", "error", "message", "loading", "type",
+                                               "unavailable_error", "code", (json_int_t)503));
+        return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    }
+    if (!strcmp(url, "/metrics")) {
+        if (strcmp(method, "GET")) return send_error(c, 405, NULL, "use GET for %s", url);
+        char *txt = metrics_render(&s->metrics);
+        return txt ? send_text(c, 200, txt, "text/plain; version=0.0.4; charset=utf-8")
+                   : send_error(c, 500, NULL, "out of memory");
+    }
     if (!authorized(s, c)) return send_error(c, 401, NULL, "invalid or missing API key (Authorization: Bearer KEY)");
     if (!strcmp(url, "/v1/models") || !strcmp(url, "/models")) {
         if (strcmp(method, "GET")) return send_error(c, 405, NULL, "use GET for %s", url);
@@ -492,17 +500,37 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                          json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", s->alias, "object",
                                    "model", "created", (json_int_t)time(NULL), "owned_by", "deja"));
     }
-    enum MHD_Result (*fn)(struct dj_server *, struct MHD_Connection *, json_t *) = NULL;
-    const bool is_cmpl = !strcmp(url, "/v1/completions") || !strcmp(url, "/completions");
-    if (!strcmp(url, "/tokenize")) fn = tokenize;
-    else if (!strcmp(url, "/detokenize")) fn = detokenize;
-    if (!fn && !is_cmpl) return send_error(c, 404, NULL, "no endpoint %s %s (not implemented or unknown)", method, url);
+    static const struct {
+        const char *path;
+        int api; /* enum dj_api; -1: completions; -2: apply-template; -3 tokenize; -4 detokenize */
+    } routes[] = {{"/v1/completions", -1}, {"/completions", -1}, {"/v1/chat/completions", DJ_API_CHAT},
+                  {"/chat/completions", DJ_API_CHAT}, {"/v1/responses", DJ_API_RESPONSES},
+                  {"/responses", DJ_API_RESPONSES}, {"/v1/messages", DJ_API_MESSAGES},
+                  {"/v1/messages/count_tokens", DJ_API_MESSAGES_COUNT}, {"/apply-template", -2},
+                  {"/apply_template", -2}, {"/tokenize", -3}, {"/detokenize", -4}};
+    int api = -100;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].path)) api = routes[i].api;
+    if (api == -100) return send_error(c, 404, NULL, "no endpoint %s %s (not implemented or unknown)", method, url);
     if (strcmp(method, "POST")) return send_error(c, 405, NULL, "use POST for %s", url);
     if (b->too_big) return send_error(c, 413, NULL, "request body over the limit");
-    if (is_cmpl) return completions(s, c, b->buf ? b->buf : "", b->n);
-    json_t *req = server_parse_body(b->buf ? b->buf : "", b->n);
+    const char *body = b->buf ? b->buf : "";
+    if (api == -1) {
+        metrics_count_request(&s->metrics, DJ_MK_COMPLETIONS);
+        return completions(s, c, body, b->n);
+    }
+    if (api >= 0) {
+        metrics_count_request(&s->metrics, api == DJ_API_CHAT        ? DJ_MK_CHAT
+                                           : api == DJ_API_RESPONSES ? DJ_MK_RESPONSES
+                                           : api == DJ_API_MESSAGES  ? DJ_MK_MESSAGES
+                                                                     : DJ_MK_OTHER);
+        return chat_endpoint(s, c, (enum dj_api)api, body, b->n);
+    }
+    metrics_count_request(&s->metrics, DJ_MK_OTHER);
+    if (api == -2) return apply_template_endpoint(s, c, body, b->n);
+    json_t *req = server_parse_body(body, b->n);
     if (!req) return send_error(c, 400, NULL, "%s", dj_last_error());
-    enum MHD_Result ret = fn(s, c, req);
+    enum MHD_Result ret = api == -3 ? tokenize(s, c, req) : detokenize(s, c, req);
     json_decref(req);
     return ret;
 }
@@ -517,13 +545,57 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     *con_cls = NULL;
 }
 
+/* Copies what /metrics shows of the engine (only this thread may read it). */
+static void snapshot(struct dj_server *s) {
+    struct dj_engine_snapshot sn;
+    sn.running = engine_n_running(s->e);
+    const size_t pending = engine_n_pending(s->e);
+    sn.waiting = pending > sn.running ? pending - sn.running : 0;
+    engine_pool_stats(s->e, &sn.pool);
+    engine_get_stats(s->e, &sn.opt);
+    sn.n_forward = engine_n_forward(s->e);
+    metrics_set_snapshot(&s->metrics, &sn);
+}
+
 static void *engine_main(void *arg) {
     struct dj_server *s = arg;
+    snapshot(s);
+    atomic_store(&s->ready, true);
     while (!atomic_load(&s->stop)) {
-        if (engine_n_pending(s->e) == 0) engine_wait_work(s->e, 100);
-        else engine_step(s->e);
+        if (engine_n_pending(s->e) == 0) {
+            engine_wait_work(s->e, 100);
+        } else {
+            engine_step(s->e);
+            snapshot(s);
+        }
+        server_gcache_collect(s);
     }
     return NULL;
+}
+
+/* The chat template: --chat-template-file, the model's, or the built-in one.  A
+ * template that does not compile leaves s->tmpl NULL: the server still serves
+ * /v1/completions, and the chat endpoints say why they cannot. */
+static void load_template(struct dj_server *s) {
+    const struct dj_vocab *v = s->m->vocab;
+    const char *bos = vocab_bos(v) >= 0 ? vocab_token_text(v, vocab_bos(v)) : NULL;
+    const char *eos = vocab_eos(v) >= 0 ? vocab_token_text(v, vocab_eos(v)) : NULL;
+    const char *src = s->p.chat_template;
+    size_t n = src ? strlen(src) : 0;
+    struct gguf_str gs;
+    if (!src && s->m->gguf && gguf_get_str(s->m->gguf, "tokenizer.chat_template", &gs) == DJ_OK && gs.len) {
+        src = gs.ptr;
+        n = gs.len;
+    }
+    if (chat_template_create(src, n, bos, eos, &s->tmpl) != DJ_OK) {
+        snprintf(s->tmpl_error, sizeof s->tmpl_error, "the chat template does not compile: %s", dj_last_error());
+        fprintf(stderr, "deja serve: %s (chat endpoints disabled; use --chat-template-file)\n", s->tmpl_error);
+        s->tmpl = NULL;
+        return;
+    }
+    fprintf(stderr, "deja serve: chat template: %s (tool calls: %s%s)\n",
+            s->p.chat_template ? "from --chat-template-file" : s->tmpl->builtin ? "built-in ChatML" : "the model's",
+            chat_tool_syntax_name(s->tmpl->syn.tools), s->tmpl->syn.think_open ? ", reasoning markers" : "");
 }
 
 enum dj_status server_start(const struct dj_model *m, const char *model_path, const struct dj_server_params *p,
@@ -535,17 +607,22 @@ enum dj_status server_start(const struct dj_model *m, const char *model_path, co
     pthread_mutex_init(&s->mu, NULL);
     const char *base = strrchr(model_path, '/');
     s->alias = strdup(p->alias ? p->alias : base ? base + 1 : model_path);
+    metrics_init(&s->metrics);
+    pthread_mutex_init(&s->gmu, NULL);
+    load_template(s);
     enum dj_status st = s->alias ? engine_create(m, &p->engine, &s->e) : dj_fail(DJ_ERR_NOMEM, "serve: out of memory");
+    if (!st && pthread_create(&s->engine_thread, NULL, engine_main, s) != 0) {
+        engine_destroy(s->e);
+        st = dj_fail(DJ_ERR_NOMEM, "serve: cannot start the engine thread");
+    }
     if (st) {
+        chat_template_free(s->tmpl);
+        metrics_destroy(&s->metrics);
+        pthread_mutex_destroy(&s->gmu);
+        pthread_mutex_destroy(&s->mu);
         free(s->alias);
         free(s);
         return st;
-    }
-    if (pthread_create(&s->engine_thread, NULL, engine_main, s) != 0) {
-        engine_destroy(s->e);
-        free(s->alias);
-        free(s);
-        return dj_fail(DJ_ERR_NOMEM, "serve: cannot start the engine thread");
     }
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
@@ -591,6 +668,10 @@ void server_stop(struct dj_server *s, int deadline_ms) {
     atomic_store(&s->stop, true);
     pthread_join(s->engine_thread, NULL);
     engine_destroy(s->e);
+    server_gcache_free(s);
+    chat_template_free(s->tmpl);
+    metrics_destroy(&s->metrics);
+    pthread_mutex_destroy(&s->gmu);
     pthread_mutex_destroy(&s->mu);
     free(s->alias);
     free(s);

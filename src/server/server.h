@@ -10,8 +10,11 @@
  * request to finish (non-streaming) or streams the queue as Server-Sent
  * Events; when a streaming client goes away its request is cancelled.
  *
- * Not implemented yet (issue 11): chat completions, chat templates, the
- * Responses and Anthropic Messages APIs, tool calls, metrics.
+ * Chat endpoints (server_chat.c): the request in any dialect (api.h) →
+ * messages rendered by the chat template (chat/chat.h) → tokens → the engine,
+ * with a grammar for tool_choice / response_format; the output parsed into
+ * content, reasoning and tool calls (chat/toolparse.h) → the dialect's
+ * response or events.
  */
 #ifndef DJ_SERVER_SERVER_H
 #define DJ_SERVER_SERVER_H
@@ -31,6 +34,8 @@ struct dj_server_params {
     size_t n_predict;       /* tokens generated when a request sets no limit; 0: up to the context */
     size_t body_max;        /* request body limit in bytes; 0: 8 MiB */
     unsigned timeout_s;     /* idle connection timeout; 0: 600 */
+    const char *chat_template; /* template source (--chat-template-file); NULL: the model's
+                                  tokenizer.chat_template, or the built-in ChatML when it has none */
     size_t queue_max;       /* with engine.n_running_max: completions beyond running + queue_max
                                get 503 + Retry-After; 0: no cap (they wait in order) */
     struct dj_engine_params engine;

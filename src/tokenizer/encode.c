@@ -145,8 +145,16 @@ static void find_specials(const struct dj_vocab *v, const char *text, size_t len
 }
 
 /* Splits every raw fragment of `in` at the occurrences of token `tok` into `out`. */
-static bool split_on(const struct dj_vocab *v, const char *text, dj_token tok, const struct frags *in,
-                     struct frags *out) {
+static bool masked(const uint8_t *lit, size_t off, size_t n) {
+    for (size_t i = off; i < off + n; i++)
+        if (lit[i / 8] >> (i % 8) & 1) return true;
+    return false;
+}
+
+/* Splits every raw fragment of `in` at the occurrences of token `tok` into `out`;
+ * with lit (a bitmap), occurrences touching a set bit are not split on. */
+static bool split_on(const struct dj_vocab *v, const char *text, dj_token tok, const uint8_t *lit,
+                     const struct frags *in, struct frags *out) {
     size_t tlen;
     const char *t = vocab_text_of(v, tok, &tlen);
     uint16_t attr = v->attr[tok];
@@ -157,14 +165,19 @@ static bool split_on(const struct dj_vocab *v, const char *text, dj_token tok, c
             if (!frags_push(out, f->off, f->len, f->tok)) return false;
             continue;
         }
-        size_t base = f->off, blen = f->len;
+        size_t base = f->off, blen = f->len, from = 0;
         while (blen > 0) {
-            const char *m = memmem(text + base, blen, t, tlen);
+            const char *m = from < blen ? memmem(text + base + from, blen - from, t, tlen) : NULL;
             if (!m) {
                 if (!frags_push(out, base, blen, -1)) return false;
                 break;
             }
             size_t mpos = (size_t)(m - text);
+            if (lit && masked(lit, mpos, tlen)) { /* written by the user: plain text */
+                from = mpos + 1 - base;
+                continue;
+            }
+            from = 0;
             size_t left = mpos - base;
             if (attr & TOK_ATTR_LSTRIP)
                 while (left > 0 && c_isspace(text[base + left - 1])) left--;
@@ -185,7 +198,7 @@ static bool split_on(const struct dj_vocab *v, const char *text, dj_token tok, c
 }
 
 static enum dj_status partition(const struct dj_vocab *v, const char *text, size_t len, bool parse_special,
-                                struct frags *f) {
+                                const uint8_t *lit, struct frags *f) {
     struct frags other = {0};
     enum dj_status st = DJ_OK;
     bool *occurs = NULL;
@@ -199,7 +212,8 @@ static enum dj_status partition(const struct dj_vocab *v, const char *text, size
         if (!occurs[k]) continue;
         dj_token tok = v->special[k];
         if (!parse_special && (v->attr[tok] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
-        if (!split_on(v, text, tok, f, &other)) goto nomem;
+        if (!split_on(v, text, tok, (v->attr[tok] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)) ? lit : NULL, f, &other))
+            goto nomem;
         struct frags tmp = *f;
         *f = other;
         other = tmp;
@@ -238,13 +252,18 @@ static char *spm_escape(const char *s, size_t n, bool prefix, size_t *out_len) {
 
 enum dj_status vocab_tokenize(const struct dj_vocab *v, const char *text, size_t len, bool add_special,
                               bool parse_special, dj_token **out, size_t *n_out) {
+    return vocab_tokenize_masked(v, text, len, add_special, parse_special, NULL, out, n_out);
+}
+
+enum dj_status vocab_tokenize_masked(const struct dj_vocab *v, const char *text, size_t len, bool add_special,
+                                     bool parse_special, const uint8_t *literal, dj_token **out, size_t *n_out) {
     if (!v || !out || !n_out || (!text && len)) return dj_fail(DJ_ERR_INVALID, "vocab_tokenize: NULL argument");
     struct tok_out o = {0};
     struct frags f = {0};
     struct bpe_scratch *bs = NULL;
     enum dj_status st = DJ_OK;
 
-    if (len > 0 && (st = partition(v, text, len, parse_special, &f)) != DJ_OK) goto done;
+    if (len > 0 && (st = partition(v, text, len, parse_special, literal, &f)) != DJ_OK) goto done;
     if (add_special && v->add_bos && !tok_out_push(&o, v->bos)) goto nomem;
 
     if (v->type == DJ_VOCAB_SPM) {

@@ -71,6 +71,14 @@ bool vocab_is_eog(const struct dj_vocab *v, dj_token tok); /* eos, eot, or anoth
 enum dj_status vocab_tokenize(const struct dj_vocab *v, const char *text, size_t len, bool add_special,
                               bool parse_special, dj_token **out, size_t *n_out);
 
+/* vocab_tokenize with parse_special, except that a control or unknown token
+ * whose text overlaps a byte set in `literal` (a bitmap: bit i of
+ * literal[i / 8], i % 8) is not matched there: those bytes are plain text.
+ * For chat prompts: the template's markup is special, the user's text never
+ * is.  literal NULL: vocab_tokenize. */
+enum dj_status vocab_tokenize_masked(const struct dj_vocab *v, const char *text, size_t len, bool add_special,
+                                     bool parse_special, const uint8_t *literal, dj_token **out, size_t *n_out);
+
 /* The text a token stands for: ▁ → space, <0xNN> → that byte, GPT-2 byte
  * characters → raw bytes; control tokens give "" unless `special`.  Writes at
  * most `size` bytes (no NUL) and returns the full length, like snprintf. */

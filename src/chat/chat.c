@@ -1,0 +1,189 @@
+/*
+ * chat.c — messages → template render → tokens (chat.h).
+ */
+#include "chat/chat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+
+/* Hermes / Qwen 2.5 ChatML, the format of ../shared/traces: the system
+ * message then the tools as <tools> JSON lines, calls as <tool_call> JSON,
+ * tool results as <tool_response> blocks in a user turn. */
+const char chat_builtin_chatml[] =
+    "{%- if tools %}\n"
+    "{{- '<|im_start|>system\\n' }}\n"
+    "{%- if messages and messages[0].role in ['system', 'developer'] %}{{- messages[0].content + '\\n\\n' }}{%- endif %}\n"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}\n"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}\n"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}\n"
+    "{%- elif messages and messages[0].role in ['system', 'developer'] %}\n"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "{%- if loop.first and message.role in ['system', 'developer'] %}\n"
+    "{%- elif message.role == 'tool' %}\n"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}\n"
+    "{{- '\\n<tool_response>\\n' + (message.content | string) + '\\n</tool_response>' }}\n"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}\n"
+    "{%- else %}\n"
+    "{{- '<|im_start|>' + message.role + '\\n' }}\n"
+    "{%- if message.content %}{{- message.content }}{%- endif %}\n"
+    "{%- if message.role == 'assistant' and message.tool_calls %}\n"
+    "{%- for tc in message.tool_calls %}\n"
+    "{%- if message.content or not loop.first %}{{- '\\n' }}{%- endif %}\n"
+    "{{- '<tool_call>\\n{\"name\": ' + (tc.function.name | tojson) + ', \"arguments\": ' + "
+    "(tc.function.arguments | tojson) + '}\\n</tool_call>' }}\n"
+    "{%- endfor %}\n"
+    "{%- endif %}\n"
+    "{{- '<|im_end|>\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n";
+
+enum dj_status chat_template_create(const char *src, size_t n, const char *bos, const char *eos,
+                                    struct dj_chat_template **out) {
+    struct dj_chat_template *t = calloc(1, sizeof *t);
+    if (!t) return dj_fail(DJ_ERR_NOMEM, "chat template: out of memory");
+    t->builtin = src == NULL;
+    if (!src) {
+        src = chat_builtin_chatml;
+        n = strlen(chat_builtin_chatml);
+    }
+    t->src = malloc(n + 1);
+    t->bos = strdup(bos ? bos : "");
+    t->eos = strdup(eos ? eos : "");
+    if (!t->src || !t->bos || !t->eos) {
+        chat_template_free(t);
+        return dj_fail(DJ_ERR_NOMEM, "chat template: out of memory");
+    }
+    memcpy(t->src, src, n);
+    t->src[n] = 0;
+    t->n_src = n;
+    enum dj_status st = jinja_compile(t->src, n, &t->j);
+    if (st) {
+        chat_template_free(t);
+        return st;
+    }
+    t->syn = chat_syntax_detect(t->src, n);
+    *out = t;
+    return DJ_OK;
+}
+
+void chat_template_free(struct dj_chat_template *t) {
+    if (!t) return;
+    jinja_free(t->j);
+    free(t->src);
+    free(t->bos);
+    free(t->eos);
+    free(t);
+}
+
+/* Text parts joined by "\n"; NULL when a part is not text (left for the template). */
+static json_t *join_text_parts(const json_t *parts) {
+    size_t total = 0, i;
+    json_t *p;
+    json_array_foreach(parts, i, p) {
+        json_t *ty = json_object_get(p, "type"), *tx = json_object_get(p, "text");
+        if (!json_is_string(ty) || !json_is_string(tx)) return NULL;
+        const char *tys = json_string_value(ty);
+        if (strcmp(tys, "text") && strcmp(tys, "input_text") && strcmp(tys, "output_text")) return NULL;
+        total += json_string_length(tx) + 1;
+    }
+    char *buf = malloc(total + 1);
+    if (!buf) return NULL;
+    size_t n = 0;
+    json_array_foreach(parts, i, p) {
+        json_t *tx = json_object_get(p, "text");
+        if (i) buf[n++] = '\n';
+        memcpy(buf + n, json_string_value(tx), json_string_length(tx));
+        n += json_string_length(tx);
+    }
+    json_t *s = json_stringn(buf, n);
+    free(buf);
+    return s;
+}
+
+json_t *chat_normalize_messages(const json_t *messages) {
+    if (!json_is_array(messages)) {
+        dj_fail(DJ_ERR_INVALID, "messages must be an array");
+        return NULL;
+    }
+    json_t *out = json_deep_copy(messages);
+    if (!out) {
+        dj_fail(DJ_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(out, i, m) {
+        if (!json_is_object(m)) {
+            json_decref(out);
+            dj_fail(DJ_ERR_INVALID, "messages[%zu] must be an object", i);
+            return NULL;
+        }
+        json_t *content = json_object_get(m, "content");
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (json_is_array(content) && json_array_size(content) > 0) {
+            json_t *s = join_text_parts(content);
+            if (s) json_object_set_new(m, "content", s);
+        }
+        if (json_is_array(calls) && json_array_size(calls) > 0) {
+            if (!content || json_is_null(content)) json_object_set_new(m, "content", json_string(""));
+            size_t k;
+            json_t *c;
+            json_array_foreach(calls, k, c) {
+                json_t *fn = json_object_get(c, "function");
+                json_t *args = json_object_get(fn, "arguments");
+                if (!json_is_string(args)) continue;
+                json_t *obj = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, NULL);
+                if (json_is_object(obj)) json_object_set_new(fn, "arguments", obj);
+                else json_decref(obj);
+            }
+        }
+    }
+    return out;
+}
+
+enum dj_status chat_render(const struct dj_chat_template *t, const json_t *messages, const json_t *tools,
+                           const json_t *kwargs, bool add_generation_prompt, int64_t now, struct dj_jinja_out *out) {
+    json_t *ctx = json_object();
+    if (!ctx) return dj_fail(DJ_ERR_NOMEM, "out of memory");
+    json_object_set(ctx, "messages", (json_t *)messages);
+    json_object_set_new(ctx, "tools", tools && json_array_size(tools) ? json_incref((json_t *)tools) : json_null());
+    json_object_set_new(ctx, "documents", json_null());
+    json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_generation_prompt));
+    json_object_set_new(ctx, "bos_token", json_string(t->bos));
+    json_object_set_new(ctx, "eos_token", json_string(t->eos));
+    if (json_is_object(kwargs)) json_object_update(ctx, (json_t *)kwargs);
+    enum dj_status st = jinja_render(t->j, ctx, now, out);
+    json_decref(ctx);
+    return st;
+}
+
+enum dj_status chat_tokenize(const struct dj_vocab *v, const struct dj_chat_template *t, const struct dj_jinja_out *o,
+                             bool add_bos, dj_token **out, size_t *n_out) {
+    size_t skip = 0;
+    const size_t nb = strlen(t->bos);
+    /* the template wrote the BOS text and the tokenizer adds BOS too: keep one */
+    if (add_bos && vocab_add_bos(v) && nb && o->n >= nb && !memcmp(o->text, t->bos, nb)) {
+        bool lit = false;
+        for (size_t i = 0; i < nb && o->from_input; i++) lit |= o->from_input[i / 8] >> (i % 8) & 1;
+        if (!lit) skip = nb;
+    }
+    if (!skip || !o->from_input)
+        return vocab_tokenize_masked(v, o->text + skip, o->n - skip, add_bos, true, o->from_input, out, n_out);
+    /* the bitmap must start at the first byte tokenized: shift it */
+    const size_t n = o->n - skip;
+    uint8_t *m = calloc(n / 8 + 1, 1);
+    if (!m) return dj_fail(DJ_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        if (o->from_input[(i + skip) / 8] >> ((i + skip) % 8) & 1) m[i / 8] |= (uint8_t)(1u << (i % 8));
+    enum dj_status st = vocab_tokenize_masked(v, o->text + skip, n, add_bos, true, m, out, n_out);
+    free(m);
+    return st;
+}

@@ -1,0 +1,64 @@
+/*
+ * chat.h — OpenAI-shaped chat messages to prompt tokens: the model's chat
+ * template (jinja.h) rendered as transformers' apply_chat_template does, with
+ * the input normalisation servers apply first (as llama-server and vLLM do),
+ * then tokenized so that only the template's own markup can be a control
+ * token: text that came from the messages is tokenized with parse_special
+ * off, so a user writing "<|im_end|>" gets those characters, not the token.
+ *
+ * Depends on core, tokenizer and chat/jinja only (DESIGN.md §2).
+ */
+#ifndef DJ_CHAT_CHAT_H
+#define DJ_CHAT_CHAT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chat/jinja.h"
+#include "chat/toolparse.h"
+#include "tokenizer/tokenizer.h"
+
+struct dj_chat_template {
+    struct dj_jinja *j;
+    char *src; /* the template source (malloc'd) */
+    size_t n_src;
+    char *bos, *eos; /* bos_token / eos_token as text ("" when the vocabulary has none) */
+    struct dj_chat_syntax syn; /* how the model writes tool calls and reasoning */
+    bool builtin;      /* the built-in ChatML template (the model has none) */
+};
+
+/* The built-in template: ChatML with tools in the system message as <tools>
+ * JSON lines and calls as <tool_call> JSON (Hermes / Qwen 2.5), tool results
+ * as <tool_response> blocks — the format of ../shared/traces. */
+extern const char chat_builtin_chatml[];
+
+/* Compiles src[0..n) (NULL: the built-in template).  bos / eos: the
+ * vocabulary's special-token texts (NULL: ""). */
+enum dj_status chat_template_create(const char *src, size_t n, const char *bos, const char *eos,
+                                    struct dj_chat_template **out);
+void chat_template_free(struct dj_chat_template *t); /* accepts NULL */
+
+/* Copies messages and normalises what templates disagree on, as llama.cpp and
+ * vLLM do before rendering: tool-call arguments given as a JSON string become
+ * the object (templates print them with tojson); content null on an assistant
+ * message with tool calls becomes ""; content-part arrays whose parts are all
+ * text become one string (parts joined by "\n").  Returns a new reference, or
+ * NULL with a message for messages that are not an array of objects. */
+json_t *chat_normalize_messages(const json_t *messages);
+
+/* Renders messages (OpenAI chat shape, normalised) with transformers' call:
+ * messages, tools (None when NULL), documents None, add_generation_prompt,
+ * bos_token, eos_token, then every key of kwargs (may override).  now: the
+ * clock strftime_now reads.  Errors: DJ_ERR_INVALID, the template's message. */
+enum dj_status chat_render(const struct dj_chat_template *t, const json_t *messages, const json_t *tools,
+                           const json_t *kwargs, bool add_generation_prompt, int64_t now, struct dj_jinja_out *out);
+
+/* Tokenizes a render: spans the template wrote with special tokens parsed,
+ * spans from the input without; a leading bos_token text is dropped when the
+ * vocabulary adds BOS itself (add_bos), so it is not doubled. */
+enum dj_status chat_tokenize(const struct dj_vocab *v, const struct dj_chat_template *t, const struct dj_jinja_out *o,
+                             bool add_bos, dj_token **out, size_t *n_out);
+
+#endif

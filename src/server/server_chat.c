@@ -1,0 +1,548 @@
+/*
+ * server_chat.c — the chat endpoints of `deja serve`: /v1/chat/completions,
+ * /v1/responses, /v1/messages, /v1/messages/count_tokens, /apply-template.
+ *
+ *   body ──api_parse_chat──▶ messages, tools, sampling
+ *        ──chat_render (template) ──chat_tokenize──▶ prompt tokens
+ *        ──grammar (tool_choice required/named, auto's lazy trigger, response_format)──▶ processor
+ *        ──engine_submit──▶ on_token: toolparse_feed ──▶ deltas ──▶ SSE events / collected choice
+ *                           on_done:  toolparse_finish ──▶ finish events / the response object
+ *
+ * Grammars: a small cache keyed by GBNF text (agents send the same tools every
+ * turn: the mask cache and the draft memo carry over), shared by concurrent
+ * requests; entries are freed on the engine thread only, between steps (the
+ * engine alone touches masks).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/status.h"
+#include "core/timer.h"
+#include "sample/grammar.h"
+#include "sample/json_schema.h"
+#include "sample/schema_skip.h"
+#include "sample/toolcall.h"
+#include "server/server_internal.h"
+
+enum { GCACHE_MAX = 16 };
+
+struct gent {
+    struct gent *next;
+    char *gbnf;
+    struct dj_grammar *g;
+    struct dj_gtok *gt;
+    struct dj_gdraft_memo *memo;
+    int refs;
+    uint64_t used;
+};
+
+static void gent_free(struct gent *e) {
+    gtok_free(e->gt);
+    grammar_free(e->g);
+    gdraft_memo_free(e->memo);
+    free(e->gbnf);
+    free(e);
+}
+
+/* A grammar for gbnf, from the cache or made now (a reference the caller releases). */
+static enum dj_status gcache_get(struct dj_server *s, const char *gbnf, struct gent **out) {
+    enum dj_status st = DJ_OK;
+    pthread_mutex_lock(&s->gmu);
+    if (!s->gvocab && (st = gvocab_create(s->m->vocab, &s->gvocab)) != DJ_OK) goto done;
+    size_t n = 0;
+    for (struct gent *e = s->gcache; e; e = e->next, n++)
+        if (!strcmp(e->gbnf, gbnf)) {
+            e->refs++;
+            e->used = ++s->gclock;
+            *out = e;
+            goto done;
+        }
+    struct gent *e = calloc(1, sizeof *e);
+    if (!e || !(e->gbnf = strdup(gbnf)) || !(e->memo = gdraft_memo_create())) {
+        if (e) gent_free(e);
+        st = dj_fail(DJ_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((st = grammar_parse(gbnf, strlen(gbnf), NULL, s->m->vocab, &e->g)) != DJ_OK ||
+        (st = gtok_create(e->g, s->gvocab, &e->gt)) != DJ_OK) {
+        gent_free(e);
+        goto done;
+    }
+    e->refs = 1;
+    e->used = ++s->gclock;
+    e->next = s->gcache;
+    s->gcache = e;
+    *out = e;
+    if (n + 1 > GCACHE_MAX) { /* retire the least recently used idle grammar */
+        struct gent **victim = NULL;
+        for (struct gent **p = &s->gcache; *p; p = &(*p)->next)
+            if ((*p)->refs == 0 && (!victim || (*p)->used < (*victim)->used)) victim = p;
+        if (victim) {
+            struct gent *v = *victim;
+            *victim = v->next;
+            v->next = s->graveyard;
+            s->graveyard = v;
+        }
+    }
+done:
+    pthread_mutex_unlock(&s->gmu);
+    return st;
+}
+
+static void gcache_release(struct dj_server *s, struct gent *e) {
+    pthread_mutex_lock(&s->gmu);
+    e->refs--;
+    pthread_mutex_unlock(&s->gmu);
+}
+
+void server_gcache_collect(struct dj_server *s) {
+    pthread_mutex_lock(&s->gmu);
+    struct gent *g = s->graveyard;
+    s->graveyard = NULL;
+    pthread_mutex_unlock(&s->gmu);
+    while (g) {
+        struct gent *nx = g->next;
+        gent_free(g);
+        g = nx;
+    }
+}
+
+void server_gcache_free(struct dj_server *s) {
+    server_gcache_collect(s);
+    for (struct gent *e = s->gcache; e;) {
+        struct gent *nx = e->next;
+        gent_free(e);
+        e = nx;
+    }
+    s->gcache = NULL;
+    gvocab_free(s->gvocab);
+    s->gvocab = NULL;
+}
+
+/* ---- per-request state ------------------------------------------------------------ */
+
+void chat_sreq_free(struct sreq *r) {
+    if (!r->is_chat) return;
+    for (uint32_t i = 0; i < r->n; i++) {
+        if (r->tp) toolparse_free(r->tp[i]);
+        if (!r->acc) continue;
+        struct chat_acc *a = &r->acc[i];
+        sbuf_free(&a->content);
+        sbuf_free(&a->reasoning);
+        for (size_t k = 0; k < a->n_calls; k++) {
+            free(a->calls[k].name);
+            free(a->calls[k].args);
+        }
+        free(a->calls);
+        json_decref(a->logprobs);
+    }
+    free(r->tp);
+    free(r->acc);
+    api_stream_free(r->st);
+    /* the engine is done with the request (its last on_done ran): the processor
+     * is the caller's again; the grammar goes back to the cache */
+    gproc_free(r->gp);
+    if (r->gent) gcache_release(r->s, r->gent);
+}
+
+struct emit_ctx {
+    struct sreq *r;
+    uint32_t index;
+};
+
+/* r->mu held. */
+static void flush_sse(struct sreq *r, struct dj_sbuf *b) {
+    if (b->n) buf_append(&r->buf, &r->n_buf, &r->cap_buf, b->p, b->n);
+    sbuf_free(b);
+}
+
+static void on_delta(void *ud, const struct dj_chat_delta *d) {
+    struct emit_ctx *x = ud;
+    struct sreq *r = x->r;
+    struct chat_acc *a = &r->acc[x->index];
+    if (r->stream) {
+        struct dj_sbuf b = {0};
+        json_t *lp = NULL;
+        if (a->logprobs && json_array_size(a->logprobs) && d->kind == DJ_DELTA_CONTENT) {
+            lp = a->logprobs;
+            a->logprobs = json_array();
+        }
+        api_stream_delta(r->st, x->index, d, lp, &b);
+        json_decref(lp);
+        flush_sse(r, &b);
+        return;
+    }
+    switch (d->kind) {
+    case DJ_DELTA_CONTENT: sbuf_append(&a->content, d->text, d->n); break;
+    case DJ_DELTA_REASONING: sbuf_append(&a->reasoning, d->text, d->n); break;
+    case DJ_DELTA_TOOL_START: {
+        struct dj_chat_call *nc = realloc(a->calls, (a->n_calls + 1) * sizeof *nc);
+        if (!nc) break;
+        a->calls = nc;
+        struct dj_chat_call *c = &a->calls[a->n_calls++];
+        memset(c, 0, sizeof *c);
+        snprintf(c->id, sizeof c->id, "%s", d->id ? d->id : "");
+        c->name = strdup(d->name ? d->name : "");
+        break;
+    }
+    case DJ_DELTA_TOOL_ARGS: {
+        if (!a->n_calls) break;
+        struct dj_chat_call *c = &a->calls[d->tool_index < a->n_calls ? d->tool_index : a->n_calls - 1];
+        char *na = realloc(c->args, c->n_args + d->n + 1);
+        if (!na) break;
+        memcpy(na + c->n_args, d->text, d->n);
+        c->n_args += d->n;
+        na[c->n_args] = 0;
+        c->args = na;
+        break;
+    }
+    }
+}
+
+/* The OpenAI logprobs entry of a token. */
+static json_t *logprob_entry(const struct dj_vocab *v, dj_token tok, float lp) {
+    char piece[256];
+    size_t n = vocab_token_to_piece(v, tok, false, piece, sizeof piece);
+    if (n > sizeof piece) n = sizeof piece;
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
+    return json_pack("{s:o, s:f, s:o}", "token", jstr(piece, n), "logprob", (double)lp, "bytes", bytes);
+}
+
+static void chat_on_token(void *ud, const struct dj_token_event *ev) {
+    struct sreq *r = ud;
+    if (ev->index >= r->n) return;
+    pthread_mutex_lock(&r->mu);
+    server_note_token(r, ev->index);
+    struct chat_acc *a = &r->acc[ev->index];
+    if (r->logprobs) {
+        json_t *e = logprob_entry(r->s->m->vocab, ev->tok, ev->logprob);
+        if (e && r->top_logprobs) {
+            json_t *top = json_array();
+            for (size_t i = 0; i < ev->n_top; i++)
+                json_array_append_new(top, logprob_entry(r->s->m->vocab, ev->top[i].tok, ev->top[i].logprob));
+            json_object_set_new(e, "top_logprobs", top);
+        } else if (e) {
+            json_object_set_new(e, "top_logprobs", json_array());
+        }
+        if (!a->logprobs) a->logprobs = json_array();
+        json_array_append_new(a->logprobs, e);
+    }
+    if (ev->n_text) {
+        struct emit_ctx x = {r, ev->index};
+        toolparse_feed(r->tp[ev->index], ev->text, ev->n_text, on_delta, &x);
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void chat_usage(const struct sreq *r, struct dj_chat_usage *u) {
+    u->prompt = r->res[0].n_prompt;
+    u->cached = r->res[0].n_cached;
+    u->completion = 0;
+    for (uint32_t i = 0; i < r->n; i++) u->completion += r->res[i].n_gen;
+    u->x_deja = NULL;
+}
+
+static void chat_on_done(void *ud, const struct dj_turn_result *res) {
+    struct sreq *r = ud;
+    metrics_observe_done(&r->s->metrics, res);
+    pthread_mutex_lock(&r->mu);
+    const uint32_t i = res->index;
+    if (i < r->n) {
+        r->res[i] = *res;
+        struct emit_ctx x = {r, i};
+        if (toolparse_finish(r->tp[i], on_delta, &x) != DJ_OK)
+            fprintf(stderr, "deja serve: %s: completion %u: %s\n", r->path, i, dj_last_error());
+        if (r->stream) {
+            struct dj_sbuf b = {0};
+            struct chat_acc *a = &r->acc[i];
+            if (a->logprobs && json_array_size(a->logprobs)) { /* tokens whose text was held back */
+                const struct dj_chat_delta d = {.kind = DJ_DELTA_CONTENT, .text = "", .n = 0};
+                api_stream_delta(r->st, i, &d, a->logprobs, &b);
+            }
+            if (res->finish == DJ_FINISH_ERROR) api_stream_error(r->st, res->error, &b);
+            else api_stream_finish(r->st, i, res->finish, &b);
+            flush_sse(r, &b);
+        }
+    }
+    const bool last = ++r->n_done == r->n;
+    if (last) {
+        server_log_request(r);
+        if (r->stream) {
+            struct dj_chat_usage u;
+            chat_usage(r, &u);
+            json_t *xd = xdeja_json(r);
+            u.x_deja = xd;
+            struct dj_sbuf b = {0};
+            api_stream_end(r->st, &u, &b);
+            json_decref(xd);
+            flush_sse(r, &b);
+        }
+        r->done = true;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (last) sreq_unref(r);
+}
+
+/* ---- replies ------------------------------------------------------------------------ */
+
+static enum MHD_Result send_api_error(struct MHD_Connection *c, enum dj_api api, unsigned status, const char *param,
+                                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result send_api_error(struct MHD_Connection *c, enum dj_api api, unsigned status, const char *param,
+                                      const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return send_json(c, status, api_error_json(api, status, param, msg));
+}
+
+/* Renders and tokenizes the request's messages. */
+static enum dj_status build_prompt(struct dj_server *s, const struct dj_chat_req *cr, struct dj_jinja_out *o,
+                                   dj_token **toks, size_t *n) {
+    json_t *msgs = chat_normalize_messages(cr->messages);
+    if (!msgs) return DJ_ERR_INVALID;
+    enum dj_status st = chat_render(s->tmpl, msgs, cr->tools, cr->template_kwargs, true, (int64_t)time(NULL), o);
+    json_decref(msgs);
+    if (st) return dj_fail(DJ_ERR_INVALID, "the chat template failed on these messages: %s", dj_last_error());
+    if (toks && (st = chat_tokenize(s->m->vocab, s->tmpl, o, true, toks, n)) != DJ_OK) jinja_out_free(o);
+    return st;
+}
+
+/* The grammar a request needs, as GBNF (NULL: none); *trigger for lazy ones. */
+static enum dj_status request_grammar(struct dj_server *s, const struct dj_chat_req *cr, char **gbnf,
+                                      const char **trigger) {
+    *gbnf = NULL;
+    *trigger = NULL;
+    if (cr->json_schema || cr->json_object) {
+        struct dj_json_schema_opts o = json_schema_default_opts();
+        o.whitespace = DJ_JSON_WS_FLEXIBLE;
+        json_t *any = cr->json_schema ? NULL : json_pack("{s:s}", "type", "object");
+        enum dj_status st = json_schema_to_gbnf_value(cr->json_schema ? cr->json_schema : any, &o, gbnf);
+        json_decref(any);
+        return st ? dj_fail(st, "response_format: %s", dj_last_error()) : DJ_OK;
+    }
+    if (!cr->tools || !json_array_size(cr->tools) || cr->tool_choice == DJ_TOOL_NONE) return DJ_OK;
+    /* only the Hermes syntax (and the built-in template's) has a grammar builder yet;
+     * other families are parsed from free output */
+    if (s->tmpl->syn.tools != DJ_TOOLS_HERMES) return DJ_OK;
+    struct dj_toolcall_opts to = toolcall_default_opts();
+    to.choice = cr->tool_choice;
+    to.name = cr->tool_name;
+    to.parallel = cr->parallel_tool_calls;
+    struct dj_toolcall_grammar tg = {0};
+    enum dj_status st = toolcall_grammar_build_value(cr->tools, &to, &tg);
+    if (st) return dj_fail(st, "%s", dj_last_error());
+    const bool lazy = cr->tool_choice == DJ_TOOL_AUTO;
+    *gbnf = strdup(lazy ? tg.lazy_gbnf : tg.gbnf);
+    if (lazy) *trigger = "<tool_call>";
+    toolcall_grammar_free(&tg);
+    return *gbnf ? DJ_OK : dj_fail(DJ_ERR_NOMEM, "out of memory");
+}
+
+static void add_deja_headers(struct MHD_Response *resp, const struct sreq *r) {
+    char v[32];
+    const struct dj_turn_result *x = &r->res[0];
+    snprintf(v, sizeof v, "%zu", x->n_cached);
+    MHD_add_response_header(resp, "X-Deja-Cached-Tokens", v);
+    snprintf(v, sizeof v, "%zu", x->n_reused_own);
+    MHD_add_response_header(resp, "X-Deja-Reused-Own", v);
+    snprintf(v, sizeof v, "%zu", x->n_reused_pool);
+    MHD_add_response_header(resp, "X-Deja-Reused-Pool", v);
+    snprintf(v, sizeof v, "%zu", x->n_computed);
+    MHD_add_response_header(resp, "X-Deja-Computed-Tokens", v);
+}
+
+static enum MHD_Result send_final(struct MHD_Connection *c, struct sreq *r) {
+    struct dj_chat_choice *ch = calloc(r->n, sizeof *ch);
+    if (!ch) return send_api_error(c, r->api, 500, NULL, "out of memory");
+    for (uint32_t i = 0; i < r->n; i++) {
+        struct chat_acc *a = &r->acc[i];
+        ch[i].content = a->content.p;
+        ch[i].n_content = a->content.n;
+        ch[i].reasoning = a->reasoning.p;
+        ch[i].n_reasoning = a->reasoning.n;
+        ch[i].calls = a->calls;
+        ch[i].n_calls = a->n_calls;
+        ch[i].finish = r->res[i].finish;
+        ch[i].logprobs = NULL;
+        if (r->logprobs) ch[i].logprobs = json_pack("{s:O}", "content", a->logprobs ? a->logprobs : json_array());
+    }
+    struct dj_chat_usage u;
+    chat_usage(r, &u);
+    json_t *xd = xdeja_json(r);
+    u.x_deja = xd;
+    json_t *j = api_response(r->api, r->cmpl_id, r->s->alias, r->created, ch, r->n, &u);
+    json_decref(xd);
+    for (uint32_t i = 0; i < r->n; i++) json_decref(ch[i].logprobs);
+    free(ch);
+    char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!txt) return send_api_error(c, r->api, 500, NULL, "out of memory");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(txt);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    add_deja_headers(resp, r);
+    metrics_count_status(&r->s->metrics, 200);
+    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static const char *id_prefix(enum dj_api api) {
+    return api == DJ_API_RESPONSES ? "resp_" : api == DJ_API_MESSAGES ? "msg_" : "chatcmpl-";
+}
+
+enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enum dj_api api, const char *body,
+                              size_t n_body) {
+    if (!s->tmpl) return send_api_error(c, api, 500, NULL, "%s", s->tmpl_error);
+    if (api != DJ_API_MESSAGES_COUNT && server_full(s)) return send_busy(c);
+    struct dj_chat_req cr = {0};
+    int code = 400;
+    const char *param = NULL;
+    if (api_parse_chat(api, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
+        return send_api_error(c, api, (unsigned)code, param, "%s", dj_last_error());
+    struct dj_jinja_out o = {0};
+    dj_token *toks = NULL;
+    size_t n_toks = 0;
+    if (build_prompt(s, &cr, &o, &toks, &n_toks) != DJ_OK) {
+        api_chat_req_free(&cr);
+        return send_api_error(c, api, 400, "messages", "%s", dj_last_error());
+    }
+    /* reasoning starts open when the generation prompt ends inside a think block */
+    struct dj_chat_syntax syn = s->tmpl->syn;
+    if (syn.think_open) {
+        size_t end = o.n;
+        while (end > 0 && (o.text[end - 1] == '\n' || o.text[end - 1] == ' ')) end--;
+        const size_t k = strlen(syn.think_open);
+        syn.think_forced_open = end >= k && !memcmp(o.text + end - k, syn.think_open, k);
+    }
+    jinja_out_free(&o);
+    if (api == DJ_API_MESSAGES_COUNT) {
+        api_chat_req_free(&cr);
+        free(toks);
+        return send_json(c, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n_toks));
+    }
+    char *gbnf = NULL;
+    const char *trigger = NULL;
+    struct gent *ge = NULL;
+    struct dj_gproc *gp = NULL;
+    enum dj_status st = request_grammar(s, &cr, &gbnf, &trigger);
+    if (!st && gbnf) st = gcache_get(s, gbnf, &ge);
+    free(gbnf);
+    if (!st && ge) {
+        struct dj_gproc_params gpp = {.g = ge->g, .gtok = ge->gt, .vocab = s->m->vocab, .trigger = trigger,
+                                      .memo = ge->memo};
+        st = gproc_create(&gpp, &gp);
+    }
+    if (st) {
+        const char *what = cr.json_schema || cr.json_object ? "response_format" : "tools";
+        if (ge) gcache_release(s, ge);
+        api_chat_req_free(&cr);
+        free(toks);
+        return send_api_error(c, api, 400, what, "%s", dj_last_error());
+    }
+    struct sreq *r = sreq_new(s, c, cr.n ? cr.n : 1);
+    if (!r) {
+        gproc_free(gp);
+        if (ge) gcache_release(s, ge);
+        api_chat_req_free(&cr);
+        free(toks);
+        return send_api_error(c, api, 500, NULL, "out of memory");
+    }
+    r->is_chat = true;
+    r->api = api;
+    r->gent = ge;
+    r->gp = gp;
+    r->path = api == DJ_API_CHAT ? "/v1/chat/completions" : api == DJ_API_RESPONSES ? "/v1/responses" : "/v1/messages";
+    r->stream = cr.stream;
+    r->include_usage = cr.include_usage;
+    r->logprobs = cr.logprobs;
+    r->top_logprobs = cr.top_logprobs;
+    struct dj_request_params rp = engine_default_request();
+    rp.sampling = cr.sp;
+    if (!cr.has_seed) rp.sampling.seed = server_fresh_seed(s);
+    snprintf(r->cmpl_id, sizeof r->cmpl_id, "%s%016llx", id_prefix(api),
+             (unsigned long long)dj_rng_u64(rp.sampling.seed ^ (uint64_t)dj_time_us(), 11));
+    r->tp = calloc(r->n, sizeof *r->tp);
+    r->acc = calloc(r->n, sizeof *r->acc);
+    bool ok = r->tp && r->acc;
+    const bool parse_tools = cr.tools && json_array_size(cr.tools) && cr.tool_choice != DJ_TOOL_NONE;
+    for (uint32_t i = 0; ok && i < r->n; i++)
+        ok = (r->tp[i] = toolparse_new(&syn, parse_tools, true, dj_rng_u64(rp.sampling.seed, 100 + i))) != NULL;
+    if (ok && r->stream) {
+        ok = (r->st = api_stream_new(api, r->cmpl_id, s->alias, r->created, r->n, r->include_usage, n_toks)) != NULL;
+        if (ok) {
+            struct dj_sbuf b = {0};
+            api_stream_start(r->st, &b);
+            flush_sse(r, &b);
+        }
+    }
+    if (!ok) {
+        api_chat_req_free(&cr);
+        free(toks);
+        r->refs = 1;
+        sreq_unref(r);
+        return send_api_error(c, api, 500, NULL, "out of memory");
+    }
+    struct dj_logits_processor proc;
+    rp.ignore_eos = cr.ignore_eos;
+    rp.prompt = toks;
+    rp.n_prompt = n_toks;
+    rp.max_tokens = server_gen_cap(s, n_toks, cr.max_tokens);
+    rp.n = r->n;
+    rp.stop = cr.stop;
+    rp.n_stop = cr.n_stop;
+    rp.logprobs = cr.logprobs;
+    rp.n_probs = cr.top_logprobs;
+    if (gp) {
+        proc = gproc_processor(gp);
+        rp.proc = &proc;
+    }
+    rp.on_token = chat_on_token;
+    rp.on_done = chat_on_done;
+    rp.ud = r;
+    st = engine_submit(s->e, &rp, &r->id);
+    free(toks);
+    api_chat_req_free(&cr);
+    if (st) {
+        r->refs = 1;
+        sreq_unref(r);
+        return send_api_error(c, api, st == DJ_ERR_NOMEM ? 503 : 400, NULL, "%s", dj_last_error());
+    }
+    if (r->stream) return send_stream(c, r);
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    enum MHD_Result ret;
+    if (r->res[0].finish == DJ_FINISH_ERROR) ret = send_api_error(c, api, 500, NULL, "generation failed: %s", r->res[0].error);
+    else ret = send_final(c, r);
+    sreq_unref(r);
+    return ret;
+}
+
+/* POST /apply-template (llama-server): a chat-completions body → {"prompt": the rendered text}. */
+enum MHD_Result apply_template_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body) {
+    if (!s->tmpl) return send_api_error(c, DJ_API_CHAT, 500, NULL, "%s", s->tmpl_error);
+    struct dj_chat_req cr = {0};
+    int code = 400;
+    const char *param = NULL;
+    if (api_parse_chat(DJ_API_CHAT, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
+        return send_api_error(c, DJ_API_CHAT, (unsigned)code, param, "%s", dj_last_error());
+    struct dj_jinja_out o = {0};
+    enum dj_status st = build_prompt(s, &cr, &o, NULL, NULL);
+    api_chat_req_free(&cr);
+    if (st) return send_api_error(c, DJ_API_CHAT, 400, "messages", "%s", dj_last_error());
+    json_t *j = json_pack("{s:o}", "prompt", jstr(o.text, o.n));
+    jinja_out_free(&o);
+    return send_json(c, 200, j);
+}

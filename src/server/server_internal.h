@@ -1,0 +1,126 @@
+/*
+ * server_internal.h — what server.c (HTTP, /v1/completions, small endpoints)
+ * and server_chat.c (the chat endpoints) share.
+ */
+#ifndef DJ_SERVER_INTERNAL_H
+#define DJ_SERVER_INTERNAL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "chat/chat.h"
+#include "server/api.h"
+#include "server/metrics.h"
+#include "server/server.h"
+
+struct gent; /* a cached grammar (server_chat.c) */
+
+struct dj_server {
+    const struct dj_model *m;
+    struct dj_engine *e;
+    struct MHD_Daemon *d;
+    struct dj_server_params p;
+    char *alias;
+    pthread_t engine_thread;
+    atomic_bool stop;
+    atomic_bool ready; /* /health: 503 until the engine thread runs */
+    atomic_ullong n_req;
+    /* requests in flight (for shutdown) */
+    pthread_mutex_t mu;
+    struct sreq *live;
+    size_t n_live;
+    struct dj_metrics metrics;
+    struct dj_chat_template *tmpl; /* NULL: the template failed to compile (chat endpoints answer 500) */
+    char tmpl_error[256];
+    /* grammars (server_chat.c): a small cache keyed by GBNF text, and what waits to be
+     * freed on the engine thread (which alone touches masks) */
+    pthread_mutex_t gmu;
+    struct dj_gvocab *gvocab; /* made on first use */
+    struct gent *gcache, *graveyard;
+    uint64_t gclock;
+};
+
+/* Per completion of a chat request: what the parser produced. */
+struct chat_acc {
+    struct dj_sbuf content, reasoning;
+    struct dj_chat_call *calls;
+    size_t n_calls;
+    json_t *logprobs;   /* non-streaming: the entries so far; streaming: those not sent yet */
+};
+
+/* One HTTP request's generation: filled by the engine thread, drained by the
+ * connection thread.  Two references: the engine's (until the last on_done)
+ * and the connection's (until the response is sent or the client is gone). */
+struct sreq {
+    struct dj_server *s;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    uint64_t id;
+    bool stream, include_usage, done, cancelled;
+    uint32_t n, n_done;
+    char cmpl_id[48];
+    time_t created;
+    char *buf; /* streaming: SSE bytes not read yet from off */
+    size_t n_buf, cap_buf, off;
+    char **text; /* non-streaming: per completion */
+    size_t *n_text, *cap_text;
+    struct dj_turn_result *res;
+    int64_t *t_last_us;       /* per completion: the last token's time (inter-token latency) */
+    struct sreq *prev, *next; /* s->live */
+    int fd;                   /* the client's socket (streaming: watched for a hang-up while waiting) */
+    const char *path;         /* for the log line */
+    /* chat endpoints (server_chat.c) */
+    bool is_chat;
+    enum dj_api api;
+    bool logprobs;
+    uint32_t top_logprobs;
+    struct dj_api_stream *st;
+    struct dj_toolparse **tp; /* per completion */
+    struct chat_acc *acc;     /* per completion */
+    struct gent *gent;        /* the grammar in use, or NULL */
+    struct dj_gproc *gp;
+};
+
+struct body {
+    char *buf;
+    size_t n, cap;
+    bool too_big;
+};
+
+bool buf_append(char **buf, size_t *n, size_t *cap, const char *s, size_t len);
+json_t *jstr(const char *s, size_t n);
+void sreq_unref(struct sreq *r);
+/* A new request record with two references, registered in s->live; NULL when out of memory. */
+struct sreq *sreq_new(struct dj_server *s, struct MHD_Connection *c, uint32_t n);
+enum MHD_Result send_text_hdr(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype,
+                              const char *hname, const char *hvalue);
+enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j);
+enum MHD_Result send_busy(struct MHD_Connection *c);
+bool server_full(struct dj_server *s);
+/* One line per request on stderr (method, path, tokens, TTFT, total) and the metrics. */
+void server_log_request(const struct sreq *r);
+/* deja's x_deja object: where the prompt's tokens came from. */
+json_t *xdeja_json(const struct sreq *r);
+/* Inter-token latency of completion i (engine thread, on each token). */
+void server_note_token(struct sreq *r, uint32_t i);
+/* Queues an SSE response reading r (stream_reader / stream_free of server.c). */
+enum MHD_Result send_stream(struct MHD_Connection *c, struct sreq *r);
+/* The seed for a request that gives none: a fresh one per request, as OpenAI. */
+uint64_t server_fresh_seed(struct dj_server *s);
+/* The generation cap for a request that sets none (or sets more than fits). */
+size_t server_gen_cap(const struct dj_server *s, size_t n_prompt, size_t max_tokens);
+
+/* server_chat.c */
+enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enum dj_api api, const char *body,
+                              size_t n_body);
+enum MHD_Result apply_template_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body);
+void chat_sreq_free(struct sreq *r);     /* the chat parts of r (any thread) */
+void server_gcache_collect(struct dj_server *s); /* engine thread: frees grammars no request uses */
+void server_gcache_free(struct dj_server *s);
+
+#endif
