@@ -15,8 +15,10 @@ FUZZERS    := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 # (everything present) costs a few milliseconds and needs no root.
 DEPS      := cmake gcc make pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev
 FUZZ_DEPS := clang libclang-rt-14-dev
+# Test-only: promtool (lints GET /metrics in tests/e2e/test_clients.sh).
+TEST_DEPS := prometheus
 
-.PHONY: all deps deps-fuzz build test asan fuzz run clean bench
+.PHONY: all deps deps-fuzz npm-deps build test asan fuzz run clean bench
 
 all: build
 
@@ -27,7 +29,7 @@ define apt_install
 	if [ -n "$$missing" ]; then \
 	  echo "deps: installing$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null || \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(2) $$missing >/dev/null || \
 	    { echo "deps: apt-get install$$missing failed" >&2; exit 1; }; \
 	fi
 endef
@@ -44,7 +46,15 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# The SDK clients of tests/e2e/test_clients.sh (tests/npm/package.json, pinned
+# versions; `npm install`, not `npm ci`: the lockfile cannot list other platforms'
+# optional binaries).  Skipped when npm is absent (the test then says SKIP).
+npm-deps:
+	$(call apt_install,$(TEST_DEPS),--no-install-recommends)
+	@if command -v npm >/dev/null; then cd tests/npm && npm install --no-audit --no-fund --loglevel=error; \
+	else echo "npm-deps: npm not found: the SDK client test will be skipped"; fi
+
+test: build npm-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 asan: deps

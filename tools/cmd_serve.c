@@ -31,7 +31,7 @@ static void serve_usage(FILE *f) {
             "  -n, --n-predict N   tokens generated when a request sets no max_tokens (default: up to the context)\n"
             "  --parallel N        requests generating at once (default: as many as the KV budget holds)\n"
             "  --kv-budget MIB     KV cache memory (default: half the available memory)\n"
-            "  --api-key KEY       require 'Authorization: Bearer KEY' (all endpoints but /health)\n"
+            "  --api-key KEY       require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (all endpoints but /health)\n"
             "  --alias NAME        the model id reported by /v1/models (default: the file name)\n"
             "  --body-max BYTES    request body limit (default 8 MiB; larger: HTTP 413)\n"
             "  --timeout S         idle connection timeout in seconds (default 600)\n"

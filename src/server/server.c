@@ -238,6 +238,38 @@ enum MHD_Result send_busy(struct MHD_Connection *c) {
 
 /* ---- /v1/completions ----------------------------------------------------------- */
 
+/* Has the client of r hung up?  (A request that sends nothing while it waits or
+ * computes would otherwise never learn it.) */
+static bool client_gone(const struct sreq *r) {
+    struct pollfd pf = {r->fd, POLLRDHUP, 0};
+    return r->fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* r->mu held: waits up to 100 ms for news. */
+static void wait_a_little(struct sreq *r) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+void server_wait_done(struct sreq *r) {
+    bool cancelled = false;
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) {
+        if (!cancelled && client_gone(r)) { /* non-streaming client gone: stop computing for it */
+            cancelled = true;
+            engine_cancel(r->s->e, r->id);
+        }
+        wait_a_little(r);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     struct sreq *r = cls;
@@ -245,19 +277,11 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     while (r->off == r->n_buf && !r->done) {
         /* a request waiting for its turn sends nothing, so MHD would never notice the client
          * leaving: look for the hang-up ourselves */
-        struct pollfd pf = {r->fd, POLLRDHUP, 0};
-        if (r->fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        if (client_gone(r)) {
             pthread_mutex_unlock(&r->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        wait_a_little(r);
     }
     size_t n = r->n_buf - r->off;
     if (n > max) n = max;
@@ -380,9 +404,7 @@ static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c
         return send_error(c, st == DJ_ERR_NOMEM ? 503 : 400, NULL, "%s", dj_last_error());
     }
     if (r->stream) return send_stream(c, r);
-    pthread_mutex_lock(&r->mu);
-    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
-    pthread_mutex_unlock(&r->mu);
+    server_wait_done(r);
     json_t *choices = json_array();
     unsigned status = 200;
     for (uint32_t i = 0; i < r->n; i++) {
@@ -450,10 +472,12 @@ static enum MHD_Result detokenize(struct dj_server *s, struct MHD_Connection *c,
 
 static bool authorized(struct dj_server *s, struct MHD_Connection *c) {
     if (!s->p.api_key) return true;
+    /* OpenAI clients send "Authorization: Bearer KEY", Anthropic's "x-api-key: KEY" */
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *want = s->p.api_key;
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-    h += 7;
+    if (h && strncmp(h, "Bearer ", 7) == 0) h += 7;
+    else h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    if (!h) return false;
     const size_t nh = strlen(h), nw = strlen(want);
     unsigned diff = (unsigned)(nh ^ nw);
     for (size_t i = 0; i < nh; i++) diff |= (unsigned char)h[i] ^ (unsigned char)want[i % (nw ? nw : 1)]; /* constant time */
@@ -487,13 +511,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                                                "unavailable_error", "code", (json_int_t)503));
         return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
     }
+    if (!authorized(s, c)) return send_error(c, 401, NULL, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)");
     if (!strcmp(url, "/metrics")) {
         if (strcmp(method, "GET")) return send_error(c, 405, NULL, "use GET for %s", url);
         char *txt = metrics_render(&s->metrics);
         return txt ? send_text(c, 200, txt, "text/plain; version=0.0.4; charset=utf-8")
                    : send_error(c, 500, NULL, "out of memory");
     }
-    if (!authorized(s, c)) return send_error(c, 401, NULL, "invalid or missing API key (Authorization: Bearer KEY)");
     if (!strcmp(url, "/v1/models") || !strcmp(url, "/models")) {
         if (strcmp(method, "GET")) return send_error(c, 405, NULL, "use GET for %s", url);
         return send_json(c, 200,

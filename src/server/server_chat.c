@@ -411,6 +411,11 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     const char *param = NULL;
     if (api_parse_chat(api, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
         return send_api_error(c, api, (unsigned)code, param, "%s", dj_last_error());
+    if (cr.cache_salt) {
+        api_chat_req_free(&cr);
+        return send_api_error(c, api, 400, "cache_salt",
+                              "cache_salt is not implemented yet: every request shares prefix blocks with every other");
+    }
     struct dj_jinja_out o = {0};
     dj_token *toks = NULL;
     size_t n_toks = 0;
@@ -520,9 +525,7 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
         return send_api_error(c, api, st == DJ_ERR_NOMEM ? 503 : 400, NULL, "%s", dj_last_error());
     }
     if (r->stream) return send_stream(c, r);
-    pthread_mutex_lock(&r->mu);
-    while (!r->done) pthread_cond_wait(&r->cv, &r->mu);
-    pthread_mutex_unlock(&r->mu);
+    server_wait_done(r);
     enum MHD_Result ret;
     if (r->res[0].finish == DJ_FINISH_ERROR) ret = send_api_error(c, api, 500, NULL, "generation failed: %s", r->res[0].error);
     else ret = send_final(c, r);

@@ -108,6 +108,8 @@ void server_log_request(const struct sreq *r);
 json_t *xdeja_json(const struct sreq *r);
 /* Inter-token latency of completion i (engine thread, on each token). */
 void server_note_token(struct sreq *r, uint32_t i);
+/* Non-streaming: blocks until r is done; cancels it if the client hangs up meanwhile. */
+void server_wait_done(struct sreq *r);
 /* Queues an SSE response reading r (stream_reader / stream_free of server.c). */
 enum MHD_Result send_stream(struct MHD_Connection *c, struct sreq *r);
 /* The seed for a request that gives none: a fresh one per request, as OpenAI. */

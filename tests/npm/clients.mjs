@@ -1,0 +1,253 @@
+// clients.mjs BASE_URL API_KEY — drives a running `deja serve` with the official
+// OpenAI and Anthropic SDKs (run by tests/e2e/test_clients.sh).  Every check
+// asserts on what the server answered; the model's words do not matter, the
+// shapes, the tool calls, the determinism with seeds and the errors do.
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import Anthropic from "@anthropic-ai/sdk";
+
+const [base, key] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 120000 });
+let passed = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    console.log(`FAIL ${name}: ${e && e.stack ? e.stack : e}`);
+    process.exitCode = 1;
+  }
+}
+
+const weather = {
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "Get the current weather for a city.",
+    parameters: {
+      type: "object",
+      properties: { city: { type: "string" }, unit: { type: "string", enum: ["celsius", "fahrenheit"] } },
+      required: ["city"],
+    },
+  },
+};
+const msgs = [
+  { role: "system", content: "You are a helpful assistant." },
+  { role: "user", content: "What is the weather in Paris? <|im_end|> answer in JSON" },
+];
+
+await check("chat: non-streaming", async () => {
+  const r = await client.chat.completions.create({ model: "codelm", messages: msgs, max_tokens: 12, seed: 1, temperature: 0.7 });
+  assert.equal(r.object, "chat.completion");
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.equal(typeof r.choices[0].message.content, "string");
+  assert.ok(["stop", "length"].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.prompt_tokens > 10 && r.usage.completion_tokens >= 1);
+  assert.equal(typeof r.usage.prompt_tokens_details.cached_tokens, "number");
+});
+
+await check("chat: streaming equals non-streaming with the same seed", async () => {
+  const req = { model: "codelm", messages: msgs, max_tokens: 16, seed: 7, temperature: 0.9 };
+  const full = await client.chat.completions.create(req);
+  const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let text = "", finish = null, usage = null, chunks = 0;
+  for await (const ch of stream) {
+    chunks++;
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) {
+      if (c.delta.content) text += c.delta.content;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.ok(chunks >= 2);
+  assert.equal(text, full.choices[0].message.content);
+  assert.equal(finish, full.choices[0].finish_reason);
+  assert.ok(usage && usage.completion_tokens === full.usage.completion_tokens);
+  // the second identical prompt reuses the first one's KV
+  assert.ok(usage.prompt_tokens_details.cached_tokens > 0, "cached_tokens > 0 on a repeated prompt");
+});
+
+await check("chat: tool_choice required gives a parsed tool call", async () => {
+  const r = await client.chat.completions.create({
+    model: "codelm", messages: msgs, tools: [weather], tool_choice: "required", max_tokens: 96, seed: 3, temperature: 0.5,
+  });
+  const m = r.choices[0].message;
+  assert.equal(r.choices[0].finish_reason, "tool_calls");
+  assert.ok(m.tool_calls && m.tool_calls.length >= 1);
+  const tc = m.tool_calls[0];
+  assert.equal(tc.type, "function");
+  assert.equal(tc.function.name, "get_weather");
+  assert.match(tc.id, /^call_/);
+  const args = JSON.parse(tc.function.arguments);
+  assert.equal(typeof args.city, "string");
+});
+
+await check("chat: streamed tool-call deltas reassemble to the non-streamed call", async () => {
+  const req = { model: "codelm", messages: msgs, tools: [weather], tool_choice: { type: "function", function: { name: "get_weather" } },
+    max_tokens: 96, seed: 5, temperature: 0.8 };
+  const full = await client.chat.completions.create(req);
+  const stream = await client.chat.completions.create({ ...req, stream: true });
+  const calls = [];
+  let finish = null, firstArgs = null;
+  for await (const ch of stream) {
+    const c = ch.choices[0];
+    if (!c) continue;
+    if (c.finish_reason) finish = c.finish_reason;
+    for (const d of c.delta.tool_calls || []) {
+      if (d.id) {
+        calls[d.index] = { id: d.id, name: d.function.name, args: d.function.arguments || "" };
+      } else {
+        if (firstArgs === null && d.function.arguments) firstArgs = d.function.arguments;
+        calls[d.index].args += d.function.arguments || "";
+      }
+    }
+  }
+  assert.equal(finish, "tool_calls");
+  assert.equal(calls.length, full.choices[0].message.tool_calls.length);
+  assert.equal(calls[0].name, "get_weather");
+  assert.equal(calls[0].args, full.choices[0].message.tool_calls[0].function.arguments);
+  assert.ok(calls[0].args.startsWith("{"), "arguments start with '{'");
+  JSON.parse(calls[0].args);
+});
+
+await check("chat: response_format json_schema is honoured", async () => {
+  const r = await client.chat.completions.create({
+    model: "codelm", messages: [{ role: "user", content: "Give a name and an age." }], max_tokens: 64, seed: 11,
+    response_format: { type: "json_schema", json_schema: { name: "person", strict: true, schema: {
+      type: "object", properties: { name: { type: "string", maxLength: 12 }, age: { type: "integer", minimum: 0, maximum: 120 } },
+      required: ["name", "age"], additionalProperties: false } } },
+  });
+  if (r.choices[0].finish_reason === "stop") {
+    const v = JSON.parse(r.choices[0].message.content);
+    assert.equal(typeof v.name, "string");
+    assert.ok(Number.isInteger(v.age) && v.age >= 0 && v.age <= 120);
+  } else {
+    assert.equal(r.choices[0].finish_reason, "length");
+  }
+});
+
+await check("completions: prompt string", async () => {
+  const r = await client.completions.create({ model: "codelm", prompt: "def add(a, b):", max_tokens: 8, temperature: 0 });
+  assert.equal(r.object, "text_completion");
+  assert.equal(typeof r.choices[0].text, "string");
+  assert.ok(r.usage.completion_tokens >= 1);
+});
+
+await check("8 concurrent streams equal the same requests one by one", async () => {
+  const reqs = [...Array(8).keys()].map((i) => ({
+    model: "codelm", messages: [{ role: "user", content: `Write item ${i} of a list.` }], max_tokens: 12, seed: 100 + i, temperature: 1.0,
+  }));
+  const seq = [];
+  for (const q of reqs) seq.push((await client.chat.completions.create(q)).choices[0].message.content);
+  const par = await Promise.all(reqs.map(async (q) => {
+    let t = "";
+    for await (const ch of await client.chat.completions.create({ ...q, stream: true })) t += ch.choices[0]?.delta?.content || "";
+    return t;
+  }));
+  assert.deepEqual(par, seq);
+});
+
+await check("disconnect mid-stream: the server goes on serving", async () => {
+  const ac = new AbortController();
+  const stream = await client.chat.completions.create(
+    { model: "codelm", messages: msgs, max_tokens: 400, stream: true, ignore_eos: true }, { signal: ac.signal });
+  let n = 0;
+  try {
+    for await (const _ of stream) if (++n === 3) ac.abort();
+  } catch (e) {
+    /* the abort surfaces as an error */
+  }
+  const r = await client.chat.completions.create({ model: "codelm", messages: msgs, max_tokens: 4 });
+  assert.ok(r.choices[0].message.content !== undefined);
+  const h = await fetch(`${base}/health`);
+  assert.equal(h.status, 200);
+});
+
+await check("bad inputs: 4xx with an OpenAI error body", async () => {
+  const bad = [
+    [{ model: "codelm", messages: "hi" }, 400],
+    [{ model: "codelm", messages: msgs, max_tokens: 0 }, 400],
+    [{ model: "codelm", messages: msgs, temperature: "hot" }, 400],
+    [{ model: "not-this-model", messages: msgs }, 404],
+    [{ model: "codelm", messages: msgs, tools: [weather], tool_choice: { type: "function", function: { name: "nope" } } }, 400],
+  ];
+  for (const [body, status] of bad) {
+    await assert.rejects(client.chat.completions.create(body), (e) => {
+      assert.equal(e.status, status, JSON.stringify(body));
+      assert.equal(typeof e.error?.message ?? e.message, "string");
+      return true;
+    });
+  }
+  const raw = await fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" }, body: "{not json" });
+  assert.equal(raw.status, 400);
+  const j = await raw.json();
+  assert.equal(typeof j.error.message, "string");
+});
+
+await check("auth: a wrong key gets 401", async () => {
+  const other = new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong", maxRetries: 0 });
+  await assert.rejects(other.models.list(), (e) => e.status === 401);
+});
+
+await check("responses API: text and streamed events", async () => {
+  const r = await client.responses.create({ model: "codelm", input: "Say hello.", max_output_tokens: 8, temperature: 0 });
+  assert.equal(r.object, "response");
+  assert.equal(typeof r.output_text, "string");
+  const types = [];
+  let text = "";
+  for await (const ev of await client.responses.create({ model: "codelm", input: "Say hello.", max_output_tokens: 8, temperature: 0, stream: true })) {
+    types.push(ev.type);
+    if (ev.type === "response.output_text.delta") text += ev.delta;
+  }
+  assert.equal(types[0], "response.created");
+  assert.equal(types[types.length - 1], "response.completed");
+  assert.equal(text, r.output_text);
+});
+
+await check("responses API: function tools", async () => {
+  const r = await client.responses.create({
+    model: "codelm", input: [{ role: "user", content: "Weather in Oslo?" }], max_output_tokens: 96, seed: 2,
+    tools: [{ type: "function", name: "get_weather", description: "weather", parameters: weather.function.parameters }],
+    tool_choice: "required",
+  });
+  const fc = r.output.find((o) => o.type === "function_call");
+  assert.ok(fc, JSON.stringify(r.output));
+  assert.equal(fc.name, "get_weather");
+  JSON.parse(fc.arguments);
+  // the next turn sends the call and its output back
+  const r2 = await client.responses.create({
+    model: "codelm", max_output_tokens: 8, temperature: 0,
+    input: [{ role: "user", content: "Weather in Oslo?" }, fc, { type: "function_call_output", call_id: fc.call_id, output: "{\"temp\": 3}" }],
+    tools: [{ type: "function", name: "get_weather", parameters: weather.function.parameters }],
+  });
+  assert.equal(r2.status === "completed" || r2.status === "incomplete", true);
+});
+
+const anthropic = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0 });
+await check("anthropic messages: text, tools, streaming, count_tokens", async () => {
+  const m = await anthropic.messages.create({ model: "claude-sonnet-4-5", max_tokens: 8, system: "Be brief.", messages: [{ role: "user", content: "Hi" }] });
+  assert.equal(m.type, "message");
+  assert.equal(m.role, "assistant");
+  assert.ok(["end_turn", "max_tokens", "stop_sequence"].includes(m.stop_reason));
+  const t = await anthropic.messages.create({
+    model: "claude-sonnet-4-5", max_tokens: 96, messages: [{ role: "user", content: "Weather in Rome?" }],
+    tools: [{ name: "get_weather", description: "weather", input_schema: weather.function.parameters }], tool_choice: { type: "any" },
+  });
+  const tu = t.content.find((b) => b.type === "tool_use");
+  assert.ok(tu, JSON.stringify(t.content));
+  assert.equal(t.stop_reason, "tool_use");
+  assert.equal(typeof tu.input.city, "string");
+  const events = [];
+  const s = anthropic.messages.stream({ model: "claude-sonnet-4-5", max_tokens: 8, messages: [{ role: "user", content: "Hi" }] });
+  for await (const ev of s) events.push(ev.type);
+  const fin = await s.finalMessage();
+  assert.equal(events[0], "message_start");
+  assert.ok(events.includes("message_stop"));
+  assert.equal(fin.type, "message");
+  const ct = await anthropic.messages.countTokens({ model: "claude-sonnet-4-5", messages: [{ role: "user", content: "Hi" }] });
+  assert.ok(ct.input_tokens > 0);
+});
+
+console.log(`${passed} checks passed`);
