@@ -1,0 +1,135 @@
+/*
+ * test_chat.c — chat.h: message normalisation, the built-in template, and
+ * prompt tokenization where only the template's markup may become control
+ * tokens (vocab_tokenize_masked).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat/chat.h"
+#include "test.h"
+
+static const char *shared;
+
+static bool same(const dj_token *a, size_t na, const dj_token *b, size_t nb) {
+    return na == nb && (na == 0 || !memcmp(a, b, na * sizeof *a));
+}
+
+static void set_bits(uint8_t *m, size_t from, size_t to) {
+    for (size_t i = from; i < to; i++) m[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+static void test_masked_tokenize(void) {
+    struct dj_vocab *v = NULL;
+    CHECK(dj_vocab_load_file(test_shared_path(shared, "vocab/ggml-vocab-deepseek-coder.gguf"), &v) == DJ_OK);
+    if (!v) return;
+    const dj_token eos = vocab_eos(v);
+    const char *sp = vocab_token_text(v, eos); /* a control token's text */
+    const size_t ns = strlen(sp);
+    /* template markup + user text holding the same marker + markup */
+    char text[512];
+    const char *user = "hello ";
+    snprintf(text, sizeof text, "%s%s%s x%s", sp, user, sp, sp);
+    const size_t n = strlen(text);
+    const size_t u0 = ns, u1 = ns + strlen(user) + ns + 2; /* the user's bytes: "hello <eos> x" */
+    uint8_t mask[64] = {0};
+    set_bits(mask, u0, u1);
+    dj_token *a = NULL, *b = NULL, *c = NULL;
+    size_t na = 0, nb = 0, nc = 0;
+    CHECK(vocab_tokenize_masked(v, text, n, false, true, mask, &a, &na) == DJ_OK);
+    /* expected: eos, the user's bytes as plain text, eos */
+    CHECK(vocab_tokenize(v, text + u0, u1 - u0, false, false, &b, &nb) == DJ_OK);
+    size_t n_eos = 0;
+    for (size_t i = 0; i < na; i++) n_eos += a[i] == eos;
+    CHECKF(n_eos == 2, "control tokens matched: %zu, want the template's 2", n_eos);
+    CHECK(na == nb + 2 && a[0] == eos && a[na - 1] == eos && same(a + 1, na - 2, b, nb));
+    /* unmasked, the user's marker is the token */
+    CHECK(vocab_tokenize(v, text, n, false, true, &c, &nc) == DJ_OK);
+    n_eos = 0;
+    for (size_t i = 0; i < nc; i++) n_eos += c[i] == eos;
+    CHECK(n_eos == 3);
+    free(a);
+    free(b);
+    free(c);
+    /* a marker with only its last byte from the input is not matched either */
+    memset(mask, 0, sizeof mask);
+    set_bits(mask, ns - 1, ns);
+    CHECK(vocab_tokenize_masked(v, text, n, false, true, mask, &a, &na) == DJ_OK);
+    CHECK(na > 0 && a[0] != eos);
+    free(a);
+    /* no mask = vocab_tokenize with parse_special */
+    CHECK(vocab_tokenize_masked(v, text, n, true, true, NULL, &a, &na) == DJ_OK);
+    CHECK(vocab_tokenize(v, text, n, true, true, &b, &nb) == DJ_OK);
+    CHECK(same(a, na, b, nb));
+    free(a);
+    free(b);
+    dj_vocab_free(v);
+}
+
+static void test_normalize(void) {
+    json_t *m = json_loads("[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, "
+                           "{\"type\": \"text\", \"text\": \"b\"}]}, {\"role\": \"assistant\", \"content\": null, "
+                           "\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
+                           "\"arguments\": \"{\\\"x\\\": 1}\"}}]}, {\"role\": \"user\", \"content\": [{\"type\": "
+                           "\"image_url\", \"image_url\": {\"url\": \"u\"}}]}]",
+                           0, NULL);
+    json_t *n = chat_normalize_messages(m);
+    CHECK(n != NULL);
+    if (n) {
+        json_t *m0 = json_array_get(n, 0), *m1 = json_array_get(n, 1), *m2 = json_array_get(n, 2);
+        CHECK(json_is_string(json_object_get(m0, "content")) &&
+              !strcmp(json_string_value(json_object_get(m0, "content")), "a\nb"));
+        CHECK(json_is_string(json_object_get(m1, "content")) && !json_string_length(json_object_get(m1, "content")));
+        json_t *args = json_object_get(json_object_get(json_array_get(json_object_get(m1, "tool_calls"), 0), "function"),
+                                       "arguments");
+        CHECK(json_is_object(args) && json_integer_value(json_object_get(args, "x")) == 1);
+        CHECK(json_is_array(json_object_get(m2, "content"))); /* not text: left to the template */
+        /* the input is not modified */
+        CHECK(json_is_array(json_object_get(json_array_get(m, 0), "content")));
+    }
+    json_decref(n);
+    json_decref(m);
+    json_t *bad = json_loads("[1]", 0, NULL);
+    CHECK(chat_normalize_messages(bad) == NULL && strstr(dj_last_error(), "messages[0]"));
+    json_decref(bad);
+}
+
+/* The built-in template renders the traces' ChatML/Hermes format. */
+static void test_builtin(void) {
+    struct dj_chat_template *t = NULL;
+    CHECK(chat_template_create(NULL, 0, "<s>", "</s>", &t) == DJ_OK);
+    if (!t) return;
+    CHECK(t->builtin && t->syn.tools == DJ_TOOLS_HERMES);
+    json_t *m = json_loads("[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"U\"}, "
+                           "{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": \"c\", \"type\": "
+                           "\"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1}}}]}, "
+                           "{\"role\": \"tool\", \"tool_call_id\": \"c\", \"content\": \"R\"}]",
+                           0, NULL);
+    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}]", 0, NULL);
+    struct dj_jinja_out o = {0};
+    CHECKF(chat_render(t, m, tools, NULL, true, 0, &o) == DJ_OK, "%s", dj_last_error());
+    const char *want_tail = "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", "
+                            "\"arguments\": {\"a\": 1}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nR\n"
+                            "</tool_response><|im_end|>\n<|im_start|>assistant\n";
+    CHECKF(o.text && o.n > strlen(want_tail) && !strcmp(o.text + o.n - strlen(want_tail), want_tail), "got:\n%s",
+           o.text ? o.text : "(null)");
+    CHECK(o.text && !strncmp(o.text, "<|im_start|>system\nS\n\n# Tools", 29));
+    /* "U" came from the input, "<|im_start|>user\n" did not */
+    if (o.text) {
+        const char *u = strstr(o.text, "user\nU") + 5;
+        const size_t iu = (size_t)(u - o.text);
+        CHECK(o.from_input && (o.from_input[iu / 8] >> (iu % 8) & 1) && !(o.from_input[(iu - 2) / 8] >> ((iu - 2) % 8) & 1));
+    }
+    jinja_out_free(&o);
+    json_decref(m);
+    json_decref(tools);
+    chat_template_free(t);
+}
+
+int main(int argc, char **argv) {
+    shared = argc > 1 ? argv[1] : "../shared";
+    test_masked_tokenize();
+    test_normalize();
+    test_builtin();
+    TEST_END();
+}
