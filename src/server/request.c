@@ -50,6 +50,66 @@ static enum dj_status bad(int *status, const char **param, const char *field, in
     return DJ_ERR_INVALID;
 }
 
+/* An error on `field` (400). */
+static enum dj_status bad_field(const char **param, const char *field) {
+    *param = field;
+    return DJ_ERR_INVALID;
+}
+
+enum dj_status server_parse_sampling(json_t *req, const char *max_key, struct dj_sampler_params *sp, bool *has_seed,
+                                     size_t *max_out, uint32_t *n_out, const char **stop, size_t *n_stop,
+                                     const char **param) {
+    *sp = sampler_default_params(); /* llama-server's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05 */
+    double temp = sp->temp, top_p = sp->top_p, min_p = sp->min_p, top_k = sp->top_k, fp = 0, pp = 0, rpn = 1,
+           nc = 1, seed = -1, max_tokens = 0;
+    const struct {
+        const char *key;
+        double lo, hi;
+    } fields[] = {{"temperature", 0, 100}, {"top_p", 0, 1}, {"min_p", 0, 1}, {"top_k", 0, 1e9},
+                  {"frequency_penalty", -2, 2}, {"presence_penalty", -2, 2}, {"repeat_penalty", 0.0001, 100},
+                  {"n", 1, DJ_SERVER_N_MAX}, {"seed", -9.2e18, 1.8e19}, {max_key, 1, 1e9}};
+    double *dst[] = {&temp, &top_p, &min_p, &top_k, &fp, &pp, &rpn, &nc, &seed, &max_tokens};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (!opt_num(req, fields[i].key, fields[i].lo, fields[i].hi, dst[i])) {
+            dj_fail(DJ_ERR_INVALID, "'%s' must be a number in [%g, %g]", fields[i].key, fields[i].lo, fields[i].hi);
+            return bad_field(param, fields[i].key);
+        }
+    sp->temp = (float)temp;
+    sp->top_p = (float)top_p;
+    sp->min_p = (float)min_p;
+    sp->top_k = (int32_t)top_k;
+    sp->freq_penalty = (float)fp;
+    sp->presence_penalty = (float)pp;
+    sp->repeat_penalty = (float)rpn;
+    *has_seed = json_is_number(json_object_get(req, "seed"));
+    if (*has_seed) sp->seed = seed >= 0 ? (uint64_t)seed : (uint64_t)(int64_t)seed;
+    *n_out = (uint32_t)nc;
+    *max_out = (size_t)max_tokens;
+    if (nc != (double)*n_out || max_tokens != (double)*max_out) {
+        const char *f = nc != (double)*n_out ? "n" : max_key;
+        dj_fail(DJ_ERR_INVALID, "'%s' must be an integer", f);
+        return bad_field(param, f);
+    }
+    json_t *js = json_object_get(req, "stop");
+    if (json_is_string(js)) {
+        stop[(*n_stop)++] = json_string_value(js);
+    } else if (json_is_array(js)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(js, i, x) {
+            if (!json_is_string(x) || *n_stop == DJ_SERVER_STOP_MAX) {
+                dj_fail(DJ_ERR_INVALID, "stop must be a string or an array of at most %d strings", DJ_SERVER_STOP_MAX);
+                return bad_field(param, "stop");
+            }
+            stop[(*n_stop)++] = json_string_value(x);
+        }
+    } else if (js && !json_is_null(js)) {
+        dj_fail(DJ_ERR_INVALID, "stop must be a string or an array of strings");
+        return bad_field(param, "stop");
+    }
+    return DJ_OK;
+}
+
 enum dj_status server_parse_completion(const struct dj_vocab *v, const char *alias, const char *body, size_t n,
                                        struct dj_completion_req *out, int *http_status, const char **param) {
     struct dj_completion_req r = {0};
@@ -98,57 +158,9 @@ enum dj_status server_parse_completion(const struct dj_vocab *v, const char *ali
         goto fail;
     }
 
-    r.sp = sampler_default_params(); /* llama-server's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05 */
-    double temp = r.sp.temp, top_p = r.sp.top_p, min_p = r.sp.min_p, top_k = r.sp.top_k, fp = 0, pp = 0, rpn = 1,
-           nc = 1, seed = -1, max_tokens = 0;
-    static const struct {
-        const char *key;
-        double lo, hi;
-    } fields[] = {{"temperature", 0, 100}, {"top_p", 0, 1}, {"min_p", 0, 1}, {"top_k", 0, 1e9},
-                  {"frequency_penalty", -2, 2}, {"presence_penalty", -2, 2}, {"repeat_penalty", 0.0001, 100},
-                  {"n", 1, DJ_SERVER_N_MAX}, {"seed", -9.2e18, 1.8e19}, {"max_tokens", 1, 1e9}};
-    double *dst[] = {&temp, &top_p, &min_p, &top_k, &fp, &pp, &rpn, &nc, &seed, &max_tokens};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-        if (!opt_num(req, fields[i].key, fields[i].lo, fields[i].hi, dst[i])) {
-            dj_fail(DJ_ERR_INVALID, "'%s' must be a number in [%g, %g]", fields[i].key, fields[i].lo, fields[i].hi);
-            st = bad(http_status, param, fields[i].key, 400);
-            goto fail;
-        }
-    r.sp.temp = (float)temp;
-    r.sp.top_p = (float)top_p;
-    r.sp.min_p = (float)min_p;
-    r.sp.top_k = (int32_t)top_k;
-    r.sp.freq_penalty = (float)fp;
-    r.sp.presence_penalty = (float)pp;
-    r.sp.repeat_penalty = (float)rpn;
-    r.has_seed = json_is_number(json_object_get(req, "seed"));
-    if (r.has_seed) r.sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)(int64_t)seed;
-    r.n = (uint32_t)nc;
-    r.max_tokens = (size_t)max_tokens;
-    if (nc != (double)r.n || max_tokens != (double)r.max_tokens) {
-        dj_fail(DJ_ERR_INVALID, "'%s' must be an integer", nc != (double)r.n ? "n" : "max_tokens");
-        st = bad(http_status, param, nc != (double)r.n ? "n" : "max_tokens", 400);
+    if ((st = server_parse_sampling(req, "max_tokens", &r.sp, &r.has_seed, &r.max_tokens, &r.n, r.stop, &r.n_stop,
+                                    param)) != DJ_OK)
         goto fail;
-    }
-    json_t *js = json_object_get(req, "stop");
-    if (json_is_string(js)) {
-        r.stop[r.n_stop++] = json_string_value(js);
-    } else if (json_is_array(js)) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(js, i, x) {
-            if (!json_is_string(x) || r.n_stop == DJ_SERVER_STOP_MAX) {
-                dj_fail(DJ_ERR_INVALID, "stop must be a string or an array of at most %d strings", DJ_SERVER_STOP_MAX);
-                st = bad(http_status, param, "stop", 400);
-                goto fail;
-            }
-            r.stop[r.n_stop++] = json_string_value(x);
-        }
-    } else if (js && !json_is_null(js)) {
-        dj_fail(DJ_ERR_INVALID, "stop must be a string or an array of strings");
-        st = bad(http_status, param, "stop", 400);
-        goto fail;
-    }
     static const char *const bools[] = {"stream", "ignore_eos"};
     bool *bdst[] = {&r.stream, &r.ignore_eos};
     for (size_t i = 0; i < 2; i++)

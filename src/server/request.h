@@ -36,6 +36,14 @@ enum dj_status server_parse_completion(const struct dj_vocab *v, const char *ali
                                        struct dj_completion_req *out, int *http_status, const char **param);
 void server_completion_req_free(struct dj_completion_req *r); /* accepts a zeroed struct */
 
+/* The sampling fields every generation endpoint shares (temperature, top_p,
+ * min_p, top_k, penalties, n, seed, stop, and the generation cap under the name
+ * max_key), llama-server's defaults for what is absent.  On a wrong type or
+ * range: DJ_ERR_INVALID, a message and *param. */
+enum dj_status server_parse_sampling(json_t *req, const char *max_key, struct dj_sampler_params *sp, bool *has_seed,
+                                     size_t *max_out, uint32_t *n_out, const char **stop, size_t *n_stop,
+                                     const char **param);
+
 /* The body as a JSON object: NULL with a message ("malformed JSON at line L,
  * column C: ..." or "the body must be a JSON object") otherwise. */
 json_t *server_parse_body(const char *body, size_t n);
