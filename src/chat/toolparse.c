@@ -542,6 +542,12 @@ static bool step_plain(struct dj_toolparse *p, bool think) {
 struct dj_toolparse *toolparse_new(const struct dj_chat_syntax *syn, bool parse_tools, bool reasoning, uint64_t id_seed) {
     struct dj_toolparse *p = calloc(1, sizeof *p);
     if (!p) return NULL;
+    p->cap = 256;
+    p->buf = malloc(p->cap);
+    if (!p->buf) {
+        free(p);
+        return NULL;
+    }
     if (syn) p->syn = *syn;
     p->fam = tp_family_of(p->syn.tools);
     p->parse_tools = parse_tools && p->fam->id != DJ_TOOLS_NONE;
@@ -599,7 +605,7 @@ void toolparse_feed(struct dj_toolparse *p, const char *text, size_t n, dj_chat_
     p->ud = ud;
     if (n) {
         if (p->len + n > p->cap) {
-            size_t cap = p->cap ? p->cap : 256;
+            size_t cap = p->cap;
             while (cap < p->len + n) cap = cap > SIZE_MAX / 2 ? p->len + n : cap * 2;
             char *nb = realloc(p->buf, cap);
             if (!nb) {

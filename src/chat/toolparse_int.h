@@ -260,6 +260,7 @@ struct dj_toolparse {
     struct tp_json jv;   /* JCALLS: extent of the value being skipped/streamed */
     uint8_t jc_st, jc_kind, jc_sdec;
     bool jc_array, jc_have_name, jc_have_args;
+    bool jc_sstarted, jc_sdrop; /* arguments as a JSON string: its '{' seen; not an object, dropped */
     uint32_t jc_u, jc_hi;
     uint8_t jc_un;
     char *pend;

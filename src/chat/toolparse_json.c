@@ -4,7 +4,8 @@
  * (staging, the held-back comma, completion of a cut value).
  *
  * The validator accepts exactly what jansson's json_loads(JSON_DECODE_ANY |
- * JSON_ALLOW_NUL) accepts, number range aside: RFC 8259 grammar, strings in
+ * JSON_ALLOW_NUL) accepts, number range aside: RFC 8259 grammar (less
+ * \u0000 in object keys, which jansson refuses), strings in
  * strict UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF), \u
  * escapes with surrogates in pairs, nesting up to TP_JSON_DEPTH.  It keeps
  * O(depth/8) bytes of state and no text, so it can also say how to complete
@@ -226,6 +227,7 @@ enum tp_json_ret tp_json_feed(struct tp_json *j, unsigned char c) {
             return bad(j);
         }
         if (j->u_n < 4) return TJ_OK;
+        if (j->u_val == 0 && j->in_key) return bad(j); /* jansson refuses NUL in keys */
         j->surr = !j->surr && j->u_val >= 0xD800 && j->u_val <= 0xDBFF;
         j->st = J_STR;
         return TJ_OK;

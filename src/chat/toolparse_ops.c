@@ -170,6 +170,20 @@ static size_t unescape_attr(char *s, size_t n) {
     return o;
 }
 
+/* A parameter name as a JSON key's inside (a NUL, which jansson refuses in
+ * keys, becomes U+FFFD). */
+static void put_key(struct dj_toolparse *p, const char *s, size_t n) {
+    struct tp_esc e = {0};
+    for (size_t i = 0; i < n; i++) {
+        size_t k = i;
+        while (k < n && s[k]) k++;
+        tp_args_str(p, &e, s + i, k - i);
+        if (k < n) tp_args_put(p, "\\ufffd", 6);
+        i = k;
+    }
+    tp_args_str_end(p, &e);
+}
+
 /* ---- OP_NAME ---------------------------------------------------------------------------- */
 
 static bool op_name(struct dj_toolparse *p, const struct tp_op *op) {
@@ -603,6 +617,7 @@ static bool op_jcalls(struct dj_toolparse *p, const struct tp_op *op) {
                 p->jc_have_args = true;
                 if (c == '"') {
                     p->jc_sdec = 0;
+                    p->jc_sstarted = p->jc_sdrop = false;
                     p->jc_st = JC_ARGS_STR;
                     continue;
                 }
@@ -647,7 +662,18 @@ static bool op_jcalls(struct dj_toolparse *p, const struct tp_op *op) {
                 return op_abort(p);
             }
             if (p->jc_st == JC_ARGS_STR) {
-                if (on) args_sink(p, o, on);
+                for (size_t k = 0; k < on && !p->jc_sdrop; k++) {
+                    if (!p->jc_sstarted) {
+                        if (tp_is_ws((unsigned char)o[k])) continue;
+                        if (o[k] != '{') {
+                            tp_fail(p, "tool call arguments given as a string that is not a JSON object");
+                            p->jc_sdrop = true;
+                            break;
+                        }
+                        p->jc_sstarted = true;
+                    }
+                    args_sink(p, o + k, 1);
+                }
             } else {
                 for (size_t k = 0; k < on; k++) {
                     if (p->name_n == TP_NAME_MAX) {
@@ -838,14 +864,20 @@ static void xv_end(struct dj_toolparse *p, bool strip) {
     p->vbuf_n = 0;
 }
 
-/* Reads text up to the marker s (consumed) into dst (cap TP_NAME_MAX).
- * Returns 1 when found, 0 to wait, -1 when the op stopped. */
+/* Reads text up to the marker s (consumed) into dst (cap TP_NAME_MAX; the
+ * marker must start within it, whatever the split).  Returns 1 when found, 0
+ * to wait, -1 when the op stopped. */
 static int read_to(struct dj_toolparse *p, const char *s, char *dst, size_t *dn, const char *what) {
-    size_t n = p->len - p->pos, hold;
+    size_t n = p->len - p->pos, hold, room = TP_NAME_MAX - *dn, l = strlen(s);
     const char *b = p->buf + p->pos;
-    size_t k = find(s, b, n, &hold);
-    size_t take = k < n ? k : n - hold;
-    if (*dn + take > TP_NAME_MAX) {
+    size_t w = n < room + l ? n : room + l;
+    size_t k = find(s, b, w, &hold);
+    size_t take = k < w ? k : w - hold;
+    if (k > room || (k == w && take > room)) {
+        if (take > room) take = room;
+        memcpy(dst + *dn, b, take);
+        *dn += take;
+        p->pos += take;
         tp_fail(p, "%s longer than %d bytes", what, TP_NAME_MAX);
         op_abort(p);
         return -1;
@@ -853,8 +885,8 @@ static int read_to(struct dj_toolparse *p, const char *s, char *dst, size_t *dn,
     memcpy(dst + *dn, b, take);
     *dn += take;
     p->pos += take;
-    if (k < n) {
-        p->pos += strlen(s);
+    if (k < w) {
+        p->pos += l;
         return 1;
     }
     if (p->eof) {
@@ -944,9 +976,7 @@ static bool op_xparams(struct dj_toolparse *p, const struct tp_op *op) {
             p->pos += i + strlen(x->val_open);
         }
         tp_args_put(p, p->nparams ? ", \"" : "{\"", p->nparams ? 3 : 2);
-        struct tp_esc e = {0};
-        tp_args_str(p, &e, p->key, p->key_n);
-        tp_args_str_end(p, &e);
+        put_key(p, p->key, p->key_n);
         tp_args_put(p, "\": ", 3);
         p->nparams = true;
         xv_begin(p, hint);
@@ -1098,7 +1128,7 @@ static int py_run(struct dj_toolparse *p, const char *b, size_t n, size_t *used)
             if (y->gemma && c == '<') {
                 int m = match(GQ, b + i, n - i);
                 if (m == M_PART && !p->eof) goto wait;
-                if (m != M_FULL) return PY_BAD;
+                if (m != M_FULL) goto bad;
                 i += 5;
                 py_comma(p);
                 tp_args_put(p, "\"", 1);
@@ -1114,7 +1144,7 @@ static int py_run(struct dj_toolparse *p, const char *b, size_t n, size_t *used)
                 continue;
             }
             if (c == '{' || c == '[' || c == '(') {
-                if (y->expect_key || y->depth >= TP_JSON_DEPTH) return PY_BAD;
+                if (y->expect_key || y->depth >= TP_JSON_DEPTH) goto bad;
                 int t = c == '{' ? 1 : c == '[' ? 2 : 3;
                 py_comma(p);
                 uint32_t d = y->depth++;
@@ -1126,7 +1156,7 @@ static int py_run(struct dj_toolparse *p, const char *b, size_t n, size_t *used)
             }
             if (c == '}' || c == ']' || c == ')') {
                 int t = py_top(y);
-                if (!t || (c == '}') != (t == 1) || (c == ']' && t != 2) || (c == ')' && t != 3)) return PY_BAD;
+                if (!t || (c == '}') != (t == 1) || (c == ']' && t != 2) || (c == ')' && t != 3)) goto bad;
                 y->comma = false;
                 tp_args_put(p, t == 1 ? "}" : "]", 1);
                 y->depth--;
@@ -1142,10 +1172,10 @@ static int py_run(struct dj_toolparse *p, const char *b, size_t n, size_t *used)
                 y->st = PS_WORD;
                 continue;
             }
-            return PY_BAD;
+            goto bad;
         case PS_WORD:
             if (is_word(c)) {
-                if (y->word_n == sizeof y->word) return PY_BAD;
+                if (y->word_n == sizeof y->word) goto bad;
                 y->word[y->word_n++] = (char)c;
                 i++;
                 continue;
@@ -1208,7 +1238,7 @@ static int py_run(struct dj_toolparse *p, const char *b, size_t n, size_t *used)
         }
         case PS_HEX: {
             int h = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
-            if (h < 0) return PY_BAD;
+            if (h < 0) goto bad;
             y->hex = y->hex << 4 | (uint32_t)h;
             i++;
             if (--y->hex_n) continue;
@@ -1225,7 +1255,7 @@ static int py_run(struct dj_toolparse *p, const char *b, size_t n, size_t *used)
                 continue;
             }
             if (y->expect_key) {
-                if (c != ':' && c != '=') return PY_BAD;
+                if (c != ':' && c != '=') goto bad;
                 tp_args_put(p, ":", 1);
                 y->expect_key = false;
                 y->st = PS_VAL;
@@ -1243,7 +1273,7 @@ static int py_run(struct dj_toolparse *p, const char *b, size_t n, size_t *used)
                 y->st = PS_VAL; /* the closer is handled there */
                 continue;
             }
-            return PY_BAD;
+            goto bad;
         }
     }
     if (p->eof && y->st == PS_WORD) {
@@ -1257,6 +1287,9 @@ wait:
 done:
     *used = i;
     return PY_DONE;
+bad:
+    *used = i;
+    return PY_BAD;
 }
 
 enum { P_OPEN, P_CALL, P_KEY, P_VAL, P_AARG, P_ACALL };
@@ -1308,9 +1341,7 @@ static bool op_pycalls(struct dj_toolparse *p) {
             return true;
         }
         tp_args_put(p, p->nparams ? ", \"" : "{\"", p->nparams ? 3 : 2);
-        struct tp_esc es = {0};
-        tp_args_str(p, &es, b, k);
-        tp_args_str_end(p, &es);
+        put_key(p, b, k);
         tp_args_put(p, "\": ", 3);
         p->nparams = true;
         py_init(p, false);
@@ -1524,9 +1555,9 @@ bool tp_step_hdr(struct dj_toolparse *p) {
         tp_harmony_off(p);
         return true;
     }
-    size_t hold, k = find(h->message, b, n, &hold);
+    size_t hold, ml = strlen(h->message), k = find(h->message, b, n, &hold);
     if (k == n) {
-        if (n > 2 * TP_NAME_MAX) {
+        if (n > 2 * TP_NAME_MAX + ml) { /* no marker can start within the cap */
             tp_harmony_off(p);
             return true;
         }
@@ -1540,7 +1571,6 @@ bool tp_step_hdr(struct dj_toolparse *p) {
     memcpy(p->hdr, b, k);
     p->hdr[k] = '\0';
     p->hdr_n = k;
-    size_t ml = strlen(h->message);
     p->pos += k + ml;
     const char *ch = "", *to = "";
     size_t chn = h->channel ? hdr_word(p->hdr, h->channel, &ch) : 0, ton = hdr_word(p->hdr, "to=", &to);
