@@ -297,11 +297,34 @@ void tp_args_str_end(struct dj_toolparse *p, struct tp_esc *e);
 bool tp_args_close(struct dj_toolparse *p);
 void tp_stage_flush(struct dj_toolparse *p, bool all);
 
-/* ops (toolparse_ops.c) */
+/* the script interpreter (toolparse_ops.c) */
 bool tp_step_script(struct dj_toolparse *p);
 bool tp_step_hdr(struct dj_toolparse *p);
 void tp_script_start(struct dj_toolparse *p, const struct tp_op *script, size_t trig_pos, size_t trig_len);
 void tp_script_eof(struct dj_toolparse *p);
+
+enum { M_NO, M_PART, M_FULL };
+int tp_match(const char *s, const char *b, size_t n);                   /* s matches b fully, b is a proper prefix of s, or no */
+size_t tp_find(const char *s, const char *b, size_t n, size_t *hold);   /* first s in b (n if none); *hold: a suffix that begins s */
+size_t tp_avail(const struct dj_toolparse *p, bool *lim);               /* bytes an op may look at; *lim: cut by the window */
+void tp_op_next(struct dj_toolparse *p);
+void tp_op_jump(struct dj_toolparse *p, int j);
+bool tp_op_abort(struct dj_toolparse *p);                               /* after a failure: close the call, back to content */
+bool tp_op_mismatch(struct dj_toolparse *p, const char *what);          /* revert before the commit, fail after */
+bool tp_op_need(struct dj_toolparse *p, bool lim);                      /* wait, or decide at the window's / output's end */
+void tp_op_truncated(struct dj_toolparse *p);
+bool tp_is_ident(unsigned char c);
+bool tp_utf8_valid(const char *s, size_t n);
+size_t tp_unescape_attr(char *s, size_t n);
+void tp_put_key(struct dj_toolparse *p, const char *s, size_t n);
+int tp_raw_args(struct dj_toolparse *p, int *sub, const char *recover);
+
+/* the argument builders (toolparse_build.c) */
+bool tp_op_jcalls(struct dj_toolparse *p, const struct tp_op *op);
+bool tp_op_xparams(struct dj_toolparse *p, const struct tp_op *op);
+bool tp_op_pycalls(struct dj_toolparse *p);
+bool tp_op_gemma(struct dj_toolparse *p);
+bool tp_in_jcalls_object(const struct dj_toolparse *p);
 
 static inline bool tp_is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
