@@ -35,6 +35,18 @@ enum dj_tool_syntax {
     DJ_TOOLS_GRANITE,        /* <|tool_call|>[{"name": ..., "arguments": {...}}] */
     DJ_TOOLS_GPT_OSS,        /* <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|> */
     DJ_TOOLS_KIMI_K2,        /* <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>... */
+    DJ_TOOLS_GLM,            /* <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call> (GLM 4.5, Laguna) */
+    DJ_TOOLS_DEEPSEEK_V4,    /* <｜DSML｜tool_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true">V</｜DSML｜parameter>... */
+    DJ_TOOLS_KIMI_K3,        /* <|open|>tools<|sep|><|open|>call tool="NAME" ...<|sep|><|open|>argument key="K" type="T"<|sep|>V<|close|>argument<|sep|>... */
+    DJ_TOOLS_MUSE,           /* <|start|>assistant to=NAME<|message|><atem:function_calls><atem:invoke name="NAME"><atem:parameter name="K">V</atem:parameter>... */
+    DJ_TOOLS_LFM2,           /* <|tool_call_start|>[NAME(k='v', n=1), ...]<|tool_call_end|> (Python literals) */
+    DJ_TOOLS_GEMMA4,         /* <|tool_call>call:NAME{k:<|"|>v<|"|>,n:1}<tool_call|> */
+    DJ_TOOLS_SOLAR,          /* <|tool_calls|><|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{...}<|tool_call:end|>...<|calls|> */
+    DJ_TOOLS_NEMOTRON,       /* <TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL> */
+    DJ_TOOLS_APRIEL,         /* <tool_calls>[{"name": ..., "arguments": {...}, "id": ...}, ...]</tool_calls> */
+    DJ_TOOLS_MINIMAX_M1,     /* <tool_calls>\n{"name": ..., "arguments": {...}}\n{...}\n</tool_calls> */
+    DJ_TOOLS_FIREFUNCTION,   /* functools[{"name": ..., "arguments": {...}}, ...] */
+    DJ_TOOLS_GIGACHAT,       /* <|function_call|>{"name": ..., "arguments": {...}} (GigaChat 3.1) */
     DJ_TOOLS_N
 };
 
@@ -46,8 +58,14 @@ struct dj_chat_syntax {
                                              inside reasoning (DeepSeek R1, Qwen3 with thinking, ...) */
 };
 
-/* Recognises a template's family from its source (markers it writes). */
+/* Recognises a template's family from its source (markers it writes).
+ * think_forced_open is read from the source for a render with thinking on
+ * (enable_thinking / thinking true where the template reads them): prefer
+ * chat_syntax_prompt_opens_think on the prompt actually rendered. */
 struct dj_chat_syntax chat_syntax_detect(const char *template_src, size_t n);
+/* Whether a rendered prompt ends in the syntax's think_open marker (trailing
+ * whitespace ignored): set syn->think_forced_open from it before toolparse_new. */
+bool chat_syntax_prompt_opens_think(const struct dj_chat_syntax *syn, const char *prompt, size_t n);
 const char *chat_tool_syntax_name(enum dj_tool_syntax s); /* "hermes", "qwen3-coder", ... */
 
 enum dj_chat_delta_kind {

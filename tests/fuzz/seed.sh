@@ -20,6 +20,10 @@
 #   fuzz_json_schema  hand-written JSON schemas (every supported keyword, a
 #                   tools array), each after one options byte
 #   fuzz_request    /v1/completions request bodies using every field
+#   fuzz_toolparse  hand-written model outputs, a few per tool-call family
+#                   (reasoning, content, one and two calls, a cut call),
+#                   each after its options byte (family | tools | reasoning)
+#                   and a split-seed byte
 set -eu
 
 # Little-endian writers for the hand-built seed (POSIX sh arithmetic is 64-bit).
@@ -265,5 +269,44 @@ if [ "$name" = fuzz_request ]; then
 {"model": "m", "prompt": "x", "stop": ["\n", "END"], "top_k": 40, "top_p": 0.9, "min_p": 0.05, "ignore_eos": true}
 {"prompt": "x", "frequency_penalty": 0.5, "presence_penalty": -0.5, "repeat_penalty": 1.1, "max_tokens": 1}
 BODIES
+fi
+# fuzz_toolparse: one output a file: byte 0 = 0x60 | family (tools and reasoning on), byte 1 'S'
+if [ "$name" = fuzz_toolparse ]; then
+    while IFS='	' read -r fam base text; do
+        [ -n "$fam" ] || continue
+        f="$corpus/$base.txt"
+        rm -f "$f"
+        { printf "\\$(printf '%03o' $((96 + fam)))"; printf 'S'; printf '%b' "$text"; } > "$f"
+    done <<'OUTPUTS'
+1	hermes	<think>\nhmm\n</think>\n\nLet me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris", "n": [1, 2.5e-3, true, null]}}\n</tool_call>\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>
+1	hermes_cut	<tool_call>\n{"name": "edit", "arguments": {"path": "a\\u00e9\\ud83d\\ude00", "x": [1, {"y": "z
+1	hermes_str	<tool_call>{"arguments": "{\\"q\\": 1}", "name": "s"}</tool_call> <tool_call> not a call
+2	qwen3_coder	<think>\nok\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis, France\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{"a": [true]}\n</parameter>\n</function>\n</tool_call>
+3	llama3	{"name": "get_weather", "parameters": {"location": "Paris"}}
+3	llama3_tag	Sure.<|python_tag|>{"name": "f", "parameters": {"a": 1}}<|eom_id|><|python_tag|>print("hi")<|eom_id|>
+4	mistral	[THINK]plan[/THINK]Ok[TOOL_CALLS]get_weather[CALL_ID]Xk3P9aQ2z[ARGS]{"location": "Tokyo"}[TOOL_CALLS]f[ARGS]{}
+4	mistral_list	[TOOL_CALLS][{"name": "a", "arguments": {"x": 1}, "id": "Xk3P9aQ2z"}, {"name": "b", "arguments": {}}]
+5	deepseek_v3	<think>\nr\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"location": "Paris"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+6	deepseek_v31	<think></think>Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"location": "Paris"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+7	functionary_v31	Let me see.<function=get_weather>{"location": "Paris"}</function><function=f>{}</function>
+8	functionary_v32	all\nLet me see.>>>get_weather\n{"location": "Paris"}>>>python\nprint(1)
+9	command_r	<|START_THINKING|>plan<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"location": "Paris"}}\n]<|END_ACTION|>
+10	granite	<think>t</think><response>Ok</response><|tool_call|>[{"name": "get_weather", "arguments": {"location": "Paris"}}]
+11	gpt_oss	<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"location": "Paris"}<|call|>
+11	gpt_oss_final	<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>Hello!
+12	kimi_k2	<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"location": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
+13	glm	<think>r</think>Ok<tool_call>get_weather\n<arg_key>location</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>
+14	deepseek_v4	</think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="location" string="true">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="include" string="false">["wind"]</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>
+15	kimi_k3	<|open|>think<|sep|>r<|close|>think<|sep|><|open|>response<|sep|>Ok<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="location" type="string"<|sep|>Paris<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>
+16	muse	 to=self<|message|>think<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="location">Paris</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eot|>
+17	lfm2	<think>r</think><|tool_call_start|>[get_weather(location='Paris', days=3, opts={'a': True, "b": None}), f()]<|tool_call_end|>
+18	gemma4	<|channel>thought\nr<channel|><|tool_call>call:get_weather{location:<|"|>Paris<|"|>,days:3,opts:{a:true}}<tool_call|>Done.
+19	solar	<|think|>r<|end|><|begin|>assistant<|tool_calls|><|tool_call:begin|>Xk3P9aQ2z<|tool_call:name|>get_weather<|tool_call:args|>{"location": "Paris"}<|tool_call:end|><|calls|>
+20	nemotron	<think>\nr\n</think>\nOk\n<TOOLCALL>[{"name": "get_weather", "arguments": {"location": "Paris"}}]</TOOLCALL>
+21	apriel	Here are my reasoning steps:\nr\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{"name": "get_weather", "arguments": {"location": "Paris"}, "id": "x"}]</tool_calls>\n[END FINAL RESPONSE]
+22	minimax_m1	<tool_calls>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n{"name": "f", "arguments": {}}\n</tool_calls>
+23	firefunction	Sure. functools[{"name": "get_weather", "arguments": {"location": "Paris"}}]
+24	gigachat	Ok.<|function_call|>{"name": "get_weather", "arguments": {"location": "Paris"}}
+OUTPUTS
 fi
 exit 0
