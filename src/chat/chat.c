@@ -3,6 +3,7 @@
  */
 #include "chat/chat.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +66,14 @@ enum dj_status chat_template_create(const char *src, size_t n, const char *bos, 
     t->src[n] = 0;
     t->n_src = n;
     enum dj_status st = jinja_compile(t->src, n, &t->j);
+    if (st && strstr(dj_last_error(), "not implemented")) {
+        /* no interpreter yet: the C ChatML renderer, which writes what the built-in template would */
+        t->c_chatml = true;
+        snprintf(t->fallback_reason, sizeof t->fallback_reason, "%s", dj_last_error());
+        t->syn = chat_syntax_detect(chat_builtin_chatml, strlen(chat_builtin_chatml));
+        *out = t;
+        return DJ_OK;
+    }
     if (st) {
         chat_template_free(t);
         return st;
@@ -149,8 +158,170 @@ json_t *chat_normalize_messages(const json_t *messages) {
     return out;
 }
 
+/* ---- the C ChatML renderer (while the Jinja interpreter is not implemented) ---- */
+
+struct cbuf {
+    char *p;
+    size_t n, cap;
+};
+
+static bool cbuf_append(struct cbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t c = (b->n + n + 1) * 2;
+        char *np = realloc(b->p, c);
+        if (!np) return false;
+        b->p = np;
+        b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return true;
+}
+
+struct rbuf {
+    struct cbuf b;
+    uint8_t *in; /* provenance bitmap */
+    size_t cap_in;
+    bool oom;
+};
+
+static void rput(struct rbuf *r, const char *s, size_t n, bool input) {
+    const size_t at = r->b.n;
+    if (!cbuf_append(&r->b, s, n)) {
+        r->oom = true;
+        return;
+    }
+    if (!input || !n) return;
+    const size_t need = (at + n) / 8 + 1;
+    if (need > r->cap_in) {
+        size_t c = need * 2;
+        uint8_t *ni = realloc(r->in, c);
+        if (!ni) {
+            r->oom = true;
+            return;
+        }
+        memset(ni + r->cap_in, 0, c - r->cap_in);
+        r->in = ni;
+        r->cap_in = c;
+    }
+    for (size_t i = at; i < at + n; i++) r->in[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+static void rlit(struct rbuf *r, const char *s) { rput(r, s, strlen(s), false); }
+
+/* A value from the request: strings as they are, anything else as JSON (json.dumps spacing). */
+static void rval(struct rbuf *r, const json_t *v) {
+    if (json_is_string(v)) {
+        rput(r, json_string_value(v), json_string_length(v), true);
+        return;
+    }
+    if (!v || json_is_null(v)) return;
+    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+    if (!t) {
+        r->oom = true;
+        return;
+    }
+    /* jansson writes ", " / ": " without JSON_COMPACT, as json.dumps */
+    rput(r, t, strlen(t), true);
+    free(t);
+}
+
+static bool is_sys(const json_t *m) {
+    const char *role = json_string_value(json_object_get(m, "role"));
+    return role && (!strcmp(role, "system") || !strcmp(role, "developer"));
+}
+
+static enum dj_status render_chatml(const json_t *messages, const json_t *tools, bool add_gen,
+                                    struct dj_jinja_out *out) {
+    struct rbuf r = {0};
+    const size_t nm = json_array_size(messages);
+    const json_t *first = json_array_get(messages, 0);
+    if (tools && json_array_size(tools)) {
+        rlit(&r, "<|im_start|>system\n");
+        if (first && is_sys(first)) {
+            rval(&r, json_object_get(first, "content"));
+            rlit(&r, "\n\n");
+        }
+        rlit(&r, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
+                 "with function signatures within <tools></tools> XML tags:\n<tools>");
+        size_t i;
+        json_t *tool;
+        json_array_foreach(tools, i, tool) {
+            rlit(&r, "\n");
+            rval(&r, tool);
+        }
+        rlit(&r, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                 "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                 "<args-json-object>}\n</tool_call><|im_end|>\n");
+    } else if (first && is_sys(first)) {
+        rlit(&r, "<|im_start|>system\n");
+        rval(&r, json_object_get(first, "content"));
+        rlit(&r, "<|im_end|>\n");
+    }
+    for (size_t i = 0; i < nm; i++) {
+        const json_t *m = json_array_get(messages, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role) {
+            free(r.b.p);
+            free(r.in);
+            return dj_fail(DJ_ERR_INVALID, "template: messages[%zu] has no role", i);
+        }
+        if (i == 0 && is_sys(m)) continue;
+        if (!strcmp(role, "tool")) {
+            const bool prev_tool = i > 0 && !strcmp(json_string_value(json_object_get(json_array_get(messages, i - 1), "role")) ?: "", "tool");
+            const json_t *nx = json_array_get(messages, i + 1);
+            const bool next_tool = nx && !strcmp(json_string_value(json_object_get(nx, "role")) ?: "", "tool");
+            if (!prev_tool) rlit(&r, "<|im_start|>user");
+            rlit(&r, "\n<tool_response>\n");
+            rval(&r, json_object_get(m, "content"));
+            rlit(&r, "\n</tool_response>");
+            if (!next_tool) rlit(&r, "<|im_end|>\n");
+            continue;
+        }
+        rlit(&r, "<|im_start|>");
+        rput(&r, role, strlen(role), true);
+        rlit(&r, "\n");
+        const json_t *content = json_object_get(m, "content");
+        const bool has_content = json_is_string(content) ? json_string_length(content) > 0 : content && !json_is_null(content);
+        if (has_content) rval(&r, content);
+        const json_t *calls = json_object_get(m, "tool_calls");
+        if (!strcmp(role, "assistant") && json_array_size(calls)) {
+            size_t k;
+            json_t *tc;
+            json_array_foreach(calls, k, tc) {
+                const json_t *fn = json_object_get(tc, "function");
+                if (has_content || k > 0) rlit(&r, "\n");
+                rlit(&r, "<tool_call>\n{\"name\": ");
+                const json_t *name = json_object_get(fn, "name");
+                char *nj = json_dumps(name ? name : json_null(), JSON_ENCODE_ANY);
+                rput(&r, nj ? nj : "null", nj ? strlen(nj) : 4, true);
+                free(nj);
+                rlit(&r, ", \"arguments\": ");
+                const json_t *args = json_object_get(fn, "arguments");
+                char *aj = json_dumps(args ? args : json_null(), JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+                rput(&r, aj ? aj : "{}", aj ? strlen(aj) : 2, true);
+                free(aj);
+                rlit(&r, "}\n</tool_call>");
+            }
+        }
+        rlit(&r, "<|im_end|>\n");
+    }
+    if (add_gen) rlit(&r, "<|im_start|>assistant\n");
+    if (r.oom) {
+        free(r.b.p);
+        free(r.in);
+        return dj_fail(DJ_ERR_NOMEM, "out of memory rendering the prompt");
+    }
+    out->text = r.b.p ? r.b.p : strdup("");
+    out->n = r.b.n;
+    out->from_input = r.in;
+    return out->text ? DJ_OK : dj_fail(DJ_ERR_NOMEM, "out of memory");
+}
+
 enum dj_status chat_render(const struct dj_chat_template *t, const json_t *messages, const json_t *tools,
                            const json_t *kwargs, bool add_generation_prompt, int64_t now, struct dj_jinja_out *out) {
+    if (t->c_chatml) return render_chatml(messages, tools, add_generation_prompt, out);
     json_t *ctx = json_object();
     if (!ctx) return dj_fail(DJ_ERR_NOMEM, "out of memory");
     json_object_set(ctx, "messages", (json_t *)messages);

@@ -584,7 +584,6 @@ static void snapshot(struct dj_server *s) {
 static void *engine_main(void *arg) {
     struct dj_server *s = arg;
     snapshot(s);
-    atomic_store(&s->ready, true);
     while (!atomic_load(&s->stop)) {
         if (engine_n_pending(s->e) == 0) {
             engine_wait_work(s->e, 100);
@@ -617,6 +616,9 @@ static void load_template(struct dj_server *s) {
         s->tmpl = NULL;
         return;
     }
+    if (s->tmpl->c_chatml)
+        fprintf(stderr, "deja serve: NOTE: %s: chat requests are rendered as ChatML with Hermes tool calls, "
+                        "not with the model's own template\n", s->tmpl->fallback_reason);
     fprintf(stderr, "deja serve: chat template: %s (tool calls: %s%s)\n",
             s->p.chat_template ? "from --chat-template-file" : s->tmpl->builtin ? "built-in ChatML" : "the model's",
             chat_tool_syntax_name(s->tmpl->syn.tools), s->tmpl->syn.think_open ? ", reasoning markers" : "");
@@ -639,6 +641,7 @@ enum dj_status server_start(const struct dj_model *m, const char *model_path, co
         engine_destroy(s->e);
         st = dj_fail(DJ_ERR_NOMEM, "serve: cannot start the engine thread");
     }
+    if (!st) atomic_store(&s->ready, true); /* the model is loaded and the engine runs */
     if (st) {
         chat_template_free(s->tmpl);
         metrics_destroy(&s->metrics);

@@ -425,12 +425,7 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     }
     /* reasoning starts open when the generation prompt ends inside a think block */
     struct dj_chat_syntax syn = s->tmpl->syn;
-    if (syn.think_open) {
-        size_t end = o.n;
-        while (end > 0 && (o.text[end - 1] == '\n' || o.text[end - 1] == ' ')) end--;
-        const size_t k = strlen(syn.think_open);
-        syn.think_forced_open = end >= k && !memcmp(o.text + end - k, syn.think_open, k);
-    }
+    syn.think_forced_open = chat_syntax_prompt_opens_think(&syn, o.text, o.n);
     jinja_out_free(&o);
     if (api == DJ_API_MESSAGES_COUNT) {
         api_chat_req_free(&cr);

@@ -45,10 +45,15 @@ static bool srv_start(struct srv *s, const char *model, const char *const *extra
     close(fd[1]);
     s->err_fd = fd[0];
     char line[512];
-    size_t k = 0;
-    while (k + 1 < sizeof line && read(fd[0], line + k, 1) == 1 && line[k] != '\n') k++;
-    line[k] = 0;
-    const char *p = strstr(line, "127.0.0.1:");
+    const char *p = NULL;
+    for (int tries = 0; tries < 16 && !p; tries++) { /* start-up notes come before "listening on" */
+        size_t k = 0;
+        while (k + 1 < sizeof line && read(fd[0], line + k, 1) == 1 && line[k] != '\n') k++;
+        line[k] = 0;
+        if (k == 0) break;
+        p = strstr(line, "listening on http://127.0.0.1:");
+        if (p) p += 20;
+    }
     s->port = p ? (unsigned)atoi(p + 10) : 0;
     CHECKF(s->port > 0, "server did not start: %s", line);
     return s->port > 0;

@@ -227,12 +227,12 @@ await check("responses API: function tools", async () => {
 
 const anthropic = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0 });
 await check("anthropic messages: text, tools, streaming, count_tokens", async () => {
-  const m = await anthropic.messages.create({ model: "claude-sonnet-4-5", max_tokens: 8, system: "Be brief.", messages: [{ role: "user", content: "Hi" }] });
+  const m = await anthropic.messages.create({ model: "local-model", max_tokens: 8, system: "Be brief.", messages: [{ role: "user", content: "Hi" }] });
   assert.equal(m.type, "message");
   assert.equal(m.role, "assistant");
   assert.ok(["end_turn", "max_tokens", "stop_sequence"].includes(m.stop_reason));
   const t = await anthropic.messages.create({
-    model: "claude-sonnet-4-5", max_tokens: 96, messages: [{ role: "user", content: "Weather in Rome?" }],
+    model: "local-model", max_tokens: 96, messages: [{ role: "user", content: "Weather in Rome?" }],
     tools: [{ name: "get_weather", description: "weather", input_schema: weather.function.parameters }], tool_choice: { type: "any" },
   });
   const tu = t.content.find((b) => b.type === "tool_use");
@@ -240,13 +240,13 @@ await check("anthropic messages: text, tools, streaming, count_tokens", async ()
   assert.equal(t.stop_reason, "tool_use");
   assert.equal(typeof tu.input.city, "string");
   const events = [];
-  const s = anthropic.messages.stream({ model: "claude-sonnet-4-5", max_tokens: 8, messages: [{ role: "user", content: "Hi" }] });
+  const s = anthropic.messages.stream({ model: "local-model", max_tokens: 8, messages: [{ role: "user", content: "Hi" }] });
   for await (const ev of s) events.push(ev.type);
   const fin = await s.finalMessage();
   assert.equal(events[0], "message_start");
   assert.ok(events.includes("message_stop"));
   assert.equal(fin.type, "message");
-  const ct = await anthropic.messages.countTokens({ model: "claude-sonnet-4-5", messages: [{ role: "user", content: "Hi" }] });
+  const ct = await anthropic.messages.countTokens({ model: "local-model", messages: [{ role: "user", content: "Hi" }] });
   assert.ok(ct.input_tokens > 0);
 });
 
