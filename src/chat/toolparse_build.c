@@ -537,8 +537,8 @@ static int read_to(struct dj_toolparse *p, const char *s, char *dst, size_t *dn,
     size_t w = n < room + l ? n : room + l;
     size_t k = tp_find(s, b, w, &hold);
     size_t take = k < w ? k : w - hold;
-    if (k > room || (k == w && take > room)) {
-        if (take > room) take = room;
+    if (take > room) { /* the marker cannot start within the cap */
+        take = room;
         memcpy(dst + *dn, b, take);
         *dn += take;
         p->pos += take;
