@@ -119,7 +119,9 @@ typedef void (*dj_chat_emit_fn)(void *ud, const struct dj_chat_delta *d);
 struct dj_toolparse;
 
 /* parse_tools false: tool syntax is plain content (a request without tools).
- * reasoning false: think markers are left in the content (harmony: an
+ * reasoning false: think markers, and the answer wrappers some families put
+ * around content (<|START_RESPONSE|>, <response>, [END FINAL RESPONSE],
+ * <|open|>response<|sep|>, <|content|>), are left in the content (harmony: an
  * analysis message is content, header and end marker included; so is a call
  * message with parse_tools false).  id_seed makes the tool-call ids
  * (deterministic for a seed).  NULL when out of memory. */

@@ -890,6 +890,13 @@ static void test_hostile(void) {
     CHECK(st == DJ_OK && o.n_calls == 0 && o.content.n == n); /* a run past TP_WS_CAP is not trimmed */
     out_free(&o);
 
+    struct dj_chat_syntax glm = {DJ_TOOLS_GLM, NULL, NULL, false}; /* a name waiting for its first parameter */
+    memcpy(big, "<tool_call>get_weather", 22);
+    memset(big + 22, ' ', n - 22);
+    st = parse(&glm, true, true, big, n, FEED_RANDOM, 7, &o);
+    CHECK(st == DJ_OK && o.n_calls == 0 && o.content.n == n);
+    out_free(&o);
+
     struct dj_chat_syntax qc = {DJ_TOOLS_QWEN3_CODER, NULL, NULL, false};
     const char *qh = "<tool_call>\n<function=write>\n<parameter=text>\n[";
     size_t qn = strlen(qh);
