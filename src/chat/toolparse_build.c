@@ -537,8 +537,8 @@ static int read_to(struct dj_toolparse *p, const char *s, char *dst, size_t *dn,
     size_t w = n < room + l ? n : room + l;
     size_t k = tp_find(s, b, w, &hold);
     size_t take = k < w ? k : w - hold;
-    if (k > room || (k == w && take > room)) {
-        if (take > room) take = room;
+    if (take > room) { /* the marker cannot start within the cap */
+        take = room;
         memcpy(dst + *dn, b, take);
         *dn += take;
         p->pos += take;
@@ -567,11 +567,14 @@ bool tp_op_xparams(struct dj_toolparse *p, const struct tp_op *op) {
     int r;
     switch (p->sub) {
     case X_NEXT: {
+        bool lim; /* uncommitted while a deferred name (GLM) waits for its first parameter */
+        n = tp_avail(p, &lim);
         size_t i = 0;
         while (i < n && tp_is_ws((unsigned char)b[i])) i++;
         p->pos += i;
         b += i;
         n -= i;
+        if (!n) return tp_op_need(p, lim) || i > 0;
         int mk = tp_match(x->key_open, b, n), mc = tp_match(x->call_close, b, n);
         int mj = x->json_open ? tp_match(x->json_open, b, n) : M_NO;
         if (p->dname_n && (mk == M_FULL || mc == M_FULL || mj == M_FULL)) {
@@ -598,11 +601,7 @@ bool tp_op_xparams(struct dj_toolparse *p, const struct tp_op *op) {
             p->sub = X_JATTR;
             return true;
         }
-        if (mk == M_PART || mc == M_PART || mj == M_PART) {
-            bool lim;
-            tp_avail(p, &lim);
-            return tp_op_need(p, lim) || i > 0;
-        }
+        if (mk == M_PART || mc == M_PART || mj == M_PART) return tp_op_need(p, lim) || i > 0;
         return tp_op_mismatch(p, "expected a parameter or the end of a tool call");
     }
     case X_KEY:

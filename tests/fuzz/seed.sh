@@ -270,11 +270,11 @@ if [ "$name" = fuzz_request ]; then
 {"prompt": "x", "frequency_penalty": 0.5, "presence_penalty": -0.5, "repeat_penalty": 1.1, "max_tokens": 1}
 BODIES
 fi
-# fuzz_toolparse: one output a file: byte 0 = 0x60 | family (tools and reasoning on), byte 1 'S'
-if [ "$name" = fuzz_toolparse ]; then
+# ---- fuzz_toolparse (begin) ----
+toolparse_seeds() { # CORPUS: one output a file, byte 0 = 0x60 | family (tools and reasoning on), byte 1 'S'
     while IFS='	' read -r fam base text; do
         [ -n "$fam" ] || continue
-        f="$corpus/$base.txt"
+        f="$1/$base.txt"
         rm -f "$f"
         { printf "\\$(printf '%03o' $((96 + fam)))"; printf 'S'; printf '%b' "$text"; } > "$f"
     done <<'OUTPUTS'
@@ -308,5 +308,9 @@ if [ "$name" = fuzz_toolparse ]; then
 23	firefunction	Sure. functools[{"name": "get_weather", "arguments": {"location": "Paris"}}]
 24	gigachat	Ok.<|function_call|>{"name": "get_weather", "arguments": {"location": "Paris"}}
 OUTPUTS
-fi
+}
+case "$name" in
+fuzz_toolparse) toolparse_seeds "$corpus" ;;
+esac
+# ---- fuzz_toolparse (end) ----
 exit 0

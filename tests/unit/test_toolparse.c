@@ -18,6 +18,7 @@
  * 5. chat_syntax_detect on all 50 templates gives the family in a table, and
  *    think_forced_open matches the golden renders' generation prompts.
  */
+#include <dirent.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <string.h>
@@ -890,6 +891,13 @@ static void test_hostile(void) {
     CHECK(st == DJ_OK && o.n_calls == 0 && o.content.n == n); /* a run past TP_WS_CAP is not trimmed */
     out_free(&o);
 
+    struct dj_chat_syntax glm = {DJ_TOOLS_GLM, NULL, NULL, false}; /* a name waiting for its first parameter */
+    memcpy(big, "<tool_call>get_weather", 22);
+    memset(big + 22, ' ', n - 22);
+    st = parse(&glm, true, true, big, n, FEED_RANDOM, 7, &o);
+    CHECK(st == DJ_OK && o.n_calls == 0 && o.content.n == n);
+    out_free(&o);
+
     struct dj_chat_syntax qc = {DJ_TOOLS_QWEN3_CODER, NULL, NULL, false};
     const char *qh = "<tool_call>\n<function=write>\n<parameter=text>\n[";
     size_t qn = strlen(qh);
@@ -1097,6 +1105,20 @@ int main(int argc, char **argv) {
     CHECKF(convs != NULL, "conversations.json: %s", e.text);
     if (convs) {
         for (size_t i = 0; i < N_TEMPLATES; i++) test_golden_template(shared, &TEMPLATES[i], convs);
+        /* the table covers every template there is */
+        DIR *d = opendir(test_shared_path(shared, "golden/chat_templates/templates"));
+        size_t n_files = 0;
+        for (struct dirent *de; d && (de = readdir(d));) {
+            size_t l = strlen(de->d_name);
+            if (l < 7 || strcmp(de->d_name + l - 6, ".jinja") != 0) continue;
+            n_files++;
+            bool listed = false;
+            for (size_t i = 0; i < N_TEMPLATES && !listed; i++)
+                listed = strlen(TEMPLATES[i].file) == l - 6 && memcmp(TEMPLATES[i].file, de->d_name, l - 6) == 0;
+            CHECKF(listed, "%s: not in the test's table", de->d_name);
+        }
+        if (d) closedir(d);
+        CHECKF(n_files == N_TEMPLATES, "%zu templates, %zu in the table", n_files, N_TEMPLATES);
         json_decref(convs);
         printf("golden: %d assistant tool-call turns parsed back\n", golden_turns);
         CHECK(golden_turns >= 60);
