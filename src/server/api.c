@@ -152,12 +152,13 @@ enum dj_status api_add_tool(struct api_ctx *c, const char *param, json_t *name, 
         return api_fail(c, 400, param, "%s: a tool needs a non-empty string name", param);
     struct dj_chat_req *r = c->r;
     if (!r->tools && !(r->tools = json_array())) return api_oom(c);
-    size_t i;
-    json_t *t;
-    json_array_foreach(r->tools, i, t) {
-        if (json_equal(json_object_get(json_object_get(t, "function"), "name"), name))
-            return api_fail(c, 400, param, "%s: a second tool named '%s'", param, json_string_value(name));
-    }
+    if (!c->tool_names && !(c->tool_names = json_object())) return api_oom(c);
+    /* a name with a NUL cannot be a key (nor a function name a template can print) */
+    if (strlen(json_string_value(name)) != json_string_length(name))
+        return api_fail(c, 400, param, "%s: a tool name cannot contain a NUL character", param);
+    if (json_object_get(c->tool_names, json_string_value(name)))
+        return api_fail(c, 400, param, "%s: a second tool named '%.80s'", param, json_string_value(name));
+    if (json_object_set_new(c->tool_names, json_string_value(name), json_true())) return api_oom(c);
     json_t *fn = json_object();
     if (!fn) return api_oom(c);
     bool ok = api_set(fn, "name", json_incref(name));
@@ -172,16 +173,13 @@ enum dj_status api_add_tool(struct api_ctx *c, const char *param, json_t *name, 
 
 enum dj_status api_named_tool(struct api_ctx *c, const char *param, json_t *name) {
     if (!json_is_string(name)) return api_fail(c, 400, param, "%s must be a string (the tool to call)", param);
-    size_t i;
-    json_t *t;
-    json_array_foreach(c->r->tools, i, t) {
-        if (json_equal(json_object_get(json_object_get(t, "function"), "name"), name)) {
-            c->r->tool_choice = DJ_TOOL_NAMED;
-            c->r->tool_name = json_string_value(name);
-            return DJ_OK;
-        }
+    if (strlen(json_string_value(name)) == json_string_length(name) &&
+        json_object_get(c->tool_names, json_string_value(name))) {
+        c->r->tool_choice = DJ_TOOL_NAMED;
+        c->r->tool_name = json_string_value(name);
+        return DJ_OK;
     }
-    return api_fail(c, 400, param, "%s: no tool named '%s' in tools", param, json_string_value(name));
+    return api_fail(c, 400, param, "%s: no tool named '%.80s' in tools", param, json_string_value(name));
 }
 
 enum dj_status api_kwarg(struct api_ctx *c, const char *key, json_t *v) {
@@ -410,6 +408,7 @@ enum dj_status api_parse_chat(enum dj_api api, const char *alias, const char *bo
     r.api = api;
     if (!(r.root = server_parse_body(body ? body : "", body ? n : 0))) return DJ_ERR_INVALID;
     enum dj_status st = parse_chat(&c, alias ? alias : "");
+    json_decref(c.tool_names);
     if (st) {
         *http_status = c.status;
         if (c.param[0]) {

@@ -25,6 +25,7 @@ struct api_ctx {
     int status;        /* of the failure */
     char param[160];   /* of the failure ("" none) */
     char path[160];    /* scratch for api_path */
+    json_t *tool_names; /* the tools' names as an object's keys (a hash set: a body may hold 10^5 tools) */
 };
 
 /* Formats a param path ("messages[2].content[0]") into c->path; returns it. */

@@ -41,17 +41,28 @@ static json_t *last_assistant(struct api_ctx *c) {
     return role && !strcmp(role, "assistant") ? m : NULL;
 }
 
+/* Reasoning items' text waiting for the assistant message they precede. */
+struct pending {
+    struct api_text text;
+    bool any;
+};
+
 /* A new assistant message (content given, taken), carrying the pending reasoning. */
-static json_t *new_assistant(struct api_ctx *c, json_t *content, json_t **reasoning) {
+static json_t *new_assistant(struct api_ctx *c, json_t *content, struct pending *rs) {
     json_t *m = json_object();
-    if (!api_push(c->r->messages, m) || !api_set(m, "role", json_string("assistant")) || !api_set(m, "content", content))
+    if (!api_push(c->r->messages, m)) {
+        json_decref(content);
         return NULL;
-    if (*reasoning) {
-        if (!api_set(m, "reasoning_content", *reasoning)) {
-            *reasoning = NULL;
-            return NULL;
-        }
-        *reasoning = NULL;
+    }
+    if (!api_set(m, "role", json_string("assistant"))) {
+        json_decref(content);
+        return NULL;
+    }
+    if (!api_set(m, "content", content)) return NULL;
+    if (rs->any) {
+        rs->any = false;
+        if (!api_set(m, "reasoning_content", api_jstr(rs->text.p, rs->text.n))) return NULL;
+        rs->text.n = 0;
     }
     return m;
 }
@@ -80,7 +91,7 @@ static json_t *reasoning_text(struct api_ctx *c, json_t *item, size_t i) {
     return empty;
 }
 
-static enum dj_status parse_item(struct api_ctx *c, json_t *item, size_t i, json_t **reasoning) {
+static enum dj_status parse_item(struct api_ctx *c, json_t *item, size_t i, struct pending *rs) {
     char base[48];
     const char *p = api_path(c, "input[%zu]", i);
     if (!json_is_object(item)) return api_fail(c, 400, p, "%s must be an object", p);
@@ -100,7 +111,7 @@ static enum dj_status parse_item(struct api_ctx *c, json_t *item, size_t i, json
         const bool asst = !strcmp(role, "assistant");
         json_t *cv = api_content(c, content, base, &in_parts, asst ? "" : NULL);
         if (!cv) return DJ_ERR_INVALID;
-        if (asst) return new_assistant(c, cv, reasoning) ? DJ_OK : api_oom(c);
+        if (asst) return new_assistant(c, cv, rs) ? DJ_OK : api_oom(c);
         json_t *m = json_object();
         if (!api_push(c->r->messages, m) || !api_set(m, "role", json_string(role))) {
             json_decref(cv);
@@ -124,8 +135,8 @@ static enum dj_status parse_item(struct api_ctx *c, json_t *item, size_t i, json
                                      "arguments", a)
                          : NULL;
         if (!call) return api_oom(c);
-        json_t *m = *reasoning ? NULL : last_assistant(c);
-        if (!m && !(m = new_assistant(c, json_null(), reasoning))) {
+        json_t *m = rs->any ? NULL : last_assistant(c);
+        if (!m && !(m = new_assistant(c, json_null(), rs))) {
             json_decref(call);
             return api_oom(c);
         }
@@ -155,18 +166,14 @@ static enum dj_status parse_item(struct api_ctx *c, json_t *item, size_t i, json
     if (!strcmp(type, "reasoning")) {
         json_t *t = reasoning_text(c, item, i);
         if (!t) return DJ_ERR_INVALID;
-        if (json_string_length(t) == 0) {
-            json_decref(t);
-            return DJ_OK;
+        bool ok = true;
+        if (json_string_length(t)) { /* several reasoning items in a row: one text, a blank line between */
+            if (rs->any) ok = api_text_add(&rs->text, "\n\n", 2);
+            ok = ok && api_text_add(&rs->text, json_string_value(t), json_string_length(t));
+            rs->any = true;
         }
-        if (*reasoning) { /* two reasoning items in a row: one text */
-            json_t *parts = json_pack("[{s:o}, {s:o}]", "text", *reasoning, "text", t);
-            *reasoning = parts ? api_join_text(parts, "\n\n") : NULL;
-            json_decref(parts);
-            return *reasoning ? DJ_OK : api_oom(c);
-        }
-        *reasoning = t;
-        return DJ_OK;
+        json_decref(t);
+        return ok ? DJ_OK : api_oom(c);
     }
     p = api_path(c, "input[%zu].type", i);
     return api_fail(c, 400, p, "%s: input item type '%.40s' is not supported", p, type);
@@ -183,18 +190,15 @@ static enum dj_status parse_input(struct api_ctx *c, json_t *root) {
         return api_push(r->messages, json_pack("{s:s, s:O}", "role", "user", "content", in)) ? DJ_OK : api_oom(c);
     }
     if (!json_is_array(in)) return api_fail(c, 400, "input", "input must be a string or an array of input items");
-    json_t *reasoning = NULL; /* a reasoning item's text waiting for its assistant message */
+    struct pending rs = {0};
     size_t i;
     json_t *item;
+    enum dj_status st = DJ_OK;
     json_array_foreach(in, i, item) {
-        enum dj_status st = parse_item(c, item, i, &reasoning);
-        if (st) {
-            json_decref(reasoning);
-            return st;
-        }
+        if ((st = parse_item(c, item, i, &rs))) break;
     }
-    json_decref(reasoning); /* reasoning with no reply after it: nothing to attach it to */
-    return DJ_OK;
+    api_text_free(&rs.text); /* reasoning with no reply after it: nothing to attach it to */
+    return st;
 }
 
 /* tools: [{type: "function", name, description?, parameters?, strict?}] (flat); hosted tools

@@ -1162,8 +1162,45 @@ static void test_misc(void) {
     CHECK(server_parse_sampling(req, &k, &s, &status, &param) != DJ_OK && status == 400 && !strcmp(param, "stop_sequences"));
     json_decref(req);
 
-    /* an unknown dialect is refused, never crashes */
     struct dj_chat_req r;
+    /* big bodies stay linear: 50k tools (names checked through a hash set), 50k reasoning items in
+     * a row (one accumulated text), 50k parallel calls merged into one message (a quadratic pass: tens of seconds) */
+    {
+        const size_t N = 50000;
+        struct dj_sbuf big = {0};
+        sbuf_append(&big, "{`input`: `x`, `tools`: [", 25);
+        char item[160];
+        for (size_t i = 0; i < N; i++) {
+            int len = snprintf(item, sizeof item, "%s{`type`: `function`, `name`: `t%zu`}", i ? ", " : "", i);
+            sbuf_append(&big, item, (size_t)len);
+        }
+        sbuf_append(&big, ", {`type`: `function`, `name`: `t5`}]}", 38);
+        for (size_t i = 0; i < big.n; i++)
+            if (big.p[i] == '`') big.p[i] = '"';
+        CHECK(api_parse_chat(DJ_API_RESPONSES, "m", big.p, big.n, &r, &status, &param) != DJ_OK && status == 400 &&
+              param && !strcmp(param, "tools[50000].name"));
+        big.n = 0;
+        sbuf_append(&big, "{`input`: [", 11);
+        for (size_t i = 0; i < N; i++) {
+            int len = snprintf(item, sizeof item, "{`type`: `reasoning`, `summary`: [{`type`: `summary_text`, `text`: `r`}]}, ");
+            sbuf_append(&big, item, (size_t)len);
+        }
+        for (size_t i = 0; i < N; i++) {
+            int len = snprintf(item, sizeof item, "{`type`: `function_call`, `call_id`: `c%zu`, `name`: `f`, `arguments`: `{}`}, ", i);
+            sbuf_append(&big, item, (size_t)len);
+        }
+        sbuf_append(&big, "{`role`: `user`, `content`: `go`}]}", 35);
+        for (size_t i = 0; i < big.n; i++)
+            if (big.p[i] == '`') big.p[i] = '"';
+        CHECK(api_parse_chat(DJ_API_RESPONSES, "m", big.p, big.n, &r, &status, &param) == DJ_OK);
+        json_t *m0 = json_array_get(r.messages, 0);
+        CHECK(json_array_size(r.messages) == 2 && json_array_size(json_object_get(m0, "tool_calls")) == N);
+        CHECK(json_string_length(json_object_get(m0, "reasoning_content")) == N * 3 - 2); /* "r" joined by blank lines */
+        api_chat_req_free(&r);
+        sbuf_free(&big);
+    }
+
+    /* an unknown dialect is refused, never crashes */
     CHECK(api_parse_chat((enum dj_api)42, "m", "{}", 2, &r, &status, &param) != DJ_OK);
 }
 
