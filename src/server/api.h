@@ -56,7 +56,7 @@ struct dj_chat_req {
                          non-empty, names unique; or NULL (no tools, or only tool kinds deja cannot
                          run: hosted/server tools are dropped) */
     enum dj_tool_choice tool_choice; /* DJ_TOOL_NONE whenever tools is NULL */
-    const char *tool_name; /* NAMED (points into root) */
+    const char *tool_name; /* NAMED: one of tools' names (points into root) */
     bool parallel_tool_calls;
     json_t *json_schema;   /* borrowed: response_format json_schema.schema (or Responses text.format) */
     bool json_object;      /* response_format {type: json_object}: any JSON object */
@@ -70,8 +70,8 @@ struct dj_chat_req {
     uint32_t n;
     const char *stop[DJ_SERVER_STOP_MAX]; /* point into root */
     size_t n_stop;
-    bool stream, include_usage, ignore_eos, logprobs;
-    uint32_t top_logprobs;
+    bool stream, include_usage, ignore_eos, logprobs; /* stream: never for MESSAGES_COUNT */
+    uint32_t top_logprobs; /* 0..20, as given (independent of logprobs) */
     const char *cache_salt; /* points into root, or NULL */
 };
 
@@ -138,14 +138,24 @@ void sbuf_free(struct dj_sbuf *b);
 
 /* Streaming: events in the dialect's form (chat: `data: {chunk}` lines and
  * `data: [DONE]`; Responses: `event: response.* / data:`; Messages:
- * `event: message_start / content_block_* / message_delta / message_stop`). */
+ * `event: message_start / content_block_* / message_delta / message_stop`).
+ * Finish mapping: DJ_FINISH_LENGTH → length / incomplete (event
+ * response.incomplete, as OpenAI) / max_tokens; a completion with tool calls →
+ * tool_calls / completed / tool_use; a stop string (finish_seq) → Messages'
+ * stop_sequence; anything else → stop / completed / end_turn (report
+ * DJ_FINISH_ERROR with api_stream_error instead).  Responses and Messages show
+ * completion 0 only.  prompt_tokens: Messages' message_start usage (the final
+ * split into cached / uncached comes in message_delta).  NULL when out of
+ * memory. */
 struct dj_api_stream;
 struct dj_api_stream *api_stream_new(enum dj_api api, const char *id, const char *model, time_t created, uint32_t n,
                                      bool include_usage, size_t prompt_tokens);
 void api_stream_free(struct dj_api_stream *st);
 void api_stream_start(struct dj_api_stream *st, struct dj_sbuf *out);
-/* A delta of completion `index`; logprobs (borrowed, may be NULL): the OpenAI
- * chat logprobs entries of the tokens in this delta. */
+/* A delta of completion `index` (text in whole UTF-8 characters; invalid bytes
+ * become U+FFFD); logprobs (borrowed, may be NULL; chat only): the OpenAI chat
+ * logprobs entries of the tokens in this delta, an array [{token, logprob,
+ * bytes, top_logprobs}] (sent as {content: [...]}) or that object itself. */
 void api_stream_delta(struct dj_api_stream *st, uint32_t index, const struct dj_chat_delta *d, const json_t *logprobs,
                       struct dj_sbuf *out);
 void api_stream_finish(struct dj_api_stream *st, uint32_t index, enum dj_finish f, struct dj_sbuf *out);

@@ -28,7 +28,12 @@
  *
  * Usage: Anthropic counts input_tokens without the cached part: input_tokens = prompt - cached,
  * cache_read_input_tokens = cached, cache_creation_input_tokens = 0 (deja keeps every prompt
- * without being asked, so no write is billed).
+ * without being asked, so no write is billed).  A stream's message_start can only say
+ * input_tokens = the prompt's length (the cache is not known yet); message_delta carries the
+ * final split, which the SDKs copy over the start's.
+ *
+ * Stream: a content block ends when the delta kind changes (text, thinking, another tool call);
+ * a thinking block has no signature_delta (deja signs nothing; the signature is "").
  */
 #include <stdio.h>
 #include <stdlib.h>
