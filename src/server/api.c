@@ -1,705 +1,668 @@
 /*
- * api.c — request parsing for the three chat dialects (api.h); the response
- * objects and stream events are in api_out.c.
+ * api.c — the chat API's shared half (api.h): api_parse_chat's common fields
+ * (model, sampling, logit bias, logprobs, template kwargs, cache_salt) around
+ * the dialect translators, the error bodies, response ids, the SSE buffer,
+ * and the dispatch of api_response / api_stream_* to the dialect files.
+ *
+ * Every JSON value this module builds is new; values from the request body
+ * are shared by reference (jansson refcounts), never modified, so r->root
+ * stays exactly the body that came in.  Failures leave nothing allocated.
  */
 #include "server/api.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "core/status.h"
+#include "server/api_internal.h"
+
+/* ---- small shared helpers ------------------------------------------------------------- */
+
+const char *api_path(struct api_ctx *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->path, sizeof c->path, fmt, ap);
+    va_end(ap);
+    return c->path;
+}
+
+enum dj_status api_fail(struct api_ctx *c, int status, const char *param, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->status = status;
+    snprintf(c->param, sizeof c->param, "%s", param ? param : "");
+    return dj_fail(status == 500 ? DJ_ERR_NOMEM : DJ_ERR_INVALID, "%s", msg);
+}
+
+enum dj_status api_oom(struct api_ctx *c) { return api_fail(c, 500, NULL, "out of memory"); }
+
+bool api_push(json_t *a, json_t *v) { return v && json_array_append_new(a, v) == 0; }
+bool api_set(json_t *o, const char *k, json_t *v) { return v && json_object_set_new(o, k, v) == 0; }
+
+/* Length of the valid UTF-8 sequence at s[0..n), 0 if invalid (overlongs, surrogates and
+ * code points past U+10FFFF are invalid, as jansson holds them). */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+    if (s[0] < 0x80) return 1;
+    size_t len;
+    unsigned cp;
+    if ((s[0] & 0xE0) == 0xC0) len = 2, cp = s[0] & 0x1F;
+    else if ((s[0] & 0xF0) == 0xE0) len = 3, cp = s[0] & 0x0F;
+    else if ((s[0] & 0xF8) == 0xF0) len = 4, cp = s[0] & 0x07;
+    else return 0;
+    if (len > n) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+json_t *api_jstr(const char *s, size_t n) {
+    if (!s) return json_string("");
+    json_t *v = json_stringn(s, n);
+    if (v) return v;
+    /* invalid UTF-8 (jansson accepts embedded NULs): each byte that starts no valid sequence
+     * becomes U+FFFD; the engine emits whole characters, so this is rare */
+    if (n > (SIZE_MAX - 1) / 3) return NULL;
+    char *buf = malloc(n * 3 + 1);
+    if (!buf) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_len((const unsigned char *)s + i, n - i);
+        if (l) {
+            memcpy(buf + o, s + i, l);
+            o += l;
+            i += l;
+        } else {
+            memcpy(buf + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    v = json_stringn(buf, o);
+    free(buf);
+    return v;
+}
+
+json_t *api_text_part(json_t *t) {
+    if (!t) return NULL;
+    json_t *p = json_object();
+    if (!p || !api_set(p, "type", json_string("text"))) {
+        json_decref(t);
+        json_decref(p);
+        return NULL;
+    }
+    if (!api_set(p, "text", t)) { /* (json_object_set_new took t) */
+        json_decref(p);
+        return NULL;
+    }
+    return p;
+}
+
+json_t *api_join_text(const json_t *parts, const char *sep) {
+    size_t total = 0, ns = strlen(sep);
+    size_t i;
+    json_t *p;
+    json_array_foreach(parts, i, p) total += json_string_length(json_object_get(p, "text")) + ns;
+    char *buf = malloc(total + 1);
+    if (!buf) return NULL;
+    size_t o = 0;
+    json_array_foreach(parts, i, p) {
+        json_t *t = json_object_get(p, "text");
+        if (i) {
+            memcpy(buf + o, sep, ns);
+            o += ns;
+        }
+        memcpy(buf + o, json_string_value(t), json_string_length(t));
+        o += json_string_length(t);
+    }
+    json_t *v = json_stringn(buf, o);
+    free(buf);
+    return v;
+}
+
+bool api_opt(struct api_ctx *c, json_t *obj, const char *key, json_type want, const char *param, json_t **out) {
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) return true;
+    const bool ok = want == JSON_TRUE ? json_is_boolean(v)
+                    : want == JSON_REAL ? json_is_number(v)
+                                        : json_typeof(v) == want;
+    if (!ok) {
+        static const char *const names[] = {"an object", "an array", "a string", "an integer", "a number", "a boolean"};
+        api_fail(c, 400, param, "%s must be %s", param, names[want <= JSON_TRUE ? want : JSON_TRUE]);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+enum dj_status api_add_tool(struct api_ctx *c, const char *param, json_t *name, json_t *description,
+                            json_t *parameters, json_t *strict) {
+    if (!json_is_string(name) || json_string_length(name) == 0)
+        return api_fail(c, 400, param, "%s: a tool needs a non-empty string name", param);
+    struct dj_chat_req *r = c->r;
+    if (!r->tools && !(r->tools = json_array())) return api_oom(c);
+    if (!c->tool_names && !(c->tool_names = json_object())) return api_oom(c);
+    /* a name with a NUL cannot be a key (nor a function name a template can print) */
+    if (strlen(json_string_value(name)) != json_string_length(name))
+        return api_fail(c, 400, param, "%s: a tool name cannot contain a NUL character", param);
+    if (json_object_get(c->tool_names, json_string_value(name)))
+        return api_fail(c, 400, param, "%s: a second tool named '%.80s'", param, json_string_value(name));
+    if (json_object_set_new(c->tool_names, json_string_value(name), json_true())) return api_oom(c);
+    json_t *fn = json_object();
+    if (!fn) return api_oom(c);
+    bool ok = api_set(fn, "name", json_incref(name));
+    if (description) ok = ok && api_set(fn, "description", json_incref(description));
+    if (parameters) ok = ok && api_set(fn, "parameters", json_incref(parameters));
+    else ok = ok && api_set(fn, "parameters", json_pack("{s:s, s:{}}", "type", "object", "properties"));
+    if (strict) ok = ok && api_set(fn, "strict", json_incref(strict));
+    json_t *tool = ok ? json_pack("{s:s, s:o}", "type", "function", "function", fn) : NULL;
+    if (!ok) json_decref(fn);
+    return api_push(r->tools, tool) ? DJ_OK : api_oom(c);
+}
+
+enum dj_status api_named_tool(struct api_ctx *c, const char *param, json_t *name) {
+    if (!json_is_string(name)) return api_fail(c, 400, param, "%s must be a string (the tool to call)", param);
+    if (strlen(json_string_value(name)) == json_string_length(name) &&
+        json_object_get(c->tool_names, json_string_value(name))) {
+        c->r->tool_choice = DJ_TOOL_NAMED;
+        c->r->tool_name = json_string_value(name);
+        return DJ_OK;
+    }
+    return api_fail(c, 400, param, "%s: no tool named '%.80s' in tools", param, json_string_value(name));
+}
+
+enum dj_status api_kwarg(struct api_ctx *c, const char *key, json_t *v) {
+    struct dj_chat_req *r = c->r;
+    if (!v) return api_oom(c);
+    if (!r->template_kwargs && !(r->template_kwargs = json_object())) {
+        json_decref(v);
+        return api_oom(c);
+    }
+    if (json_object_get(r->template_kwargs, key)) { /* chat_template_kwargs said it: that wins */
+        json_decref(v);
+        return DJ_OK;
+    }
+    return api_set(r->template_kwargs, key, v) ? DJ_OK : api_oom(c);
+}
+
+static bool in_list(const char *s, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (list[i] && !strcmp(s, list[i])) return true;
+    return false;
+}
+
+json_t *api_content(struct api_ctx *c, json_t *content, const char *base, const struct api_part_names *pn,
+                    const char *join) {
+    if (json_is_string(content)) return json_incref(content);
+    if (!json_is_array(content)) {
+        api_fail(c, 400, base, "%s must be a string or an array of content parts", base);
+        return NULL;
+    }
+    json_t *parts = json_array();
+    if (!parts) {
+        api_oom(c);
+        return NULL;
+    }
+    size_t j;
+    json_t *p;
+    json_array_foreach(content, j, p) {
+        const char *type = json_string_value(json_object_get(p, "type"));
+        const char *param = api_path(c, "%s[%zu]", base, j);
+        json_t *text = NULL;
+        if (!type) {
+            api_fail(c, 400, param, "%s must be an object with a string type", param);
+        } else if (in_list(type, pn->text, 3)) {
+            text = json_object_get(p, "text");
+            if (!json_is_string(text)) api_fail(c, 400, param, "%s.text must be a string", param);
+        } else if (pn->refusal && !strcmp(type, pn->refusal)) {
+            text = json_object_get(p, "refusal");
+            if (!json_is_string(text)) api_fail(c, 400, param, "%s.refusal must be a string", param);
+        } else if (in_list(type, pn->media, 4)) {
+            api_fail(c, 400, param, "%s: '%s' input is not supported: this server's model reads text only", param,
+                     type);
+        } else {
+            api_fail(c, 400, param, "%s: unknown content part type '%.40s'", param, type);
+        }
+        if (!json_is_string(text)) {
+            json_decref(parts);
+            return NULL;
+        }
+        if (!api_push(parts, api_text_part(json_incref(text)))) {
+            json_decref(parts);
+            api_oom(c);
+            return NULL;
+        }
+    }
+    if (!join) return parts;
+    json_t *s = api_join_text(parts, join);
+    json_decref(parts);
+    if (!s) api_oom(c);
+    return s;
+}
+
+char *api_dump_args(const json_t *v) { return json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(17)); }
+
+char *api_dumps(const json_t *j) { return json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17)); }
+
+/* ---- api_parse_chat ------------------------------------------------------------------------ */
+
+/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI), or [[id, bias | false], ...]
+ * (llama.cpp; false bans the token). */
+static enum dj_status parse_logit_bias(struct api_ctx *c, json_t *lb) {
+    struct dj_chat_req *r = c->r;
+    const size_t n = json_is_object(lb) ? json_object_size(lb) : json_is_array(lb) ? json_array_size(lb) : 0;
+    if (!json_is_object(lb) && !json_is_array(lb))
+        return api_fail(c, 400, "logit_bias", "logit_bias must be an object of token id -> bias (or [[id, bias], ...])");
+    if (n == 0) return DJ_OK;
+    if (!(r->bias = calloc(n, sizeof *r->bias))) return api_oom(c);
+    if (json_is_object(lb)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(lb, key, v) {
+            char *end = NULL;
+            long long id = strtoll(key, &end, 10);
+            if (!*key || *end || key[0] == '-' || key[0] == '+' || key[0] == ' ' || id < 0 || id > INT32_MAX)
+                return api_fail(c, 400, "logit_bias", "logit_bias: key '%.40s' is not a token id", key);
+            if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+                return api_fail(c, 400, "logit_bias", "logit_bias['%s'] must be a number in [-100, 100]", key);
+            r->bias[r->n_bias].tok = (dj_token)id;
+            r->bias[r->n_bias++].bias = (float)json_number_value(v);
+        }
+    } else {
+        size_t i;
+        json_t *e;
+        json_array_foreach(lb, i, e) {
+            json_t *id = json_array_get(e, 0), *b = json_array_get(e, 1);
+            if (!json_is_array(e) || json_array_size(e) != 2 || !json_is_integer(id) || json_integer_value(id) < 0 ||
+                json_integer_value(id) > INT32_MAX || !(json_is_false(b) || json_is_number(b)) ||
+                (json_is_number(b) && !(json_number_value(b) >= -100 && json_number_value(b) <= 100)))
+                return api_fail(c, 400, "logit_bias",
+                                "logit_bias[%zu] must be [token id, bias in [-100, 100] or false]", i);
+            r->bias[r->n_bias].tok = (dj_token)json_integer_value(id);
+            r->bias[r->n_bias++].bias = json_is_false(b) ? -INFINITY : (float)json_number_value(b);
+        }
+    }
+    return DJ_OK;
+}
+
+/* The model field: Chat and Responses serve only `alias` (404 otherwise); Messages accepts any
+ * name (Claude Code sends its own model names). */
+static enum dj_status parse_model(struct api_ctx *c, json_t *root, const char *alias) {
+    json_t *m = json_object_get(root, "model");
+    if (!m || json_is_null(m)) return DJ_OK;
+    if (!json_is_string(m)) return api_fail(c, 400, "model", "model must be a string");
+    if (c->api == DJ_API_MESSAGES || c->api == DJ_API_MESSAGES_COUNT || !strcmp(json_string_value(m), alias))
+        return DJ_OK;
+    return api_fail(c, 404, "model", "model '%s' is not served here (this server has '%s')", json_string_value(m),
+                    alias);
+}
+
+static enum dj_status parse_sampling(struct api_ctx *c, json_t *root) {
+    static const struct dj_sampling_keys keys[] = {
+        [DJ_API_CHAT] = {{"max_completion_tokens", "max_tokens"}, "stop", true, true},
+        [DJ_API_RESPONSES] = {{"max_output_tokens", NULL}, NULL, false, false},
+        [DJ_API_MESSAGES] = {{"max_tokens", NULL}, "stop_sequences", false, false},
+        [DJ_API_MESSAGES_COUNT] = {{NULL, NULL}, "stop_sequences", false, false},
+    };
+    struct dj_sampling_req s;
+    int status = 400;
+    const char *param = NULL;
+    if (server_parse_sampling(root, &keys[c->api], &s, &status, &param) != DJ_OK) {
+        c->status = status;
+        snprintf(c->param, sizeof c->param, "%s", param ? param : "");
+        return DJ_ERR_INVALID;
+    }
+    struct dj_chat_req *r = c->r;
+    r->sp = s.sp;
+    r->has_seed = s.has_seed;
+    r->max_tokens = s.max_tokens;
+    r->n = s.n;
+    memcpy(r->stop, s.stop, sizeof r->stop);
+    r->n_stop = s.n_stop;
+    r->stream = s.stream;
+    r->include_usage = s.include_usage;
+    r->ignore_eos = s.ignore_eos;
+    if (c->api == DJ_API_MESSAGES && r->max_tokens == 0)
+        return api_fail(c, 400, "max_tokens", "max_tokens is required (an integer >= 1)");
+    if (c->api == DJ_API_MESSAGES_COUNT) r->stream = false;
+    return DJ_OK;
+}
+
+/* Fields of Chat Completions only: logprobs, top_logprobs, logit_bias. */
+static enum dj_status parse_openai_extras(struct api_ctx *c, json_t *root) {
+    struct dj_chat_req *r = c->r;
+    json_t *v;
+    if (!api_opt(c, root, "logprobs", JSON_TRUE, "logprobs", &v)) return DJ_ERR_INVALID;
+    r->logprobs = json_is_true(v);
+    v = json_object_get(root, "top_logprobs");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 20)
+            return api_fail(c, 400, "top_logprobs", "top_logprobs must be an integer in [0, 20]");
+        r->top_logprobs = (uint32_t)json_integer_value(v);
+    }
+    v = json_object_get(root, "logit_bias");
+    if (v && !json_is_null(v)) {
+        enum dj_status st = parse_logit_bias(c, v);
+        if (st) return st;
+        r->sp.logit_bias = r->bias;
+        r->sp.n_logit_bias = r->n_bias;
+    }
+    return DJ_OK;
+}
+
+static enum dj_status parse_chat(struct api_ctx *c, const char *alias) {
+    struct dj_chat_req *r = c->r;
+    json_t *root = r->root, *v;
+    enum dj_status st;
+    if ((st = parse_model(c, root, alias))) return st;
+    if ((st = parse_sampling(c, root))) return st;
+    if (c->api == DJ_API_CHAT && (st = parse_openai_extras(c, root))) return st;
+    if (!api_opt(c, root, "cache_salt", JSON_STRING, "cache_salt", &v)) return DJ_ERR_INVALID;
+    r->cache_salt = json_string_value(v);
+    /* chat_template_kwargs (llama.cpp's extension, any dialect): copied, as the dialects add
+     * keys (reasoning_effort, enable_thinking) that a key given here overrides */
+    if (!api_opt(c, root, "chat_template_kwargs", JSON_OBJECT, "chat_template_kwargs", &v)) return DJ_ERR_INVALID;
+    if (v && !(r->template_kwargs = json_deep_copy(v))) return api_oom(c);
+    r->parallel_tool_calls = true;
+    r->tool_choice = DJ_TOOL_AUTO;
+    st = c->api == DJ_API_CHAT        ? api_openai_parse(c, root)
+         : c->api == DJ_API_RESPONSES ? api_responses_parse(c, root)
+                                      : api_anthropic_parse(c, root);
+    if (st) return st;
+    if (!r->messages || json_array_size(r->messages) == 0) {
+        const char *p = c->api == DJ_API_RESPONSES ? "input" : "messages";
+        return api_fail(c, 400, p, "%s: no messages to answer", p);
+    }
+    if (r->tools && json_array_size(r->tools) == 0) {
+        json_decref(r->tools);
+        r->tools = NULL;
+    }
+    if (!r->tools) {
+        if (r->tool_choice == DJ_TOOL_REQUIRED || r->tool_choice == DJ_TOOL_NAMED)
+            return api_fail(c, 400, "tool_choice", "tool_choice asks for a tool call but the request has no tools");
+        r->tool_choice = DJ_TOOL_NONE;
+        r->tool_name = NULL;
+    }
+    return DJ_OK;
+}
+
+enum dj_status api_parse_chat(enum dj_api api, const char *alias, const char *body, size_t n,
+                              struct dj_chat_req *out, int *http_status, const char **param) {
+    static _Thread_local char tl_param[160];
+    struct dj_chat_req r = {0};
+    struct api_ctx c = {.api = api, .r = &r, .status = 400};
+    *param = NULL;
+    *http_status = 400;
+    if ((unsigned)api > DJ_API_MESSAGES_COUNT) return dj_fail(DJ_ERR_INVALID, "api_parse_chat: unknown dialect");
+    r.api = api;
+    if (!(r.root = server_parse_body(body ? body : "", body ? n : 0))) return DJ_ERR_INVALID;
+    enum dj_status st = parse_chat(&c, alias ? alias : "");
+    json_decref(c.tool_names);
+    if (st) {
+        *http_status = c.status;
+        if (c.param[0]) {
+            memcpy(tl_param, c.param, sizeof tl_param);
+            *param = tl_param;
+        }
+        api_chat_req_free(&r);
+        return st;
+    }
+    *out = r;
+    return DJ_OK;
+}
+
+void api_chat_req_free(struct dj_chat_req *r) {
+    if (!r) return;
+    json_decref(r->messages);
+    json_decref(r->tools);
+    json_decref(r->template_kwargs);
+    free(r->bias);
+    json_decref(r->root);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- errors and ids --------------------------------------------------------------------- */
+
+json_t *api_error_json(enum dj_api api, unsigned http_status, const char *param, const char *msg) {
+    const unsigned s = http_status;
+    if (!msg) msg = "";
+    json_t *m = api_jstr(msg, strlen(msg));
+    if (api == DJ_API_MESSAGES || api == DJ_API_MESSAGES_COUNT) {
+        /* Anthropic's error types (docs "Errors"); 503 is not among its codes: overloaded as 529 */
+        const char *type = s == 401   ? "authentication_error"
+                           : s == 403 ? "permission_error"
+                           : s == 404 ? "not_found_error"
+                           : s == 413 ? "request_too_large"
+                           : s == 429 ? "rate_limit_error"
+                           : s == 503 || s == 529 ? "overloaded_error"
+                           : s >= 500 ? "api_error"
+                                      : "invalid_request_error";
+        return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type, "message", m);
+    }
+    const char *type = s == 401   ? "authentication_error"
+                       : s == 403 ? "permission_error"
+                       : s == 404 ? "not_found_error"
+                       : s == 413 ? "request_too_large"
+                       : s == 429 ? "rate_limit_error"
+                       : s >= 500 ? "server_error"
+                                  : "invalid_request_error";
+    return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", m, "type", type, "param",
+                     param ? json_string(param) : json_null(), "code", json_null());
+}
+
+void api_make_id(enum dj_api api, uint64_t seed, char *out, size_t cap) {
+    static const char alnum[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    const char *prefix = api == DJ_API_CHAT ? "chatcmpl-" : api == DJ_API_RESPONSES ? "resp_" : "msg_";
+    char tail[25];
+    for (int i = 0; i < 24; i++) tail[i] = alnum[dj_rng_u64(seed, (uint64_t)i + 1000) % 62];
+    tail[24] = 0;
+    if (cap) snprintf(out, cap, "%s%s", prefix, tail);
+}
+
+void api_toolu_id(const char *call_id, char *out, size_t cap) {
+    if (!strncmp(call_id, "call_", 5)) call_id += 5;
+    snprintf(out, cap, "toolu_%s", call_id);
+}
+
+/* ---- SSE buffer ------------------------------------------------------------------------ */
 
 bool sbuf_append(struct dj_sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t c = (b->n + n + 1) * 2;
-        char *np = realloc(b->p, c);
-        if (!np) return false;
-        b->p = np;
-        b->cap = c;
+    if (n > SIZE_MAX - b->n - 1) {
+        b->oom = true;
+        return false;
     }
-    memcpy(b->p + b->n, s, n);
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap = cap > SIZE_MAX / 2 ? b->n + n + 1 : cap * 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return false;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
     return true;
 }
 
 void sbuf_free(struct dj_sbuf *b) {
+    if (!b) return;
     free(b->p);
     memset(b, 0, sizeof *b);
 }
 
-void api_chat_req_free(struct dj_chat_req *r) {
-    json_decref(r->messages);
-    json_decref(r->tools);
-    json_decref(r->template_kwargs);
-    json_decref(r->root);
-    free(r->bias);
-    memset(r, 0, sizeof *r);
-}
-
-json_t *api_error_json(enum dj_api api, unsigned status, const char *param, const char *msg) {
-    if (api == DJ_API_MESSAGES || api == DJ_API_MESSAGES_COUNT) {
-        const char *type = status == 401   ? "authentication_error"
-                           : status == 404 ? "not_found_error"
-                           : status == 413 ? "request_too_large"
-                           : status == 503 ? "overloaded_error"
-                           : status >= 500 ? "api_error"
-                                           : "invalid_request_error";
-        return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", type, "message", msg);
+void api_sse(struct dj_sbuf *b, const char *event, json_t *j) {
+    char *txt = j ? api_dumps(j) : NULL;
+    json_decref(j);
+    if (!txt) {
+        b->oom = true;
+        return;
     }
-    const char *type = status == 401   ? "authentication_error"
-                       : status == 404 ? "not_found_error"
-                       : status == 413 ? "request_too_large"
-                       : status >= 500 ? "server_error"
-                                       : "invalid_request_error";
-    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type", type, "param",
-                     param ? json_string(param) : json_null(), "code", json_null());
+    const size_t ne = event ? strlen(event) : 0, nt = strlen(txt);
+    /* one append per event, so a failure never leaves half an event behind */
+    const size_t len = (event ? 8 + ne : 0) + 6 + nt + 2;
+    char *ev = malloc(len + 1);
+    if (!ev) {
+        free(txt);
+        b->oom = true;
+        return;
+    }
+    size_t o = 0;
+    if (event) {
+        memcpy(ev, "event: ", 7);
+        memcpy(ev + 7, event, ne);
+        ev[7 + ne] = '\n';
+        o = 8 + ne;
+    }
+    memcpy(ev + o, "data: ", 6);
+    memcpy(ev + o + 6, txt, nt);
+    memcpy(ev + o + 6 + nt, "\n\n", 2);
+    sbuf_append(b, ev, len);
+    free(ev);
+    free(txt);
 }
 
-/* ---- helpers --------------------------------------------------------------------- */
-
-struct pctx {
-    const char **param;
-    char pbuf[96]; /* a param path built here ("messages[3].content") */
-};
-
-static enum dj_status fail_at(struct pctx *x, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static enum dj_status fail_at(struct pctx *x, const char *param, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(x->pbuf, sizeof x->pbuf, "%s", param);
-    *x->param = x->pbuf;
-    return dj_fail(DJ_ERR_INVALID, "%s", msg);
-}
-
-static bool opt_bool(json_t *o, const char *k, bool *out) {
-    json_t *v = json_object_get(o, k);
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_boolean(v)) return false;
-    *out = json_is_true(v);
+bool api_text_add(struct api_text *t, const char *s, size_t n) {
+    if (n > SIZE_MAX - t->n - 1) return false;
+    if (t->n + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 64;
+        while (cap < t->n + n + 1) cap = cap > SIZE_MAX / 2 ? t->n + n + 1 : cap * 2;
+        char *p = realloc(t->p, cap);
+        if (!p) return false;
+        t->p = p;
+        t->cap = cap;
+    }
+    if (n) memcpy(t->p + t->n, s, n);
+    t->n += n;
+    t->p[t->n] = 0;
     return true;
 }
 
-/* Text of a content value: a string, or an array of text parts (types in `ok`,
- * joined by sep).  NULL with *bad_part set for another part type. */
-static json_t *content_text(json_t *c, const char *sep, const char **bad_type) {
-    *bad_type = NULL;
-    if (json_is_string(c)) return json_incref(c);
-    if (!json_is_array(c)) return NULL;
-    struct dj_sbuf b = {0};
-    size_t i;
-    json_t *p;
-    sbuf_append(&b, "", 0);
-    json_array_foreach(c, i, p) {
-        json_t *ty = json_object_get(p, "type"), *tx = json_object_get(p, "text");
-        const char *t = json_string_value(ty);
-        if (!t || (strcmp(t, "text") && strcmp(t, "input_text") && strcmp(t, "output_text")) || !json_is_string(tx)) {
-            *bad_type = t ? t : "?";
-            sbuf_free(&b);
-            return NULL;
-        }
-        if (i) sbuf_append(&b, sep, strlen(sep));
-        sbuf_append(&b, json_string_value(tx), json_string_length(tx));
-    }
-    json_t *s = json_stringn(b.p ? b.p : "", b.n);
-    sbuf_free(&b);
-    return s;
+void api_text_free(struct api_text *t) {
+    free(t->p);
+    memset(t, 0, sizeof *t);
 }
 
-static json_t *kwargs_of(struct dj_chat_req *r) {
-    if (!r->template_kwargs) r->template_kwargs = json_object();
-    return r->template_kwargs;
+/* ---- responses and streams: dispatch --------------------------------------------------- */
+
+json_t *api_usage_openai(const struct dj_chat_usage *u) {
+    const struct dj_chat_usage z = {0};
+    if (!u) u = &z;
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt, "completion_tokens",
+                     (json_int_t)u->completion, "total_tokens", (json_int_t)(u->prompt + u->completion),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)u->cached);
 }
 
-static enum dj_status check_model(struct pctx *x, json_t *req, const char *alias, int *status) {
-    json_t *model = json_object_get(req, "model");
-    if (model && !json_is_null(model) && (!json_is_string(model) || strcmp(json_string_value(model), alias))) {
-        *status = 404;
-        return fail_at(x, "model", "model '%s' is not served here (this server has '%s')",
-                       json_is_string(model) ? json_string_value(model) : "?", alias);
-    }
-    return DJ_OK;
+json_t *api_response(enum dj_api api, const char *id, const char *model, time_t created,
+                     const struct dj_chat_choice *choices, uint32_t n, const struct dj_chat_usage *u) {
+    if (!id) id = "";
+    if (!model) model = "";
+    if (api == DJ_API_CHAT) return api_openai_response(id, model, created, choices, n, u);
+    const struct dj_chat_choice none = {0};
+    const struct dj_chat_choice *c0 = n && choices ? &choices[0] : &none;
+    if (api == DJ_API_RESPONSES) return api_responses_response(id, model, created, c0, u);
+    return api_anthropic_response(id, model, c0, u);
 }
 
-/* An OpenAI tools array → validated copy (nested {type, function}). */
-static enum dj_status take_tools(struct pctx *x, struct dj_chat_req *r, json_t *tools, bool flat) {
-    if (!tools || json_is_null(tools)) return DJ_OK;
-    if (!json_is_array(tools)) return fail_at(x, "tools", "tools must be an array");
-    json_t *out = json_array();
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-        char p[48];
-        snprintf(p, sizeof p, "tools[%zu]", i);
-        const char *type = json_string_value(json_object_get(t, "type"));
-        if (!json_is_object(t)) {
-            json_decref(out);
-            return fail_at(x, p, "%s must be an object", p);
-        }
-        json_t *fn = flat ? t : json_object_get(t, "function");
-        if (type && strcmp(type, "function")) {
-            if (flat && !strcmp(type, "custom") && json_is_string(json_object_get(t, "name"))) {
-                /* a free-form tool: one string argument "input" */
-                json_array_append_new(out, json_pack("{s:s, s:{s:O, s:s, s:{s:s, s:{s:{s:s}}, s:[s]}}}", "type",
-                                                     "function", "function", "name", json_object_get(t, "name"),
-                                                     "description",
-                                                     json_string_value(json_object_get(t, "description"))
-                                                         ? json_string_value(json_object_get(t, "description"))
-                                                         : "",
-                                                     "parameters", "type", "object", "properties", "input", "type",
-                                                     "string", "required", "input"));
-                continue;
-            }
-            if (flat) continue; /* hosted tools (web_search, local_shell...): nothing the model can call here */
-            json_decref(out);
-            return fail_at(x, p, "%s: only function tools are supported (type '%s')", p, type);
-        }
-        json_t *name = json_object_get(fn, "name");
-        if (!json_is_object(fn) || !json_is_string(name) || !json_string_length(name)) {
-            json_decref(out);
-            return fail_at(x, p, "%s needs a function name", p);
-        }
-        json_t *params = json_object_get(fn, "parameters");
-        if (params && !json_is_null(params) && !json_is_object(params) && !json_is_boolean(params)) {
-            json_decref(out);
-            return fail_at(x, p, "%s: parameters must be a JSON schema object", p);
-        }
-        json_t *f = json_pack("{s:O}", "name", name);
-        json_t *desc = json_object_get(fn, "description");
-        if (json_is_string(desc)) json_object_set(f, "description", desc);
-        json_object_set_new(f, "parameters",
-                            json_is_object(params) ? json_incref(params) : json_pack("{s:s, s:{}}", "type", "object", "properties"));
-        json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", f));
+struct dj_api_stream *api_stream_new(enum dj_api api, const char *id, const char *model, time_t created, uint32_t n,
+                                     bool include_usage, size_t prompt_tokens) {
+    if ((unsigned)api > DJ_API_MESSAGES_COUNT) return NULL;
+    struct dj_api_stream *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    st->api = api;
+    snprintf(st->id, sizeof st->id, "%s", id ? id : "");
+    st->model = strdup(model ? model : "");
+    st->created = created;
+    /* Responses and Messages have one completion: deltas of any other are dropped */
+    st->n = api == DJ_API_CHAT ? (n ? n : 1) : 1;
+    st->include_usage = include_usage;
+    st->prompt_tokens = prompt_tokens;
+    st->ch = calloc(st->n, sizeof *st->ch);
+    st->output = json_array();
+    if (!st->model || !st->ch || !st->output) {
+        api_stream_free(st);
+        return NULL;
     }
-    r->tools = out;
-    return DJ_OK;
+    return st;
 }
 
-static bool has_tool(const struct dj_chat_req *r, const char *name) {
-    size_t i;
-    json_t *t;
-    json_array_foreach(r->tools, i, t) {
-        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        if (n && !strcmp(n, name)) return true;
+void api_stream_free(struct dj_api_stream *st) {
+    if (!st) return;
+    for (uint32_t i = 0; st->ch && i < st->n; i++) {
+        api_text_free(&st->ch[i].text);
+        free(st->ch[i].call_name_big);
     }
-    return false;
+    free(st->ch);
+    json_decref(st->output);
+    free(st->model);
+    free(st);
 }
 
-/* tool_choice: "auto" | "none" | "required" | {type: "function", name} or {..., function: {name}}. */
-static enum dj_status take_tool_choice(struct pctx *x, struct dj_chat_req *r, json_t *tc) {
-    r->tool_choice = DJ_TOOL_AUTO;
-    if (!tc || json_is_null(tc)) return DJ_OK;
-    if (json_is_string(tc)) {
-        const char *s = json_string_value(tc);
-        if (!strcmp(s, "auto")) r->tool_choice = DJ_TOOL_AUTO;
-        else if (!strcmp(s, "none")) r->tool_choice = DJ_TOOL_NONE;
-        else if (!strcmp(s, "required")) r->tool_choice = DJ_TOOL_REQUIRED;
-        else return fail_at(x, "tool_choice", "tool_choice must be auto, none, required or a function");
-    } else if (json_is_object(tc)) {
-        json_t *name = json_object_get(json_object_get(tc, "function"), "name");
-        if (!name) name = json_object_get(tc, "name");
-        if (!json_is_string(name)) return fail_at(x, "tool_choice", "tool_choice names no function");
-        r->tool_choice = DJ_TOOL_NAMED;
-        r->tool_name = json_string_value(name);
-    } else {
-        return fail_at(x, "tool_choice", "tool_choice must be a string or an object");
-    }
-    if (r->tool_choice == DJ_TOOL_REQUIRED || r->tool_choice == DJ_TOOL_NAMED) {
-        if (!r->tools || !json_array_size(r->tools)) return fail_at(x, "tool_choice", "tool_choice needs tools");
-        if (r->tool_choice == DJ_TOOL_NAMED && !has_tool(r, r->tool_name))
-            return fail_at(x, "tool_choice", "tool_choice names '%s', which is not one of the tools", r->tool_name);
-    }
-    return DJ_OK;
+void api_stream_start(struct dj_api_stream *st, struct dj_sbuf *out) {
+    if (!st || st->ended) return;
+    if (st->api == DJ_API_CHAT) api_openai_start(st, out);
+    else if (st->api == DJ_API_RESPONSES) api_responses_start(st, out);
+    else api_anthropic_start(st, out);
 }
 
-/* response_format (chat) / text.format (responses). */
-static enum dj_status take_format(struct pctx *x, struct dj_chat_req *r, json_t *rf, bool flat, const char *pname) {
-    if (!rf || json_is_null(rf)) return DJ_OK;
-    const char *type = json_string_value(json_object_get(rf, "type"));
-    if (!json_is_object(rf) || !type) return fail_at(x, pname, "%s must be an object with a type", pname);
-    if (!strcmp(type, "text")) return DJ_OK;
-    if (!strcmp(type, "json_object")) {
-        r->json_object = true;
-        return DJ_OK;
-    }
-    if (strcmp(type, "json_schema")) return fail_at(x, pname, "%s: unknown type '%s'", pname, type);
-    json_t *js = flat ? rf : json_object_get(rf, "json_schema");
-    json_t *schema = json_object_get(js, "schema");
-    if (!json_is_object(schema) && !json_is_boolean(schema))
-        return fail_at(x, pname, "%s: json_schema needs a schema object", pname);
-    r->json_schema = schema;
-    return DJ_OK;
+void api_stream_delta(struct dj_api_stream *st, uint32_t index, const struct dj_chat_delta *d, const json_t *logprobs,
+                      struct dj_sbuf *out) {
+    if (!st || !d || st->ended || index >= st->n || st->ch[index].finished) return;
+    if (d->kind == DJ_DELTA_TOOL_START) st->ch[index].had_calls = true;
+    if (st->api == DJ_API_CHAT) api_openai_delta(st, index, d, logprobs, out);
+    else if (st->api == DJ_API_RESPONSES) api_responses_delta(st, d, out);
+    else api_anthropic_delta(st, d, out);
 }
 
-static enum dj_status take_sampling(struct pctx *x, struct dj_chat_req *r, json_t *req, const char *max_key) {
-    const char *param = NULL;
-    if (server_parse_sampling(req, max_key, &r->sp, &r->has_seed, &r->max_tokens, &r->n, r->stop, &r->n_stop,
-                              &param) != DJ_OK) {
-        snprintf(x->pbuf, sizeof x->pbuf, "%s", param ? param : "");
-        *x->param = x->pbuf;
-        return DJ_ERR_INVALID;
+void api_stream_finish_seq(struct dj_api_stream *st, uint32_t index, enum dj_finish f, const char *stop_sequence,
+                           struct dj_sbuf *out) {
+    if (!st || st->ended || index >= st->n || st->ch[index].finished) return;
+    struct api_choice_state *c = &st->ch[index];
+    c->finished = true;
+    c->finish = f;
+    if (stop_sequence) {
+        snprintf(c->stop_buf, sizeof c->stop_buf, "%s", stop_sequence);
+        c->stop_sequence = c->stop_buf;
     }
-    bool ok = opt_bool(req, "stream", &r->stream) && opt_bool(req, "ignore_eos", &r->ignore_eos);
-    if (!ok) return fail_at(x, "stream", "'stream' and 'ignore_eos' must be booleans");
-    r->parallel_tool_calls = true;
-    if (!opt_bool(req, "parallel_tool_calls", &r->parallel_tool_calls))
-        return fail_at(x, "parallel_tool_calls", "parallel_tool_calls must be a boolean");
-    json_t *salt = json_object_get(req, "cache_salt");
-    if (salt && !json_is_null(salt)) {
-        if (!json_is_string(salt)) return fail_at(x, "cache_salt", "cache_salt must be a string");
-        r->cache_salt = json_string_value(salt);
-    }
-    json_t *kw = json_object_get(req, "chat_template_kwargs");
-    if (kw && !json_is_null(kw)) {
-        if (!json_is_object(kw)) return fail_at(x, "chat_template_kwargs", "chat_template_kwargs must be an object");
-        json_object_update(kwargs_of(r), kw);
-    }
-    return DJ_OK;
+    if (st->api == DJ_API_CHAT) api_openai_finish(st, index, out);
+    else if (st->api == DJ_API_RESPONSES) api_responses_finish(st, out);
+    else api_anthropic_finish(st, out);
 }
 
-/* ---- OpenAI chat completions ------------------------------------------------------ */
-
-static enum dj_status chat_message(struct pctx *x, json_t *m, size_t i, json_t *out) {
-    char p[64];
-    snprintf(p, sizeof p, "messages[%zu]", i);
-    if (!json_is_object(m)) return fail_at(x, p, "%s must be an object", p);
-    const char *role = json_string_value(json_object_get(m, "role"));
-    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", "function"};
-    bool known = false;
-    for (size_t k = 0; role && k < sizeof roles / sizeof roles[0]; k++) known |= !strcmp(role, roles[k]);
-    if (!known) return fail_at(x, p, "%s.role must be system, developer, user, assistant or tool", p);
-    json_t *o = json_pack("{s:s}", "role", !strcmp(role, "function") ? "tool" : role);
-    json_t *c = json_object_get(m, "content");
-    if (!c || json_is_null(c)) {
-        json_object_set_new(o, "content", json_null());
-    } else if (json_is_string(c)) {
-        json_object_set(o, "content", c);
-    } else if (json_is_array(c)) {
-        size_t k;
-        json_t *part;
-        json_array_foreach(c, k, part) {
-            const char *t = json_string_value(json_object_get(part, "type"));
-            if (!t || (strcmp(t, "text") && strcmp(t, "input_text")) || !json_is_string(json_object_get(part, "text"))) {
-                json_decref(o);
-                snprintf(p, sizeof p, "messages[%zu].content[%zu]", i, k);
-                return fail_at(x, p, "%s: only text content parts are supported (got '%s')", p, t ? t : "?");
-            }
-        }
-        json_object_set(o, "content", c);
-    } else {
-        json_decref(o);
-        return fail_at(x, p, "%s.content must be a string, an array of parts or null", p);
-    }
-    json_t *rc = json_object_get(m, "reasoning_content");
-    if (json_is_string(rc)) json_object_set(o, "reasoning_content", rc);
-    json_t *tcid = json_object_get(m, "tool_call_id");
-    if (json_is_string(tcid)) json_object_set(o, "tool_call_id", tcid);
-    json_t *name = json_object_get(m, "name");
-    if (json_is_string(name)) json_object_set(o, "name", name);
-    json_t *calls = json_object_get(m, "tool_calls");
-    if (calls && !json_is_null(calls)) {
-        if (!json_is_array(calls)) {
-            json_decref(o);
-            return fail_at(x, p, "%s.tool_calls must be an array", p);
-        }
-        json_t *oc = json_array();
-        size_t k;
-        json_t *tc;
-        json_array_foreach(calls, k, tc) {
-            json_t *fn = json_object_get(tc, "function");
-            json_t *fname = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
-            if (!json_is_string(fname)) {
-                json_decref(o);
-                json_decref(oc);
-                snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu]", i, k);
-                return fail_at(x, p, "%s needs function.name", p);
-            }
-            char *astr = json_is_string(args) ? strdup(json_string_value(args))
-                         : args && !json_is_null(args) ? json_dumps(args, JSON_COMPACT)
-                                                        : strdup("{}");
-            json_t *id = json_object_get(tc, "id");
-            json_array_append_new(oc, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", json_is_string(id) ? json_string_value(id) : "",
-                                                "type", "function", "function", "name", fname, "arguments",
-                                                astr ? astr : "{}"));
-            free(astr);
-        }
-        json_object_set_new(o, "tool_calls", oc);
-    }
-    json_array_append_new(out, o);
-    return DJ_OK;
+void api_stream_finish(struct dj_api_stream *st, uint32_t index, enum dj_finish f, struct dj_sbuf *out) {
+    api_stream_finish_seq(st, index, f, NULL, out);
 }
 
-static enum dj_status parse_openai_chat(struct pctx *x, struct dj_chat_req *r, json_t *req, const char *alias,
-                                        int *status) {
-    enum dj_status st;
-    if ((st = check_model(x, req, alias, status))) return st;
-    json_t *msgs = json_object_get(req, "messages");
-    if (!json_is_array(msgs) || !json_array_size(msgs))
-        return fail_at(x, "messages", "messages must be a non-empty array");
-    r->messages = json_array();
-    size_t i;
-    json_t *m;
-    json_array_foreach(msgs, i, m) if ((st = chat_message(x, m, i, r->messages))) return st;
-    if ((st = take_sampling(x, r, req, "max_tokens"))) return st;
-    json_t *mct = json_object_get(req, "max_completion_tokens");
-    if (mct && !json_is_null(mct)) {
-        if (!json_is_integer(mct) || json_integer_value(mct) < 1)
-            return fail_at(x, "max_completion_tokens", "max_completion_tokens must be an integer >= 1");
-        r->max_tokens = (size_t)json_integer_value(mct);
-    }
-    if ((st = take_tools(x, r, json_object_get(req, "tools"), false))) return st;
-    if ((st = take_tool_choice(x, r, json_object_get(req, "tool_choice")))) return st;
-    if ((st = take_format(x, r, json_object_get(req, "response_format"), false, "response_format"))) return st;
-    json_t *so = json_object_get(req, "stream_options");
-    if (so && !json_is_null(so) && (!json_is_object(so) || !opt_bool(so, "include_usage", &r->include_usage)))
-        return fail_at(x, "stream_options", "stream_options must be an object with a boolean include_usage");
-    if (!opt_bool(req, "logprobs", &r->logprobs)) return fail_at(x, "logprobs", "logprobs must be a boolean");
-    json_t *tl = json_object_get(req, "top_logprobs");
-    if (tl && !json_is_null(tl)) {
-        if (!json_is_integer(tl) || json_integer_value(tl) < 0 || json_integer_value(tl) > 20)
-            return fail_at(x, "top_logprobs", "top_logprobs must be an integer in [0, 20]");
-        r->top_logprobs = (uint32_t)json_integer_value(tl);
-    }
-    json_t *lb = json_object_get(req, "logit_bias");
-    if (lb && !json_is_null(lb)) {
-        if (!json_is_object(lb)) return fail_at(x, "logit_bias", "logit_bias must be an object of token id -> bias");
-        r->bias = calloc(json_object_size(lb) + 1, sizeof *r->bias);
-        if (!r->bias) return dj_fail(DJ_ERR_NOMEM, "out of memory");
-        const char *k;
-        json_t *v;
-        json_object_foreach(lb, k, v) {
-            char *end;
-            long id = strtol(k, &end, 10);
-            if (*end || end == k || id < 0 || id > INT32_MAX || !json_is_number(v) || json_number_value(v) < -100 ||
-                json_number_value(v) > 100)
-                return fail_at(x, "logit_bias", "logit_bias: '%s' must be a token id with a bias in [-100, 100]", k);
-            r->bias[r->n_bias++] = (struct dj_logit_bias){(dj_token)id, (float)json_number_value(v)};
-        }
-        r->sp.logit_bias = r->bias;
-        r->sp.n_logit_bias = r->n_bias;
-    }
-    json_t *re = json_object_get(req, "reasoning_effort");
-    if (json_is_string(re)) json_object_set(kwargs_of(r), "reasoning_effort", re);
-    return DJ_OK;
+void api_stream_end(struct dj_api_stream *st, const struct dj_chat_usage *u, struct dj_sbuf *out) {
+    if (!st || st->ended) return;
+    /* a completion the caller never finished is finished here (as stopped), so the events pair up */
+    for (uint32_t i = 0; i < st->n; i++)
+        if (!st->ch[i].finished) api_stream_finish(st, i, DJ_FINISH_STOP, out);
+    st->ended = true;
+    if (st->api == DJ_API_CHAT) api_openai_end(st, u, out);
+    else if (st->api == DJ_API_RESPONSES) api_responses_end(st, u, out);
+    else api_anthropic_end(st, u, out);
 }
 
-/* ---- OpenAI Responses ----------------------------------------------------------------- */
-
-/* The last message if it is an assistant message to attach tool calls to, else a new one. */
-static json_t *assistant_for_calls(json_t *msgs, json_t **pending_reasoning) {
-    json_t *last = json_array_get(msgs, json_array_size(msgs) ? json_array_size(msgs) - 1 : 0);
-    if (last && !strcmp(json_string_value(json_object_get(last, "role")), "assistant")) return last;
-    json_t *a = json_pack("{s:s, s:n}", "role", "assistant", "content");
-    if (*pending_reasoning) {
-        json_object_set_new(a, "reasoning_content", *pending_reasoning);
-        *pending_reasoning = NULL;
-    }
-    json_array_append_new(msgs, a);
-    return a;
-}
-
-static enum dj_status parse_responses(struct pctx *x, struct dj_chat_req *r, json_t *req, const char *alias,
-                                      int *status) {
-    enum dj_status st;
-    if ((st = check_model(x, req, alias, status))) return st;
-    json_t *prev = json_object_get(req, "previous_response_id");
-    if (prev && !json_is_null(prev))
-        return fail_at(x, "previous_response_id",
-                       "previous_response_id is not supported: deja stores no responses, send the whole input");
-    r->messages = json_array();
-    json_t *ins = json_object_get(req, "instructions");
-    if (json_is_string(ins) && json_string_length(ins))
-        json_array_append_new(r->messages, json_pack("{s:s, s:O}", "role", "system", "content", ins));
-    json_t *input = json_object_get(req, "input");
-    json_t *reasoning = NULL; /* a reasoning item waiting for its assistant message */
-    if (json_is_string(input)) {
-        json_array_append_new(r->messages, json_pack("{s:s, s:O}", "role", "user", "content", input));
-    } else if (json_is_array(input)) {
-        size_t i;
-        json_t *it;
-        json_array_foreach(input, i, it) {
-            char p[48];
-            snprintf(p, sizeof p, "input[%zu]", i);
-            const char *type = json_string_value(json_object_get(it, "type"));
-            const char *role = json_string_value(json_object_get(it, "role"));
-            if (!json_is_object(it)) {
-                json_decref(reasoning);
-                return fail_at(x, p, "%s must be an object", p);
-            }
-            if ((!type || !strcmp(type, "message")) && role) {
-                const char *bad = NULL;
-                json_t *text = content_text(json_object_get(it, "content"), "\n", &bad);
-                if (!text) {
-                    json_decref(reasoning);
-                    return fail_at(x, p, "%s.content: only text is supported%s%s", p, bad ? ", got " : "", bad ? bad : "");
-                }
-                if (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") && strcmp(role, "developer")) {
-                    json_decref(text);
-                    json_decref(reasoning);
-                    return fail_at(x, p, "%s.role must be user, assistant, system or developer", p);
-                }
-                json_t *m = json_pack("{s:s, s:o}", "role", role, "content", text);
-                if (!strcmp(role, "assistant") && reasoning) {
-                    json_object_set_new(m, "reasoning_content", reasoning);
-                    reasoning = NULL;
-                }
-                json_array_append_new(r->messages, m);
-            } else if (type && (!strcmp(type, "function_call") || !strcmp(type, "custom_tool_call"))) {
-                json_t *name = json_object_get(it, "name"), *cid = json_object_get(it, "call_id");
-                json_t *args = json_object_get(it, !strcmp(type, "function_call") ? "arguments" : "input");
-                if (!json_is_string(name) || !json_is_string(args)) {
-                    json_decref(reasoning);
-                    return fail_at(x, p, "%s: a %s needs a name and string arguments", p, type);
-                }
-                char *astr = NULL;
-                if (!strcmp(type, "custom_tool_call")) {
-                    json_t *w = json_pack("{s:O}", "input", args);
-                    astr = json_dumps(w, JSON_COMPACT);
-                    json_decref(w);
-                }
-                json_t *a = assistant_for_calls(r->messages, &reasoning);
-                json_t *calls = json_object_get(a, "tool_calls");
-                if (!calls) {
-                    calls = json_array();
-                    json_object_set_new(a, "tool_calls", calls);
-                }
-                json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id",
-                                                       json_is_string(cid) ? json_string_value(cid) : "", "type",
-                                                       "function", "function", "name", name, "arguments",
-                                                       astr ? astr : json_string_value(args)));
-                free(astr);
-            } else if (type && (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output"))) {
-                const char *bad = NULL;
-                json_t *out = content_text(json_object_get(it, "output"), "\n", &bad);
-                json_t *cid = json_object_get(it, "call_id");
-                if (!out) {
-                    json_decref(reasoning);
-                    return fail_at(x, p, "%s.output must be a string or text parts", p);
-                }
-                json_array_append_new(r->messages, json_pack("{s:s, s:s, s:o}", "role", "tool", "tool_call_id",
-                                                             json_is_string(cid) ? json_string_value(cid) : "",
-                                                             "content", out));
-            } else if (type && !strcmp(type, "reasoning")) {
-                const char *bad = NULL;
-                json_t *t = content_text(json_object_get(it, "content"), "\n", &bad);
-                if (!t || !json_string_length(t)) {
-                    json_decref(t);
-                    t = content_text(json_object_get(it, "summary"), "\n", &bad);
-                }
-                json_decref(reasoning);
-                reasoning = t;
-            } else {
-                json_decref(reasoning);
-                return fail_at(x, p, "%s: input items of type '%s' are not supported", p, type ? type : "?");
-            }
-        }
-    } else {
-        return fail_at(x, "input", "input must be a string or an array of items");
-    }
-    json_decref(reasoning);
-    if (!json_array_size(r->messages)) return fail_at(x, "input", "input is empty");
-    if ((st = take_sampling(x, r, req, "max_output_tokens"))) return st;
-    if ((st = take_tools(x, r, json_object_get(req, "tools"), true))) return st;
-    if ((st = take_tool_choice(x, r, json_object_get(req, "tool_choice")))) return st;
-    if ((st = take_format(x, r, json_object_get(json_object_get(req, "text"), "format"), true, "text.format")))
-        return st;
-    json_t *effort = json_object_get(json_object_get(req, "reasoning"), "effort");
-    if (json_is_string(effort)) json_object_set(kwargs_of(r), "reasoning_effort", effort);
-    r->n = 1;
-    r->include_usage = true;
-    return DJ_OK;
-}
-
-/* ---- Anthropic Messages ---------------------------------------------------------------- */
-
-static enum dj_status anthropic_message(struct pctx *x, json_t *m, size_t i, json_t *out) {
-    char p[64];
-    snprintf(p, sizeof p, "messages[%zu]", i);
-    const char *role = json_string_value(json_object_get(m, "role"));
-    if (!json_is_object(m) || !role || (strcmp(role, "user") && strcmp(role, "assistant")))
-        return fail_at(x, p, "%s.role must be user or assistant", p);
-    json_t *c = json_object_get(m, "content");
-    if (json_is_string(c)) {
-        json_array_append_new(out, json_pack("{s:s, s:O}", "role", role, "content", c));
-        return DJ_OK;
-    }
-    if (!json_is_array(c)) return fail_at(x, p, "%s.content must be a string or an array of blocks", p);
-    struct dj_sbuf text = {0}, think = {0};
-    json_t *calls = NULL;
-    size_t k;
-    json_t *b;
-    sbuf_append(&text, "", 0);
-    json_array_foreach(c, k, b) {
-        const char *type = json_string_value(json_object_get(b, "type"));
-        snprintf(p, sizeof p, "messages[%zu].content[%zu]", i, k);
-        if (!type) {
-            sbuf_free(&text);
-            sbuf_free(&think);
-            json_decref(calls);
-            return fail_at(x, p, "%s needs a type", p);
-        }
-        if (!strcmp(type, "text")) {
-            json_t *t = json_object_get(b, "text");
-            if (json_is_string(t)) {
-                if (text.n) sbuf_append(&text, "\n", 1);
-                sbuf_append(&text, json_string_value(t), json_string_length(t));
-            }
-        } else if (!strcmp(type, "thinking")) {
-            json_t *t = json_object_get(b, "thinking");
-            if (json_is_string(t)) sbuf_append(&think, json_string_value(t), json_string_length(t));
-        } else if (!strcmp(type, "redacted_thinking")) {
-            /* opaque: nothing a local model can use */
-        } else if (!strcmp(type, "tool_use")) {
-            json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name"), *input = json_object_get(b, "input");
-            if (!json_is_string(name)) {
-                sbuf_free(&text);
-                sbuf_free(&think);
-                json_decref(calls);
-                return fail_at(x, p, "%s: tool_use needs a name", p);
-            }
-            char *args = input ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{}");
-            if (!calls) calls = json_array();
-            json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id",
-                                                   json_is_string(id) ? json_string_value(id) : "", "type", "function",
-                                                   "function", "name", name, "arguments", args ? args : "{}"));
-            free(args);
-        } else if (!strcmp(type, "tool_result")) {
-            const char *bad = NULL;
-            json_t *rc = json_object_get(b, "content");
-            json_t *t = rc ? content_text(rc, "\n", &bad) : json_string("");
-            if (!t) {
-                sbuf_free(&text);
-                sbuf_free(&think);
-                json_decref(calls);
-                return fail_at(x, p, "%s: tool_result content must be text (got %s)", p, bad ? bad : "?");
-            }
-            json_t *id = json_object_get(b, "tool_use_id");
-            json_array_append_new(out, json_pack("{s:s, s:s, s:o}", "role", "tool", "tool_call_id",
-                                                 json_is_string(id) ? json_string_value(id) : "", "content", t));
-        } else {
-            sbuf_free(&text);
-            sbuf_free(&think);
-            json_decref(calls);
-            return fail_at(x, p, "%s: content blocks of type '%s' are not supported", p, type);
-        }
-    }
-    if (text.n || calls || think.n || !strcmp(role, "assistant")) {
-        json_t *o = json_pack("{s:s, s:s%}", "role", role, "content", text.p ? text.p : "", text.n);
-        if (calls) json_object_set_new(o, "tool_calls", calls);
-        if (think.n) json_object_set_new(o, "reasoning_content", json_stringn(think.p, think.n));
-        json_array_append_new(out, o);
-    }
-    sbuf_free(&text);
-    sbuf_free(&think);
-    return DJ_OK;
-}
-
-static enum dj_status parse_anthropic(struct pctx *x, struct dj_chat_req *r, json_t *req, bool count) {
-    enum dj_status st;
-    r->messages = json_array();
-    json_t *sys = json_object_get(req, "system");
-    if (sys && !json_is_null(sys)) {
-        const char *bad = NULL;
-        json_t *t = content_text(sys, "\n", &bad);
-        if (!t) return fail_at(x, "system", "system must be a string or text blocks");
-        json_array_append_new(r->messages, json_pack("{s:s, s:o}", "role", "system", "content", t));
-    }
-    json_t *msgs = json_object_get(req, "messages");
-    if (!json_is_array(msgs) || !json_array_size(msgs))
-        return fail_at(x, "messages", "messages must be a non-empty array");
-    size_t i;
-    json_t *m;
-    json_array_foreach(msgs, i, m) if ((st = anthropic_message(x, m, i, r->messages))) return st;
-    json_t *mt = json_object_get(req, "max_tokens");
-    if (!count && !json_is_integer(mt)) return fail_at(x, "max_tokens", "max_tokens is required (an integer >= 1)");
-    if ((st = take_sampling(x, r, req, "max_tokens"))) return st;
-    json_t *ss = json_object_get(req, "stop_sequences");
-    if (ss && !json_is_null(ss)) {
-        size_t k;
-        json_t *s;
-        if (!json_is_array(ss)) return fail_at(x, "stop_sequences", "stop_sequences must be an array of strings");
-        json_array_foreach(ss, k, s) {
-            if (!json_is_string(s) || r->n_stop == DJ_SERVER_STOP_MAX)
-                return fail_at(x, "stop_sequences", "stop_sequences: at most %d strings", DJ_SERVER_STOP_MAX);
-            r->stop[r->n_stop++] = json_string_value(s);
-        }
-    }
-    json_t *tools = json_object_get(req, "tools");
-    if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) return fail_at(x, "tools", "tools must be an array");
-        json_t *conv = json_array();
-        size_t k;
-        json_t *t;
-        json_array_foreach(tools, k, t) {
-            const char *type = json_string_value(json_object_get(t, "type"));
-            if (type && strcmp(type, "custom")) continue; /* server tools (web search...): not callable here */
-            json_t *name = json_object_get(t, "name");
-            if (!json_is_string(name)) {
-                json_decref(conv);
-                return fail_at(x, "tools", "tools[%zu] needs a name", k);
-            }
-            json_t *f = json_pack("{s:O}", "name", name);
-            if (json_is_string(json_object_get(t, "description"))) json_object_set(f, "description", json_object_get(t, "description"));
-            json_t *schema = json_object_get(t, "input_schema");
-            json_object_set_new(f, "parameters",
-                                json_is_object(schema) ? json_incref(schema) : json_pack("{s:s}", "type", "object"));
-            json_array_append_new(conv, json_pack("{s:s, s:o}", "type", "function", "function", f));
-        }
-        st = take_tools(x, r, conv, false);
-        json_decref(conv);
-        if (st) return st;
-    }
-    json_t *tc = json_object_get(req, "tool_choice");
-    if (tc && !json_is_null(tc)) {
-        const char *type = json_string_value(json_object_get(tc, "type"));
-        if (!type) return fail_at(x, "tool_choice", "tool_choice needs a type");
-        json_t *choice = !strcmp(type, "any")    ? json_string("required")
-                         : !strcmp(type, "none") ? json_string("none")
-                         : !strcmp(type, "tool") ? json_pack("{s:O}", "name", json_object_get(tc, "name"))
-                                                 : json_string("auto");
-        st = take_tool_choice(x, r, choice);
-        if (r->tool_choice == DJ_TOOL_NAMED) r->tool_name = json_string_value(json_object_get(tc, "name"));
-        json_decref(choice);
-        if (st) return st;
-        bool dp = false;
-        opt_bool(tc, "disable_parallel_tool_use", &dp);
-        if (dp) r->parallel_tool_calls = false;
-    }
-    json_t *th = json_object_get(req, "thinking");
-    const char *tht = json_string_value(json_object_get(th, "type"));
-    if (tht) json_object_set_new(kwargs_of(r), "enable_thinking", json_boolean(!strcmp(tht, "enabled")));
-    r->n = 1;
-    r->include_usage = true;
-    return DJ_OK;
-}
-
-enum dj_status api_parse_chat(enum dj_api api, const char *alias, const char *body, size_t n,
-                              struct dj_chat_req *out, int *http_status, const char **param) {
-    static _Thread_local struct pctx x;
-    memset(&x, 0, sizeof x);
-    x.param = param;
-    *param = NULL;
-    *http_status = 400;
-    struct dj_chat_req r = {0};
-    r.api = api;
-    if (!(r.root = server_parse_body(body, n))) return DJ_ERR_INVALID;
-    enum dj_status st;
-    switch (api) {
-    case DJ_API_CHAT: st = parse_openai_chat(&x, &r, r.root, alias, http_status); break;
-    case DJ_API_RESPONSES: st = parse_responses(&x, &r, r.root, alias, http_status); break;
-    default: st = parse_anthropic(&x, &r, r.root, api == DJ_API_MESSAGES_COUNT); break;
-    }
-    if (st) {
-        api_chat_req_free(&r);
-        return st;
-    }
-    if (r.n == 0) r.n = 1;
-    *out = r;
-    return DJ_OK;
+void api_stream_error(struct dj_api_stream *st, const char *msg, struct dj_sbuf *out) {
+    if (!st || st->ended) return;
+    st->ended = true;
+    if (!msg) msg = "generation failed";
+    if (st->api == DJ_API_CHAT) api_openai_error(st, msg, out);
+    else if (st->api == DJ_API_RESPONSES) api_responses_error(st, msg, out);
+    else api_anthropic_error(st, msg, out);
 }

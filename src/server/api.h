@@ -9,7 +9,17 @@
  *   finished choices ──api_response──▶ the dialect's response object
  *
  * Pure functions of their inputs (no HTTP, no engine), so they are unit-tested
- * and fuzzed on their own.
+ * and fuzzed on their own.  Split by dialect: api.c (shared parsing, errors,
+ * dispatch), api_openai.c, api_responses.c, api_anthropic.c.
+ *
+ * Streaming call sequence (one struct dj_api_stream per HTTP response):
+ *   st = api_stream_new(...); api_stream_start(st, out);
+ *   api_stream_delta(st, i, d, lp, out)   for every toolparse delta of completion i, in order
+ *   api_stream_finish[_seq](st, i, f, out) once per completion i, after its last delta
+ *   api_stream_end(st, usage, out)         once, after every completion finished
+ *   (or api_stream_error(st, msg, out) instead of finish/end when generation failed: it ends the stream)
+ *   api_stream_free(st)
+ * Each call appends whole SSE events to *out (never half of one).
  */
 #ifndef DJ_SERVER_API_H
 #define DJ_SERVER_API_H
@@ -42,9 +52,11 @@ struct dj_chat_req {
                          with arguments a JSON *string* as on the wire; tool: {role, tool_call_id,
                          content}.  Anthropic's system / Responses' instructions become a first
                          system message. */
-    json_t *tools;    /* owned: [{type: "function", function: {name, description?, parameters}}] or NULL */
-    enum dj_tool_choice tool_choice;
-    const char *tool_name; /* NAMED (points into root) */
+    json_t *tools;    /* owned: [{type: "function", function: {name, description?, parameters, strict?}}],
+                         non-empty, names unique; or NULL (no tools, or only tool kinds deja cannot
+                         run: hosted/server tools are dropped) */
+    enum dj_tool_choice tool_choice; /* DJ_TOOL_NONE whenever tools is NULL */
+    const char *tool_name; /* NAMED: one of tools' names (points into root) */
     bool parallel_tool_calls;
     json_t *json_schema;   /* borrowed: response_format json_schema.schema (or Responses text.format) */
     bool json_object;      /* response_format {type: json_object}: any JSON object */
@@ -58,15 +70,20 @@ struct dj_chat_req {
     uint32_t n;
     const char *stop[DJ_SERVER_STOP_MAX]; /* point into root */
     size_t n_stop;
-    bool stream, include_usage, ignore_eos, logprobs;
-    uint32_t top_logprobs;
+    bool stream, include_usage, ignore_eos, logprobs; /* stream: never for MESSAGES_COUNT */
+    uint32_t top_logprobs; /* 0..20, as given (independent of logprobs) */
     const char *cache_salt; /* points into root, or NULL */
 };
 
 /* Parses body[0..n) as dialect `api` for a server of model `alias` (any
  * "model" is accepted for DJ_API_MESSAGES*: Claude Code sends its own names).
  * Unknown fields are ignored, wrong types rejected.  On failure: message
- * (dj_last_error), *http_status (400; 404 for another model) and *param. */
+ * (dj_last_error), *http_status (400; 404 for another model; 500 out of
+ * memory) and *param (the offending field with its path, e.g.
+ * "messages[2].content[0]", in thread-local storage valid until the next
+ * call on this thread; or NULL); *out is left zeroed.  Logit-bias token ids
+ * are checked against [0, INT32_MAX] only (no vocabulary here): the
+ * sampler rejects ids past the vocabulary. */
 enum dj_status api_parse_chat(enum dj_api api, const char *alias, const char *body, size_t n,
                               struct dj_chat_req *out, int *http_status, const char **param);
 void api_chat_req_free(struct dj_chat_req *r); /* accepts a zeroed struct */
@@ -92,6 +109,7 @@ struct dj_chat_choice {
     size_t n_calls;
     enum dj_finish finish;
     json_t *logprobs;  /* borrowed: OpenAI chat {content: [{token, logprob, bytes, top_logprobs}]} or NULL */
+    const char *stop_sequence; /* borrowed: the stop string that ended it (Anthropic's stop_sequence), or NULL */
 };
 
 struct dj_chat_usage {
@@ -99,34 +117,56 @@ struct dj_chat_usage {
     json_t *x_deja; /* borrowed: deja's extension object, or NULL */
 };
 
-/* The response object (takes nothing; returns a new reference). */
+/* The response object (takes nothing; returns a new reference, NULL when out
+ * of memory).  id: the dialect's id (api_make_id); Responses and Messages
+ * show only choices[0] (their n is 1). */
 json_t *api_response(enum dj_api api, const char *id, const char *model, time_t created,
                      const struct dj_chat_choice *choices, uint32_t n, const struct dj_chat_usage *u);
 
-/* A growable byte buffer for SSE output. */
+/* A dialect's response id from a seed: "chatcmpl-" / "resp_" / "msg_" + 24
+ * alphanumerics (deterministic for a seed).  cap >= 40. */
+void api_make_id(enum dj_api api, uint64_t seed, char *out, size_t cap);
+
+/* A growable byte buffer for SSE output (p NUL-terminated once non-empty). */
 struct dj_sbuf {
     char *p;
     size_t n, cap;
+    bool oom; /* an append failed (that event is missing from p): end the response */
 };
 bool sbuf_append(struct dj_sbuf *b, const char *s, size_t n);
 void sbuf_free(struct dj_sbuf *b);
 
 /* Streaming: events in the dialect's form (chat: `data: {chunk}` lines and
  * `data: [DONE]`; Responses: `event: response.* / data:`; Messages:
- * `event: message_start / content_block_* / message_delta / message_stop`). */
+ * `event: message_start / content_block_* / message_delta / message_stop`).
+ * Finish mapping: DJ_FINISH_LENGTH → length / incomplete (event
+ * response.incomplete, as OpenAI) / max_tokens; a completion with tool calls →
+ * tool_calls / completed / tool_use; a stop string (finish_seq) → Messages'
+ * stop_sequence; anything else → stop / completed / end_turn (report
+ * DJ_FINISH_ERROR with api_stream_error instead).  Responses and Messages show
+ * completion 0 only.  prompt_tokens: Messages' message_start usage (the final
+ * split into cached / uncached comes in message_delta).  NULL when out of
+ * memory. */
 struct dj_api_stream;
 struct dj_api_stream *api_stream_new(enum dj_api api, const char *id, const char *model, time_t created, uint32_t n,
                                      bool include_usage, size_t prompt_tokens);
 void api_stream_free(struct dj_api_stream *st);
 void api_stream_start(struct dj_api_stream *st, struct dj_sbuf *out);
-/* A delta of completion `index`; logprobs (borrowed, may be NULL): the OpenAI
- * chat logprobs entries of the tokens in this delta. */
+/* A delta of completion `index` (text in whole UTF-8 characters; invalid bytes
+ * become U+FFFD); logprobs (borrowed, may be NULL; chat only): the OpenAI chat
+ * logprobs entries of the tokens in this delta, an array [{token, logprob,
+ * bytes, top_logprobs}] (sent as {content: [...]}) or that object itself. */
 void api_stream_delta(struct dj_api_stream *st, uint32_t index, const struct dj_chat_delta *d, const json_t *logprobs,
                       struct dj_sbuf *out);
 void api_stream_finish(struct dj_api_stream *st, uint32_t index, enum dj_finish f, struct dj_sbuf *out);
+/* The same, naming the stop string that ended it (Anthropic: stop_reason "stop_sequence"). */
+void api_stream_finish_seq(struct dj_api_stream *st, uint32_t index, enum dj_finish f, const char *stop_sequence,
+                           struct dj_sbuf *out);
 /* After every completion finished: usage (chat: only with include_usage) and the end. */
 void api_stream_end(struct dj_api_stream *st, const struct dj_chat_usage *u, struct dj_sbuf *out);
-/* An error after the stream began (the engine failed): the dialect's error event. */
+/* An error after the stream began (the engine failed): the dialect's error event
+ * (chat: `data: {"error": ...}`, no [DONE]; Responses: response.failed;
+ * Messages: `event: error`).  The stream is over: nothing may follow. */
 void api_stream_error(struct dj_api_stream *st, const char *msg, struct dj_sbuf *out);
 
 #endif

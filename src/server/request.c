@@ -50,63 +50,89 @@ static enum dj_status bad(int *status, const char **param, const char *field, in
     return DJ_ERR_INVALID;
 }
 
-/* An error on `field` (400). */
-static enum dj_status bad_field(const char **param, const char *field) {
-    *param = field;
-    return DJ_ERR_INVALID;
-}
-
-enum dj_status server_parse_sampling(json_t *req, const char *max_key, struct dj_sampler_params *sp, bool *has_seed,
-                                     size_t *max_out, uint32_t *n_out, const char **stop, size_t *n_stop,
-                                     const char **param) {
-    *sp = sampler_default_params(); /* llama-server's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05 */
-    double temp = sp->temp, top_p = sp->top_p, min_p = sp->min_p, top_k = sp->top_k, fp = 0, pp = 0, rpn = 1,
+enum dj_status server_parse_sampling(json_t *req, const struct dj_sampling_keys *k, struct dj_sampling_req *out,
+                                     int *http_status, const char **param) {
+    struct dj_sampling_req r = {0};
+    *param = NULL;
+    *http_status = 400;
+    r.sp = sampler_default_params(); /* llama-server's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05 */
+    double temp = r.sp.temp, top_p = r.sp.top_p, min_p = r.sp.min_p, top_k = r.sp.top_k, fp = 0, pp = 0, rpn = 1,
            nc = 1, seed = -1, max_tokens = 0;
-    const struct {
+    static const struct {
         const char *key;
         double lo, hi;
     } fields[] = {{"temperature", 0, 100}, {"top_p", 0, 1}, {"min_p", 0, 1}, {"top_k", 0, 1e9},
                   {"frequency_penalty", -2, 2}, {"presence_penalty", -2, 2}, {"repeat_penalty", 0.0001, 100},
-                  {"n", 1, DJ_SERVER_N_MAX}, {"seed", -9.2e18, 1.8e19}, {max_key, 1, 1e9}};
-    double *dst[] = {&temp, &top_p, &min_p, &top_k, &fp, &pp, &rpn, &nc, &seed, &max_tokens};
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+                  {"n", 1, DJ_SERVER_N_MAX}, {"seed", -9.2e18, 1.8e19}};
+    double *dst[] = {&temp, &top_p, &min_p, &top_k, &fp, &pp, &rpn, &nc, &seed};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (!k->n && dst[i] == &nc) continue;
         if (!opt_num(req, fields[i].key, fields[i].lo, fields[i].hi, dst[i])) {
             dj_fail(DJ_ERR_INVALID, "'%s' must be a number in [%g, %g]", fields[i].key, fields[i].lo, fields[i].hi);
-            return bad_field(param, fields[i].key);
+            return bad(http_status, param, fields[i].key, 400);
         }
-    sp->temp = (float)temp;
-    sp->top_p = (float)top_p;
-    sp->min_p = (float)min_p;
-    sp->top_k = (int32_t)top_k;
-    sp->freq_penalty = (float)fp;
-    sp->presence_penalty = (float)pp;
-    sp->repeat_penalty = (float)rpn;
-    *has_seed = json_is_number(json_object_get(req, "seed"));
-    if (*has_seed) sp->seed = seed >= 0 ? (uint64_t)seed : (uint64_t)(int64_t)seed;
-    *n_out = (uint32_t)nc;
-    *max_out = (size_t)max_tokens;
-    if (nc != (double)*n_out || max_tokens != (double)*max_out) {
-        const char *f = nc != (double)*n_out ? "n" : max_key;
-        dj_fail(DJ_ERR_INVALID, "'%s' must be an integer", f);
-        return bad_field(param, f);
     }
-    json_t *js = json_object_get(req, "stop");
+    const char *mt_key = NULL; /* the token limit's field, for its messages */
+    for (size_t i = 2; i-- > 0;) { /* every name is checked; the first present wins */
+        const char *key = k->max_tokens[i];
+        if (!key) continue;
+        json_t *v = json_object_get(req, key);
+        if (!v || json_is_null(v)) continue;
+        double x = 0;
+        if (!opt_num(req, key, 1, 1e9, &x)) {
+            dj_fail(DJ_ERR_INVALID, "'%s' must be a number in [%g, %g]", key, 1.0, 1e9);
+            return bad(http_status, param, key, 400);
+        }
+        max_tokens = x;
+        mt_key = key;
+    }
+    r.sp.temp = (float)temp;
+    r.sp.top_p = (float)top_p;
+    r.sp.min_p = (float)min_p;
+    r.sp.top_k = (int32_t)top_k;
+    r.sp.freq_penalty = (float)fp;
+    r.sp.presence_penalty = (float)pp;
+    r.sp.repeat_penalty = (float)rpn;
+    r.has_seed = json_is_number(json_object_get(req, "seed"));
+    if (r.has_seed) r.sp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)(int64_t)seed;
+    r.n = (uint32_t)nc;
+    r.max_tokens = (size_t)max_tokens;
+    if (nc != (double)r.n || max_tokens != (double)r.max_tokens) {
+        const char *key = nc != (double)r.n ? "n" : mt_key;
+        dj_fail(DJ_ERR_INVALID, "'%s' must be an integer", key);
+        return bad(http_status, param, key, 400);
+    }
+    json_t *js = k->stop ? json_object_get(req, k->stop) : NULL;
     if (json_is_string(js)) {
-        stop[(*n_stop)++] = json_string_value(js);
+        r.stop[r.n_stop++] = json_string_value(js);
     } else if (json_is_array(js)) {
         size_t i;
         json_t *x;
         json_array_foreach(js, i, x) {
-            if (!json_is_string(x) || *n_stop == DJ_SERVER_STOP_MAX) {
-                dj_fail(DJ_ERR_INVALID, "stop must be a string or an array of at most %d strings", DJ_SERVER_STOP_MAX);
-                return bad_field(param, "stop");
+            if (!json_is_string(x) || r.n_stop == DJ_SERVER_STOP_MAX) {
+                dj_fail(DJ_ERR_INVALID, "%s must be a string or an array of at most %d strings", k->stop,
+                        DJ_SERVER_STOP_MAX);
+                return bad(http_status, param, k->stop, 400);
             }
-            stop[(*n_stop)++] = json_string_value(x);
+            r.stop[r.n_stop++] = json_string_value(x);
         }
     } else if (js && !json_is_null(js)) {
-        dj_fail(DJ_ERR_INVALID, "stop must be a string or an array of strings");
-        return bad_field(param, "stop");
+        dj_fail(DJ_ERR_INVALID, "%s must be a string or an array of strings", k->stop);
+        return bad(http_status, param, k->stop, 400);
     }
+    static const char *const bools[] = {"stream", "ignore_eos"};
+    bool *bdst[] = {&r.stream, &r.ignore_eos};
+    for (size_t i = 0; i < 2; i++)
+        if (!opt_bool(req, bools[i], bdst[i])) {
+            dj_fail(DJ_ERR_INVALID, "'%s' must be a boolean", bools[i]);
+            return bad(http_status, param, bools[i], 400);
+        }
+    json_t *so = k->stream_options ? json_object_get(req, "stream_options") : NULL;
+    if (so && !json_is_null(so) && (!json_is_object(so) || !opt_bool(so, "include_usage", &r.include_usage))) {
+        dj_fail(DJ_ERR_INVALID, "stream_options must be an object with a boolean include_usage");
+        return bad(http_status, param, "stream_options", 400);
+    }
+    *out = r;
     return DJ_OK;
 }
 
@@ -158,22 +184,26 @@ enum dj_status server_parse_completion(const struct dj_vocab *v, const char *ali
         goto fail;
     }
 
-    if ((st = server_parse_sampling(req, "max_tokens", &r.sp, &r.has_seed, &r.max_tokens, &r.n, r.stop, &r.n_stop,
-                                    param)) != DJ_OK)
-        goto fail;
-    static const char *const bools[] = {"stream", "ignore_eos"};
-    bool *bdst[] = {&r.stream, &r.ignore_eos};
-    for (size_t i = 0; i < 2; i++)
-        if (!opt_bool(req, bools[i], bdst[i])) {
-            dj_fail(DJ_ERR_INVALID, "'%s' must be a boolean", bools[i]);
-            st = bad(http_status, param, bools[i], 400);
+    struct dj_sampling_req sr;
+    static const struct dj_sampling_keys keys = {{"max_tokens", NULL}, "stop", true, true};
+    if ((st = server_parse_sampling(req, &keys, &sr, http_status, param)) != DJ_OK) goto fail;
+    r.sp = sr.sp;
+    r.has_seed = sr.has_seed;
+    r.max_tokens = sr.max_tokens;
+    r.n = sr.n;
+    memcpy(r.stop, sr.stop, sizeof r.stop);
+    r.n_stop = sr.n_stop;
+    r.stream = sr.stream;
+    r.include_usage = sr.include_usage;
+    r.ignore_eos = sr.ignore_eos;
+    json_t *salt = json_object_get(req, "cache_salt");
+    if (salt && !json_is_null(salt)) {
+        if (!json_is_string(salt)) {
+            dj_fail(DJ_ERR_INVALID, "cache_salt must be a string");
+            st = bad(http_status, param, "cache_salt", 400);
             goto fail;
         }
-    json_t *so = json_object_get(req, "stream_options");
-    if (so && !json_is_null(so) && (!json_is_object(so) || !opt_bool(so, "include_usage", &r.include_usage))) {
-        dj_fail(DJ_ERR_INVALID, "stream_options must be an object with a boolean include_usage");
-        st = bad(http_status, param, "stream_options", 400);
-        goto fail;
+        r.cache_salt = json_string_value(salt);
     }
     *out = r;
     return DJ_OK;

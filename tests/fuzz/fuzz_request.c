@@ -1,20 +1,168 @@
 /*
- * fuzz_request.c — the server's request parser (src/server/request.c) on
- * arbitrary bodies: it returns a request or an error with an HTTP status and
- * a message, never crashes; a parsed request has a non-empty prompt of valid
- * ids, 1..16 completions and at most 16 stop strings.
+ * fuzz_request.c — the server's request parsers on arbitrary bodies: the
+ * first byte picks /v1/completions (server_parse_completion, src/server/
+ * request.c) or a chat dialect (api_parse_chat, src/server/api.h: Chat
+ * Completions, Responses, Messages, Messages count_tokens); the rest is the
+ * body.  Each returns a request or an error with an HTTP status and a
+ * message, never crashes.  Checked on success:
+ *   completions  a non-empty prompt of valid ids, 1..16 completions, at most 16 stop strings;
+ *   chat         messages in api.h's shape (roles, string / null / text-part content, tool
+ *                calls with string arguments, tool messages with a tool_call_id), tools
+ *                non-empty with unique names or NULL (then tool_choice NONE), a NAMED choice
+ *                naming one of them, n 1..16 (1 outside Chat), top_logprobs <= 20.
+ * The body's bytes also drive a stream and a response of the dialect (as
+ * delta text, split into pieces of every kind): every SSE event must be
+ * whole and its data valid JSON, whatever bytes (invalid UTF-8 included)
+ * the deltas held.
  */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/status.h"
+#include "server/api.h"
 #include "server/request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct dj_vocab *vocab;
 static bool loaded;
+
+static bool is_text_parts(const json_t *c) {
+    size_t i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+        if (!json_is_string(json_object_get(p, "text")) || strcmp(json_string_value(json_object_get(p, "type")), "text"))
+            return false;
+    }
+    return true;
+}
+
+static void check_chat(const struct dj_chat_req *r, enum dj_api api) {
+    if (!json_is_array(r->messages) || json_array_size(r->messages) == 0) abort();
+    size_t i;
+    json_t *m;
+    json_array_foreach(r->messages, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *c = json_object_get(m, "content");
+        if (!role) abort();
+        if (!(json_is_string(c) || json_is_null(c) || (json_is_array(c) && is_text_parts(c)))) abort();
+        if (!strcmp(role, "tool")) {
+            if (!json_is_string(json_object_get(m, "tool_call_id"))) abort();
+        } else if (!strcmp(role, "assistant")) {
+            json_t *tc = json_object_get(m, "tool_calls"), *k;
+            size_t j;
+            json_array_foreach(tc, j, k) {
+                json_t *fn = json_object_get(k, "function");
+                if (!json_is_string(json_object_get(k, "id")) || !json_is_string(json_object_get(fn, "name")) ||
+                    !json_is_string(json_object_get(fn, "arguments")))
+                    abort();
+            }
+            json_t *rc = json_object_get(m, "reasoning_content");
+            if (rc && !json_is_string(rc)) abort();
+        } else if (strcmp(role, "system") && strcmp(role, "developer") && strcmp(role, "user")) {
+            abort();
+        }
+    }
+    if (r->tools) {
+        if (!json_is_array(r->tools) || json_array_size(r->tools) == 0) abort();
+        for (size_t a = 0; a < json_array_size(r->tools); a++) {
+            json_t *na = json_object_get(json_object_get(json_array_get(r->tools, a), "function"), "name");
+            if (!json_is_string(na)) abort();
+            for (size_t b = a + 1; b < json_array_size(r->tools); b++)
+                if (json_equal(na, json_object_get(json_object_get(json_array_get(r->tools, b), "function"), "name")))
+                    abort();
+        }
+    } else if (r->tool_choice != DJ_TOOL_NONE) {
+        abort();
+    }
+    if (r->tool_choice == DJ_TOOL_NAMED) {
+        bool found = false;
+        for (size_t a = 0; a < json_array_size(r->tools); a++)
+            found |= !strcmp(json_string_value(json_object_get(
+                                 json_object_get(json_array_get(r->tools, a), "function"), "name")),
+                             r->tool_name);
+        if (!found) abort();
+    }
+    if (r->n < 1 || r->n > DJ_SERVER_N_MAX || (api != DJ_API_CHAT && r->n != 1)) abort();
+    if (r->n_stop > DJ_SERVER_STOP_MAX || r->top_logprobs > 20) abort();
+    if (r->n_bias && r->sp.logit_bias != r->bias) abort();
+    if (api == DJ_API_MESSAGES && r->max_tokens == 0) abort();
+}
+
+/* Every event of the stream is whole and its data JSON. */
+static void check_sse(const struct dj_sbuf *b) {
+    if (b->oom) return;
+    const char *s = b->p ? b->p : "";
+    while (*s) {
+        const char *end = strstr(s, "\n\n");
+        if (!end) abort();
+        const char *d = s;
+        if (!strncmp(d, "event: ", 7)) {
+            d = strchr(d, '\n');
+            if (!d || d > end) abort();
+            d++;
+        }
+        if (strncmp(d, "data: ", 6)) abort();
+        d += 6;
+        if (strncmp(d, "[DONE]\n\n", 8)) {
+            json_t *j = json_loadb(d, (size_t)(end - d), JSON_ALLOW_NUL, NULL); /* NUL bytes come back escaped */
+            if (!json_is_object(j)) abort();
+            json_decref(j);
+        }
+        s = end + 2;
+    }
+}
+
+/* A stream and a response of dialect api whose deltas are the input's bytes. */
+static void fuzz_output(enum dj_api api, const uint8_t *data, size_t size) {
+    struct dj_api_stream *st = api_stream_new(api, "id_1", "m", 1, 2, true, size);
+    if (!st) return;
+    struct dj_sbuf b = {0};
+    api_stream_start(st, &b);
+    char ids[4][16];
+    uint32_t n_tools = 0;
+    for (size_t i = 0; i + 1 < size && i < 4096;) {
+        const uint8_t ctl = data[i++];
+        size_t n = 1 + (ctl >> 4);
+        if (n > size - i) n = size - i;
+        struct dj_chat_delta d = {0};
+        d.kind = (enum dj_chat_delta_kind)(ctl & 3);
+        d.text = (const char *)data + i;
+        d.n = n;
+        d.tool_index = (ctl >> 2) & 1 ? n_tools - (n_tools > 0) : n_tools;
+        if (d.kind == DJ_DELTA_TOOL_START) {
+            snprintf(ids[n_tools & 3], sizeof ids[0], "call_%u", n_tools);
+            d.id = ids[n_tools & 3];
+            d.name = "f\xff";
+            d.tool_index = n_tools++;
+        }
+        api_stream_delta(st, (ctl >> 3) & 1, &d, NULL, &b);
+        i += n;
+    }
+    api_stream_finish_seq(st, 0, size & 1 ? DJ_FINISH_LENGTH : DJ_FINISH_STOP, size & 2 ? "\xc3" : NULL, &b);
+    char msg[64];
+    snprintf(msg, sizeof msg, "%.*s", (int)(size < 63 ? size : 63), (const char *)data);
+    if (size & 4) api_stream_error(st, msg, &b);
+    struct dj_chat_usage u = {size, size / 2, size, NULL};
+    api_stream_end(st, &u, &b);
+    check_sse(&b);
+    sbuf_free(&b);
+    api_stream_free(st);
+
+    struct dj_chat_call call = {.name = (char *)"f", .args = (char *)data, .n_args = size};
+    snprintf(call.id, sizeof call.id, "call_x");
+    struct dj_chat_choice c = {.content = (char *)data, .n_content = size, .reasoning = (char *)data,
+                               .n_reasoning = size / 2, .calls = &call, .n_calls = size & 1,
+                               .finish = size & 2 ? DJ_FINISH_LENGTH : DJ_FINISH_STOP};
+    json_t *j = api_response(api, "id_1", "m", 1, &c, 1, &u);
+    char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    if (j && !txt) abort();
+    free(txt);
+    json_decref(j);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!loaded) {
@@ -24,17 +172,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         snprintf(path, sizeof path, "%s/vocab/ggml-vocab-deepseek-coder.gguf", dir && *dir ? dir : "../shared");
         if (dj_vocab_load_file(path, &vocab) != DJ_OK) vocab = NULL;
     }
-    if (!vocab) return 0;
-    struct dj_completion_req r = {0};
+    if (size == 0) return 0;
+    const unsigned which = data[0] % 5;
+    const char *body = (const char *)data + 1;
+    const size_t n = size - 1;
     int status = 0;
     const char *param = NULL;
-    if (server_parse_completion(vocab, "m", (const char *)data, size, &r, &status, &param) == DJ_OK) {
-        if (r.n_prompt == 0 || r.n < 1 || r.n > DJ_SERVER_N_MAX || r.n_stop > DJ_SERVER_STOP_MAX) abort();
-        for (size_t i = 0; i < r.n_prompt; i++)
-            if (r.prompt[i] < 0 || (size_t)r.prompt[i] >= vocab_n_tokens(vocab)) abort();
-        server_completion_req_free(&r);
-    } else if (status != 400 && status != 404 && status != 500) {
-        abort();
+    if (which == 0) {
+        if (!vocab) return 0;
+        struct dj_completion_req r = {0};
+        if (server_parse_completion(vocab, "m", body, n, &r, &status, &param) == DJ_OK) {
+            if (r.n_prompt == 0 || r.n < 1 || r.n > DJ_SERVER_N_MAX || r.n_stop > DJ_SERVER_STOP_MAX) abort();
+            for (size_t i = 0; i < r.n_prompt; i++)
+                if (r.prompt[i] < 0 || (size_t)r.prompt[i] >= vocab_n_tokens(vocab)) abort();
+            server_completion_req_free(&r);
+        } else if (status != 400 && status != 404 && status != 500) {
+            abort();
+        }
+        return 0;
     }
+    const enum dj_api api = (enum dj_api)(which - 1);
+    struct dj_chat_req r;
+    memset(&r, 0, sizeof r);
+    if (api_parse_chat(api, "m", body, n, &r, &status, &param) == DJ_OK) {
+        check_chat(&r, api);
+        api_chat_req_free(&r);
+    } else {
+        if (status != 400 && status != 404 && status != 500) abort();
+        if (!dj_last_error()[0]) abort();
+        json_t *e = api_error_json(api, (unsigned)status, param, dj_last_error());
+        if (!e) abort();
+        json_decref(e);
+    }
+    fuzz_output(api, (const uint8_t *)body, n);
     return 0;
 }

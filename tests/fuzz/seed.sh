@@ -19,7 +19,8 @@
 #                   each small enough that the target also runs them
 #   fuzz_json_schema  hand-written JSON schemas (every supported keyword, a
 #                   tools array), each after one options byte
-#   fuzz_request    /v1/completions request bodies using every field
+#   fuzz_request    request bodies of /v1/completions and the three chat dialects
+#                   (Claude Code-, Codex- and OpenAI SDK-like), each after its selector byte
 #   fuzz_toolparse  hand-written model outputs, a few per tool-call family
 #                   (reasoning, content, one and two calls, a cut call),
 #                   each after its options byte (family | tools | reasoning)
@@ -255,19 +256,32 @@ fuzz_json_schema) json_schema_seeds "$corpus" ;;
 esac
 # ---- fuzz_json_schema (end) ----
 
-# fuzz_request: request bodies for POST /v1/completions, one a file
+# fuzz_request: request bodies, one a file, each after the byte that picks the parser
+# (fuzz_request.c): 0 /v1/completions, 1 chat completions, 2 responses, 3 messages,
+# 4 messages/count_tokens
 if [ "$name" = fuzz_request ]; then
     i=0
-    while IFS= read -r line; do
+    while IFS=' ' read -r sel line; do
+        [ -n "$line" ] || continue
         f="$corpus/req$i.json"
         rm -f "$f"
-        printf '%s' "$line" > "$f"
+        { printf "\\$(printf '%03o' "$sel")"; printf '%s' "$line"; } > "$f"
         i=$((i + 1))
     done <<'BODIES'
-{"prompt": "def fib(n):", "max_tokens": 20, "temperature": 0}
-{"prompt": [1, 2, 3], "stream": true, "stream_options": {"include_usage": true}, "n": 2, "seed": 5}
-{"model": "m", "prompt": "x", "stop": ["\n", "END"], "top_k": 40, "top_p": 0.9, "min_p": 0.05, "ignore_eos": true}
-{"prompt": "x", "frequency_penalty": 0.5, "presence_penalty": -0.5, "repeat_penalty": 1.1, "max_tokens": 1}
+0 {"prompt": "def fib(n):", "max_tokens": 20, "temperature": 0}
+0 {"prompt": [1, 2, 3], "stream": true, "stream_options": {"include_usage": true}, "n": 2, "seed": 5}
+0 {"model": "m", "prompt": "x", "stop": ["\n", "END"], "top_k": 40, "top_p": 0.9, "min_p": 0.05, "ignore_eos": true}
+0 {"prompt": "x", "frequency_penalty": 0.5, "presence_penalty": -0.5, "repeat_penalty": 1.1, "max_tokens": 1, "cache_salt": "s"}
+1 {"model": "m", "messages": [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}, {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}, {"role": "tool", "tool_call_id": "call_1", "content": "18C"}], "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": false, "stream": true, "stream_options": {"include_usage": true}}
+1 {"messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "refusal", "refusal": "b"}], "reasoning_content": "r"}, {"role": "function", "name": "f", "content": "x"}], "n": 3, "max_completion_tokens": 64, "max_tokens": 9, "seed": -1, "stop": "END", "logprobs": true, "top_logprobs": 3, "logit_bias": {"15": -100, "7": 2.5}, "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}}, "reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": false}, "cache_salt": "s1", "ignore_eos": true, "top_k": 20, "min_p": 0.1, "repeat_penalty": 1.1}
+1 {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}], "logit_bias": [[5, false], [6, -1]], "response_format": {"type": "json_object"}, "tool_choice": "required"}
+2 {"model": "m", "instructions": "You are Codex.", "input": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions>"}]}, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]}, {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}], "content": [{"type": "reasoning_text", "text": "I should run ls"}], "encrypted_content": null}, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Running ls."}]}, {"type": "function_call", "call_id": "call_a", "name": "shell", "arguments": "{\"command\":[\"ls\"]}"}, {"type": "function_call_output", "call_id": "call_a", "output": "a.txt"}, {"role": "user", "content": "thanks"}], "tools": [{"type": "function", "name": "shell", "description": "Runs a command", "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}, "required": ["command"]}, "strict": false}, {"type": "web_search"}], "tool_choice": "auto", "parallel_tool_calls": false, "reasoning": {"effort": "medium", "summary": "auto"}, "store": false, "stream": true, "include": ["reasoning.encrypted_content"], "prompt_cache_key": "abc"}
+2 {"input": "hello", "max_output_tokens": 256, "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "array"}, "strict": true}}, "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "f"}, "previous_response_id": null}
+2 {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}, {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text", "text": "ok"}]}, {"type": "item_reference", "id": "x"}]}
+3 {"model": "claude-sonnet-4-5-20250929", "max_tokens": 32000, "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.0.1; cc_entrypoint=cli; cch=a5145;"}, {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}], "messages": [{"role": "user", "content": [{"type": "text", "text": "<system-reminder>ctx</system-reminder>"}, {"type": "text", "text": "fix the bug"}]}, {"role": "assistant", "content": [{"type": "thinking", "thinking": "Let me look.", "signature": "sig"}, {"type": "text", "text": "I'll read it."}, {"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {"file_path": "/a.py"}}]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": [{"type": "text", "text": "print(1)"}], "is_error": false}, {"type": "text", "text": "go on"}]}], "tools": [{"name": "Read", "description": "Reads a file", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}}, {"type": "web_search_20250305", "name": "web_search"}], "tool_choice": {"type": "auto", "disable_parallel_tool_use": true}, "temperature": 1, "stop_sequences": ["</answer>"], "stream": true, "thinking": {"type": "enabled", "budget_tokens": 10000}, "metadata": {"user_id": "u1"}}
+3 {"max_tokens": 5, "system": "Be terse.", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}], "tools": [{"name": "a", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "a"}, "top_k": 5, "top_p": 0.9, "thinking": {"type": "disabled"}}
+4 {"model": "claude-opus-4-1", "messages": [{"role": "user", "content": [{"type": "text", "text": "count me"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}], "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}
+4 {"system": [{"type": "text", "text": "s"}], "messages": [{"role": "user", "content": "how many tokens?"}], "tool_choice": {"type": "any"}, "tools": [{"name": "x"}]}
 BODIES
 fi
 # ---- fuzz_toolparse (begin) ----
