@@ -18,6 +18,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_grammar(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 /* Prints "deja <cmd>: <message>" to stderr and returns 1 (the exit status). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -27,6 +27,7 @@ static const struct subcommand commands[] = {
     {"run", cmd_run, "generate text from a prompt (greedy or sampled), with speed, logits hash and dumps"},
     {"perplexity", cmd_perplexity, "perplexity of a text file, llama.cpp's method (chunks of -c tokens)"},
     {"synth", cmd_synth, "write a model with random weights at real shapes (tiny, 1b, 8b) for benchmarks"},
+    {"template", cmd_template, "render a chat template (a model's or a file) for a case, as transformers does"},
     {"tokenize", cmd_tokenize, "tokenize text with a model's tokenizer (ids on one line), or benchmark it"},
 };
 

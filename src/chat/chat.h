@@ -27,9 +27,6 @@ struct dj_chat_template {
     char *bos, *eos; /* bos_token / eos_token as text ("" when the vocabulary has none) */
     struct dj_chat_syntax syn; /* how the model writes tool calls and reasoning */
     bool builtin;      /* the built-in ChatML template (the model has none) */
-    bool c_chatml;     /* j is NULL: rendered by chat.c's C ChatML renderer, because the
-                          Jinja interpreter is not implemented yet (jinja_stub.c) */
-    char fallback_reason[200];
 };
 
 /* The built-in template: ChatML with tools in the system message as <tools>

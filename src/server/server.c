@@ -616,9 +616,6 @@ static void load_template(struct dj_server *s) {
         s->tmpl = NULL;
         return;
     }
-    if (s->tmpl->c_chatml)
-        fprintf(stderr, "deja serve: NOTE: %s: chat requests are rendered as ChatML with Hermes tool calls, "
-                        "not with the model's own template\n", s->tmpl->fallback_reason);
     fprintf(stderr, "deja serve: chat template: %s (tool calls: %s%s)\n",
             s->p.chat_template ? "from --chat-template-file" : s->tmpl->builtin ? "built-in ChatML" : "the model's",
             chat_tool_syntax_name(s->tmpl->syn.tools), s->tmpl->syn.think_open ? ", reasoning markers" : "");
