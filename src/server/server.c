@@ -616,9 +616,18 @@ static void load_template(struct dj_server *s) {
         s->tmpl = NULL;
         return;
     }
-    fprintf(stderr, "deja serve: chat template: %s (tool calls: %s%s)\n",
+    if (memmem(s->tmpl->src, s->tmpl->n_src, "<|im_end|>", 10)) {
+        /* a ChatML template over a vocabulary without an <|im_end|> token (codelm): the model
+         * writes the marker as text, so the turn ends at the string */
+        dj_token *t = NULL;
+        size_t nt = 0;
+        if (vocab_tokenize(v, "<|im_end|>", 10, false, true, &t, &nt) == DJ_OK && nt != 1) s->turn_end_stop = "<|im_end|>";
+        free(t);
+    }
+    fprintf(stderr, "deja serve: chat template: %s (tool calls: %s%s%s)\n",
             s->p.chat_template ? "from --chat-template-file" : s->tmpl->builtin ? "built-in ChatML" : "the model's",
-            chat_tool_syntax_name(s->tmpl->syn.tools), s->tmpl->syn.think_open ? ", reasoning markers" : "");
+            chat_tool_syntax_name(s->tmpl->syn.tools), s->tmpl->syn.think_open ? ", reasoning markers" : "",
+            s->turn_end_stop ? "; <|im_end|> is text in this vocabulary: chat turns also stop at that string" : "");
 }
 
 enum dj_status server_start(const struct dj_model *m, const char *model_path, const struct dj_server_params *p,

@@ -141,6 +141,8 @@ void chat_sreq_free(struct sreq *r) {
     }
     free(r->tp);
     free(r->acc);
+    for (size_t k = 0; k < r->n_stops; k++) free(r->stops[k]);
+    free(r->model);
     api_stream_free(r->st);
     /* the engine is done with the request (its last on_done ran): the processor
      * is the caller's again; the grammar goes back to the cache */
@@ -247,6 +249,13 @@ static void chat_usage(const struct sreq *r, struct dj_chat_usage *u) {
     u->x_deja = NULL;
 }
 
+/* The request's own stop string that ended a completion (not the implicit turn end), or NULL. */
+static const char *user_stop(const struct sreq *r, const struct dj_turn_result *res) {
+    return res->finish == DJ_FINISH_STOP && res->stop_index >= 0 && (size_t)res->stop_index < r->n_user_stops
+               ? r->stops[res->stop_index]
+               : NULL;
+}
+
 static void chat_on_done(void *ud, const struct dj_turn_result *res) {
     struct sreq *r = ud;
     metrics_observe_done(&r->s->metrics, res);
@@ -265,7 +274,7 @@ static void chat_on_done(void *ud, const struct dj_turn_result *res) {
                 api_stream_delta(r->st, i, &d, a->logprobs, &b);
             }
             if (res->finish == DJ_FINISH_ERROR) api_stream_error(r->st, res->error, &b);
-            else api_stream_finish(r->st, i, res->finish, &b);
+            else api_stream_finish_seq(r->st, i, res->finish, user_stop(r, res), &b);
             flush_sse(r, &b);
         }
     }
@@ -371,6 +380,7 @@ static enum MHD_Result send_final(struct MHD_Connection *c, struct sreq *r) {
         ch[i].calls = a->calls;
         ch[i].n_calls = a->n_calls;
         ch[i].finish = r->res[i].finish;
+        ch[i].stop_sequence = user_stop(r, &r->res[i]);
         ch[i].logprobs = NULL;
         if (r->logprobs) ch[i].logprobs = json_pack("{s:O}", "content", a->logprobs ? a->logprobs : json_array());
     }
@@ -378,7 +388,7 @@ static enum MHD_Result send_final(struct MHD_Connection *c, struct sreq *r) {
     chat_usage(r, &u);
     json_t *xd = xdeja_json(r);
     u.x_deja = xd;
-    json_t *j = api_response(r->api, r->cmpl_id, r->s->alias, r->created, ch, r->n, &u);
+    json_t *j = api_response(r->api, r->cmpl_id, r->model ? r->model : r->s->alias, r->created, ch, r->n, &u);
     json_decref(xd);
     for (uint32_t i = 0; i < r->n; i++) json_decref(ch[i].logprobs);
     free(ch);
@@ -476,11 +486,16 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     r->tp = calloc(r->n, sizeof *r->tp);
     r->acc = calloc(r->n, sizeof *r->acc);
     bool ok = r->tp && r->acc;
+    for (size_t k = 0; ok && k < cr.n_stop; k++) ok = (r->stops[r->n_stops++] = strdup(cr.stop[k])) != NULL;
+    r->n_user_stops = r->n_stops;
+    if (ok && s->turn_end_stop) ok = (r->stops[r->n_stops++] = strdup(s->turn_end_stop)) != NULL;
+    const char *model = json_string_value(json_object_get(cr.root, "model"));
+    if (ok && api == DJ_API_MESSAGES && model) ok = (r->model = strdup(model)) != NULL;
     const bool parse_tools = cr.tools && json_array_size(cr.tools) && cr.tool_choice != DJ_TOOL_NONE;
     for (uint32_t i = 0; ok && i < r->n; i++)
         ok = (r->tp[i] = toolparse_new(&syn, parse_tools, true, dj_rng_u64(rp.sampling.seed, 100 + i))) != NULL;
     if (ok && r->stream) {
-        ok = (r->st = api_stream_new(api, r->cmpl_id, s->alias, r->created, r->n, r->include_usage, n_toks)) != NULL;
+        ok = (r->st = api_stream_new(api, r->cmpl_id, r->model ? r->model : s->alias, r->created, r->n, r->include_usage, n_toks)) != NULL;
         if (ok) {
             struct dj_sbuf b = {0};
             api_stream_start(r->st, &b);
@@ -500,8 +515,8 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     rp.n_prompt = n_toks;
     rp.max_tokens = server_gen_cap(s, n_toks, cr.max_tokens);
     rp.n = r->n;
-    rp.stop = cr.stop;
-    rp.n_stop = cr.n_stop;
+    rp.stop = (const char *const *)r->stops;
+    rp.n_stop = r->n_stops;
     rp.logprobs = cr.logprobs;
     rp.n_probs = cr.top_logprobs;
     if (gp) {

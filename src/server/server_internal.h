@@ -36,6 +36,9 @@ struct dj_server {
     struct dj_metrics metrics;
     struct dj_chat_template *tmpl; /* NULL: the template failed to compile (chat endpoints answer 500) */
     char tmpl_error[256];
+    /* the end-of-turn marker of a ChatML template when it is plain text in the
+     * vocabulary (no <|im_end|> token, as codelm): chat requests also stop there; or NULL */
+    const char *turn_end_stop;
     /* grammars (server_chat.c): a small cache keyed by GBNF text, and what waits to be
      * freed on the engine thread (which alone touches masks) */
     pthread_mutex_t gmu;
@@ -84,6 +87,9 @@ struct sreq {
     struct chat_acc *acc;     /* per completion */
     struct gent *gent;        /* the grammar in use, or NULL */
     struct dj_gproc *gp;
+    char *stops[DJ_SERVER_STOP_MAX + 1]; /* copies: the request's stop strings, then turn_end_stop */
+    size_t n_stops, n_user_stops;
+    char *model; /* /v1/messages: the request's model, echoed in the response (malloc'd) */
 };
 
 struct body {

@@ -291,6 +291,45 @@ int main(int argc, char **argv) {
     CHECK(http(s.port, "POST", "/detokenize", "{\"tokens\": [31702, 1835]}", NULL, &out) == 200 &&
           strstr(out, "hello world"));
     free(out);
+
+    /* codelm's ChatML markers are text in its vocabulary: a chat turn ends at the string
+     * "<|im_end|>" (not shown), reported as finish "stop" */
+    CHECK(http(s.port, "POST", "/v1/chat/completions",
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"Write a python function that adds two "
+               "numbers\"}], \"max_tokens\": 200, \"seed\": 1}",
+               NULL, &out) == 200);
+    j = body_json(out);
+    {
+        json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+        const char *fr = json_string_value(json_object_get(c0, "finish_reason"));
+        const char *tx = json_string_value(json_object_get(json_object_get(c0, "message"), "content"));
+        CHECKF(fr && !strcmp(fr, "stop") && tx && !strstr(tx, "<|im_end|>"), "finish %s, content '%s'", fr ? fr : "-",
+               tx ? tx : "-");
+    }
+    json_decref(j);
+    free(out);
+    /* Anthropic: the request's model is echoed; a stop sequence is named, streamed or not */
+    const char *areq = "{\"model\": \"claude-test-1\", \"max_tokens\": 60, \"stop_sequences\": [\"e\"], "
+                       "\"messages\": [{\"role\": \"user\", \"content\": \"Explain the code\"}]%s}";
+    char abody[256];
+    snprintf(abody, sizeof abody, areq, "");
+    CHECK(http(s.port, "POST", "/v1/messages", abody, NULL, &out) == 200);
+    j = body_json(out);
+    CHECKF(!strcmp(json_string_value(json_object_get(j, "model")) ? json_string_value(json_object_get(j, "model")) : "",
+                   "claude-test-1") &&
+               json_is_string(json_object_get(j, "stop_reason")) &&
+               !strcmp(json_string_value(json_object_get(j, "stop_reason")), "stop_sequence") &&
+               json_is_string(json_object_get(j, "stop_sequence")) &&
+               !strcmp(json_string_value(json_object_get(j, "stop_sequence")), "e"),
+           "%s", out);
+    json_decref(j);
+    free(out);
+    snprintf(abody, sizeof abody, areq, ", \"stream\": true");
+    CHECK(http(s.port, "POST", "/v1/messages", abody, NULL, &out) == 200);
+    CHECKF(out && strstr(out, "\"model\":\"claude-test-1\"") && strstr(out, "\"stop_reason\":\"stop_sequence\"") &&
+               strstr(out, "\"stop_sequence\":\"e\""),
+           "%s", out ? out : "");
+    free(out);
     CHECK(srv_stop(&s) == 0);
 
     /* larger body limit for the long prompt; --parallel 1 for the disconnect test; an API key */
