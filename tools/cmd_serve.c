@@ -121,14 +121,16 @@ int cmd_serve(int argc, char **argv) {
         return cli_error("serve", "%s", dj_last_error());
     }
     p.engine.kv_budget_auto = p.engine.kv_budget_mib == 0 && getenv("LLAMA_OPT_DEDUP_POOL_MAX") == NULL;
-    struct dj_model *m = NULL;
-    if (model_load(model, &m) != DJ_OK) {
+    struct dj_server *s = NULL;
+    if (server_listen(model, &p, &s) != DJ_OK) {
         free(tmpl);
         return cli_error("serve", "%s", dj_last_error());
     }
-    struct dj_server *s = NULL;
-    if (server_start(m, model, &p, &s) != DJ_OK) {
+    fprintf(stderr, "deja serve: listening on http://%s:%u (loading %s)\n", p.host, (unsigned)server_port(s), model);
+    struct dj_model *m = NULL;
+    if (model_load(model, &m) != DJ_OK || server_attach(s, m) != DJ_OK) {
         cli_error("serve", "%s", dj_last_error());
+        server_stop(s, 0);
         model_free(m);
         free(tmpl);
         return 1;
@@ -138,7 +140,7 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    fprintf(stderr, "deja serve: listening on http://%s:%u\n", p.host, (unsigned)server_port(s));
+    fprintf(stderr, "deja serve: ready on http://%s:%u\n", p.host, (unsigned)server_port(s));
     while (!got_signal) pause();
     fprintf(stderr, "deja serve: signal %d, stopping\n", (int)got_signal);
     server_stop(s, (int)shutdown_ms);

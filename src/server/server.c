@@ -236,6 +236,12 @@ enum MHD_Result send_busy(struct MHD_Connection *c) {
     return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "1") : MHD_NO;
 }
 
+static enum MHD_Result send_loading(struct MHD_Connection *c) {
+    char *txt = strdup("{\"error\":{\"message\":\"the model is still loading\","
+                       "\"type\":\"unavailable_error\",\"param\":null,\"code\":503}}");
+    return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "5") : MHD_NO;
+}
+
 /* ---- /v1/completions ----------------------------------------------------------- */
 
 /* Has the client of r hung up?  (A request that sends nothing while it waits or
@@ -505,12 +511,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     tls_server = s;
-    if (!strcmp(url, "/health")) {
-        if (!atomic_load(&s->ready))
-            return send_json(c, 503, json_pack("{s:{s:s, s:s, s:I}}", "error", "message", "loading", "type",
-                                               "unavailable_error", "code", (json_int_t)503));
-        return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    if (!atomic_load(&s->ready)) { /* as llama-server while it loads */
+        if (!strcmp(url, "/health"))
+            return send_json(c, 503, json_pack("{s:s, s:{s:s, s:s, s:I}}", "status", "loading model", "error",
+                                               "message", "Loading model", "type", "unavailable_error", "code",
+                                               (json_int_t)503));
+        return send_loading(c);
     }
+    if (!strcmp(url, "/health")) return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
     if (!authorized(s, c)) return send_error(c, 401, NULL, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)");
     if (!strcmp(url, "/metrics")) {
         if (strcmp(method, "GET")) return send_error(c, 405, NULL, "use GET for %s", url);
@@ -630,32 +638,18 @@ static void load_template(struct dj_server *s) {
             s->turn_end_stop ? "; <|im_end|> is text in this vocabulary: chat turns also stop at that string" : "");
 }
 
-enum dj_status server_start(const struct dj_model *m, const char *model_path, const struct dj_server_params *p,
-                            struct dj_server **out) {
+enum dj_status server_listen(const char *model_path, const struct dj_server_params *p, struct dj_server **out) {
     struct dj_server *s = calloc(1, sizeof *s);
     if (!s) return dj_fail(DJ_ERR_NOMEM, "serve: out of memory");
-    s->m = m;
     s->p = *p;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->gmu, NULL);
+    metrics_init(&s->metrics);
     const char *base = strrchr(model_path, '/');
     s->alias = strdup(p->alias ? p->alias : base ? base + 1 : model_path);
-    metrics_init(&s->metrics);
-    pthread_mutex_init(&s->gmu, NULL);
-    load_template(s);
-    enum dj_status st = s->alias ? engine_create(m, &p->engine, &s->e) : dj_fail(DJ_ERR_NOMEM, "serve: out of memory");
-    if (!st && pthread_create(&s->engine_thread, NULL, engine_main, s) != 0) {
-        engine_destroy(s->e);
-        st = dj_fail(DJ_ERR_NOMEM, "serve: cannot start the engine thread");
-    }
-    if (!st) atomic_store(&s->ready, true); /* the model is loaded and the engine runs */
-    if (st) {
-        chat_template_free(s->tmpl);
-        metrics_destroy(&s->metrics);
-        pthread_mutex_destroy(&s->gmu);
-        pthread_mutex_destroy(&s->mu);
-        free(s->alias);
-        free(s);
-        return st;
+    if (!s->alias) {
+        server_stop(s, 0);
+        return dj_fail(DJ_ERR_NOMEM, "serve: out of memory");
     }
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
@@ -673,6 +667,21 @@ enum dj_status server_start(const struct dj_model *m, const char *model_path, co
         return dj_fail(DJ_ERR_IO, "serve: cannot listen on %s:%u (in use, or not allowed)", p->host, p->port);
     }
     *out = s;
+    return DJ_OK;
+}
+
+enum dj_status server_attach(struct dj_server *s, const struct dj_model *m) {
+    s->m = m;
+    load_template(s);
+    enum dj_status st = engine_create(m, &s->p.engine, &s->e);
+    if (!st && pthread_create(&s->engine_thread, NULL, engine_main, s) != 0) {
+        engine_destroy(s->e);
+        s->e = NULL;
+        st = dj_fail(DJ_ERR_NOMEM, "serve: cannot start the engine thread");
+    }
+    if (st) return st;
+    s->engine_started = true;
+    atomic_store(&s->ready, true); /* publishes m, e and tmpl to the connection threads */
     return DJ_OK;
 }
 
@@ -699,7 +708,7 @@ void server_stop(struct dj_server *s, int deadline_ms) {
     }
     if (s->d) MHD_stop_daemon(s->d);
     atomic_store(&s->stop, true);
-    pthread_join(s->engine_thread, NULL);
+    if (s->engine_started) pthread_join(s->engine_thread, NULL);
     engine_destroy(s->e);
     server_gcache_free(s);
     chat_template_free(s->tmpl);

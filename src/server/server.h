@@ -45,9 +45,14 @@ struct dj_server_params server_default_params(void);
 
 struct dj_server;
 
-/* Starts the engine thread and the HTTP daemon; m must outlive the server. */
-enum dj_status server_start(const struct dj_model *m, const char *model_path, const struct dj_server_params *p,
-                            struct dj_server **out);
+/* Starts the HTTP daemon without a model: GET /health answers 503 {"status": "loading model"}
+ * and every other endpoint 503 + Retry-After until server_attach (load balancers and
+ * agents' launchers poll /health while a large model loads). */
+enum dj_status server_listen(const char *model_path, const struct dj_server_params *p, struct dj_server **out);
+/* Gives the listening server its model: compiles the chat template, starts the engine
+ * thread; from then on it serves.  m must outlive the server.  On failure the server
+ * keeps answering 503 (stop it with server_stop). */
+enum dj_status server_attach(struct dj_server *s, const struct dj_model *m);
 uint16_t server_port(const struct dj_server *s);
 /* Stops accepting, cancels what is in flight (waiting at most deadline_ms for
  * streams to end), stops the engine thread, frees everything.  Accepts NULL. */

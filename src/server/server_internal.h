@@ -27,7 +27,9 @@ struct dj_server {
     char *alias;
     pthread_t engine_thread;
     atomic_bool stop;
-    atomic_bool ready; /* /health: 503 until the engine thread runs */
+    atomic_bool ready; /* set once the model is attached and the engine thread runs: until then
+                          every endpoint answers 503 (m, e and tmpl are not to be read) */
+    bool engine_started; /* engine_thread was created (server_stop joins it) */
     atomic_ullong n_req;
     /* requests in flight (for shutdown) */
     pthread_mutex_t mu;

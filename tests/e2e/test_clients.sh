@@ -23,7 +23,7 @@ trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -f "$LOG"' EXIT
 PID=$!
 PORT=
 for _ in $(seq 1 100); do
-    PORT=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$LOG")
+    PORT=$(sed -n 's/.*ready on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$LOG")
     [ -n "$PORT" ] && break
     kill -0 $PID 2>/dev/null || break
     sleep 0.1

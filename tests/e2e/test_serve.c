@@ -8,6 +8,7 @@
  * bad requests get OpenAI-shaped 4xx errors, --api-key, SIGTERM exits 0.
  */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "test.h"
@@ -27,7 +29,9 @@ struct srv {
     unsigned port;
 };
 
-static bool srv_start(struct srv *s, const char *model, const char *const *extra) {
+/* Starts `deja serve` and reads its stderr up to the line with `marker` ("ready on": the model
+ * is loaded; "listening on": the socket is open, the model may still be loading). */
+static bool srv_start_until(struct srv *s, const char *model, const char *const *extra, const char *marker) {
     int fd[2];
     if (pipe(fd) != 0) return false;
     char *argv[32] = {(char *)deja_bin, "serve", "-m", (char *)model, "--port", "0", "--kv-budget", "64"};
@@ -46,17 +50,23 @@ static bool srv_start(struct srv *s, const char *model, const char *const *extra
     s->err_fd = fd[0];
     char line[512];
     const char *p = NULL;
-    for (int tries = 0; tries < 16 && !p; tries++) { /* start-up notes come before "listening on" */
+    char want[64];
+    snprintf(want, sizeof want, "%s http://127.0.0.1:", marker);
+    for (int tries = 0; tries < 16 && !p; tries++) { /* start-up notes come before the marker */
         size_t k = 0;
         while (k + 1 < sizeof line && read(fd[0], line + k, 1) == 1 && line[k] != '\n') k++;
         line[k] = 0;
         if (k == 0) break;
-        p = strstr(line, "listening on http://127.0.0.1:");
-        if (p) p += 20;
+        p = strstr(line, want);
+        if (p) p += strlen(want);
     }
-    s->port = p ? (unsigned)atoi(p + 10) : 0;
+    s->port = p ? (unsigned)atoi(p) : 0;
     CHECKF(s->port > 0, "server did not start: %s", line);
     return s->port > 0;
+}
+
+static bool srv_start(struct srv *s, const char *model, const char *const *extra) {
+    return srv_start_until(s, model, extra, "ready on");
 }
 
 static int srv_stop(struct srv *s) {
@@ -162,6 +172,39 @@ static void *conc_main(void *arg) {
     c->text = sse_text(out ? out : "", &done, NULL);
     free(out);
     return NULL;
+}
+
+/* While the model loads, /health says 503 "loading model" and the API endpoints 503: the model
+ * "file" is a FIFO, so loading blocks in open() until the test writes; it then gets a truncated
+ * file, and the server exits 1 with the loader's message. */
+static void test_loading(void) {
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "/tmp/deja-test-serve-%d.gguf", (int)getpid());
+    unlink(fifo);
+    if (mkfifo(fifo, 0600) != 0) {
+        CHECKF(0, "mkfifo %s failed", fifo);
+        return;
+    }
+    struct srv s;
+    if (srv_start_until(&s, fifo, NULL, "listening on")) {
+        char *out = NULL;
+        CHECK(http(s.port, "GET", "/health", NULL, NULL, &out) == 503 && out && strstr(out, "loading model"));
+        free(out);
+        CHECK(http(s.port, "POST", "/v1/chat/completions", "{\"messages\": []}", NULL, &out) == 503 &&
+              is_error(out, NULL) && strstr(out, "loading"));
+        free(out);
+        int fd = open(fifo, O_WRONLY);
+        CHECK(fd >= 0 && write(fd, "GGUF\3\0\0", 7) == 7);
+        if (fd >= 0) close(fd);
+        char err[1024];
+        size_t k = 0;
+        ssize_t r;
+        while (k + 1 < sizeof err && (r = read(s.err_fd, err + k, sizeof err - 1 - k)) > 0) k += (size_t)r;
+        err[k] = 0;
+        CHECKF(strstr(err, "deja serve:") && strstr(err, fifo), "stderr: %s", err);
+        CHECK(srv_stop(&s) == 1);
+    }
+    unlink(fifo);
 }
 
 int main(int argc, char **argv) {
@@ -388,5 +431,6 @@ int main(int argc, char **argv) {
         CHECK(srv_stop(&s) == 0);
     }
     free(lng);
+    test_loading();
     TEST_END();
 }
