@@ -243,7 +243,7 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
     size_t k = s->seq.n_pos / bs, n_chain;
     const uint64_t *chains = kv_history_chain(&s->hist, &n_chain);
     DJ_ASSERT(n_chain >= k);
-    uint64_t chain = k ? chains[k - 1] : KV_CHAIN_ROOT;
+    uint64_t chain = k ? chains[k - 1] : s->hist.root;
     uint32_t parent = k ? s->seq.table[k - 1] : KV_BLOCK_NONE;
     while ((k + 1) * bs < n) { /* the last prompt token is always computed */
         const dj_token *bt = prompt + k * bs;

@@ -193,6 +193,9 @@ struct dj_request_params {
     uint32_t n_probs;       /* alternatives per token (<= 20 is sensible; capped at 100) */
     const struct dj_logits_processor *proc; /* NULL: none; copied (not ud) */
     struct dj_session *session; /* NULL: matched by prefix among the engine's idle sequences */
+    const char *cache_salt; /* NULL: the shared cache; else a namespace (vLLM's cache_salt): the
+                               prompt reuses only blocks and sequences of requests with the same
+                               salt (copied as a hash; not for a named session) */
     dj_token_fn on_token;   /* NULL: none */
     dj_done_fn on_done;     /* NULL: none */
     dj_logits_fn on_logits; /* NULL: none */

@@ -71,6 +71,7 @@ struct dj_req {
     enum dj_status err;        /* a request-wide failure */
     char errmsg[256];
     struct dj_turn_result r;   /* the shared counters (reuse, timings) */
+    uint64_t root;             /* the chain root of its cache namespace (KV_CHAIN_ROOT: shared) */
     int64_t t_submit, t_admit, t_first;
     struct dj_req *next;
 };

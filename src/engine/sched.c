@@ -33,6 +33,7 @@
 #include "core/timer.h"
 #include "engine/engine_internal.h"
 #include "kv/diff.h"
+#include "kv/hash.h"
 
 /* One sequence's tokens in the step's batch. */
 struct step_ent {
@@ -109,6 +110,7 @@ static enum dj_status req_create(struct dj_engine *e, const struct dj_request_pa
     if (n > 64) return dj_fail(DJ_ERR_INVALID, "request: n = %u completions (at most 64)", n);
     if (n > 1 && p->session) return dj_fail(DJ_ERR_INVALID, "request: n > 1 on a named session");
     if (n > 1 && p->force) return dj_fail(DJ_ERR_INVALID, "request: n > 1 with forced tokens");
+    if (p->cache_salt && p->session) return dj_fail(DJ_ERR_INVALID, "request: cache_salt on a named session");
     if (n > 1 && p->proc && !p->proc->fork)
         return dj_fail(DJ_ERR_INVALID, "request: n > 1 with a logits processor that cannot fork");
     if (p->n_probs > 100) return dj_fail(DJ_ERR_INVALID, "request: %u logprobs alternatives (at most 100)", p->n_probs);
@@ -123,6 +125,8 @@ static enum dj_status req_create(struct dj_engine *e, const struct dj_request_pa
     if (!q) return dj_fail(DJ_ERR_NOMEM, "out of memory queuing a request");
     q->p = *p;
     q->p.n = n;
+    q->root = p->cache_salt ? kv_hash_salt_root(p->cache_salt, strlen(p->cache_salt)) : KV_CHAIN_ROOT;
+    q->p.cache_salt = NULL; /* the caller's string is not kept */
     q->n_comp = n;
     q->max_gen = p->max_tokens;
     if (q->max_gen > n_ctx - p->n_prompt + 1) q->max_gen = n_ctx - p->n_prompt + 1; /* the last token is not fed */
@@ -553,6 +557,7 @@ static void prompt_done(struct dj_engine *e, struct dj_req *q, const float *logi
         struct dj_comp *c = &q->comp[i];
         struct dj_session *s = NULL;
         enum dj_status st = engine_new_session(e, true, &s);
+        if (!st) kv_history_set_root(&s->hist, s0->hist.root);
         if (!st && (st = kv_seq_clone(&s->seq, &s0->seq)) != DJ_OK) kv_seq_init(&s->seq, e->pool);
         if (!st) st = kv_history_append(&s->hist, s0->hist.tok, s0->hist.n_tok);
         if (st) {
@@ -573,13 +578,14 @@ static void prompt_done(struct dj_engine *e, struct dj_req *q, const float *logi
 
 /* ---- admission ----------------------------------------------------------- */
 
-/* The idle engine-owned sequence with the longest common prefix with the
- * prompt (most recently used on ties), or NULL if none shares a token. */
-static struct dj_session *match_session(struct dj_engine *e, const dj_token *prompt, size_t n) {
+/* The idle engine-owned sequence of the cache namespace `root` with the
+ * longest common prefix with the prompt (most recently used on ties), or NULL
+ * if none shares a token. */
+static struct dj_session *match_session(struct dj_engine *e, uint64_t root, const dj_token *prompt, size_t n) {
     struct dj_session *best = NULL;
     size_t best_n = 0;
     for (struct dj_session *s = e->sessions; s; s = s->next) {
-        if (!s->anon || s->busy || s->hist.n_tok == 0) continue;
+        if (!s->anon || s->busy || s->hist.n_tok == 0 || s->hist.root != root) continue;
         const size_t l = diff_common_prefix(s->hist.tok, s->hist.n_tok, prompt, n);
         if (l > best_n || (l == best_n && l > 0 && best && s->last_used > best->last_used)) {
             best = s;
@@ -601,13 +607,14 @@ static bool admit(struct dj_engine *e, struct dj_req *q) {
     }
     struct dj_session *s = q->p.session;
     if (s && s->busy) return false;
-    if (!s && e->cfg.diff_enabled) s = match_session(e, q->prompt, q->p.n_prompt);
+    if (!s && e->cfg.diff_enabled) s = match_session(e, q->root, q->prompt, q->p.n_prompt);
     if (!s) {
         enum dj_status st = engine_new_session(e, true, &s);
         if (st) {
             req_fail(q, st, dj_last_error());
             return true;
         }
+        kv_history_set_root(&s->hist, q->root);
     }
     list_remove(&e->waiting, q);
     q->next = NULL;

@@ -23,6 +23,11 @@ uint64_t kv_hash_block_pos(const dj_token *tok, size_t n, int64_t pos_start) {
     return feed_tokens(feed_u64(DJ_FNV_OFFSET, (uint64_t)pos_start), tok, n);
 }
 
+uint64_t kv_hash_salt_root(const char *salt, size_t n) {
+    static const char tag[] = "deja cache_salt"; /* with its NUL */
+    return dj_fnv1a(dj_fnv1a(DJ_FNV_OFFSET, tag, sizeof tag), salt, n);
+}
+
 uint64_t kv_hash_chain(uint64_t parent, const dj_token *tok, size_t n) {
     return feed_tokens(feed_u64(DJ_FNV_OFFSET, parent), tok, n);
 }

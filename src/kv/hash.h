@@ -43,6 +43,11 @@ uint64_t kv_hash_block(const dj_token *tok, size_t n);
 /* FNV-1a over the start position (8 bytes LE, two's complement) then the tokens. */
 uint64_t kv_hash_block_pos(const dj_token *tok, size_t n, int64_t pos_start);
 
+/* The chain root of a cache namespace (vLLM's cache_salt): FNV-1a over "deja cache_salt\0" then
+ * salt[0, n).  Blocks chained from another root never match the shared root's (nor each
+ * other's, up to a 2^-64 collision), so tenants with different salts share no KV. */
+uint64_t kv_hash_salt_root(const char *salt, size_t n);
+
 /* chain hash of a block whose parent chain hash is `parent` (KV_CHAIN_ROOT for block 0). */
 uint64_t kv_hash_chain(uint64_t parent, const dj_token *tok, size_t n);
 

@@ -17,6 +17,12 @@ void kv_history_init(struct kv_history *h, size_t block_size) {
     DJ_ASSERT(block_size > 0);
     memset(h, 0, sizeof *h);
     h->block_size = block_size;
+    h->root = KV_CHAIN_ROOT;
+}
+
+void kv_history_set_root(struct kv_history *h, uint64_t root) {
+    DJ_ASSERT(h->n_tok == 0);
+    h->root = root;
 }
 
 void kv_history_free(struct kv_history *h) {
@@ -24,8 +30,10 @@ void kv_history_free(struct kv_history *h) {
     free(h->tok);
     free(h->chain);
     size_t bs = h->block_size;
+    uint64_t root = h->root;
     memset(h, 0, sizeof *h);
     h->block_size = bs;
+    h->root = root;
 }
 
 /* Grows the buffers to hold n tokens; on failure nothing observable changes. */
@@ -58,7 +66,7 @@ static enum dj_status reserve(struct kv_history *h, size_t n) {
 /* Recomputes chain hashes of the full blocks from block `from` on. */
 static void rehash_from(struct kv_history *h, size_t from) {
     size_t bs = h->block_size, nb = h->n_tok / bs;
-    uint64_t parent = from ? h->chain[from - 1] : KV_CHAIN_ROOT;
+    uint64_t parent = from ? h->chain[from - 1] : h->root;
     for (size_t b = from; b < nb; b++) {
         parent = kv_hash_chain(parent, h->tok + b * bs, bs);
         h->chain[b] = parent;

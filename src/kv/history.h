@@ -9,7 +9,7 @@
  *   chain:  [ chain(0)  ] [  chain(1)   ] …             n_tok / B entries
  *
  * Invariant: chain[i] == kv_hash_chain(chain[i-1], tok + i·B, B) with
- * chain[-1] = KV_CHAIN_ROOT, for every full block; the final partial block has
+ * chain[-1] = root (KV_CHAIN_ROOT unless a cache salt set another), for every full block; the final partial block has
  * no entry.  Updating keeps the chain hashes of blocks that lie entirely in
  * the common prefix of the old and new sequence, and rehashes the rest.
  *
@@ -33,6 +33,7 @@ struct kv_history {
     size_t chain_cap;
     size_t block_size;
     uint64_t n_records;  /* sequences recorded since init/clear; 0 = no previous turn */
+    uint64_t root;       /* chain(-1): KV_CHAIN_ROOT, or a cache salt's root (kv_hash_salt_root) */
 };
 
 /* An empty history for blocks of block_size (> 0) tokens. */
@@ -53,6 +54,9 @@ enum dj_status kv_history_append(struct kv_history *h, const dj_token *tok, size
 
 /* Drops the tokens past n (n <= n_tok), e.g. rejected draft tokens. */
 void kv_history_truncate(struct kv_history *h, size_t n);
+
+/* Sets the chain root (empty history only: the hashes of held blocks would be stale). */
+void kv_history_set_root(struct kv_history *h, uint64_t root);
 
 /* Forgets everything (has_prev becomes false); keeps the buffers. */
 void kv_history_clear(struct kv_history *h);

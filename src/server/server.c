@@ -397,6 +397,7 @@ static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c
     rp.n_prompt = cr.n_prompt;
     rp.max_tokens = server_gen_cap(s, cr.n_prompt, cr.max_tokens);
     rp.n = r->n;
+    rp.cache_salt = cr.cache_salt && *cr.cache_salt ? cr.cache_salt : NULL;
     rp.stop = cr.stop;
     rp.n_stop = cr.n_stop;
     rp.on_token = on_token;

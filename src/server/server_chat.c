@@ -421,11 +421,6 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     const char *param = NULL;
     if (api_parse_chat(api, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
         return send_api_error(c, api, (unsigned)code, param, "%s", dj_last_error());
-    if (cr.cache_salt) {
-        api_chat_req_free(&cr);
-        return send_api_error(c, api, 400, "cache_salt",
-                              "cache_salt is not implemented yet: every request shares prefix blocks with every other");
-    }
     struct dj_jinja_out o = {0};
     dj_token *toks = NULL;
     size_t n_toks = 0;
@@ -515,6 +510,7 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     rp.n_prompt = n_toks;
     rp.max_tokens = server_gen_cap(s, n_toks, cr.max_tokens);
     rp.n = r->n;
+    rp.cache_salt = cr.cache_salt && *cr.cache_salt ? cr.cache_salt : NULL;
     rp.stop = (const char *const *)r->stops;
     rp.n_stop = r->n_stops;
     rp.logprobs = cr.logprobs;

@@ -247,6 +247,18 @@ int main(int argc, char **argv) {
     CHECK(json_is_object(json_object_get(j, "x_deja")));
     json_decref(j);
     free(out);
+    /* cache_salt: another namespace reuses nothing the first time, its own prefix after; same text */
+    const char *sreq = "{\"prompt\": \"def fib(n):\", \"max_tokens\": 20, \"temperature\": 0, \"cache_salt\": \"t1\"}";
+    for (int k = 0; k < 2; k++) {
+        CHECK(http(s.port, "POST", "/v1/completions", sreq, NULL, &out) == 200);
+        j = body_json(out);
+        const json_int_t c = json_integer_value(
+            json_object_get(json_object_get(json_object_get(j, "usage"), "prompt_tokens_details"), "cached_tokens"));
+        CHECKF(c == (k ? np - 1 : 0), "salted request %d: cached %lld", k, (long long)c);
+        CHECK(want && choice_text(j, 0) && !strcmp(want, choice_text(j, 0)));
+        json_decref(j);
+        free(out);
+    }
     /* streamed: the same text, [DONE], usage on request */
     CHECK(http(s.port, "POST", "/v1/completions",
                "{\"prompt\": \"def fib(n):\", \"max_tokens\": 20, \"temperature\": 0, \"stream\": true, "

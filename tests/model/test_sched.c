@@ -7,7 +7,7 @@
  * pinned block; admission control by KV memory; n > 1 completions sharing
  * the prompt's blocks; logprobs; the logits-processor hook (mask, forced
  * tokens); end-of-generation; the context limit; prefix matching of
- * session-less requests.
+ * session-less requests; cache_salt namespaces.
  */
 #include <math.h>
 #include <pthread.h>
@@ -552,6 +552,50 @@ static void test_misc(const struct dj_model *m, const dj_token *p, size_t np) {
     engine_destroy(e);
 }
 
+/* ---- cache_salt: namespaces that share no KV ---------------------------------- */
+
+/* The same prompt under no salt, salt "a", "a" again, "b", and none again: a salted request
+ * reuses nothing from another namespace (own sequences or pool blocks), reuses its own
+ * namespace's as usual, and every run gives bitwise the tokens and logits of the cold one —
+ * greedy and with seeded sampling. */
+static void test_cache_salt(const struct dj_model *m, const dj_token *p) {
+    for (int sampled = 0; sampled < 2; sampled++) {
+        struct dj_engine *e = mk(m, 0, 0, 1, 0, 0);
+        static struct out o[6];
+        const char *salt[6] = {NULL, "a", "a", "b", NULL, "b"};
+        for (int i = 0; i < 6; i++) {
+            struct dj_request_params rp = req(p, 100, 6, &o[i]);
+            rp.ignore_eos = true;
+            rp.cache_salt = salt[i];
+            if (sampled) {
+                rp.sampling.temp = 0.9f;
+                rp.sampling.seed = 1234;
+            }
+            if (i == 5) rp.n = 2; /* two completions (one record: only its reuse is checked) */
+            CHECK(engine_submit(e, &rp, NULL) == DJ_OK);
+            engine_run_all(e);
+            CHECKF(i == 5 || same(&o[i], &o[0]), "run %d (salt %s, sampled %d) differs from the cold run", i,
+                   salt[i] ? salt[i] : "-", sampled);
+        }
+        const size_t r1 = o[1].r.n_reused_own + o[1].r.n_reused_pool, r2 = o[2].r.n_reused_own + o[2].r.n_reused_pool;
+        const size_t r3 = o[3].r.n_reused_own + o[3].r.n_reused_pool, r4 = o[4].r.n_reused_own + o[4].r.n_reused_pool;
+        const size_t r5 = o[5].r.n_reused_own + o[5].r.n_reused_pool;
+        CHECKF(r1 == 0 && r3 == 0, "a new salt reused %zu / %zu tokens of another namespace", r1, r3);
+        CHECKF(r2 == 99 && r4 == 99 && r5 == 99, "same namespace reused %zu, %zu, %zu of 99", r2, r4, r5);
+        engine_destroy(e);
+    }
+    /* a salt on a named session is refused */
+    struct dj_engine *e = mk(m, 0, 0, 1, 0, 0);
+    struct dj_session *ses = NULL;
+    CHECK(engine_session_create(e, &ses) == DJ_OK);
+    static struct out x;
+    struct dj_request_params rp = req(p, 10, 2, &x);
+    rp.session = ses;
+    rp.cache_salt = "a";
+    CHECK(engine_submit(e, &rp, NULL) == DJ_ERR_INVALID && strstr(dj_last_error(), "cache_salt"));
+    engine_destroy(e);
+}
+
 /* ---- a cap on running requests ----------------------------------------------- */
 
 static int n_live, n_live_max;
@@ -612,6 +656,7 @@ int main(int argc, char **argv) {
     test_processor(m, p, 80);
     test_misc(m, p, np);
     test_running_cap(m, p);
+    test_cache_salt(m, p);
     free(p);
     model_free(m);
     TEST_END();
