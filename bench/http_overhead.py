@@ -65,14 +65,14 @@ def load(port, clients, n_req):
 
 
 def stream_overhead(port, reps, n=128):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    # a connection per request: llama-server closes the connection after a stream
     body = {"prompt": "Once upon a time", "max_tokens": n, "temperature": 0, "ignore_eos": True, "n_predict": n}
     tj, ts = [], []
     for _ in range(reps):
-        tj.append(post(conn, "/v1/completions", body)[0])
-        t, data = post(conn, "/v1/completions", dict(body, stream=True))
-        ts.append(t)
-    conn.close()
+        for stream, acc in ((False, tj), (True, ts)):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            acc.append(post(conn, "/v1/completions", dict(body, stream=stream))[0])
+            conn.close()
     return (statistics.median(ts) - statistics.median(tj)) / n * 1e6, statistics.median(tj) / n * 1e6
 
 
