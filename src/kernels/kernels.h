@@ -86,7 +86,21 @@ struct dj_wtype_kernels {
     dj_matmul_fn matmul;
     dj_dot_fn dot;                   /* == one element of matmul, bitwise */
     dj_dequantize_fn dequantize_row; /* bitwise equal to dj_ref_dequantize_row */
+    /* Repacked weights, for the types whose decode reads faster in a layout of the
+     * table's own (NULL where the table keeps the file's layout).  pack writes the
+     * 16-row groups [g0, g1) of w (n_rows rows of k elements, ws bytes apart; rows past
+     * n_rows repeat the last) to dst + g * 16 * ws, each group 16 * ws bytes: the whole
+     * copy is dj_packed_bytes(n_rows, ws), the same bytes as the rows rounded up to 16.
+     * It is the table's layout: only this table's matmul_packed reads it.
+     * matmul_packed is matmul on that copy (w = its start, w_row_bytes = ws, the
+     * original row's bytes; any [r0, r1) and n_tok): bitwise the same results, so
+     * bitwise dot (tests/kernels check it).  dst 64-byte aligned. */
+    void (*pack)(int64_t k, const void *w, size_t ws, int64_t n_rows, int64_t g0, int64_t g1, void *dst);
+    dj_matmul_fn matmul_packed;
 };
+
+/* Bytes of a packed copy of n_rows rows of ws bytes: whole 16-row groups. */
+static inline size_t dj_packed_bytes(int64_t n_rows, size_t ws) { return (size_t)((n_rows + 15) / 16) * 16 * ws; }
 
 struct dj_kernels {
     const char *name; /* "generic", "avx2", "avx512-vnni" */

@@ -89,7 +89,11 @@ static void mm_task(void *arg, int ith, int nth) {
     while (ith >= j->chunks[i]) ith -= j->chunks[i++];
     const struct dj_weight *w = j->w[i];
     const long r0 = ith * j->chunk_rows, r1 = r0 + j->chunk_rows < (long)w->ne1 ? r0 + j->chunk_rows : (long)w->ne1;
-    j->kern->w[w->type].matmul(w->ne0, w->data, w->row_bytes, j->a, j->a_row, j->y[i], w->ne1, r0, r1, j->n_tok);
+    if (w->packed)
+        j->kern->w[w->type].matmul_packed(w->ne0, w->packed, w->row_bytes, j->a, j->a_row, j->y[i], w->ne1, r0, r1,
+                                          j->n_tok);
+    else
+        j->kern->w[w->type].matmul(w->ne0, w->data, w->row_bytes, j->a, j->a_row, j->y[i], w->ne1, r0, r1, j->n_tok);
     (void)nth;
 }
 
@@ -116,7 +120,8 @@ static void ctx_matmul_n(struct dj_context *c, const struct dj_weight *const *ws
             for (int k = 0; k < n_w; k++) ctx_matmul(c, ws[k], x, n_tok, ys[k]);
             return;
         }
-    for (int i = 0; i < n_w; i++) DJ_ASSERT(c->kern->w[ws[i]->type].matmul != NULL);
+    for (int i = 0; i < n_w; i++)
+        DJ_ASSERT(ws[i]->packed ? c->kern->w[ws[i]->type].matmul_packed != NULL : c->kern->w[ws[i]->type].matmul != NULL);
     DJ_ASSERT(n_tok <= (int64_t)c->p.n_ubatch);
     const int64_t K = ws[0]->ne0;
     const void *a = x;

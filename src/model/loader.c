@@ -21,9 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/ggml_type.h"
 #include "core/status.h"
+#include "core/threadpool.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 
 /* Bounds of the checks below.  A dimension is capped at 2^24 so that every
@@ -335,6 +339,97 @@ static enum dj_status bind_tensors(struct dj_model *m) {
     return DJ_OK;
 }
 
+/* ---- repacked weights -------------------------------------------------------
+ *
+ * Every matrix whose type the kernel table repacks (kernels.h: pack) is copied
+ * into the table's layout at load, on as many threads as the CPU has (at most
+ * 8); matmuls then read the copy — bitwise the same results, decode streams it
+ * without transposing.  The copy costs as much memory as the tensors it
+ * replaces; their pages of the file mapping are then dropped (madvise
+ * DONTNEED, whole pages inside each tensor only; they stay in the page cache,
+ * which the kernel may reclaim), except where a tensor is also read in the
+ * file's layout (tied embeddings).  DJ_REPACK=0 keeps the file's layout
+ * (slower decode, no copy).  A copy that cannot be allocated is skipped, with
+ * a warning: that matrix keeps the file's layout. */
+
+struct pack_share {
+    struct dj_weight *w;
+    int64_t g0, g1;
+};
+struct pack_job {
+    const struct dj_kernels *kt;
+    struct pack_share *sh;
+};
+static void pack_task(void *arg, int i, int n) {
+    const struct pack_job *j = arg;
+    const struct pack_share *s = &j->sh[i];
+    j->kt->w[s->w->type].pack(s->w->ne0, s->w->data, s->w->row_bytes, s->w->ne1, s->g0, s->g1, s->w->packed);
+    (void)n;
+}
+
+static void model_repack(struct dj_model *m) {
+    const char *env = getenv("DJ_REPACK");
+    if (env && !strcmp(env, "0")) return;
+    const struct dj_kernels *kt = dj_kernels();
+    struct dj_weight **ws = malloc(((size_t)m->hp.n_layer * 7 + 1) * sizeof *ws);
+    if (!ws) return; /* the file's layout, as with DJ_REPACK=0 */
+    size_t n_w = 0;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        struct dj_layer *L = &m->layers[il];
+        struct dj_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) ws[n_w++] = lw[i];
+    }
+    ws[n_w++] = &m->output;
+    const int64_t G = 64; /* groups of 16 rows a share */
+    size_t n_sh = 0;
+    for (size_t i = 0; i < n_w; i++) {
+        struct dj_weight *w = ws[i];
+        if (!w->data || !kt->w[w->type].pack) continue;
+        void *p = NULL;
+        if (posix_memalign(&p, 64, dj_packed_bytes(w->ne1, w->row_bytes))) {
+            dj_log(DJ_LOG_WARN, "%s: out of memory for a repacked copy of a %lld x %lld matrix; it keeps the file's "
+                   "layout (slower decode)", gguf_name(m->gguf), (long long)w->ne1, (long long)w->ne0);
+            continue;
+        }
+        w->packed = p;
+        n_sh += (size_t)(((w->ne1 + 15) / 16 + G - 1) / G);
+    }
+    if (!n_sh) {
+        free(ws);
+        return;
+    }
+    struct pack_share *sh = malloc(n_sh * sizeof *sh);
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    struct dj_threadpool *tp = sh ? threadpool_create(nproc < 1 ? 1 : nproc > 8 ? 8 : (int)nproc) : NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n_w; i++) {
+        struct dj_weight *w = ws[i];
+        if (!w->packed) continue;
+        const int64_t ng = (w->ne1 + 15) / 16;
+        for (int64_t g = 0; g < ng; g += G) sh[k++] = (struct pack_share){w, g, g + G < ng ? g + G : ng};
+    }
+    struct pack_job j = {kt, sh};
+    if (tp) threadpool_run_n(tp, pack_task, &j, (int)n_sh);
+    else for (size_t i = 0; sh && i < n_sh; i++) pack_task(&j, (int)i, (int)n_sh);
+    threadpool_destroy(tp);
+    free(sh);
+    if (!sh) { /* no share list: pack each matrix whole */
+        for (size_t i = 0; i < n_w; i++) {
+            struct dj_weight *w = ws[i];
+            if (w->packed) kt->w[w->type].pack(w->ne0, w->data, w->row_bytes, w->ne1, 0, (w->ne1 + 15) / 16, w->packed);
+        }
+    }
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < n_w; i++) {
+        const struct dj_weight *w = ws[i];
+        if (!w->packed || w->data == m->tok_embd.data) continue; /* tied: the embedding reads the file's rows */
+        const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+        const uintptr_t e = ((uintptr_t)w->data + (size_t)w->ne1 * w->row_bytes) & ~(pg - 1);
+        if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
+    }
+    free(ws);
+}
+
 enum dj_status model_load(const char *path, struct dj_model **out) {
     struct dj_model *m = calloc(1, sizeof *m);
     if (!m) return dj_fail(DJ_ERR_NOMEM, "out of memory loading %s", path);
@@ -371,6 +466,7 @@ enum dj_status model_load(const char *path, struct dj_model **out) {
                      vocab_n_tokens(m->vocab), m->hp.n_vocab);
         goto fail;
     }
+    model_repack(m);
     *out = m;
     return DJ_OK;
 fail:
@@ -382,6 +478,12 @@ void model_free(struct dj_model *m) {
     if (!m) return;
     if (m->vocab) dj_vocab_free(m->vocab);
     gguf_close(m->gguf);
+    for (uint32_t il = 0; m->layers && il < m->hp.n_layer; il++) {
+        struct dj_layer *L = &m->layers[il];
+        struct dj_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) free(lw[i]->packed);
+    }
+    free(m->output.packed);
     free(m->layers);
     free(m->rope_freqs_buf);
     free(m);

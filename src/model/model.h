@@ -56,6 +56,9 @@ struct dj_weight {
     int64_t ne0;      /* K: elements per row */
     int64_t ne1;      /* N: rows (output features) */
     size_t row_bytes;
+    /* The kernel table's repacked copy (kernels.h: pack), owned by the model, or NULL:
+     * matmuls read it through the table's matmul_packed — bitwise the same results. */
+    void *packed;
 };
 
 struct dj_layer {

@@ -5,8 +5,15 @@
  * blocks of 1, 7, 16, 64 positions or one block for everything — on every model
  * in ../shared/models and on every weight type: codelm quantized by
  * `deja quantize` to q8_0, q4_0 and q4_k_m (which has Q4_K and Q6_K
- * tensors), and a `deja synth` tiny model in bf16.
+ * tensors), and a `deja synth` tiny model in bf16.  Where the kernel table
+ * repacks a type (kernels.h: pack; q8_0, q4_0, q4_K on AVX-512), the model
+ * loaded as usual holds the repacked copy and its logits equal those of the
+ * same file loaded with DJ_REPACK=0 (the file's layout), in one batch and token
+ * by token.
  */
+#include <stdlib.h>
+
+#include "kernels/kernels.h"
 #include "model/context.h"
 #include "test.h"
 #include "test_run.h"
@@ -84,8 +91,26 @@ int main(int argc, char **argv) {
                    models[mi], cfg[k].ub, cfg[k].th, cfg[k].bs);
             free(o);
         }
-        printf("%s: %zu tokens, %zu batch/thread/KV-block configurations bitwise equal to one batch\n", models[mi], n,
-               n_cfg);
+        /* repacked weights (kernels.h: pack) against the file's layout, decode and prefill */
+        const struct dj_weight *wq = &m->layers[0].wq;
+        CHECKF(!wq->packed == !dj_kernels()->w[wq->type].pack, "%s: %s weights %s", models[mi],
+               dj_type_name(wq->type), wq->packed ? "packed by a table without pack" : "not packed");
+        setenv("DJ_REPACK", "0", 1);
+        struct dj_model *m0 = NULL;
+        CHECKF(model_load(models[mi], &m0) == DJ_OK, "%s", dj_last_error());
+        unsetenv("DJ_REPACK");
+        if (m0 && base) {
+            CHECK(m0->layers[0].wq.packed == NULL);
+            float *o = eval(m0, toks, n, (uint32_t)n, 2, 64), *o1 = eval(m0, toks, n, 1, 1, 64);
+            CHECKF(o && !memcmp(o, base, bytes), "%s: the file's layout (DJ_REPACK=0) differs in one batch", models[mi]);
+            CHECKF(o1 && !memcmp(o1, base, bytes), "%s: the file's layout (DJ_REPACK=0) differs token by token",
+                   models[mi]);
+            free(o);
+            free(o1);
+        }
+        model_free(m0);
+        printf("%s: %zu tokens, %zu batch/thread/KV-block configurations bitwise equal to one batch%s\n", models[mi], n,
+               n_cfg, wq->packed ? ", and to the file's layout (weights repacked)" : "");
         free(base);
         free(toks);
         model_free(m);

@@ -259,13 +259,15 @@ static inline DJ_ALWAYS_INLINE void q16_prep_tok(const int q8, int64_t nb, const
  * that it clears: GCC's intrinsic re-arms the mask with kxnorw k,k,k, which waited on
  * the previous gather on Zen 5 (each gather serialized behind the last: ~30% of the
  * decode loop's samples sat on it).  Here the mask comes from k0 and the destination is
- * zeroed first, so consecutive gathers are independent. */
+ * zeroed first, so consecutive gathers are independent.  The destination is early-clobber:
+ * a gather whose destination is its index register is an invalid instruction (#UD), and
+ * with ws = 0 both are the zero vector, which GCC at -O0 put in one register. */
 static inline __m512i q16_gather(const uint8_t *p, __m512i vidx) {
     __m512i r = _mm512_setzero_si512();
     __mmask16 k;
     __asm__("kxnorw %%k0, %%k0, %[k]\n\t"
             "vpgatherdd (%[p],%[i],1), %[r]%{%[k]%}"
-            : [r] "+v"(r), [k] "=&Yk"(k)
+            : [r] "+&v"(r), [k] "=&Yk"(k)
             : [p] "r"(p), [i] "v"(vidx), "m"(*(const uint8_t(*)[1])p));
     return r;
 }
@@ -316,6 +318,98 @@ static inline DJ_ALWAYS_INLINE void q16_unpack(const int q8, const uint8_t *p, s
     *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(q16_gather(p, vidx)));
 }
 
+/* ---- repacked weights (kernels.h: pack, matmul_packed) --------------------------------
+ *
+ * In the file's layout a decode step spends most of its time transposing: each block of
+ * 16 rows is read 16 bytes a row and permuted into lanes (q16_transpose), the scales come
+ * by a gather, and the 16 interleaved row streams need software prefetching.  pack does
+ * the transposition once, at load: a group of 16 rows becomes the vectors the kernels
+ * compute on, in the order they read them — one sequential stream.  The same vectors go
+ * into the same q16_fma / q4k_fma, so the results are bitwise those of the file's
+ * layout.  A group is as many bytes as its 16 rows (16 * ws):
+ *   - q4_K: super-block b at 16 * 144 * b; its 16-byte chunk o (o = 0: d, dmin and the
+ *     scales; 1..8: the quants) as q16_transpose gives it, 4 vectors at 16 * 16 * o;
+ *   - q4_0 / q8_0: blocks in pairs (the last alone when nb is odd): the pair's quants
+ *     (q4_0: bytes 2..17 transposed, 4 vectors a block, nibbles not yet split; q8_0:
+ *     bytes 2..17 then 18..33, 8 vectors, already ^ 0x80), then each block's 16 f16
+ *     scales (32 bytes).  A pair is 576 (1088) bytes, a multiple of 64, so every vector
+ *     load is aligned in a 64-byte-aligned copy when a row has an even number of blocks
+ *     (every real model; the loads are unaligned ones, which cost nothing extra on
+ *     aligned data, so an odd number still works). */
+
+/* src[i]: row i of a group; the 16 bytes at offset o of each as 4 vectors (vector j
+ * lane i = row i's bytes o + 4j .. o + 4j + 3), each byte ^ x. */
+static void q16_pack_chunk(const uint8_t *const src[16], size_t o, uint8_t x, uint8_t *dst) {
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 16; i++)
+            for (int e = 0; e < 4; e++) dst[64 * j + 4 * i + e] = (uint8_t)(src[i][o + 4 * (size_t)j + (size_t)e] ^ x);
+}
+/* The 16 source rows of group g: rows past n_rows repeat the last. */
+static void q16_pack_src(const uint8_t *w, size_t ws, int64_t n_rows, int64_t g, const uint8_t *src[16]) {
+    for (int64_t i = 0; i < 16; i++) {
+        const int64_t r = 16 * g + i;
+        src[i] = w + (size_t)(r < n_rows ? r : n_rows - 1) * ws;
+    }
+}
+static inline size_t q16_wbs(const int q8) { return q8 ? sizeof(struct dj_block_q8_0) : sizeof(struct dj_block_q4_0); }
+static inline size_t q16p_qbytes(const int q8) { return q8 ? 512 : 256; } /* a block's quants, 16 rows */
+static inline const uint8_t *q16p_q(const int q8, const uint8_t *g, int64_t b) {
+    return g + (size_t)(b / 2) * 2 * 16 * q16_wbs(q8) + (size_t)(b % 2) * q16p_qbytes(q8);
+}
+static inline const uint8_t *q16p_d(const int q8, const uint8_t *g, int64_t b, int64_t nb) {
+    const size_t nq = (b | 1) < nb ? 2 : 1; /* blocks in b's pair */
+    return g + (size_t)(b / 2) * 2 * 16 * q16_wbs(q8) + nq * q16p_qbytes(q8) + (size_t)(b % 2) * 32;
+}
+static void q16_pack(const int q8, int64_t k, const void *wv, size_t ws, int64_t n_rows, int64_t g0, int64_t g1,
+                     void *dst) {
+    const int64_t nb = k / 32;
+    const size_t bs = q16_wbs(q8);
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *src[16];
+        q16_pack_src(wv, ws, n_rows, g, src);
+        uint8_t *G = (uint8_t *)dst + (size_t)g * 16 * ws;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *q = G + (q16p_q(q8, G, b) - G), *d = G + (q16p_d(q8, G, b, nb) - G);
+            q16_pack_chunk(src, (size_t)b * bs + 2, q8 ? 0x80 : 0, q);
+            if (q8) q16_pack_chunk(src, (size_t)b * bs + 18, 0x80, q + 256);
+            for (int i = 0; i < 16; i++) memcpy(d + 2 * i, src[i] + (size_t)b * bs, 2);
+        }
+    }
+}
+static void q4_0_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64_t g0, int64_t g1, void *dst) {
+    q16_pack(0, k, w, ws, n_rows, g0, g1, dst);
+}
+static void q8_0_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64_t g0, int64_t g1, void *dst) {
+    q16_pack(1, k, w, ws, n_rows, g0, g1, dst);
+}
+
+/* q16_unpack from a packed group g (block b of nb). */
+static inline DJ_ALWAYS_INLINE void q16p_unpack(const int q8, const uint8_t *g, int64_t b, int64_t nb, __m512i q[8],
+                                                __m512 *d) {
+    const __m512i *v = (const __m512i *)q16p_q(q8, g, b);
+    if (q8) {
+        DJ_UNROLL for (int j = 0; j < 8; j++) q[j] = _mm512_loadu_si512(v + j);
+    } else {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        DJ_UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i x = _mm512_loadu_si512(v + j);
+            q[j] = _mm512_and_si512(x, m4);
+            q[4 + j] = _mm512_and_si512(_mm512_srli_epi32(x, 4), m4);
+        }
+    }
+    *d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q16p_d(q8, g, b, nb)));
+}
+
+/* The 16-row group serving rows r.. of [.., r1) in a packed copy w (groups 16 * ws
+ * apart): *g0 its first row, *m the lanes of [r, r1) in it. */
+static inline const uint8_t *q16p_group(const uint8_t *w, size_t ws, int64_t r, int64_t r1, int64_t *g0,
+                                        __mmask16 *m) {
+    *g0 = r & ~(int64_t)15;
+    const int64_t hi = r1 - *g0 < 16 ? r1 - *g0 : 16;
+    *m = (__mmask16)(((1u << hi) - 1) & (0xFFFFu << (r - *g0)));
+    return w + (size_t)*g0 * ws;
+}
+
 /* acc + one block's term for 16 rows and one token (ab: its q8_0 block): the float
  * operations of every pair, on every path. */
 static inline DJ_ALWAYS_INLINE __m512 q16_fma(const __m512i q[8], __m512 dw, const uint8_t *ab, struct q16_tok t,
@@ -334,13 +428,12 @@ static inline __m512i q16_vidx(size_t ws) {
                               _mm512_set1_epi32((int)ws));
 }
 
-static inline size_t q16_wbs(const int q8) { return q8 ? sizeof(struct dj_block_q8_0) : sizeof(struct dj_block_q4_0); }
 
 /* Decode: 16 rows from w (ws apart) x NT tokens (a, as apart; tp: their q16_tok rows,
  * nb apart) on the raw blocks; lanes in m stored to c[j * ldc + i].  prep (a constant):
  * tp is NULL and each token block's q16_tok is made as it is used (the dot, which has no
  * scratch to hold tp): the same values, so the same bits. */
-static inline DJ_ALWAYS_INLINE void q16_gemv_body(const int q8, const int NT, const int prep, int64_t nb,
+static inline DJ_ALWAYS_INLINE void q16_gemv_body(const int q8, const int pk, const int NT, const int prep, int64_t nb,
                                                   const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
                                                   const struct q16_tok *tp, float *c, int64_t ldc, __mmask16 m,
                                                   const uint8_t *pf) {
@@ -360,7 +453,8 @@ static inline DJ_ALWAYS_INLINE void q16_gemv_body(const int q8, const int NT, co
             const uint8_t *pb = pf + (size_t)b * pstep;
             DJ_UNROLL for (int l = 0; l < plines; l++) _mm_prefetch((const char *)(pb + 64 * l), _MM_HINT_T0);
         }
-        q16_unpack(q8, w + (size_t)b * q16_wbs(q8), ws, vidx, q, &dw);
+        if (pk) q16p_unpack(q8, w, b, nb, q, &dw); /* w: the packed group */
+        else q16_unpack(q8, w + (size_t)b * q16_wbs(q8), ws, vidx, q, &dw);
         DJ_UNROLL for (int j = 0; j < NT; j++) {
             const uint8_t *ab = a + (size_t)j * as + (size_t)b * sizeof(struct dj_block_q8_0);
             struct q16_tok tk;
@@ -373,13 +467,14 @@ static inline DJ_ALWAYS_INLINE void q16_gemv_body(const int q8, const int NT, co
 }
 typedef void (*q16_gemv_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
                             const struct q16_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf);
-#define Q16_GEMV(T, Q8, N)                                                                              \
+#define Q16_GEMV(T, Q8, PK, N)                                                                          \
     static void T##_gemv16_##N(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,      \
                                const struct q16_tok *tp, float *c, int64_t ldc, __mmask16 m,              \
                                const uint8_t *pf) {                                                       \
-        q16_gemv_body(Q8, N, 0, nb, w, ws, a, as, tp, c, ldc, m, pf);                                     \
+        q16_gemv_body(Q8, PK, N, 0, nb, w, ws, a, as, tp, c, ldc, m, pf);                                 \
     }
-Q16_GEMV(q4_0, 0, 1) Q16_GEMV(q4_0, 0, 2) Q16_GEMV(q8_0, 1, 1) Q16_GEMV(q8_0, 1, 2)
+Q16_GEMV(q4_0, 0, 0, 1) Q16_GEMV(q4_0, 0, 0, 2) Q16_GEMV(q8_0, 1, 0, 1) Q16_GEMV(q8_0, 1, 0, 2)
+Q16_GEMV(q4_0p, 0, 1, 1) Q16_GEMV(q4_0p, 0, 1, 2) Q16_GEMV(q8_0p, 1, 1, 1) Q16_GEMV(q8_0p, 1, 1, 2)
 
 /* Prefill: a slab of nbs blocks of 16 rows, transposed once per call (q16_wblk) and
  * used by all the tokens of a chunk, NT at a time; a (the tokens' block at the slab's
@@ -476,13 +571,31 @@ static inline const uint8_t *q16_group(const uint8_t *w, size_t ws, int64_t r, i
 static float q4_0_dot(int64_t k, const void *w, const void *a);
 static float q8_0_dot(int64_t k, const void *w, const void *a);
 
-static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const void *wv, size_t ws, const void *av,
-                                               size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
-                                               int64_t n_tok) {
+/* matmul_packed with no scratch: group by group, token by token, each token's blocks
+ * prepared as they are used (as the dot does): the same q16_fma chains, so the same bits. */
+static __attribute__((noinline)) void q16p_matmul_noscratch(const int q8, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
+                                              size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
+                                              int64_t n_tok) {
+    for (int64_t r = r0; r < r1;) {
+        int64_t g0;
+        __mmask16 m;
+        const uint8_t *wg = q16p_group(w, ws, r, r1, &g0, &m);
+        r = g0 + 16;
+        for (int64_t t = 0; t < n_tok; t++) {
+            if (q8) q16_gemv_body(1, 1, 1, 1, nb, wg, ws, a + (size_t)t * as, 0, NULL, c + t * ldc + g0, 0, m, NULL);
+            else q16_gemv_body(0, 1, 1, 1, nb, wg, ws, a + (size_t)t * as, 0, NULL, c + t * ldc + g0, 0, m, NULL);
+        }
+    }
+}
+
+static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, const int pk, int64_t k, const void *wv, size_t ws,
+                                               const void *av, size_t as, float *c, int64_t ldc, int64_t r0,
+                                               int64_t r1, int64_t n_tok) {
     const uint8_t *w = wv, *a = av;
     const int64_t nb = k / 32;
     const size_t wbs = q16_wbs(q8), abs_ = sizeof(struct dj_block_q8_0);
-    const q16_gemv_fn gemv1 = q8 ? q8_0_gemv16_1 : q4_0_gemv16_1, gemv2 = q8 ? q8_0_gemv16_2 : q4_0_gemv16_2;
+    const q16_gemv_fn gemv1 = pk ? (q8 ? q8_0p_gemv16_1 : q4_0p_gemv16_1) : (q8 ? q8_0_gemv16_1 : q4_0_gemv16_1);
+    const q16_gemv_fn gemv2 = pk ? (q8 ? q8_0p_gemv16_2 : q4_0p_gemv16_2) : (q8 ? q8_0_gemv16_2 : q4_0_gemv16_2);
     DJ_ASSERT(ws <= (size_t)INT32_MAX / 16); /* gather offsets */
     const int gemv = n_tok <= DJ_SMALL_BATCH;
     const int64_t tok_chunk = gemv ? n_tok : q16_tok_chunk(as, n_tok);
@@ -491,7 +604,8 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const vo
     const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q16_tok);
     uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + 16 * ws);
     if (!scr) { /* out of memory: the same bits, element by element */
-        dj_matmul_by_dot(q8 ? q8_0_dot : q4_0_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        if (pk) q16p_matmul_noscratch(q8, nb, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        else dj_matmul_by_dot(q8 ? q8_0_dot : q4_0_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
         return;
     }
     struct q16_wblk *wp = (struct q16_wblk *)scr;
@@ -503,13 +617,16 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const vo
         const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
         const uint8_t *at = a + (size_t)t0 * as;
         for (int64_t t = 0; t < nt_c; t++) q16_prep_tok(q8, nb, at + (size_t)t * as, tp + t * nb);
-        for (int64_t r = r0; r < r1; r += 16) {
+        for (int64_t r = r0; r < r1;) {
             int64_t g0;
             __mmask16 m;
-            const uint8_t *wg = q16_group(w, ws, r, r1, rows, &g0, &m);
+            const uint8_t *wg = pk ? q16p_group(w, ws, r, r1, &g0, &m) : q16_group(w, ws, r, r1, rows, &g0, &m);
+            const int more = r + 16 < r1, next_full = r + 32 <= r1; /* (file's layout) another group follows */
+            r = pk ? g0 + 16 : r + 16;
             float *cg = c + t0 * ldc + g0;
             if (gemv) {
-                const uint8_t *pf = r + 16 < r1 ? wg + 16 * ws : NULL;
+                /* packed: one sequential stream, which the hardware prefetchers follow */
+                const uint8_t *pf = !pk && more ? wg + 16 * ws : NULL;
                 (nt_c == 1 ? gemv1 : gemv2)(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
                 continue;
             }
@@ -517,10 +634,14 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const vo
                 const int64_t s1 = nb - s0 < Q16_SLAB ? nb : s0 + Q16_SLAB;
                 /* the next slab in this order (of this group, else the first of the next
                  * group): 16 interleaved row streams defeat the hardware prefetchers */
-                if (s1 < nb) q16_prefetch_slab(wg, ws, wbs, s1, nb - s1 < Q16_SLAB ? nb : s1 + Q16_SLAB);
-                else if (r + 32 <= r1) q16_prefetch_slab(wg + 16 * ws, ws, wbs, 0, nb < Q16_SLAB ? nb : Q16_SLAB);
-                for (int64_t b = s0; b < s1; b++)
-                    q16_unpack(q8, wg + (size_t)b * wbs, ws, vidx, wp[b - s0].q, &wp[b - s0].d);
+                if (pk) {
+                    for (int64_t b = s0; b < s1; b++) q16p_unpack(q8, wg, b, nb, wp[b - s0].q, &wp[b - s0].d);
+                } else {
+                    if (s1 < nb) q16_prefetch_slab(wg, ws, wbs, s1, nb - s1 < Q16_SLAB ? nb : s1 + Q16_SLAB);
+                    else if (next_full) q16_prefetch_slab(wg + 16 * ws, ws, wbs, 0, nb < Q16_SLAB ? nb : Q16_SLAB);
+                    for (int64_t b = s0; b < s1; b++)
+                        q16_unpack(q8, wg + (size_t)b * wbs, ws, vidx, wp[b - s0].q, &wp[b - s0].d);
+                }
                 for (int64_t t = 0; t < nt_c; t += Q16_NT) {
                     const int nt = (int)(nt_c - t < Q16_NT ? nt_c - t : Q16_NT);
                     q16_gemm_tab[nt - 1](s1 - s0, s0 == 0, s1 == nb, wp, at + (size_t)t * as + (size_t)s0 * abs_, as,
@@ -532,11 +653,19 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, int64_t k, const vo
 }
 static void q4_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                         int64_t r0, int64_t r1, int64_t n_tok) {
-    q16_matmul(0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+    q16_matmul(0, 0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
+static void q4_0_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok) {
+    q16_matmul(0, 1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 static void q8_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                         int64_t r0, int64_t r1, int64_t n_tok) {
-    q16_matmul(1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+    q16_matmul(1, 0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
+static void q8_0_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok) {
+    q16_matmul(1, 1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 
 /* The pair's q16_fma chain with the row in all 16 lanes; lane 0 stored.  No scratch:
@@ -544,12 +673,12 @@ static void q8_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size
  * is also the out-of-memory path of q16_matmul. */
 static float q4_0_dot(int64_t k, const void *w, const void *a) {
     float c = 0;
-    q16_gemv_body(0, 1, 1, k / 32, w, 0, a, 0, NULL, &c, 0, 1, NULL);
+    q16_gemv_body(0, 0, 1, 1, k / 32, w, 0, a, 0, NULL, &c, 0, 1, NULL);
     return c;
 }
 static float q8_0_dot(int64_t k, const void *w, const void *a) {
     float c = 0;
-    q16_gemv_body(1, 1, 1, k / 32, w, 0, a, 0, NULL, &c, 0, 1, NULL);
+    q16_gemv_body(1, 0, 1, 1, k / 32, w, 0, a, 0, NULL, &c, 0, 1, NULL);
     return c;
 }
 
@@ -621,23 +750,46 @@ static inline DJ_ALWAYS_INLINE void q4k_scales(const __m512i pj[4], __m512i sc[8
     }
 }
 
-/* One super-block of 16 rows (row i at p + i * ws; ws = 0: one row in every lane):
- * q[s][j] lane i = row i's elements 4j..4j+3 of sub-block s as bytes, sc[s] its scale
- * (int32), m[t] its mins of s = 2t, 2t + 1 (words), d and dmin as floats. */
-static inline DJ_ALWAYS_INLINE void q4k_unpack(const uint8_t *p, size_t ws, struct q4k_wblk *o) {
+/* The 16 bytes at offset o (a multiple of 16) of a block of 16 rows, transposed: from
+ * the file's layout (p the block in row 0, rows ws apart), or packed (pk: p the block's
+ * 16 * bs bytes in the group; the chunk is 4 vectors at 16 * o). */
+static inline DJ_ALWAYS_INLINE void q16_chunk(const int pk, const uint8_t *p, size_t ws, size_t o, __m512i pj[4]) {
+    if (pk) {
+        DJ_UNROLL for (int j = 0; j < 4; j++) pj[j] = _mm512_loadu_si512((const __m512i *)(p + 16 * o) + j);
+    } else {
+        q16_transpose(p + o, ws, pj);
+    }
+}
+
+static void q4_K_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64_t g0, int64_t g1, void *dst) {
+    const size_t bs = sizeof(struct dj_block_q4_K);
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *src[16];
+        q16_pack_src(w, ws, n_rows, g, src);
+        uint8_t *G = (uint8_t *)dst + (size_t)g * 16 * ws;
+        for (int64_t b = 0; b < k / DJ_QK_K; b++)
+            for (size_t o = 0; o < bs; o += 16) q16_pack_chunk(src, (size_t)b * bs + o, 0, G + (size_t)b * 16 * bs + 16 * o);
+    }
+}
+
+/* One super-block of 16 rows (row i at p + i * ws; ws = 0: one row in every lane; pk:
+ * packed, see q16_chunk): q[s][j] lane i = row i's elements 4j..4j+3 of sub-block s as
+ * bytes, sc[s] its scale (int32), m[t] its mins of s = 2t, 2t + 1 (words), d and dmin
+ * as floats. */
+static inline DJ_ALWAYS_INLINE void q4k_unpack(const int pk, const uint8_t *p, size_t ws, struct q4k_wblk *o) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i pj[4];
     DJ_UNROLL for (int ch = 0; ch < 4; ch++) {
         DJ_UNROLL for (int h = 0; h < 2; h++) {
             /* qs byte 32ch + e: low nibble element e of sub-block 2ch, high nibble of 2ch + 1 */
-            q16_transpose(p + offsetof(struct dj_block_q4_K, qs) + 32 * ch + 16 * h, ws, pj);
+            q16_chunk(pk, p, ws, offsetof(struct dj_block_q4_K, qs) + 32 * ch + 16 * h, pj);
             DJ_UNROLL for (int j = 0; j < 4; j++) {
                 o->q[2 * ch][4 * h + j] = _mm512_and_si512(pj[j], m4);
                 o->q[2 * ch + 1][4 * h + j] = _mm512_and_si512(_mm512_srli_epi32(pj[j], 4), m4);
             }
         }
     }
-    q16_transpose(p, ws, pj);
+    q16_chunk(pk, p, ws, 0, pj);
     q4k_scales(pj, o->sc, o->m, &o->d, &o->dmin);
 }
 
@@ -657,7 +809,7 @@ static inline DJ_ALWAYS_INLINE __m512 q4k_fma(__m512i isum, const __m512i m[4], 
  * next group, prefetched at the pace this one is read (2304 bytes a super-block).  prep (a
  * constant): tp is NULL and each token super-block's q4k_tok is made as it is used (the
  * dot, which has no scratch for tp): the same values, so the same bits. */
-static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, int64_t nb, const uint8_t *w,
+static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, const int pk, int64_t nb, const uint8_t *w,
                                                   size_t ws, const uint8_t *a, size_t as, const struct q4k_tok *tp,
                                                   float *c, int64_t ldc, __mmask16 msk, const uint8_t *pf) {
     const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
@@ -666,10 +818,10 @@ static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, 
     __m512 acc[2];
     DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *p = w + (size_t)b * wbs, *ab = a + (size_t)b * abs_ + qso;
+        const uint8_t *p = w + (size_t)b * wbs * (pk ? 16 : 1), *ab = a + (size_t)b * abs_ + qso;
         __m512i pj[4], sc[8], m[4], isum[2];
         __m512 d, dmin;
-        q16_transpose(p, ws, pj);
+        q16_chunk(pk, p, ws, 0, pj);
         q4k_scales(pj, sc, m, &d, &dmin);
         DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
         DJ_UNROLL for (int ch = 0; ch < 4; ch++) {
@@ -680,7 +832,7 @@ static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, 
                     const uint8_t *pb = pf + (size_t)b * pstep + (size_t)(2 * ch + h) * (pstep / 8);
                     DJ_UNROLL for (int l = 0; l < 5; l++) _mm_prefetch((const char *)(pb + 64 * l), _MM_HINT_T0);
                 }
-                q16_transpose(p + offsetof(struct dj_block_q4_K, qs) + 32 * ch + 16 * h, ws, pj);
+                q16_chunk(pk, p, ws, offsetof(struct dj_block_q4_K, qs) + 32 * ch + 16 * h, pj);
                 DJ_UNROLL for (int j = 0; j < 4; j++) {
                     const __m512i lo = _mm512_and_si512(pj[j], m4), hi = _mm512_and_si512(_mm512_srli_epi32(pj[j], 4), m4);
                     DJ_UNROLL for (int t = 0; t < NT; t++) {
@@ -703,14 +855,14 @@ static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, 
     }
     DJ_UNROLL for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(c + t * ldc, msk, acc[t]);
 }
-static void q4k_gemv_1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                       const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {
-    q4k_gemv_body(1, 0, nb, w, ws, a, as, tp, c, ldc, m, pf);
-}
-static void q4k_gemv_2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                       const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {
-    q4k_gemv_body(2, 0, nb, w, ws, a, as, tp, c, ldc, m, pf);
-}
+typedef void (*q4k_gemv_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                            const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf);
+#define Q4K_GEMV(NAME, PK, N)                                                                             \
+    static void NAME(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,                 \
+                     const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {    \
+        q4k_gemv_body(N, 0, PK, nb, w, ws, a, as, tp, c, ldc, m, pf);                                      \
+    }
+Q4K_GEMV(q4k_gemv_1, 0, 1) Q4K_GEMV(q4k_gemv_2, 0, 2) Q4K_GEMV(q4kp_gemv_1, 1, 1) Q4K_GEMV(q4kp_gemv_2, 1, 2)
 
 /* NT tokens (a: their q8_K block at the slab's start, as apart; tp: q4k_tok, tps apart)
  * over nbs super-blocks of a slab; accumulators from/to accb between slabs (exact), the
@@ -761,8 +913,24 @@ static const q4k_gemm_fn q4k_gemm_tab[Q16_NT] = {q4k_gemm_1, q4k_gemm_2, q4k_gem
                                                  q4k_gemm_5, q4k_gemm_6, q4k_gemm_7, q4k_gemm_8};
 
 static float q4_K_dot(int64_t k, const void *w, const void *a);
-static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
-                        int64_t r0, int64_t r1, int64_t n_tok) {
+
+/* q4_K matmul_packed with no scratch (see q16p_matmul_noscratch). */
+static __attribute__((noinline)) void q4kp_matmul_noscratch(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
+                                                             size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
+                                                             int64_t n_tok) {
+    for (int64_t r = r0; r < r1;) {
+        int64_t g0;
+        __mmask16 m;
+        const uint8_t *wg = q16p_group(w, ws, r, r1, &g0, &m);
+        r = g0 + 16;
+        for (int64_t t = 0; t < n_tok; t++)
+            q4k_gemv_body(1, 1, 1, nb, wg, ws, a + (size_t)t * as, 0, NULL, c + t * ldc + g0, 0, m, NULL);
+    }
+}
+
+static inline DJ_ALWAYS_INLINE void q4k_matmul(const int pk, int64_t k, const void *wv, size_t ws, const void *av,
+                                               size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
+                                               int64_t n_tok) {
     const uint8_t *w = wv, *a = av;
     const int64_t nb = k / DJ_QK_K;
     const size_t wbs = sizeof(struct dj_block_q4_K), abs_ = sizeof(struct dj_block_q8_K);
@@ -771,7 +939,8 @@ static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
     const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q4k_tok);
     uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + 16 * ws);
     if (!scr) { /* out of memory: the same bits, element by element */
-        dj_matmul_by_dot(q4_K_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        if (pk) q4kp_matmul_noscratch(nb, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        else dj_matmul_by_dot(q4_K_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
         return;
     }
     struct q4k_wblk *wp = (struct q4k_wblk *)scr;
@@ -782,21 +951,28 @@ static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
         const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
         const uint8_t *at = a + (size_t)t0 * as;
         for (int64_t t = 0; t < nt_c; t++) q4k_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
-        for (int64_t r = r0; r < r1; r += 16) {
+        for (int64_t r = r0; r < r1;) {
             int64_t g0;
             __mmask16 m;
-            const uint8_t *wg = q16_group(w, ws, r, r1, rows, &g0, &m);
+            const uint8_t *wg = pk ? q16p_group(w, ws, r, r1, &g0, &m) : q16_group(w, ws, r, r1, rows, &g0, &m);
+            const int more = r + 16 < r1, next_full = r + 32 <= r1; /* (file's layout) another group follows */
+            r = pk ? g0 + 16 : r + 16;
             float *cg = c + t0 * ldc + g0;
             if (n_tok <= DJ_SMALL_BATCH) {
-                const uint8_t *pf = r + 16 < r1 ? wg + 16 * ws : NULL;
-                (nt_c == 1 ? q4k_gemv_1 : q4k_gemv_2)(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
+                const uint8_t *pf = !pk && more ? wg + 16 * ws : NULL;
+                const q4k_gemv_fn gv = pk ? (nt_c == 1 ? q4kp_gemv_1 : q4kp_gemv_2) : (nt_c == 1 ? q4k_gemv_1 : q4k_gemv_2);
+                gv(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
                 continue;
             }
             for (int64_t s0 = 0; s0 < nb; s0 += Q4K_SLAB) {
                 const int64_t s1 = nb - s0 < Q4K_SLAB ? nb : s0 + Q4K_SLAB;
                 for (int64_t b = s0; b < s1; b++) {
-                    q16_prefetch_ahead(wg, ws, wbs, b + Q4K_SLAB, nb, r + 32 <= r1);
-                    q4k_unpack(wg + (size_t)b * wbs, ws, &wp[b - s0]);
+                    if (pk) {
+                        q4k_unpack(1, wg + (size_t)b * 16 * wbs, ws, &wp[b - s0]);
+                    } else {
+                        q16_prefetch_ahead(wg, ws, wbs, b + Q4K_SLAB, nb, next_full);
+                        q4k_unpack(0, wg + (size_t)b * wbs, ws, &wp[b - s0]);
+                    }
                 }
                 for (int64_t t = 0; t < nt_c; t += Q16_NT) {
                     const int nt = (int)(nt_c - t < Q16_NT ? nt_c - t : Q16_NT);
@@ -807,12 +983,20 @@ static void q4_K_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
         }
     }
 }
+static void q4_K_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    q4k_matmul(0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
+static void q4_K_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok) {
+    q4k_matmul(1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
 /* The pair's chain with the row in all 16 lanes; lane 0 stored.  No scratch: the token's
  * super-blocks are prepared as they are used (q4k_gemv_body's prep), so the dot is also
  * the out-of-memory path of q4_K_matmul. */
 static float q4_K_dot(int64_t k, const void *w, const void *a) {
     float c = 0;
-    q4k_gemv_body(1, 1, k / DJ_QK_K, w, 0, a, 0, NULL, &c, 0, 1, NULL);
+    q4k_gemv_body(1, 1, 0, k / DJ_QK_K, w, 0, a, 0, NULL, &c, 0, 1, NULL);
     return c;
 }
 
@@ -1317,6 +1501,16 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     DJ_KERNELS_SET_MATMUL_DOT(k);
     k->w[DJ_TYPE_F16].dequantize_row = dequant_f16;
     k->w[DJ_TYPE_Q8_0].dequantize_row = dequant_q8_0;
+    for (int t = 0; t < DJ_TYPE_COUNT; t++) { /* the layouts are this table's: none inherited */
+        k->w[t].pack = NULL;
+        k->w[t].matmul_packed = NULL;
+    }
+    k->w[DJ_TYPE_Q4_0].pack = q4_0_pack;
+    k->w[DJ_TYPE_Q4_0].matmul_packed = q4_0_matmul_packed;
+    k->w[DJ_TYPE_Q8_0].pack = q8_0_pack;
+    k->w[DJ_TYPE_Q8_0].matmul_packed = q8_0_matmul_packed;
+    k->w[DJ_TYPE_Q4_K].pack = q4_K_pack;
+    k->w[DJ_TYPE_Q4_K].matmul_packed = q4_K_matmul_packed;
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
     k->attn_scores = attn_scores_avx512;

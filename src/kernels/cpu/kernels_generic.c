@@ -334,8 +334,8 @@ void dj_kernels_init_generic(struct dj_kernels *k) {
     k->isa = DJ_ISA_GENERIC;
     for (int t = 0; t < DJ_TYPE_COUNT; t++) k->w[t].act_type = -1;
 #define SET(T, name)                                                                          \
-    k->w[T] = (struct dj_wtype_kernels){dj_kernels_act_type(T), matmul_##name, dot_##name,    \
-                                        dequant_##name}
+    k->w[T] = (struct dj_wtype_kernels){.act_type = dj_kernels_act_type(T), .matmul = matmul_##name, \
+                                        .dot = dot_##name, .dequantize_row = dequant_##name}
     SET(DJ_TYPE_F32, f32);
     SET(DJ_TYPE_F16, f16);
     SET(DJ_TYPE_BF16, bf16);
