@@ -4,7 +4,7 @@
  * are comparable on a noisy shared machine.
  *
  *   bench_kernels [--rows N] [--k K] [--tok T] [--types q4_0,q8_0,...] [--isa generic,avx2,avx512]
- *                 [--sec S] [--hot]
+ *                 [--sec S] [--hot] [--small 2,4,8,16]
  *
  * Decode (GEMV, n_tok = 1): the weights are cycled through copies totalling
  * >= 256 MiB, so they come from DRAM as in a real decode step; reported as
@@ -15,6 +15,11 @@
  * Activation quantization is not included (it is O(k) per token, measured
  * separately on the last line).  --hot decodes from a single copy instead (in
  * cache if it fits: the kernel's compute speed without the memory system).
+ * A table that repacks the type (kernels.h: pack) gets a second line, "+pack":
+ * the same measurements on the packed copies through matmul_packed.
+ * --small M,...: also small batches from DRAM (n_tok = M, the weights cycled
+ * as for decode: batched decode and draft verification), as weight GB/s and
+ * token-rows/s (M x rows a second, in Gw/s x M).
  */
 #include <math.h>
 #include <stdio.h>
@@ -82,14 +87,26 @@ static double read_bandwidth(void) {
     return best;
 }
 
-struct result {
-    double gemv_s, gemm_s;
-};
+/* Seconds a call of mm over the cycled copies with n_tok tokens. */
+static double time_cycled(dj_matmul_fn mm, int64_t k, const uint8_t *w, size_t wbytes, size_t wrb, int n_copies,
+                          const uint8_t *a, size_t arb, float *c, int64_t n_rows, int64_t n_tok, double sec) {
+    int reps = 0;
+    const double t0 = now();
+    double t1;
+    do {
+        mm(k, w + wbytes * (size_t)(reps % n_copies), wrb, a, arb, c, n_rows, 0, n_rows, n_tok);
+        reps++;
+        t1 = now();
+    } while (t1 - t0 < sec || reps < 3);
+    return (t1 - t0) / reps;
+}
 
 int main(int argc, char **argv) {
     int64_t n_rows = 2048, k = 8192, n_tok = 512;
     double sec = 1.0;
     int hot = 0; /* --hot: decode from one copy of the weights (cache-resident if it fits) */
+    int64_t small[8];
+    int n_small = 0;
     const char *types_arg = "f32,f16,bf16,q8_0,q4_0,q4_K,q6_K", *isa_arg = "generic,avx2,avx512";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rows") && i + 1 < argc) n_rows = atoll(argv[++i]);
@@ -99,8 +116,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa_arg = argv[++i];
         else if (!strcmp(argv[i], "--sec") && i + 1 < argc) sec = atof(argv[++i]);
         else if (!strcmp(argv[i], "--hot")) hot = 1;
-        else {
-            fprintf(stderr, "usage: %s [--rows N] [--k K] [--tok T] [--types a,b] [--isa generic,avx2,avx512] [--sec S] [--hot]\n", argv[0]);
+        else if (!strcmp(argv[i], "--small") && i + 1 < argc) {
+            for (char *save = NULL, *t = strtok_r(argv[++i], ",", &save); t && n_small < 8; t = strtok_r(NULL, ",", &save))
+                if (atoll(t) >= 1) small[n_small++] = atoll(t);
+        } else {
+            fprintf(stderr, "usage: %s [--rows N] [--k K] [--tok T] [--types a,b] [--isa generic,avx2,avx512] [--sec S] [--hot] [--small 2,4,8]\n", argv[0]);
             return 2;
         }
     }
@@ -114,7 +134,13 @@ int main(int argc, char **argv) {
 
     float *x = malloc(sizeof(float) * (size_t)(k * n_tok));
     for (int64_t i = 0; i < k * n_tok; i++) x[i] = frnd();
-    float *c = malloc(sizeof(float) * (size_t)(n_tok * n_rows));
+    int64_t max_tok = n_tok;
+    for (int i = 0; i < n_small; i++) max_tok = small[i] > max_tok ? small[i] : max_tok;
+    float *c = malloc(sizeof(float) * (size_t)(max_tok * n_rows));
+    if (max_tok > n_tok) {
+        x = realloc(x, sizeof(float) * (size_t)(k * max_tok));
+        for (int64_t i = 0; i < k * max_tok; i++) x[i] = frnd();
+    }
     char tbuf[256];
     snprintf(tbuf, sizeof tbuf, "%s", types_arg);
     for (char *save = NULL, *tn = strtok_r(tbuf, ",", &save); tn; tn = strtok_r(NULL, ",", &save)) {
@@ -131,7 +157,7 @@ int main(int argc, char **argv) {
         fill_weights((uint32_t)wtype, w, wrb, n_rows, k);
         for (int cp = 1; cp < n_copies; cp++) memcpy(w + wbytes * (size_t)cp, w, wbytes);
         const size_t arb = dj_kernels_act_row_bytes(at, k);
-        uint8_t *a = malloc(arb * (size_t)n_tok);
+        uint8_t *a = malloc(arb * (size_t)max_tok);
         double gemm_generic = 0;
         char ibuf[64];
         snprintf(ibuf, sizeof ibuf, "%s", isa_arg);
@@ -141,25 +167,28 @@ int main(int argc, char **argv) {
                 if (!strcmp(in, dj_isa_name((enum dj_isa)i))) isa = (enum dj_isa)i;
             const struct dj_kernels *kt = isa < DJ_ISA_COUNT ? dj_kernels_for_isa(isa) : NULL;
             if (!kt) continue;
-            for (int64_t t = 0; t < n_tok; t++) kt->quantize_act[at](x + t * k, a + (size_t)t * arb, k);
-            const dj_matmul_fn mm = kt->w[wtype].matmul;
+            for (int64_t t = 0; t < max_tok; t++) kt->quantize_act[at](x + t * k, a + (size_t)t * arb, k);
+          for (int pk = 0; pk < 2; pk++) {
+            const uint8_t *w_ = w;
+            uint8_t *packed = NULL;
+            if (pk) { /* the table's packed copies (same bytes a copy) */
+                if (!kt->w[wtype].pack || posix_memalign((void **)&packed, 64, wbytes * (size_t)n_copies)) break;
+                kt->w[wtype].pack(k, w, wrb, n_rows, 0, (n_rows + 15) / 16, packed);
+                for (int cp = 1; cp < n_copies; cp++) memcpy(packed + wbytes * (size_t)cp, packed, wbytes);
+                w_ = packed;
+            }
+            const dj_matmul_fn mm = pk ? kt->w[wtype].matmul_packed : kt->w[wtype].matmul;
+            char name[32];
+            snprintf(name, sizeof name, "%s%s", kt->name, pk ? "+pack" : "");
 
             /* GEMV over the cycled copies */
-            int reps = 0;
-            const double t0 = now();
-            double t1;
-            do {
-                mm(k, w + wbytes * (size_t)(reps % n_copies), wrb, a, arb, c, n_rows, 0, n_rows, 1);
-                reps++;
-                t1 = now();
-            } while (t1 - t0 < sec || reps < 3);
-            const double gemv = (t1 - t0) / reps;
+            const double gemv = time_cycled(mm, k, w_, wbytes, wrb, n_copies, a, arb, c, n_rows, 1, sec);
 
             /* GEMM: as many rows as fit ~sec/3 per call at a first estimate */
             int64_t rows = n_rows;
             {
                 const double t2 = now();
-                mm(k, w, wrb, a, arb, c, n_rows, 0, rows < 16 ? rows : 16, n_tok);
+                mm(k, w_, wrb, a, arb, c, n_rows, 0, rows < 16 ? rows : 16, n_tok);
                 const double per_row = (now() - t2) / 16;
                 while (rows > 16 && per_row * (double)rows > sec / 3) rows /= 2;
             }
@@ -167,20 +196,28 @@ int main(int argc, char **argv) {
             const double t3 = now();
             double t4;
             do {
-                mm(k, w, wrb, a, arb, c, n_rows, 0, rows, n_tok);
+                mm(k, w_, wrb, a, arb, c, n_rows, 0, rows, n_tok);
                 greps++;
                 t4 = now();
             } while (t4 - t3 < sec && greps < 1000);
             const double gemm = (t4 - t3) / greps * (double)n_rows / (double)rows; /* whole matrix */
-            if (isa == DJ_ISA_GENERIC) gemm_generic = gemm;
+            if (isa == DJ_ISA_GENERIC && !pk) gemm_generic = gemm;
             const double flop = 2.0 * (double)n_rows * (double)k;
             char ratio[16] = "-";
             if (gemm_generic > 0) snprintf(ratio, sizeof ratio, "%.1f", gemm_generic / gemm);
-            printf("%-12s %-5s | %8.3f %7.2f %7.2f %7.2f %4.0f%% | %8lld %8.1f %8.1f %6s\n", kt->name, tn, gemv * 1e3,
+            printf("%-12s %-5s | %8.3f %7.2f %7.2f %7.2f %4.0f%% | %8lld %8.1f %8.1f %6s\n", name, tn, gemv * 1e3,
                    (double)wbytes / gemv / 1e9, (double)n_rows * (double)k / gemv / 1e9, flop / gemv / 1e9,
                    100.0 * (double)wbytes / gemv / 1e9 / bw, (long long)n_tok, flop * (double)n_tok / gemm / 1e9,
                    (double)n_tok / gemm, ratio);
+            for (int i = 0; i < n_small; i++) {
+                const double ts = time_cycled(mm, k, w_, wbytes, wrb, n_copies, a, arb, c, n_rows, small[i], sec);
+                printf("%-12s %-5s |   small batch %2lld: %8.3f ms %7.2f GB/s %7.2f Gw/s x M (%.2f x decode)\n", name,
+                       tn, (long long)small[i], ts * 1e3, (double)wbytes / ts / 1e9,
+                       (double)n_rows * (double)k * (double)small[i] / ts / 1e9, gemv * (double)small[i] / ts);
+            }
             fflush(stdout);
+            free(packed);
+          }
         }
         free(w);
         free(a);

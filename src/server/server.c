@@ -74,6 +74,7 @@ void sreq_unref(struct sreq *r) {
     free(r->n_text);
     free(r->cap_text);
     free(r->res);
+    free(r->t_last_us);
     free(r->buf);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);

@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "core/fp16.h"
 #include "core/status.h"
@@ -337,6 +338,12 @@ static inline DJ_ALWAYS_INLINE void q16_unpack(const int q8, const uint8_t *p, s
  *     (every real model; the loads are unaligned ones, which cost nothing extra on
  *     aligned data, so an odd number still works). */
 
+/* How far ahead (bytes) the packed kernels prefetch their stream.  The hardware
+ * prefetchers follow one sequential stream, but not far enough ahead to cover DRAM
+ * latency at one row group's pace (q4_K decode ran at ~70% of the read bandwidth without
+ * this); DJ_PK_PF overrides it (bench tuning). */
+static size_t pk_pf = 2048;
+
 /* src[i]: row i of a group; the 16 bytes at offset o of each as 4 vectors (vector j
  * lane i = row i's bytes o + 4j .. o + 4j + 3), each byte ^ x. */
 static void q16_pack_chunk(const uint8_t *const src[16], size_t o, uint8_t x, uint8_t *dst) {
@@ -387,6 +394,8 @@ static void q8_0_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64
 static inline DJ_ALWAYS_INLINE void q16p_unpack(const int q8, const uint8_t *g, int64_t b, int64_t nb, __m512i q[8],
                                                 __m512 *d) {
     const __m512i *v = (const __m512i *)q16p_q(q8, g, b);
+    if (pk_pf) /* a block's share of the stream, pk_pf ahead */
+        DJ_UNROLL for (int l = 0; l < (q8 ? 9 : 5); l++) _mm_prefetch((const char *)v + pk_pf + 64 * l, _MM_HINT_T0);
     if (q8) {
         DJ_UNROLL for (int j = 0; j < 8; j++) q[j] = _mm512_loadu_si512(v + j);
     } else {
@@ -755,6 +764,7 @@ static inline DJ_ALWAYS_INLINE void q4k_scales(const __m512i pj[4], __m512i sc[8
  * 16 * bs bytes in the group; the chunk is 4 vectors at 16 * o). */
 static inline DJ_ALWAYS_INLINE void q16_chunk(const int pk, const uint8_t *p, size_t ws, size_t o, __m512i pj[4]) {
     if (pk) {
+        if (pk_pf) DJ_UNROLL for (int l = 0; l < 4; l++) _mm_prefetch((const char *)p + 16 * o + pk_pf + 64 * l, _MM_HINT_T0);
         DJ_UNROLL for (int j = 0; j < 4; j++) pj[j] = _mm512_loadu_si512((const __m512i *)(p + 16 * o) + j);
     } else {
         q16_transpose(p + o, ws, pj);
@@ -1505,6 +1515,8 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
         k->w[t].pack = NULL;
         k->w[t].matmul_packed = NULL;
     }
+    const char *pf = getenv("DJ_PK_PF");
+    if (pf) pk_pf = (size_t)strtoul(pf, NULL, 10);
     k->w[DJ_TYPE_Q4_0].pack = q4_0_pack;
     k->w[DJ_TYPE_Q4_0].matmul_packed = q4_0_matmul_packed;
     k->w[DJ_TYPE_Q8_0].pack = q8_0_pack;
