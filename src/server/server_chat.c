@@ -324,9 +324,35 @@ static enum dj_status build_prompt(struct dj_server *s, const struct dj_chat_req
     return st;
 }
 
-/* The grammar a request needs, as GBNF (NULL: none); *trigger for lazy ones. */
-static enum dj_status request_grammar(struct dj_server *s, const struct dj_chat_req *cr, char **gbnf,
-                                      const char **trigger) {
+/* The grammar format of a template family's tool calls; false for the
+ * families whose calls are parsed from free output (toolcall.h says why). */
+static bool tool_format_of(enum dj_tool_syntax t, enum dj_tool_format *f) {
+    static const struct {
+        enum dj_tool_syntax syn;
+        enum dj_tool_format fmt;
+    } map[] = {
+        {DJ_TOOLS_HERMES, DJ_TOOL_FORMAT_HERMES},           {DJ_TOOLS_QWEN3_CODER, DJ_TOOL_FORMAT_QWEN3_CODER},
+        {DJ_TOOLS_LLAMA3, DJ_TOOL_FORMAT_LLAMA3},           {DJ_TOOLS_MISTRAL, DJ_TOOL_FORMAT_MISTRAL},
+        {DJ_TOOLS_DEEPSEEK_V3, DJ_TOOL_FORMAT_DEEPSEEK_V3}, {DJ_TOOLS_DEEPSEEK_V31, DJ_TOOL_FORMAT_DEEPSEEK_V31},
+        {DJ_TOOLS_FUNCTIONARY_V31, DJ_TOOL_FORMAT_FUNCTIONARY_V31}, {DJ_TOOLS_COMMAND_R, DJ_TOOL_FORMAT_COMMAND_R},
+        {DJ_TOOLS_GRANITE, DJ_TOOL_FORMAT_GRANITE},         {DJ_TOOLS_KIMI_K2, DJ_TOOL_FORMAT_KIMI_K2},
+        {DJ_TOOLS_SOLAR, DJ_TOOL_FORMAT_SOLAR},             {DJ_TOOLS_NEMOTRON, DJ_TOOL_FORMAT_NEMOTRON},
+        {DJ_TOOLS_APRIEL, DJ_TOOL_FORMAT_APRIEL},           {DJ_TOOLS_MINIMAX_M1, DJ_TOOL_FORMAT_MINIMAX_M1},
+        {DJ_TOOLS_FIREFUNCTION, DJ_TOOL_FORMAT_FIREFUNCTION}, {DJ_TOOLS_GIGACHAT, DJ_TOOL_FORMAT_GIGACHAT},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (map[i].syn == t) {
+            *f = map[i].fmt;
+            return true;
+        }
+    return false;
+}
+
+/* The grammar a request needs, as GBNF (NULL: none); *trigger for lazy ones
+ * (static: the family's chat_tool_trigger).  syn: the template's syntax with
+ * think_forced_open for this prompt. */
+static enum dj_status request_grammar(struct dj_server *s, const struct dj_chat_req *cr, const struct dj_chat_syntax *syn,
+                                      char **gbnf, const char **trigger) {
     *gbnf = NULL;
     *trigger = NULL;
     if (cr->json_schema || cr->json_object) {
@@ -338,19 +364,22 @@ static enum dj_status request_grammar(struct dj_server *s, const struct dj_chat_
         return st ? dj_fail(st, "response_format: %s", dj_last_error()) : DJ_OK;
     }
     if (!cr->tools || !json_array_size(cr->tools) || cr->tool_choice == DJ_TOOL_NONE) return DJ_OK;
-    /* only the Hermes syntax (and the built-in template's) has a grammar builder yet;
-     * other families are parsed from free output */
-    if (s->tmpl->syn.tools != DJ_TOOLS_HERMES) return DJ_OK;
     struct dj_toolcall_opts to = toolcall_default_opts();
+    if (!tool_format_of(s->tmpl->syn.tools, &to.format)) return DJ_OK; /* parsed from free output */
     to.choice = cr->tool_choice;
     to.name = cr->tool_name;
     to.parallel = cr->parallel_tool_calls;
+    to.think_open = syn->think_open;
+    to.think_close = syn->think_close;
+    to.think_forced_open = syn->think_forced_open;
     struct dj_toolcall_grammar tg = {0};
     enum dj_status st = toolcall_grammar_build_value(cr->tools, &to, &tg);
+    /* a schema one syntax cannot express (Qwen3-Coder XML values): free output, parsed as before */
+    if (st == DJ_ERR_UNSUPPORTED) return DJ_OK;
     if (st) return dj_fail(st, "%s", dj_last_error());
     const bool lazy = cr->tool_choice == DJ_TOOL_AUTO;
     *gbnf = strdup(lazy ? tg.lazy_gbnf : tg.gbnf);
-    if (lazy) *trigger = "<tool_call>";
+    if (lazy) *trigger = chat_tool_trigger(s->tmpl->syn.tools);
     toolcall_grammar_free(&tg);
     return *gbnf ? DJ_OK : dj_fail(DJ_ERR_NOMEM, "out of memory");
 }
@@ -441,7 +470,7 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     const char *trigger = NULL;
     struct gent *ge = NULL;
     struct dj_gproc *gp = NULL;
-    enum dj_status st = request_grammar(s, &cr, &gbnf, &trigger);
+    enum dj_status st = request_grammar(s, &cr, &syn, &gbnf, &trigger);
     if (!st && gbnf) st = gcache_get(s, gbnf, &ge);
     free(gbnf);
     if (!st && ge) {

@@ -21,6 +21,9 @@
 #                   tools array), each after one options byte
 #   fuzz_request    request bodies of /v1/completions and the three chat dialects
 #                   (Claude Code-, Codex- and OpenAI SDK-like), each after its selector byte
+#   fuzz_toolcall   hand-written tools arrays (string / integer / enum / nested /
+#                   optional / nullable / anyOf parameters, odd names), each
+#                   after a family byte and an options byte, for every family
 #   fuzz_toolparse  hand-written model outputs, a few per tool-call family
 #                   (reasoning, content, one and two calls, a cut call),
 #                   each after its options byte (family | tools | reasoning)
@@ -327,4 +330,31 @@ case "$name" in
 fuzz_toolparse) toolparse_seeds "$corpus" ;;
 esac
 # ---- fuzz_toolparse (end) ----
+# ---- fuzz_toolcall (begin) ----
+# fuzz_toolcall: byte 0 the family (mod DJ_TOOL_FORMAT_N = 17), byte 1 the options
+# (fuzz_toolcall.c), then a tools array; every tools line for every family, options rotating.
+if [ "$name" = fuzz_toolcall ]; then
+    i=0
+    while IFS= read -r line; do
+        [ -n "$line" ] || continue
+        fam=0
+        while [ $fam -lt 17 ]; do
+            f="$corpus/tools$i-$fam.json"
+            rm -f "$f"
+            opt=$(( (i * 37 + fam * 11) % 256 ))
+            { printf "\\$(printf '%03o' "$fam")"; printf "\\$(printf '%03o' "$opt")"; printf '%s' "$line"; } > "$f"
+            fam=$((fam + 1))
+        done
+        i=$((i + 1))
+    done <<'TOOLS'
+[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":"string"},"days":{"type":"integer"},"unit":{"type":"string","enum":["celsius","fahrenheit"]},"options":{"type":"object","properties":{"wind":{"type":"boolean"}},"required":["wind"]},"note":{"type":"string"}},"required":["location","days","unit","options"]}}},{"type":"function","function":{"name":"ping"}}]
+[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"n":{"type":["integer","null"]},"e":{"enum":["a b","42",7,null]},"c":{"const":"x"},"a":{"type":"array","items":{"type":"number"}},"any":{}},"required":["n"]}}}]
+[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"anyOf":[{"type":"string"},{"type":"integer"}]},"y":{"$ref":"#/$defs/y"}},"$defs":{"y":{"type":"string"}}}}}]
+[{"name":"get weather","parameters":{"type":"object","properties":{"k>ey":{"type":"string"}}}},{"type":"function","function":{"name":"a[b"}},{"type":"function","function":{"name":"x\ny"}}]
+[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"s":{"type":"string","pattern":"^a+$","minLength":2}},"required":["s"],"additionalProperties":false}}}]
+TOOLS
+fi
+# ---- fuzz_toolcall (end) ----
+
 exit 0
+
