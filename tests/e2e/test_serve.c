@@ -175,8 +175,8 @@ static void *conc_main(void *arg) {
 }
 
 /* While the model loads, /health says 503 "loading model" and the API endpoints 503: the model
- * "file" is a FIFO, so loading blocks in open() until the test writes; it then gets a truncated
- * file, and the server exits 1 with the loader's message. */
+ * "file" is a FIFO, so loading blocks in open() until the test opens its other end; the loader
+ * then refuses it (not a regular file), and the server exits 1 with the loader's message. */
 static void test_loading(void) {
     char fifo[64];
     snprintf(fifo, sizeof fifo, "/tmp/deja-test-serve-%d.gguf", (int)getpid());
@@ -193,8 +193,10 @@ static void test_loading(void) {
         CHECK(http(s.port, "POST", "/v1/chat/completions", "{\"messages\": []}", NULL, &out) == 503 &&
               is_error(out, NULL) && strstr(out, "loading"));
         free(out);
+        /* opening the write end lets the loader's open() return; it then refuses the FIFO
+         * (not a regular file) — possibly before anything could be written, so nothing is */
         int fd = open(fifo, O_WRONLY);
-        CHECK(fd >= 0 && write(fd, "GGUF\3\0\0", 7) == 7);
+        CHECK(fd >= 0);
         if (fd >= 0) close(fd);
         char err[1024];
         size_t k = 0;
