@@ -349,84 +349,84 @@ static enum dj_status bind_tensors(struct dj_model *m) {
  * DONTNEED, whole pages inside each tensor only; they stay in the page cache,
  * which the kernel may reclaim), except where a tensor is also read in the
  * file's layout (tied embeddings).  DJ_REPACK=0 keeps the file's layout
- * (slower decode, no copy).  A copy that cannot be allocated is skipped, with
- * a warning: that matrix keeps the file's layout. */
+ * (slower decode, no copy); so does a failed allocation, with a warning. */
 
-struct pack_share {
-    struct dj_weight *w;
-    int64_t g0, g1;
-};
 struct pack_job {
     const struct dj_kernels *kt;
-    struct pack_share *sh;
+    struct dj_weight *w;
+    int64_t per; /* 16-row groups a share */
 };
 static void pack_task(void *arg, int i, int n) {
     const struct pack_job *j = arg;
-    const struct pack_share *s = &j->sh[i];
-    j->kt->w[s->w->type].pack(s->w->ne0, s->w->data, s->w->row_bytes, s->w->ne1, s->g0, s->g1, s->w->packed);
+    const struct dj_weight *w = j->w;
+    const int64_t ng = (w->ne1 + 15) / 16, g0 = (int64_t)i * j->per, g1 = g0 + j->per < ng ? g0 + j->per : ng;
+    j->kt->w[w->type].pack(w->ne0, w->data, w->row_bytes, w->ne1, g0, g1, w->packed);
     (void)n;
 }
 
+/* The matrices the table repacks, in a fixed order: the output, then each layer's. */
+static size_t repack_list(struct dj_model *m, const struct dj_kernels *kt, struct dj_weight **out) {
+    size_t n = 0;
+    for (uint32_t il = 0; il <= m->hp.n_layer; il++) {
+        struct dj_layer *L = il ? &m->layers[il - 1] : NULL;
+        struct dj_weight *lw[7] = {&m->output};
+        const size_t n_lw = L ? 7 : 1;
+        if (L) {
+            struct dj_weight *x[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            memcpy(lw, x, sizeof x);
+        }
+        for (size_t i = 0; i < n_lw; i++)
+            if (lw[i]->data && kt->w[lw[i]->type].pack) {
+                if (out) out[n] = lw[i];
+                n++;
+            }
+    }
+    return n;
+}
+
+/* One arena for all the copies (huge pages: 512x fewer page faults filling it and fewer TLB
+ * misses streaming it), then one matrix at a time, each split between the threads, its file
+ * pages dropped as soon as it is packed: the peak is the model plus one matrix. */
 static void model_repack(struct dj_model *m) {
     const char *env = getenv("DJ_REPACK");
     if (env && !strcmp(env, "0")) return;
     const struct dj_kernels *kt = dj_kernels();
-    struct dj_weight **ws = malloc(((size_t)m->hp.n_layer * 7 + 1) * sizeof *ws);
-    if (!ws) return; /* the file's layout, as with DJ_REPACK=0 */
-    size_t n_w = 0;
-    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
-        struct dj_layer *L = &m->layers[il];
-        struct dj_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) ws[n_w++] = lw[i];
-    }
-    ws[n_w++] = &m->output;
-    const int64_t G = 64; /* groups of 16 rows a share */
-    size_t n_sh = 0;
-    for (size_t i = 0; i < n_w; i++) {
-        struct dj_weight *w = ws[i];
-        if (!w->data || !kt->w[w->type].pack) continue;
-        void *p = NULL;
-        if (posix_memalign(&p, 64, dj_packed_bytes(w->ne1, w->row_bytes))) {
-            dj_log(DJ_LOG_WARN, "%s: out of memory for a repacked copy of a %lld x %lld matrix; it keeps the file's "
-                   "layout (slower decode)", gguf_name(m->gguf), (long long)w->ne1, (long long)w->ne0);
-            continue;
-        }
-        w->packed = p;
-        n_sh += (size_t)(((w->ne1 + 15) / 16 + G - 1) / G);
-    }
-    if (!n_sh) {
+    const size_t n_w = repack_list(m, kt, NULL);
+    struct dj_weight **ws = n_w ? malloc(n_w * sizeof *ws) : NULL;
+    if (!ws) return;
+    repack_list(m, kt, ws);
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), huge = (size_t)2 << 20;
+    size_t total = 0;
+    for (size_t i = 0; i < n_w; i++) total += (dj_packed_bytes(ws[i]->ne1, ws[i]->row_bytes) + pg - 1) & ~(pg - 1);
+    void *map = mmap(NULL, total + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+        dj_log(DJ_LOG_WARN, "%s: no memory for the repacked weights (%zu bytes); the file's layout is used (slower "
+               "decode)", gguf_name(m->gguf), total);
         free(ws);
         return;
     }
-    struct pack_share *sh = malloc(n_sh * sizeof *sh);
-    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    struct dj_threadpool *tp = sh ? threadpool_create(nproc < 1 ? 1 : nproc > 8 ? 8 : (int)nproc) : NULL;
-    size_t k = 0;
+    m->packed_arena = map;
+    m->packed_arena_bytes = total + huge;
+    uint8_t *p = (uint8_t *)(((uintptr_t)map + huge - 1) & ~(uintptr_t)(huge - 1));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, total, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+#endif
+    const long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    struct dj_threadpool *tp = threadpool_create(nproc < 1 ? 1 : nproc > 8 ? 8 : (int)nproc);
     for (size_t i = 0; i < n_w; i++) {
         struct dj_weight *w = ws[i];
-        if (!w->packed) continue;
+        w->packed = p;
+        p += (dj_packed_bytes(w->ne1, w->row_bytes) + pg - 1) & ~(pg - 1);
         const int64_t ng = (w->ne1 + 15) / 16;
-        for (int64_t g = 0; g < ng; g += G) sh[k++] = (struct pack_share){w, g, g + G < ng ? g + G : ng};
-    }
-    struct pack_job j = {kt, sh};
-    if (tp) threadpool_run_n(tp, pack_task, &j, (int)n_sh);
-    else for (size_t i = 0; sh && i < n_sh; i++) pack_task(&j, (int)i, (int)n_sh);
-    threadpool_destroy(tp);
-    free(sh);
-    if (!sh) { /* no share list: pack each matrix whole */
-        for (size_t i = 0; i < n_w; i++) {
-            struct dj_weight *w = ws[i];
-            if (w->packed) kt->w[w->type].pack(w->ne0, w->data, w->row_bytes, w->ne1, 0, (w->ne1 + 15) / 16, w->packed);
-        }
-    }
-    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    for (size_t i = 0; i < n_w; i++) {
-        const struct dj_weight *w = ws[i];
-        if (!w->packed || w->data == m->tok_embd.data) continue; /* tied: the embedding reads the file's rows */
-        const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
-        const uintptr_t e = ((uintptr_t)w->data + (size_t)w->ne1 * w->row_bytes) & ~(pg - 1);
+        struct pack_job j = {kt, w, 64};
+        if (tp) threadpool_run_n(tp, pack_task, &j, (int)((ng + j.per - 1) / j.per));
+        else kt->w[w->type].pack(w->ne0, w->data, w->row_bytes, w->ne1, 0, ng, w->packed);
+        if (w->data == m->tok_embd.data) continue; /* tied: the embedding reads the file's rows */
+        const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(uintptr_t)(pg - 1);
+        const uintptr_t e = ((uintptr_t)w->data + (size_t)w->ne1 * w->row_bytes) & ~(uintptr_t)(pg - 1);
         if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
     }
+    threadpool_destroy(tp);
     free(ws);
 }
 
@@ -478,12 +478,7 @@ void model_free(struct dj_model *m) {
     if (!m) return;
     if (m->vocab) dj_vocab_free(m->vocab);
     gguf_close(m->gguf);
-    for (uint32_t il = 0; m->layers && il < m->hp.n_layer; il++) {
-        struct dj_layer *L = &m->layers[il];
-        struct dj_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) free(lw[i]->packed);
-    }
-    free(m->output.packed);
+    if (m->packed_arena) munmap(m->packed_arena, m->packed_arena_bytes);
     free(m->layers);
     free(m->rope_freqs_buf);
     free(m);

@@ -347,6 +347,14 @@ static size_t pk_pf = 2048;
 /* src[i]: row i of a group; the 16 bytes at offset o of each as 4 vectors (vector j
  * lane i = row i's bytes o + 4j .. o + 4j + 3), each byte ^ x. */
 static void q16_pack_chunk(const uint8_t *const src[16], size_t o, uint8_t x, uint8_t *dst) {
+    const size_t ws = (size_t)(src[1] - src[0]);
+    if (src[15] == src[0] + 15 * ws) { /* 16 rows ws apart (all but a matrix's padded last group) */
+        __m512i pj[4];
+        q16_transpose(src[0] + o, ws, pj);
+        DJ_UNROLL for (int j = 0; j < 4; j++)
+            _mm512_storeu_si512((__m512i *)dst + j, _mm512_xor_si512(pj[j], _mm512_set1_epi8((char)x)));
+        return;
+    }
     for (int j = 0; j < 4; j++)
         for (int i = 0; i < 16; i++)
             for (int e = 0; e < 4; e++) dst[64 * j + 4 * i + e] = (uint8_t)(src[i][o + 4 * (size_t)j + (size_t)e] ^ x);
@@ -394,8 +402,9 @@ static void q8_0_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64
 static inline DJ_ALWAYS_INLINE void q16p_unpack(const int q8, const uint8_t *g, int64_t b, int64_t nb, __m512i q[8],
                                                 __m512 *d) {
     const __m512i *v = (const __m512i *)q16p_q(q8, g, b);
-    if (pk_pf) /* a block's share of the stream, pk_pf ahead */
-        DJ_UNROLL for (int l = 0; l < (q8 ? 9 : 5); l++) _mm_prefetch((const char *)v + pk_pf + 64 * l, _MM_HINT_T0);
+    if (pk_pf) { /* a block's share of the stream, pk_pf ahead */
+        for (int l = 0; l < (q8 ? 9 : 5); l++) _mm_prefetch((const char *)v + pk_pf + 64 * l, _MM_HINT_T0);
+    }
     if (q8) {
         DJ_UNROLL for (int j = 0; j < 8; j++) q[j] = _mm512_loadu_si512(v + j);
     } else {
@@ -764,7 +773,9 @@ static inline DJ_ALWAYS_INLINE void q4k_scales(const __m512i pj[4], __m512i sc[8
  * 16 * bs bytes in the group; the chunk is 4 vectors at 16 * o). */
 static inline DJ_ALWAYS_INLINE void q16_chunk(const int pk, const uint8_t *p, size_t ws, size_t o, __m512i pj[4]) {
     if (pk) {
-        if (pk_pf) DJ_UNROLL for (int l = 0; l < 4; l++) _mm_prefetch((const char *)p + 16 * o + pk_pf + 64 * l, _MM_HINT_T0);
+        if (pk_pf) {
+            DJ_UNROLL for (int l = 0; l < 4; l++) _mm_prefetch((const char *)p + 16 * o + pk_pf + 64 * l, _MM_HINT_T0);
+        }
         DJ_UNROLL for (int j = 0; j < 4; j++) pj[j] = _mm512_loadu_si512((const __m512i *)(p + 16 * o) + j);
     } else {
         q16_transpose(p + o, ws, pj);
