@@ -141,7 +141,7 @@ int cmd_bench(int argc, char **argv) {
     size_t weight_bytes = 0;
     for (size_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
         const struct gguf_tensor *t = gguf_tensor(m->gguf, i);
-        if (!(t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) || m->output.data == m->tok_embd.data)
+        if (!(t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) || m->output_tied)
             weight_bytes += t->nbytes;
     }
     struct dj_ctx_params cp = ctx_default_params();

@@ -294,7 +294,10 @@ static enum dj_status bind_tensors(struct dj_model *m) {
         (st = model_bind(m, &m->output, "output.weight", E, hp->n_vocab, false)) ||
         (st = model_bind(m, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 1, false)))
         return st;
-    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if (!m->output.data) { /* tied embeddings */
+        m->output = m->tok_embd;
+        m->output_tied = true;
+    }
     if (m->rope_freqs.data) {
         /* rope() divides by each factor: 0, a negative or a NaN would give NaN logits, not an error */
         for (int64_t i = 0; i < m->rope_freqs.ne0; i++) {
@@ -339,33 +342,48 @@ static enum dj_status bind_tensors(struct dj_model *m) {
     return DJ_OK;
 }
 
-/* ---- repacked weights -------------------------------------------------------
+/* ---- the weights' copies -----------------------------------------------------
  *
- * Every matrix whose type the kernel table repacks (kernels.h: pack) is copied
- * into the table's layout at load, on as many threads as the CPU has (at most
- * 8); matmuls then read the copy — bitwise the same results, decode streams it
- * without transposing.  The copy costs as much memory as the tensors it
- * replaces; their pages of the file mapping are then dropped (madvise
- * DONTNEED, whole pages inside each tensor only; they stay in the page cache,
- * which the kernel may reclaim), except where a tensor is also read in the
- * file's layout (tied embeddings).  DJ_REPACK=0 keeps the file's layout
- * (slower decode, no copy); so does a failed allocation, with a warning. */
+ * At load every matrix the forward pass multiplies by (each layer's seven and
+ * the output) is copied out of the file mapping into one anonymous mapping with
+ * transparent huge pages asked: in the kernel table's repacked layout where it
+ * has one for the type (kernels.h: pack — Q8_0, Q4_0, Q4_K on AVX-512: decode
+ * then streams it without transposing), as it is otherwise.  Huge pages: the
+ * file's 4 KiB pages cost a TLB miss (two-level page walk in a VM) every 4 KiB
+ * of a weight stream — F16 decode of a 1.1B model read 7-12 GB/s from the
+ * mapping, ~25 GB/s from the copy, same kernel, same machine (docs/
+ * BENCHMARKS.md).  Results are bitwise the same either way.  The copy costs as
+ * much memory as the matrices; their pages of the file mapping are dropped as
+ * each one is copied (madvise DONTNEED, whole pages inside the tensor only; the
+ * page cache keeps them, reclaimable), so the peak is the model plus one
+ * matrix — except a tied output matrix, which the embedding lookup still reads
+ * from the file.  DJ_REPACK=0 keeps everything in the file mapping (slower
+ * decode, no copy); so does a failed allocation, with a warning. */
 
 struct pack_job {
     const struct dj_kernels *kt;
     struct dj_weight *w;
+    const void *src; /* the file's rows */
+    void *dst;
     int64_t per; /* 16-row groups a share */
 };
 static void pack_task(void *arg, int i, int n) {
     const struct pack_job *j = arg;
     const struct dj_weight *w = j->w;
     const int64_t ng = (w->ne1 + 15) / 16, g0 = (int64_t)i * j->per, g1 = g0 + j->per < ng ? g0 + j->per : ng;
-    j->kt->w[w->type].pack(w->ne0, w->data, w->row_bytes, w->ne1, g0, g1, w->packed);
+    if (j->kt->w[w->type].pack) {
+        j->kt->w[w->type].pack(w->ne0, j->src, w->row_bytes, w->ne1, g0, g1, j->dst);
+    } else { /* the rows as they are */
+        const int64_t r0 = 16 * g0, r1 = 16 * g1 < w->ne1 ? 16 * g1 : w->ne1;
+        if (r1 > r0)
+            memcpy((uint8_t *)j->dst + (size_t)r0 * w->row_bytes, (const uint8_t *)j->src + (size_t)r0 * w->row_bytes,
+                   (size_t)(r1 - r0) * w->row_bytes);
+    }
     (void)n;
 }
 
-/* The matrices the table repacks, in a fixed order: the output, then each layer's. */
-static size_t repack_list(struct dj_model *m, const struct dj_kernels *kt, struct dj_weight **out) {
+/* The matrices to copy, in a fixed order: the output, then each layer's. */
+static size_t repack_list(struct dj_model *m, struct dj_weight **out) {
     size_t n = 0;
     for (uint32_t il = 0; il <= m->hp.n_layer; il++) {
         struct dj_layer *L = il ? &m->layers[il - 1] : NULL;
@@ -376,7 +394,7 @@ static size_t repack_list(struct dj_model *m, const struct dj_kernels *kt, struc
             memcpy(lw, x, sizeof x);
         }
         for (size_t i = 0; i < n_lw; i++)
-            if (lw[i]->data && kt->w[lw[i]->type].pack) {
+            if (lw[i]->data) {
                 if (out) out[n] = lw[i];
                 n++;
             }
@@ -384,24 +402,21 @@ static size_t repack_list(struct dj_model *m, const struct dj_kernels *kt, struc
     return n;
 }
 
-/* One arena for all the copies (huge pages: 512x fewer page faults filling it and fewer TLB
- * misses streaming it), then one matrix at a time, each split between the threads, its file
- * pages dropped as soon as it is packed: the peak is the model plus one matrix. */
 static void model_repack(struct dj_model *m) {
     const char *env = getenv("DJ_REPACK");
     if (env && !strcmp(env, "0")) return;
     const struct dj_kernels *kt = dj_kernels();
-    const size_t n_w = repack_list(m, kt, NULL);
+    const size_t n_w = repack_list(m, NULL);
     struct dj_weight **ws = n_w ? malloc(n_w * sizeof *ws) : NULL;
     if (!ws) return;
-    repack_list(m, kt, ws);
+    repack_list(m, ws);
     const size_t pg = (size_t)sysconf(_SC_PAGESIZE), huge = (size_t)2 << 20;
     size_t total = 0;
     for (size_t i = 0; i < n_w; i++) total += (dj_packed_bytes(ws[i]->ne1, ws[i]->row_bytes) + pg - 1) & ~(pg - 1);
     void *map = mmap(NULL, total + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) {
-        dj_log(DJ_LOG_WARN, "%s: no memory for the repacked weights (%zu bytes); the file's layout is used (slower "
-               "decode)", gguf_name(m->gguf), total);
+        dj_log(DJ_LOG_WARN, "%s: no memory for the weights' copy (%zu bytes); they are read from the file mapping "
+               "(slower decode)", gguf_name(m->gguf), total);
         free(ws);
         return;
     }
@@ -415,15 +430,17 @@ static void model_repack(struct dj_model *m) {
     struct dj_threadpool *tp = threadpool_create(nproc < 1 ? 1 : nproc > 8 ? 8 : (int)nproc);
     for (size_t i = 0; i < n_w; i++) {
         struct dj_weight *w = ws[i];
-        w->packed = p;
-        p += (dj_packed_bytes(w->ne1, w->row_bytes) + pg - 1) & ~(pg - 1);
+        const void *file = w->data;
         const int64_t ng = (w->ne1 + 15) / 16;
-        struct pack_job j = {kt, w, 64};
+        struct pack_job j = {kt, w, file, p, 64};
         if (tp) threadpool_run_n(tp, pack_task, &j, (int)((ng + j.per - 1) / j.per));
-        else kt->w[w->type].pack(w->ne0, w->data, w->row_bytes, w->ne1, 0, ng, w->packed);
-        if (w->data == m->tok_embd.data) continue; /* tied: the embedding reads the file's rows */
-        const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(uintptr_t)(pg - 1);
-        const uintptr_t e = ((uintptr_t)w->data + (size_t)w->ne1 * w->row_bytes) & ~(uintptr_t)(pg - 1);
+        else for (int64_t s = 0; s * j.per < ng; s++) pack_task(&j, (int)s, 1);
+        if (kt->w[w->type].pack) w->packed = p;
+        else w->data = p;
+        p += (dj_packed_bytes(w->ne1, w->row_bytes) + pg - 1) & ~(pg - 1);
+        if (file == m->tok_embd.data) continue; /* tied: the embedding reads the file's rows */
+        const uintptr_t a = ((uintptr_t)file + pg - 1) & ~(uintptr_t)(pg - 1);
+        const uintptr_t e = ((uintptr_t)file + (size_t)w->ne1 * w->row_bytes) & ~(uintptr_t)(pg - 1);
         if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);
     }
     threadpool_destroy(tp);

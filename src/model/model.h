@@ -80,8 +80,9 @@ struct dj_model {
     struct dj_weight output;      /* (n_vocab, n_embd); = tok_embd when tied */
     struct dj_weight rope_freqs;  /* (n_rot/2) f32 divisors of theta, optional (llama3): the
                                      rope_freqs.weight tensor, else rope_freqs_buf */
-    void *packed_arena;           /* the repacked copies of the weights (dj_weight.packed), one
-                                     anonymous mapping (transparent huge pages asked); NULL: none */
+    bool output_tied;             /* output is tok_embd's matrix (no output.weight) */
+    void *packed_arena;           /* the copies of the matrices (loader.c, model_repack): one
+                                     anonymous mapping, transparent huge pages asked; NULL: none */
     size_t packed_arena_bytes;
     float *rope_freqs_buf;        /* (n_rot/2) owned: llama3 factors computed from the metadata
                                      when the file has no rope_freqs tensor; NULL otherwise */
