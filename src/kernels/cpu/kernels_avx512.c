@@ -462,7 +462,7 @@ static inline DJ_ALWAYS_INLINE void q16_gemv_body(const int q8, const int pk, co
      * 5.6 GB/s (2048 x 2048, 1 thread), with it 23-25 GB/s. */
     const size_t pstep = 16 * ws / (size_t)nb;
     const int plines = q8 ? 9 : 5;
-    __m512 acc[2];
+    __m512 acc[8];
     DJ_UNROLL for (int j = 0; j < NT; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512i q[8];
@@ -492,7 +492,18 @@ typedef void (*q16_gemv_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8
         q16_gemv_body(Q8, PK, N, 0, nb, w, ws, a, as, tp, c, ldc, m, pf);                                 \
     }
 Q16_GEMV(q4_0, 0, 0, 1) Q16_GEMV(q4_0, 0, 0, 2) Q16_GEMV(q8_0, 1, 0, 1) Q16_GEMV(q8_0, 1, 0, 2)
-Q16_GEMV(q4_0p, 0, 1, 1) Q16_GEMV(q4_0p, 0, 1, 2) Q16_GEMV(q8_0p, 1, 1, 1) Q16_GEMV(q8_0p, 1, 1, 2)
+Q16_GEMV(q4_0p, 0, 1, 1) Q16_GEMV(q4_0p, 0, 1, 2) Q16_GEMV(q4_0p, 0, 1, 3) Q16_GEMV(q4_0p, 0, 1, 4)
+Q16_GEMV(q4_0p, 0, 1, 5) Q16_GEMV(q4_0p, 0, 1, 6) Q16_GEMV(q4_0p, 0, 1, 7) Q16_GEMV(q4_0p, 0, 1, 8)
+Q16_GEMV(q8_0p, 1, 1, 1) Q16_GEMV(q8_0p, 1, 1, 2) Q16_GEMV(q8_0p, 1, 1, 3) Q16_GEMV(q8_0p, 1, 1, 4)
+Q16_GEMV(q8_0p, 1, 1, 5) Q16_GEMV(q8_0p, 1, 1, 6) Q16_GEMV(q8_0p, 1, 1, 7) Q16_GEMV(q8_0p, 1, 1, 8)
+/* Packed small batches (up to Q16P_SMALL tokens): straight from the packed stream, 8 tokens at
+ * a time per group (the group, nb * 16 blocks, is re-read from L1/L2 for the next 8), no slab
+ * copy and no accumulator spills. */
+#define Q16P_SMALL 16
+static const q16_gemv_fn q4_0p_gemv_tab[8] = {q4_0p_gemv16_1, q4_0p_gemv16_2, q4_0p_gemv16_3, q4_0p_gemv16_4,
+                                              q4_0p_gemv16_5, q4_0p_gemv16_6, q4_0p_gemv16_7, q4_0p_gemv16_8};
+static const q16_gemv_fn q8_0p_gemv_tab[8] = {q8_0p_gemv16_1, q8_0p_gemv16_2, q8_0p_gemv16_3, q8_0p_gemv16_4,
+                                              q8_0p_gemv16_5, q8_0p_gemv16_6, q8_0p_gemv16_7, q8_0p_gemv16_8};
 
 /* Prefill: a slab of nbs blocks of 16 rows, transposed once per call (q16_wblk) and
  * used by all the tokens of a chunk, NT at a time; a (the tokens' block at the slab's
@@ -612,10 +623,10 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, const int pk, int64
     const uint8_t *w = wv, *a = av;
     const int64_t nb = k / 32;
     const size_t wbs = q16_wbs(q8), abs_ = sizeof(struct dj_block_q8_0);
-    const q16_gemv_fn gemv1 = pk ? (q8 ? q8_0p_gemv16_1 : q4_0p_gemv16_1) : (q8 ? q8_0_gemv16_1 : q4_0_gemv16_1);
-    const q16_gemv_fn gemv2 = pk ? (q8 ? q8_0p_gemv16_2 : q4_0p_gemv16_2) : (q8 ? q8_0_gemv16_2 : q4_0_gemv16_2);
+    const q16_gemv_fn gemv1 = q8 ? q8_0_gemv16_1 : q4_0_gemv16_1, gemv2 = q8 ? q8_0_gemv16_2 : q4_0_gemv16_2;
+    const q16_gemv_fn *gemvp = q8 ? q8_0p_gemv_tab : q4_0p_gemv_tab;
     DJ_ASSERT(ws <= (size_t)INT32_MAX / 16); /* gather offsets */
-    const int gemv = n_tok <= DJ_SMALL_BATCH;
+    const int gemv = n_tok <= (pk ? Q16P_SMALL : DJ_SMALL_BATCH);
     const int64_t tok_chunk = gemv ? n_tok : q16_tok_chunk(as, n_tok);
     const size_t wp_bytes = gemv ? 0 : Q16_SLAB * sizeof(struct q16_wblk);
     const size_t accb_bytes = gemv ? 0 : (size_t)tok_chunk * sizeof(__m512);
@@ -642,9 +653,16 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, const int pk, int64
             const int more = r + 16 < r1, next_full = r + 32 <= r1; /* (file's layout) another group follows */
             r = pk ? g0 + 16 : r + 16;
             float *cg = c + t0 * ldc + g0;
+            if (gemv && pk) {
+                for (int64_t t = 0; t < nt_c; t += 8) {
+                    const int nt = (int)(nt_c - t < 8 ? nt_c - t : 8);
+                    if (nt < 1) break; /* never: t < nt_c */
+                    gemvp[nt - 1](nb, wg, ws, at + (size_t)t * as, as, tp + t * nb, cg + t * ldc, ldc, m, NULL);
+                }
+                continue;
+            }
             if (gemv) {
-                /* packed: one sequential stream, which the hardware prefetchers follow */
-                const uint8_t *pf = !pk && more ? wg + 16 * ws : NULL;
+                const uint8_t *pf = more ? wg + 16 * ws : NULL;
                 (nt_c == 1 ? gemv1 : gemv2)(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
                 continue;
             }
