@@ -15,6 +15,7 @@
  * Activation quantization is not included (it is O(k) per token, measured
  * separately on the last line).  --hot decodes from a single copy instead (in
  * cache if it fits: the kernel's compute speed without the memory system).
+ * Weights are in huge pages (as the model's copies are at load).
  * A table that repacks the type (kernels.h: pack) gets a second line, "+pack":
  * the same measurements on the packed copies through matmul_packed.
  * --small M,...: also small batches from DRAM (n_tok = M, the weights cycled
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "core/fp16.h"
@@ -59,6 +61,22 @@ static void fill_weights(uint32_t type, uint8_t *w, size_t row_bytes, int64_t n_
     }
     for (int64_t r = 8; r < n_rows; r++) memcpy(w + (size_t)r * row_bytes, w + (size_t)(r % 8) * row_bytes, row_bytes);
     free(x);
+}
+
+/* Weights live in huge pages, as the model's copies do (src/model/loader.c): 64-byte
+ * aligned, from an anonymous mapping with MADV_HUGEPAGE asked. */
+static uint8_t *alloc_weights(size_t n) {
+    const size_t huge = (size_t)2 << 20;
+    uint8_t *p = mmap(NULL, n + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "bench_kernels: cannot map %zu bytes\n", n);
+        exit(1);
+    }
+    p = (uint8_t *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 /* Single-thread read bandwidth: xor-sum of 512 MiB, best of 3. */
@@ -153,7 +171,7 @@ int main(int argc, char **argv) {
         }
         const size_t wbytes = wrb * (size_t)n_rows;
         const int n_copies = hot ? 1 : (int)(((size_t)256 << 20) / wbytes + 1);
-        uint8_t *w = malloc(wbytes * (size_t)n_copies);
+        uint8_t *w = alloc_weights(wbytes * (size_t)n_copies); /* never unmapped: a benchmark */
         fill_weights((uint32_t)wtype, w, wrb, n_rows, k);
         for (int cp = 1; cp < n_copies; cp++) memcpy(w + wbytes * (size_t)cp, w, wbytes);
         const size_t arb = dj_kernels_act_row_bytes(at, k);
@@ -172,7 +190,8 @@ int main(int argc, char **argv) {
             const uint8_t *w_ = w;
             uint8_t *packed = NULL;
             if (pk) { /* the table's packed copies (same bytes a copy) */
-                if (!kt->w[wtype].pack || posix_memalign((void **)&packed, 64, wbytes * (size_t)n_copies)) break;
+                if (!kt->w[wtype].pack) break;
+                packed = alloc_weights(wbytes * (size_t)n_copies);
                 kt->w[wtype].pack(k, w, wrb, n_rows, 0, (n_rows + 15) / 16, packed);
                 for (int cp = 1; cp < n_copies; cp++) memcpy(packed + wbytes * (size_t)cp, packed, wbytes);
                 w_ = packed;
@@ -216,10 +235,8 @@ int main(int argc, char **argv) {
                        (double)n_rows * (double)k * (double)small[i] / ts / 1e9, gemv * (double)small[i] / ts);
             }
             fflush(stdout);
-            free(packed);
           }
         }
-        free(w);
         free(a);
     }
     /* activation quantization cost, default table */
