@@ -854,17 +854,17 @@ static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, 
     const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
     const size_t wbs = sizeof(struct dj_block_q4_K), pstep = 16 * ws / (size_t)nb;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[2];
+    __m512 acc[4];
     DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + (size_t)b * wbs * (pk ? 16 : 1), *ab = a + (size_t)b * abs_ + qso;
-        __m512i pj[4], sc[8], m[4], isum[2];
+        __m512i pj[4], sc[8], m[4], isum[4];
         __m512 d, dmin;
         q16_chunk(pk, p, ws, 0, pj);
         q4k_scales(pj, sc, m, &d, &dmin);
         DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
         DJ_UNROLL for (int ch = 0; ch < 4; ch++) {
-            __m512i xl[2], xh[2];
+            __m512i xl[4], xh[4];
             DJ_UNROLL for (int t = 0; t < NT; t++) xl[t] = xh[t] = _mm512_setzero_si512();
             DJ_UNROLL for (int h = 0; h < 2; h++) {
                 if (pf) { /* an eighth of the super-block's 36 lines per step: in one burst, 15-19 GB/s */
@@ -902,6 +902,11 @@ typedef void (*q4k_gemv_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8
         q4k_gemv_body(N, 0, PK, nb, w, ws, a, as, tp, c, ldc, m, pf);                                      \
     }
 Q4K_GEMV(q4k_gemv_1, 0, 1) Q4K_GEMV(q4k_gemv_2, 0, 2) Q4K_GEMV(q4kp_gemv_1, 1, 1) Q4K_GEMV(q4kp_gemv_2, 1, 2)
+Q4K_GEMV(q4kp_gemv_3, 1, 3) Q4K_GEMV(q4kp_gemv_4, 1, 4)
+/* Packed small batches (up to Q4KP_SMALL tokens): straight from the packed stream, 4 tokens a
+ * pass over a group (bench_kernels --small: faster than the slab copy up to 8 tokens). */
+#define Q4KP_SMALL 8
+static const q4k_gemv_fn q4kp_gemv_tab[4] = {q4kp_gemv_1, q4kp_gemv_2, q4kp_gemv_3, q4kp_gemv_4};
 
 /* NT tokens (a: their q8_K block at the slab's start, as apart; tp: q4k_tok, tps apart)
  * over nbs super-blocks of a slab; accumulators from/to accb between slabs (exact), the
@@ -997,10 +1002,17 @@ static inline DJ_ALWAYS_INLINE void q4k_matmul(const int pk, int64_t k, const vo
             const int more = r + 16 < r1, next_full = r + 32 <= r1; /* (file's layout) another group follows */
             r = pk ? g0 + 16 : r + 16;
             float *cg = c + t0 * ldc + g0;
+            if (pk && n_tok <= Q4KP_SMALL) {
+                for (int64_t t = 0; t < nt_c; t += 4) {
+                    const int nt = (int)(nt_c - t < 4 ? nt_c - t : 4);
+                    if (nt < 1) break; /* never: t < nt_c */
+                    q4kp_gemv_tab[nt - 1](nb, wg, ws, at + (size_t)t * as, as, tp + t * nb, cg + t * ldc, ldc, m, NULL);
+                }
+                continue;
+            }
             if (n_tok <= DJ_SMALL_BATCH) {
-                const uint8_t *pf = !pk && more ? wg + 16 * ws : NULL;
-                const q4k_gemv_fn gv = pk ? (nt_c == 1 ? q4kp_gemv_1 : q4kp_gemv_2) : (nt_c == 1 ? q4k_gemv_1 : q4k_gemv_2);
-                gv(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
+                const uint8_t *pf = more ? wg + 16 * ws : NULL;
+                (nt_c == 1 ? q4k_gemv_1 : q4k_gemv_2)(nb, wg, ws, at, as, tp, cg, ldc, m, pf);
                 continue;
             }
             for (int64_t s0 = 0; s0 < nb; s0 += Q4K_SLAB) {
