@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chat/jinja_internal.h"
 
@@ -96,7 +97,7 @@ int jj_fail_oom(struct jj_render *r) {
 
 int jj_charge(struct jj_render *r, size_t bytes) {
     r->steps += bytes / 64;
-    if (r->steps > JJ_MAX_STEPS) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+    if (r->steps > r->max_steps) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
     return 0;
 }
 
@@ -1079,7 +1080,7 @@ static int eval_inner(struct jj_render *r, struct jj_frame *f, const struct jj_n
 
 static int eval(struct jj_render *r, struct jj_frame *f, const struct jj_node *e, struct jv *out) {
     if (r->failed) return -1;
-    if (++r->steps > JJ_MAX_STEPS) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+    if (++r->steps > r->max_steps) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
     if (r->depth >= JJ_MAX_EVAL_DEPTH) return jj_fail(r, "RecursionError", "maximum recursion depth exceeded");
     r->depth++;
     r->line = e->line;
@@ -1143,13 +1144,13 @@ static int exec_body(struct jj_render *r, struct jj_frame *f, const struct jj_no
 /* Renders body in a new frame (child of parent) into a string. */
 static int render_capture(struct jj_render *r, struct jj_frame *parent, const struct jj_node *body, struct jj_str **out) {
     struct jj_frame f = {.parent = parent};
-    struct jj_buf buf = {0};
+    struct jj_buf buf = {.max = r->max_output};
     struct jj_buf *saved = r->out;
     r->out = &buf;
     int rc = exec_body(r, &f, body);
     r->out = saved;
     frame_free(&f);
-    if (!rc && buf.oom) rc = jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", JJ_MAX_OUTPUT);
+    if (!rc && buf.oom) rc = jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", r->max_output);
     if (rc) {
         jj_buf_free(&buf);
         return -1;
@@ -1308,13 +1309,13 @@ static int exec_inner(struct jj_render *r, struct jj_frame *f, const struct jj_n
     }
     default: return jj_fail(r, "TemplateRuntimeError", "cannot execute this node (%d)", s->kind);
     }
-    if (r->out->oom) return jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", JJ_MAX_OUTPUT);
+    if (r->out->oom) return jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", r->max_output);
     return 0;
 }
 
 static int exec_node(struct jj_render *r, struct jj_frame *f, const struct jj_node *s) {
     if (r->failed) return -1;
-    if (++r->steps > JJ_MAX_STEPS) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+    if (++r->steps > r->max_steps) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
     if (r->depth >= JJ_MAX_EVAL_DEPTH) return jj_fail(r, "RecursionError", "maximum recursion depth exceeded");
     r->depth++;
     r->line = s->line;
@@ -1390,7 +1391,7 @@ int jj_call_macro(struct jj_render *r, const struct jj_node *m, const struct jj_
 }
 
 static int call_macro_body(struct jj_render *r, const struct jj_node *m, struct jj_frame *mf, struct jv *out) {
-    struct jj_buf buf = {0};
+    struct jj_buf buf = {.max = r->max_output};
     struct jj_buf *saved = r->out;
     int saved_ctl = r->loop_ctl;
     r->out = &buf;
@@ -1399,7 +1400,7 @@ static int call_macro_body(struct jj_render *r, const struct jj_node *m, struct 
     r->macro_depth--;
     r->out = saved;
     r->loop_ctl = saved_ctl;
-    if (!rc && buf.oom) rc = jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", JJ_MAX_OUTPUT);
+    if (!rc && buf.oom) rc = jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", r->max_output);
     if (rc) {
         jj_buf_free(&buf);
         return -1;
@@ -1459,12 +1460,28 @@ bool jinja_reads_var(const struct dj_jinja *t, const char *name) {
     return false;
 }
 
+struct dj_jinja_params jinja_default_params(void) {
+    struct dj_jinja_params p = {.now = (int64_t)time(NULL), .max_steps = JJ_MAX_STEPS, .max_output = JJ_MAX_OUTPUT};
+    return p;
+}
+
 enum dj_status jinja_render(const struct dj_jinja *t, const json_t *ctx, int64_t now, struct dj_jinja_out *out) {
+    struct dj_jinja_params p = {.now = now, .max_steps = JJ_MAX_STEPS, .max_output = JJ_MAX_OUTPUT};
+    return jinja_render_ex(t, ctx, &p, out);
+}
+
+enum dj_status jinja_render_ex(const struct dj_jinja *t, const json_t *ctx, const struct dj_jinja_params *p,
+                               struct dj_jinja_out *out) {
     memset(out, 0, sizeof *out);
     last_raised = false;
     if (!t) return dj_fail(DJ_ERR_INVALID, "template: no template");
     if (ctx && !json_is_object(ctx)) return dj_fail(DJ_ERR_INVALID, "template: the context must be a JSON object");
-    struct jj_render r = {.t = t, .now = now};
+    struct dj_jinja_params def;
+    if (!p) def = jinja_default_params(), p = &def;
+    struct jj_render r = {.t = t,
+                          .now = p->now,
+                          .max_steps = p->max_steps < JJ_MAX_STEPS ? p->max_steps : JJ_MAX_STEPS,
+                          .max_output = p->max_output < JJ_MAX_OUTPUT ? p->max_output : JJ_MAX_OUTPUT};
     struct jv ctxv;
     if (ctx) {
         if (jv_from_json(ctx, &ctxv, 0)) return DJ_ERR_INVALID;
@@ -1475,11 +1492,11 @@ enum dj_status jinja_render(const struct dj_jinja *t, const json_t *ctx, int64_t
     }
     r.ctx = ctxv.u.d;
     struct jj_frame root = {0};
-    struct jj_buf buf = {0};
+    struct jj_buf buf = {.max = r.max_output};
     r.root = &root;
     r.out = &buf;
     int rc = exec_body(&r, &root, t->root);
-    if (!rc && buf.oom) rc = jj_fail(&r, "MemoryError", "output over %zu bytes, or out of memory", JJ_MAX_OUTPUT);
+    if (!rc && buf.oom) rc = jj_fail(&r, "MemoryError", "output over %zu bytes, or out of memory", r.max_output);
     frame_free(&root);
     for (size_t i = 0; i < r.n_ns; i++) {
         jv_decref(jv_dict(r.ns[i]->attrs));

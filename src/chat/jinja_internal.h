@@ -282,7 +282,8 @@ struct jj_buf {
     char *p;
     size_t n, cap;
     uint8_t *bits; /* NULL until an input byte is written */
-    bool oom;      /* an allocation failed or JJ_MAX_OUTPUT was passed */
+    bool oom;      /* an allocation failed or the cap was passed */
+    size_t max;    /* the cap in bytes; 0: JJ_MAX_OUTPUT */
 };
 void jj_buf_put(struct jj_buf *b, const char *s, size_t n, bool input);
 void jj_buf_putc(struct jj_buf *b, char c);
@@ -375,6 +376,8 @@ struct jj_render {
     size_t depth;       /* nested evaluation */
     size_t macro_depth;
     uint64_t steps;
+    uint64_t max_steps; /* <= JJ_MAX_STEPS */
+    size_t max_output;  /* <= JJ_MAX_OUTPUT: the output and every capture buffer */
     struct jj_ns **ns;  /* every namespace of this render */
     size_t n_ns, cap_ns;
     bool failed;
