@@ -1203,6 +1203,11 @@ static int exec_for(struct jj_render *r, struct jj_frame *f, const struct jj_nod
     size_t n = items->n;
     for (size_t i = 0; !rc && i < n; i++) {
         loop->index0 = i;
+        /* an iteration is a step even when its body is empty (nested empty loops would be free) */
+        if (++r->steps > r->max_steps) {
+            rc = jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+            break;
+        }
         rc = assign(r, &lf, s->a, jv_incref(items->v[i]));
         if (rc) break;
         struct jv *lp = frame_find(&lf, "loop");

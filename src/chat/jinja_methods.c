@@ -1452,14 +1452,17 @@ int jj_call_global(struct jj_render *r, int id, const struct jj_args *a, struct 
         for (size_t i = 0; i < a->n_pos; i++)
             if (need_int(r, "range", a->pos[i], &v[a->n_pos == 1 ? 1 : i])) return -1;
         if (v[2] == 0) return jj_fail(r, "ValueError", "range() arg 3 must not be zero");
-        int64_t n = 0;
-        if (v[2] > 0 && v[1] > v[0]) n = (v[1] - v[0] - 1) / v[2] + 1;
-        if (v[2] < 0 && v[1] < v[0]) n = (v[0] - v[1] - 1) / (-v[2]) + 1;
+        /* in uint64_t: the span of range(-2**63, 2**63-1) does not fit an int64_t */
+        uint64_t n = 0;
+        if (v[2] > 0 && v[1] > v[0]) n = ((uint64_t)v[1] - (uint64_t)v[0] - 1) / (uint64_t)v[2] + 1;
+        if (v[2] < 0 && v[1] < v[0]) n = ((uint64_t)v[0] - (uint64_t)v[1] - 1) / (0 - (uint64_t)v[2]) + 1;
         if (n > JJ_MAX_RANGE)
             return jj_fail(r, "OverflowError", "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", JJ_MAX_RANGE);
+        if (jj_charge(r, (size_t)n * sizeof(struct jv))) return -1;
         struct jj_list *l = jj_list_new(JJ_LIST_LIST, (size_t)n);
         if (!l) return jj_fail_oom(r);
-        for (int64_t i = 0; i < n; i++) jj_list_push(l, jv_int(v[0] + i * v[2]));
+        /* each element lies between start and stop, so start + i*step does not overflow (as uint64_t: no UB) */
+        for (uint64_t i = 0; i < n; i++) jj_list_push(l, jv_int((int64_t)((uint64_t)v[0] + i * (uint64_t)v[2])));
         *out = jv_list(l);
         return 0;
     }
