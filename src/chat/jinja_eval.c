@@ -580,7 +580,11 @@ int jj_binop(struct jj_render *r, int op, struct jv a, struct jv b, struct jv *o
             case JB_FLOORDIV:
             case JB_MOD: {
                 if (y == 0) return jj_fail(r, "ZeroDivisionError", "integer division or modulo by zero");
-                if (x == INT64_MIN && y == -1) goto overflow;
+                if (x == INT64_MIN && y == -1) { /* C's x / y and x % y trap here */
+                    if (op == JB_FLOORDIV) goto overflow;
+                    *out = jv_int(0);
+                    return 0;
+                }
                 int64_t q = x / y, m = x % y;
                 if (m != 0 && ((m < 0) != (y < 0))) m += y, q -= 1;
                 *out = jv_int(op == JB_MOD ? m : q);
@@ -998,7 +1002,7 @@ static int eval_inner(struct jj_render *r, struct jj_frame *f, const struct jj_n
         if (a.t == JJ_UNDEF) return jj_fail_undefined(r, a);
         if (a.t == JJ_FLOAT) *out = jv_float(e->kind == JN_NEG ? -a.u.f : a.u.f);
         else if (is_intlike(a)) {
-            if (e->kind == JN_NEG && ival(a) == INT64_MIN) return jj_fail(r, "OverflowError", "integer out of range");
+            if (e->kind == JN_NEG && ival(a) == INT64_MIN) return jj_fail(r, "OverflowError", "integer result out of the 64-bit range");
             *out = jv_int(e->kind == JN_NEG ? -ival(a) : ival(a));
         } else {
             int rc = jj_fail(r, "TypeError", "bad operand type for unary %s: '%s'", e->kind == JN_NEG ? "-" : "+", jv_type_name(a));

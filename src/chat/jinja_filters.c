@@ -859,21 +859,22 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         }
         int64_t iv;
         double f;
+        bool is_f = false;
         if (is_int_like(v)) {
             *out = jv_int(int_of(v));
             return 0;
         }
-        if (v.t == JJ_FLOAT && isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) {
-            *out = jv_int((int64_t)v.u.f);
-            return 0;
-        }
-        if (v.t == JJ_FLOAT) return jj_fail(r, "OverflowError", "cannot convert float infinity or NaN to integer");
-        if (v.t == JJ_STR && parse_int(v.u.s, base, &iv)) {
+        if (v.t == JJ_FLOAT) f = v.u.f, is_f = true;
+        else if (v.t == JJ_STR && parse_int(v.u.s, base, &iv)) {
             *out = jv_int(iv);
             return 0;
-        }
-        if (v.t == JJ_STR && parse_float(v.u.s, &f)) {
-            if (!isfinite(f) || fabs(f) >= 9.2e18) return jj_fail(r, "OverflowError", "cannot convert float infinity or NaN to integer");
+        } else if (v.t == JJ_STR && parse_float(v.u.s, &f)) is_f = true;
+        /* jinja2: int(x), then int(float(x)); ValueError (NaN) gives the default, OverflowError
+         * (infinity) propagates; finite values past int64_t are where deja's ints end */
+        if (is_f && !isnan(f)) {
+            if (isinf(f)) return jj_fail(r, "OverflowError", "cannot convert float infinity to integer");
+            if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
+                return jj_fail(r, "OverflowError", "int too large: %g is outside the 64-bit range", f);
             *out = jv_int((int64_t)f);
             return 0;
         }
@@ -894,7 +895,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         if (jj_bind(r, name, a, NULL, 0, p)) return -1;
         if (v.t == JJ_FLOAT) *out = jv_float(fabs(v.u.f));
         else if (is_int_like(v)) {
-            if (int_of(v) == INT64_MIN) return jj_fail(r, "OverflowError", "integer out of range");
+            if (int_of(v) == INT64_MIN) return jj_fail(r, "OverflowError", "integer result out of the 64-bit range");
             *out = jv_int(int_of(v) < 0 ? -int_of(v) : int_of(v));
         } else return jj_fail(r, "TypeError", "bad operand type for abs(): '%s'", jv_type_name(v));
         return 0;
@@ -915,15 +916,33 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
             return jj_fail(r, "FilterArgumentError", "method must be common, ceil or floor");
         if (v.t == JJ_UNDEF) return jj_fail_undefined(r, v);
         if (!is_int_like(v) && v.t != JJ_FLOAT) return jj_fail(r, "TypeError", "type %s doesn't define __round__ method", jv_type_name(v));
-        if (prec < -300 || prec > 300) return jj_fail(r, "OverflowError", "round: precision out of range");
         if (!strcmp(method, "common")) {
-            if (is_int_like(v)) {
-                *out = jv_int(int_of(v));
+            if (is_int_like(v)) { /* Python's round(int, ndigits): an int, half to even below 10**-ndigits */
+                int64_t x = int_of(v);
+                if (prec >= 0) {
+                    *out = jv_int(x);
+                    return 0;
+                }
+                if (prec < -19) {
+                    *out = jv_int(0);
+                    return 0;
+                }
+                uint64_t m = 1;
+                for (int64_t k = 0; k < -prec; k++) m *= 10; /* <= 10**19 < 2**64 */
+                uint64_t ax = x < 0 ? 0 - (uint64_t)x : (uint64_t)x, q = ax / m, rem = ax % m;
+                if (rem > m - rem || (rem == m - rem && (q & 1))) q++;
+                uint64_t y = q * m; /* <= |x| + m < 2**64 */
+                if (y > (uint64_t)INT64_MAX + (x < 0)) return jj_fail(r, "OverflowError", "integer result out of the 64-bit range");
+                *out = jv_int(x < 0 ? (int64_t)(0 - y) : (int64_t)y);
                 return 0;
             }
             double x = v.u.f;
             if (!isfinite(x) || prec > 20) {
                 *out = jv_float(x);
+                return 0;
+            }
+            if (prec < -330) { /* Python: 0.0 with x's sign */
+                *out = jv_float(copysign(0.0, x));
                 return 0;
             }
             char tmp[400];
@@ -939,6 +958,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
             }
             return 0;
         }
+        if (prec < -300 || prec > 300) return jj_fail(r, "OverflowError", "round: precision out of range");
         double x = is_int_like(v) ? (double)int_of(v) : v.u.f, m = pow(10.0, (double)prec);
         *out = jv_float((!strcmp(method, "ceil") ? ceil(x * m) : floor(x * m)) / m);
         return 0;
