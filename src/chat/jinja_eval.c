@@ -297,7 +297,7 @@ static int slice_indices(struct jj_render *r, struct jv a, struct jv b, struct j
                          int64_t *stop, int64_t *step, bool *bad) {
     int64_t st = 1;
     *bad = false;
-    if (c.t != JJ_NONE && c.t != JJ_UNDEF) {
+    if (c.t != JJ_NONE) {
         if (!as_index(c, &st)) return *bad = true, 0;
         if (st == 0) return jj_fail(r, "ValueError", "slice step cannot be zero");
     }
@@ -305,7 +305,7 @@ static int slice_indices(struct jj_render *r, struct jv a, struct jv b, struct j
     if (st < 0) lo = -1, hi = n - 1;
     else lo = 0, hi = n;
     int64_t s, e;
-    if (a.t == JJ_NONE || a.t == JJ_UNDEF) s = st < 0 ? hi : lo;
+    if (a.t == JJ_NONE) s = st < 0 ? hi : lo;
     else {
         if (!as_index(a, &s)) return *bad = true, 0;
         if (s < 0) {
@@ -313,7 +313,7 @@ static int slice_indices(struct jj_render *r, struct jv a, struct jv b, struct j
             if (s < lo) s = lo;
         } else if (s > hi) s = hi;
     }
-    if (b.t == JJ_NONE || b.t == JJ_UNDEF) e = st < 0 ? lo : hi;
+    if (b.t == JJ_NONE) e = st < 0 ? lo : hi;
     else {
         if (!as_index(b, &e)) return *bad = true, 0;
         if (e < 0) {
@@ -329,6 +329,7 @@ static int do_slice(struct jj_render *r, struct jv obj, struct jv a, struct jv b
     if (obj.t == JJ_UNDEF) return jj_fail_undefined(r, obj);
     bool is_str = obj.t == JJ_STR;
     bool is_seq = obj.t == JJ_LIST && (obj.u.l->sub == JJ_LIST_LIST || obj.u.l->sub == JJ_LIST_TUPLE);
+    if (obj.t == JJ_DICT) return jj_fail(r, "TypeError", "unhashable type: 'slice'");
     if (!is_str && !is_seq) {
         *out = jv_undef_named(NULL, obj.t);
         return 0;
@@ -337,15 +338,17 @@ static int do_slice(struct jj_render *r, struct jv obj, struct jv a, struct jv b
     int64_t s = 0, e = 0, st = 1;
     bool bad;
     if (slice_indices(r, a, b, c, n, &s, &e, &st, &bad)) return -1;
-    if (bad) {
-        *out = jv_undef_named(NULL, obj.t);
-        return 0;
-    }
+    if (bad) return jj_fail(r, "TypeError", "slice indices must be integers or None or have an __index__ method");
+    /* how many elements: counted without forming s + k*st past the end (a step near 2**63 would overflow) */
+    uint64_t count = 0;
+    if (st > 0 && e > s) count = ((uint64_t)e - (uint64_t)s - 1) / (uint64_t)st + 1;
+    if (st < 0 && s > e) count = ((uint64_t)s - (uint64_t)e - 1) / (0 - (uint64_t)st) + 1;
+    if (jj_charge(r, (size_t)count * sizeof(struct jv))) return -1;
     if (is_seq) {
-        struct jj_list *l = jj_list_new(obj.u.l->sub, 0);
+        struct jj_list *l = jj_list_new(obj.u.l->sub, (size_t)count);
         if (!l) return jj_fail_oom(r);
-        for (int64_t i = s; st > 0 ? i < e : i > e; i += st)
-            if (!jj_list_push(l, jv_incref(obj.u.l->v[i]))) {
+        for (uint64_t k = 0; k < count; k++)
+            if (!jj_list_push(l, jv_incref(obj.u.l->v[s + (int64_t)k * st]))) {
                 jv_decref(jv_list(l));
                 return jj_fail_oom(r);
             }
@@ -371,7 +374,10 @@ static int do_slice(struct jj_render *r, struct jv obj, struct jv a, struct jv b
             p += l;
         }
         offs[n] = str->n;
-        for (int64_t i = s; st > 0 ? i < e : i > e; i += st) jj_buf_put_range(&buf, str, offs[i], offs[i + 1] - offs[i]);
+        for (uint64_t k = 0; k < count; k++) {
+            int64_t i = s + (int64_t)k * st;
+            jj_buf_put_range(&buf, str, offs[i], offs[i + 1] - offs[i]);
+        }
         free(offs);
     }
     struct jj_str *res = jj_buf_take(&buf);
