@@ -537,14 +537,20 @@ int jj_percent_format(struct jj_render *r, const struct jj_str *fmt, struct jv a
         }
         int64_t width = -1, prec = -1;
         if (i < fmt->n && s[i] == '*') goto unsupported;
-        for (; i < fmt->n && s[i] >= '0' && s[i] <= '9'; i++) width = (width < 0 ? 0 : width) * 10 + (s[i] - '0');
+        /* digits saturate past 10**9 (then fail below): a long run of them must not overflow */
+        for (; i < fmt->n && s[i] >= '0' && s[i] <= '9'; i++)
+            if (width < 1000000000) width = (width < 0 ? 0 : width) * 10 + (s[i] - '0');
         if (i < fmt->n && s[i] == '.') {
             i++;
             prec = 0;
             if (i < fmt->n && s[i] == '*') goto unsupported;
-            for (; i < fmt->n && s[i] >= '0' && s[i] <= '9'; i++) prec = prec * 10 + (s[i] - '0');
+            for (; i < fmt->n && s[i] >= '0' && s[i] <= '9'; i++)
+                if (prec < 1000000000) prec = prec * 10 + (s[i] - '0');
         }
-        if (width > 100000 || prec > 100000) goto unsupported;
+        if (width > 100000 || prec > 100000) {
+            jj_buf_free(&b);
+            return jj_fail(r, "ValueError", "format width or precision too large (deja's limit is 100000)");
+        }
         for (; i < fmt->n && (s[i] == 'h' || s[i] == 'l' || s[i] == 'L'); i++) {}
         if (i >= fmt->n) goto incomplete;
         char conv = s[i++];
@@ -718,14 +724,19 @@ static int format_spec(struct jj_render *r, struct jv v, const char *spec, size_
         if (!align) fill = '0', align = '=';
         i++;
     }
-    for (; i < n && spec[i] >= '0' && spec[i] <= '9'; i++) width = (width < 0 ? 0 : width) * 10 + (spec[i] - '0');
+    /* digits saturate past 10**9 (then fail below): a long run of them must not overflow */
+    for (; i < n && spec[i] >= '0' && spec[i] <= '9'; i++)
+        if (width < 1000000000) width = (width < 0 ? 0 : width) * 10 + (spec[i] - '0');
     if (i < n && (spec[i] == ',' || spec[i] == '_')) comma = true, i++;
     if (i < n && spec[i] == '.') {
         prec = 0;
-        for (i++; i < n && spec[i] >= '0' && spec[i] <= '9'; i++) prec = prec * 10 + (spec[i] - '0');
+        for (i++; i < n && spec[i] >= '0' && spec[i] <= '9'; i++)
+            if (prec < 1000000000) prec = prec * 10 + (spec[i] - '0');
     }
     if (i < n) type = spec[i++];
-    if (i != n || width > 100000 || prec > 100000) return jj_fail(r, "ValueError", "Invalid format specifier");
+    if (i != n) return jj_fail(r, "ValueError", "Invalid format specifier");
+    if (width > 100000 || prec > 100000)
+        return jj_fail(r, "ValueError", "format width or precision too large (deja's limit is 100000)");
     size_t start = b->n;
     char tmp[512];
     double f;
