@@ -93,9 +93,16 @@ static int test_by_value(struct jj_render *r, struct jv name, struct jv item, co
     return jj_apply_test(r, id, item, extra, res);
 }
 
-/* jinja2's make_attrgetter: "a.b.0" looked up item-first, each part in turn. */
-static int attr_path(struct jj_render *r, struct jv item, struct jv attr, struct jv *out) {
-    if (attr.t != JJ_STR) return jj_getitem(r, item, attr, out);
+/* jinja2's make_attrgetter: "a.b.0" looked up item-first, each part in turn;
+ * with a default (not None), an undefined part becomes the default and the
+ * lookup goes on from it, as jinja2 does (map(attribute='a.b', default='-')). */
+static int attr_path_def(struct jj_render *r, struct jv item, struct jv attr, struct jv def, struct jv *out) {
+    bool has_def = def.t != JJ_NONE && !jv_is_missing(def);
+    if (attr.t != JJ_STR) {
+        if (jj_getitem(r, item, attr, out)) return -1;
+        if (has_def && out->t == JJ_UNDEF) jv_decref(*out), *out = jv_incref(def);
+        return 0;
+    }
     const struct jj_str *s = attr.u.s;
     struct jv cur = jv_incref(item);
     size_t i = 0;
@@ -124,11 +131,16 @@ static int attr_path(struct jj_render *r, struct jv item, struct jv attr, struct
         jv_decref(cur);
         if (rc) return -1;
         cur = next;
+        if (has_def && cur.t == JJ_UNDEF) jv_decref(cur), cur = jv_incref(def);
         if (!dot) break;
         i = end + 1;
     }
     *out = cur;
     return 0;
+}
+
+static int attr_path(struct jj_render *r, struct jv item, struct jv attr, struct jv *out) {
+    return attr_path_def(r, item, attr, jv_none(), out);
 }
 
 /* The sort / unique / min / max key of item: attribute(s) then lowercase strings. */
@@ -496,11 +508,7 @@ static int do_map(struct jj_render *r, struct jv v, const struct jj_args *a, str
         struct jv y;
         if (fid >= 0) rc = jj_apply_filter(r, fid, items->v[i], &extra, &y);
         else {
-            rc = attr_path(r, items->v[i], attribute, &y);
-            if (!rc && y.t == JJ_UNDEF && def.t != JJ_NONE) {
-                jv_decref(y);
-                y = jv_incref(def);
-            }
+            rc = attr_path_def(r, items->v[i], attribute, def, &y);
         }
         if (!rc && !jj_list_push(res, y)) rc = jj_fail_oom(r);
     }
