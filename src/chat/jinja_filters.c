@@ -1014,6 +1014,12 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         if (jj_bind(r, name, a, names, 1, p)) return -1;
         if (p[0].t != JJ_STR) return jj_fail(r, "TypeError", "attribute name must be string");
         if (v.t == JJ_UNDEF) return jj_fail_undefined(r, v);
+        bool unsafe;
+        if (v.t == JJ_DICT && jj_method_lookup(v, p[0].u.s->s, p[0].u.s->n, &unsafe) < 0 && !unsafe) {
+            /* Python's getattr only: a dict's keys are items, not attributes */
+            *out = jv_undef_named(NULL, v.t);
+            return 0;
+        }
         int rc = jj_getattr(r, v, p[0].u.s->s, p[0].u.s->n, out);
         if (!rc && out->t == JJ_UNDEF && out->sub != JJ_UNDEF_UNSAFE) *out = jv_undef_named(NULL, v.t);
         return rc;
