@@ -1128,8 +1128,11 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
     case F_BATCH: {
         static const char *const names[] = {"linecount", "fill_with"};
         if (jj_bind(r, name, a, names, 2, p)) return -1;
-        if (!is_int_like(p[0]) || int_of(p[0]) <= 0) return jj_fail(r, "FilterArgumentError", "batch: linecount must be a positive integer");
-        size_t per = (size_t)int_of(p[0]);
+        if (!is_int_like(p[0])) return jj_fail(r, "TypeError", "batch: linecount must be an integer");
+        /* jinja2's loop: a batch is emitted when it holds linecount items before the next one is
+         * added, so linecount 0 gives [[], rest] and a negative one a single batch */
+        int64_t lc = int_of(p[0]);
+        size_t per = lc < 0 ? SIZE_MAX : (size_t)lc;
         struct jj_list *items, *res, *cur = NULL;
         if (jj_iterate(r, v, &items)) return -1;
         if (new_iter(r, &res)) {
@@ -1139,14 +1142,16 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         int rc = 0;
         for (size_t i = 0; i < items->n && !rc; i++) {
             if (!cur && !(cur = jj_list_new(JJ_LIST_LIST, 0))) rc = jj_fail_oom(r);
-            if (!rc && !jj_list_push(cur, jv_incref(items->v[i]))) rc = jj_fail_oom(r);
             if (!rc && cur->n == per) {
                 if (!jj_list_push(res, jv_list(cur))) rc = jj_fail_oom(r);
-                cur = NULL;
+                if (!rc && !(cur = jj_list_new(JJ_LIST_LIST, 0))) rc = jj_fail_oom(r);
             }
+            if (!rc && !jj_list_push(cur, jv_incref(items->v[i]))) rc = jj_fail_oom(r);
         }
         if (!rc && cur) {
             bool fill = !jv_is_missing(p[1]) && p[1].t != JJ_NONE;
+            if (fill && per != SIZE_MAX && per > cur->n && (per - cur->n > JJ_MAX_ITEMS || jj_charge(r, (per - cur->n) * sizeof(struct jv))))
+                rc = r->failed ? -1 : jj_fail_oom(r);
             while (fill && cur->n < per && !rc)
                 if (!jj_list_push(cur, jv_incref(p[1]))) rc = jj_fail_oom(r);
             if (!jj_list_push(res, jv_list(cur))) rc = jj_fail_oom(r);
