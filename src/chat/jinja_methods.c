@@ -175,6 +175,28 @@ int jj_str_strip(struct jj_render *r, const struct jj_str *s, const struct jj_st
     return jj_substr(r, s, b, e - b, out);
 }
 
+/* Python's full case mappings that expand to several code points (SpecialCasing.txt's
+ * unconditional entries) within the ranges jj_to_upper/jj_to_lower cover, plus the Latin
+ * ligatures: upper, title and lower forms, NULL where the simple mapping applies. */
+static const struct {
+    uint32_t c;
+    const char *upper, *title, *lower;
+} SPECIAL_CASE[] = {
+    {0xDF, "SS", "Ss", NULL},      {0x130, NULL, NULL, "i\xcc\x87"}, {0x149, "\xca\xbcN", "\xca\xbcN", NULL},
+    {0xFB00, "FF", "Ff", NULL},    {0xFB01, "FI", "Fi", NULL},       {0xFB02, "FL", "Fl", NULL},
+    {0xFB03, "FFI", "Ffi", NULL},  {0xFB04, "FFL", "Ffl", NULL},     {0xFB05, "ST", "St", NULL},
+    {0xFB06, "ST", "St", NULL},
+};
+
+/* The expansion of c under kind 'U', 'T' or 'L', or NULL. */
+static const char *special_case(uint32_t c, char kind) {
+    if (c < 0xDF) return NULL;
+    for (size_t k = 0; k < sizeof SPECIAL_CASE / sizeof SPECIAL_CASE[0]; k++)
+        if (SPECIAL_CASE[k].c == c)
+            return kind == 'U' ? SPECIAL_CASE[k].upper : kind == 'T' ? SPECIAL_CASE[k].title : SPECIAL_CASE[k].lower;
+    return NULL;
+}
+
 int jj_str_case(struct jj_render *r, const struct jj_str *s, int mode, struct jv *out) {
     struct jj_buf b = {0};
     bool prev_cased = false, first = true;
@@ -184,14 +206,25 @@ int jj_str_case(struct jj_render *r, const struct jj_str *s, int mode, struct jv
         uint32_t c = jj_utf8_decode(s->s + i, s->n - i, &l);
         uint32_t o = c;
         bool cased = jj_is_alpha(c);
+        char kind = 'L'; /* the full mapping applied: Upper, Title or Lower */
         switch (mode) {
-        case JJ_CASE_UPPER: o = jj_to_upper(c); break;
-        case JJ_CASE_LOWER: o = jj_to_lower(c); break;
-        case JJ_CASE_SWAP: o = jj_to_upper(c) != c ? jj_to_upper(c) : jj_to_lower(c); break;
-        case JJ_CASE_CAPITALIZE: o = first ? jj_to_upper(c) : jj_to_lower(c); break;
-        case JJ_CASE_TITLE: o = prev_cased ? jj_to_lower(c) : jj_to_upper(c); break;
+        case JJ_CASE_UPPER: o = jj_to_upper(c), kind = 'U'; break;
+        case JJ_CASE_LOWER: o = jj_to_lower(c), kind = 'L'; break;
+        case JJ_CASE_SWAP:
+            kind = jj_to_upper(c) != c || special_case(c, 'U') ? 'U' : 'L';
+            o = kind == 'U' ? jj_to_upper(c) : jj_to_lower(c);
+            break;
+        case JJ_CASE_CAPITALIZE:
+            kind = first ? 'T' : 'L';
+            o = first ? jj_to_upper(c) : jj_to_lower(c);
+            break;
+        case JJ_CASE_TITLE:
+            kind = prev_cased ? 'L' : 'T';
+            o = prev_cased ? jj_to_lower(c) : jj_to_upper(c);
+            break;
         case JJ_CASE_JINJA_TITLE: {
-            /* jinja2's do_title: words begin after [-\s({\[<] */
+            /* jinja2's do_title: words begin after [-\s({\[<]; item[0].upper() + item[1:].lower() */
+            kind = prev_cased ? 'L' : 'U';
             o = prev_cased ? jj_to_lower(c) : jj_to_upper(c);
             cased = !(jj_is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<');
             break;
@@ -200,7 +233,9 @@ int jj_str_case(struct jj_render *r, const struct jj_str *s, int mode, struct jv
         prev_cased = cased;
         first = false;
         char tmp[4];
-        if (l == 1 && c >= 0x80) jj_buf_put(&b, s->s + i, 1, false);
+        const char *sp = special_case(c, kind);
+        if (sp) jj_buf_puts(&b, sp);
+        else if (l == 1 && c >= 0x80) jj_buf_put(&b, s->s + i, 1, false);
         else jj_buf_put(&b, tmp, jj_utf8_encode(o, tmp), false);
         i += l;
     }
