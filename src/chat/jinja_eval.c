@@ -101,6 +101,21 @@ int jj_charge(struct jj_render *r, size_t bytes) {
     return 0;
 }
 
+int jj_charge_items(struct jj_render *r, size_t n) {
+    r->steps += n;
+    if (r->steps > r->max_steps) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+    return 0;
+}
+
+int jj_charge_scan(struct jj_render *r, struct jv v, const struct jj_args *a) {
+    size_t n = v.t == JJ_STR ? v.u.s->n : 0;
+    for (size_t i = 0; a && i < a->n_pos; i++)
+        if (a->pos[i].t == JJ_STR) n += a->pos[i].u.s->n;
+    for (size_t i = 0; a && i < a->n_kw; i++)
+        if (a->kw[i].t == JJ_STR) n += a->kw[i].u.s->n;
+    return jj_charge_items(r, n / 16);
+}
+
 int jj_fail_undefined(struct jj_render *r, struct jv u) {
     if (u.sub == JJ_UNDEF_UNSAFE)
         return jj_fail(r, "SecurityError", "access to attribute '%s' of '%s' object is unsafe.", u.u.name ? u.u.name : "?",
@@ -388,6 +403,9 @@ static int do_slice(struct jj_render *r, struct jv obj, struct jv a, struct jv b
 }
 
 int jj_iterate(struct jj_render *r, struct jv v, struct jj_list **out) {
+    /* every caller visits the elements: that is what the steps pay for */
+    size_t n = v.t == JJ_LIST ? v.u.l->n : v.t == JJ_DICT ? v.u.d->n : v.t == JJ_STR ? v.u.s->ncp : 0;
+    if (jj_charge_items(r, n)) return -1;
     switch (v.t) {
     case JJ_LIST:
         v.u.l->rc++;
@@ -455,7 +473,8 @@ int jj_to_str(struct jj_render *r, struct jv v, struct jj_str **out) {
     size_t n = b.n;
     *out = jj_buf_take(&b);
     if (!*out) return jj_fail_oom(r);
-    return jj_charge(r, n);
+    /* str() of a container walked its values: about one per 8 bytes written */
+    return jj_charge_items(r, v.t == JJ_LIST || v.t == JJ_DICT || v.t == JJ_NS ? n / 8 : n / 64);
 }
 
 int jj_contains(struct jj_render *r, struct jv c, struct jv item, bool *out) {
@@ -464,10 +483,12 @@ int jj_contains(struct jj_render *r, struct jv c, struct jv item, bool *out) {
     case JJ_STR:
         if (item.t != JJ_STR)
             return jj_fail(r, "TypeError", "'in <string>' requires string as left operand, not %s", jv_type_name(item));
+        if (jj_charge_items(r, c.u.s->n / 16)) return -1;
         *out = item.u.s->n == 0 || memmem(c.u.s->s, c.u.s->n, item.u.s->s, item.u.s->n) != NULL;
         return 0;
     case JJ_LIST:
         *out = false;
+        if (jj_charge_items(r, c.u.l->n)) return -1;
         for (size_t i = 0; i < c.u.l->n && !*out; i++) *out = jv_equal(c.u.l->v[i], item);
         return 0;
     case JJ_DICT:
@@ -857,8 +878,19 @@ static int eval_filter(struct jj_render *r, struct jj_frame *f, const struct jj_
     return rc;
 }
 
+/* What comparing v element by element costs, at its top level (nested containers
+ * are not walked here: building them was charged). */
+static size_t compare_cost(struct jv v) {
+    if (v.t == JJ_LIST) return v.u.l->n;
+    if (v.t == JJ_DICT) return v.u.d->n;
+    if (v.t == JJ_STR) return v.u.s->n / 16;
+    return 0;
+}
+
 static int compare_op(struct jj_render *r, int op, struct jv a, struct jv b, bool *res) {
     int c;
+    if (op != JC_IN && op != JC_NOTIN && jj_charge_items(r, compare_cost(a) < compare_cost(b) ? compare_cost(a) : compare_cost(b)))
+        return -1;
     switch (op) {
     case JC_EQ: *res = jv_equal(a, b); return 0;
     case JC_NE: *res = !jv_equal(a, b); return 0;

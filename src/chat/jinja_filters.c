@@ -242,6 +242,12 @@ static int sorted_list(struct jj_render *r, const struct jj_list *items, const s
         return jj_fail_oom(r);
     }
     for (size_t i = 0; i < n; i++) idx[i] = i;
+    size_t log2n = 1;
+    while (log2n < 64 && ((size_t)1 << log2n) < n) log2n++;
+    if (jj_charge_items(r, n * log2n)) { /* a merge sort's comparisons */
+        free(idx), free(tmp);
+        return -1;
+    }
     struct sorter s = {r, keys, reverse, false};
     merge_sort(&s, idx, tmp, n);
     free(tmp);
@@ -374,7 +380,8 @@ static int do_tojson(struct jj_render *r, struct jv v, const struct jv *p, struc
     struct jj_str *s = jj_buf_take(&b);
     if (!s) return jj_fail_oom(r);
     *out = jv_str(s);
-    return jj_charge(r, n);
+    /* the values walked: about one per 8 bytes written (a list of small ints) */
+    return jj_charge_items(r, n / 8);
 }
 
 /* ---- indent ---- */
@@ -553,6 +560,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
     const char *name = FILTERS[fi].name;
     struct jv p[6];
     int64_t n64;
+    if (jj_charge_scan(r, v, a)) return -1;
     switch (FILTERS[fi].id) {
     case F_TOJSON: {
         static const char *const names[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
@@ -797,6 +805,11 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
             struct jv k;
             rc = sort_key(r, items->v[i], p[1], cs, &k);
             if (rc) break;
+            if (jj_charge_items(r, seen->n)) { /* the comparisons about to be made: O(n^2) in all */
+                jv_decref(k);
+                rc = -1;
+                break;
+            }
             bool dup = false;
             for (size_t j = 0; j < seen->n && !dup; j++) dup = jv_equal(seen->v[j], k);
             if (!dup) {
@@ -804,7 +817,6 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
             } else {
                 jv_decref(k);
             }
-            if (!rc) rc = jj_charge(r, seen->n);
         }
         jv_decref(jv_list(seen));
         jv_decref(jv_list(items));
@@ -1176,6 +1188,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
 int jj_apply_test(struct jj_render *r, int ti, struct jv v, const struct jj_args *a, bool *out) {
     if (ti < 0 || (size_t)ti >= N_TESTS) return jj_fail(r, "TemplateRuntimeError", "no such test");
     int id = TESTS[ti].id;
+    if (jj_charge_scan(r, v, a)) return -1;
     static const char *const one[] = {"other"};
     struct jv p[1] = {jv_missing()};
     if (id >= T_DIVISIBLEBY && id <= T_SAMEAS) {

@@ -337,6 +337,7 @@ static void clamp_range(struct jv start, struct jv end, int64_t n, int64_t *s, i
 
 static int push_sub(struct jj_render *r, struct jj_list *l, const struct jj_str *s, size_t off, size_t n) {
     struct jv v;
+    if (jj_charge_items(r, 1)) return -1; /* 'x' * 10**7 splits into 10**7 strings */
     if (jj_substr(r, s, off, n, &v)) return -1;
     if (!jj_list_push(l, v)) return jj_fail_oom(r);
     return 0;
@@ -1339,6 +1340,7 @@ static int call_str_method(struct jj_render *r, int id, const struct jj_str *s, 
 int jj_call_method(struct jj_render *r, const struct jj_method *m, const struct jj_args *a, struct jv *out) {
     struct jv self = m->self;
     struct jv p[3];
+    if (jj_charge_scan(r, self, a)) return -1;
     static const char *const n_get[] = {"key", "default"};
     static const char *const n_one[] = {"x"};
     static const char *const n_none[] = {NULL};
@@ -1404,6 +1406,7 @@ int jj_call_method(struct jj_render *r, const struct jj_method *m, const struct 
         if (jj_bind(r, what, a, n_one, 1, p)) return -1;
         if (jv_is_missing(p[0])) return jj_fail(r, "TypeError", "%s() takes exactly one argument (0 given)", what);
         int64_t count = 0, first = -1;
+        if (jj_charge_items(r, self.u.l->n)) return -1;
         for (size_t i = 0; i < self.u.l->n; i++)
             if (jv_equal(self.u.l->v[i], p[0])) {
                 if (first < 0) first = (int64_t)i;
