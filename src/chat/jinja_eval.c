@@ -107,6 +107,20 @@ int jj_charge_items(struct jj_render *r, size_t n) {
     return 0;
 }
 
+int jj_charge_out(struct jj_render *r, size_t bytes, struct jv *out) {
+    if (!jj_charge(r, bytes)) return 0;
+    jv_decref(*out);
+    *out = jv_none();
+    return -1;
+}
+
+int jj_charge_items_out(struct jj_render *r, size_t n, struct jv *out) {
+    if (!jj_charge_items(r, n)) return 0;
+    jv_decref(*out);
+    *out = jv_none();
+    return -1;
+}
+
 int jj_charge_scan(struct jj_render *r, struct jv v, const struct jj_args *a) {
     size_t n = v.t == JJ_STR ? v.u.s->n : 0;
     for (size_t i = 0; a && i < a->n_pos; i++)
@@ -474,7 +488,12 @@ int jj_to_str(struct jj_render *r, struct jv v, struct jj_str **out) {
     *out = jj_buf_take(&b);
     if (!*out) return jj_fail_oom(r);
     /* str() of a container walked its values: about one per 8 bytes written */
-    return jj_charge_items(r, v.t == JJ_LIST || v.t == JJ_DICT || v.t == JJ_NS ? n / 8 : n / 64);
+    if (jj_charge_items(r, v.t == JJ_LIST || v.t == JJ_DICT || v.t == JJ_NS ? n / 8 : n / 64)) {
+        jj_str_decref(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 int jj_contains(struct jj_render *r, struct jv c, struct jv item, bool *out) {
@@ -526,7 +545,7 @@ static int str_add(struct jj_render *r, const struct jj_str *a, const struct jj_
     if (!s) return jj_fail_oom(r);
     s->markup = markup;
     *out = jv_str(s);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 static int seq_repeat(struct jj_render *r, struct jv seq, int64_t times, struct jv *out) {
@@ -541,7 +560,7 @@ static int seq_repeat(struct jj_render *r, struct jv seq, int64_t times, struct 
         if (!res) return jj_fail_oom(r);
         res->markup = s->markup;
         *out = jv_str(res);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
     const struct jj_list *l = seq.u.l;
     if (l->n && (uint64_t)times > JJ_MAX_ITEMS / l->n) return jj_fail_oom(r);
@@ -554,7 +573,7 @@ static int seq_repeat(struct jj_render *r, struct jv seq, int64_t times, struct 
                 return jj_fail_oom(r);
             }
     *out = jv_list(res);
-    return jj_charge(r, l->n * (size_t)times * 8);
+    return jj_charge_out(r, l->n * (size_t)times * 8, out);
 }
 
 /* Python's float modulo and floor division. */
@@ -666,7 +685,7 @@ int jj_binop(struct jj_render *r, int op, struct jv a, struct jv b, struct jv *o
             for (size_t i = 0; i < b.u.l->n; i++)
                 if (!jj_list_push(l, jv_incref(b.u.l->v[i]))) goto list_oom;
             *out = jv_list(l);
-            return jj_charge(r, l->n * 8);
+            return jj_charge_out(r, l->n * 8, out);
         list_oom:
             jv_decref(jv_list(l));
             return jj_fail_oom(r);
@@ -1074,7 +1093,7 @@ static int eval_inner(struct jj_render *r, struct jj_frame *f, const struct jj_n
         struct jj_str *s = jj_buf_take(&buf);
         if (!s) return jj_fail_oom(r);
         *out = jv_str(s);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
     case JN_AND:
     case JN_OR:

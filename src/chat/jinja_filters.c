@@ -263,7 +263,7 @@ static int sorted_list(struct jj_render *r, const struct jj_list *items, const s
     for (size_t i = 0; i < n; i++) jj_list_push(l, jv_incref(items->v[idx[i]]));
     free(idx);
     *out = jv_list(l);
-    return jj_charge(r, n * 16);
+    return jj_charge_out(r, n * 16, out);
 }
 
 static void free_keys(struct jv *keys, size_t n) {
@@ -381,7 +381,7 @@ static int do_tojson(struct jj_render *r, struct jv v, const struct jv *p, struc
     if (!s) return jj_fail_oom(r);
     *out = jv_str(s);
     /* the values walked: about one per 8 bytes written (a list of small ints) */
-    return jj_charge_items(r, n / 8);
+    return jj_charge_items_out(r, n / 8, out);
 }
 
 /* ---- indent ---- */
@@ -440,7 +440,7 @@ static int do_indent(struct jj_render *r, struct jv v, const struct jv *p, struc
     if (!res) return jj_fail_oom(r);
     res->markup = markup;
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 /* ---- select / reject / map ---- */
@@ -644,7 +644,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         struct jj_str *res = jj_buf_take(&b);
         if (!res) return jj_fail_oom(r);
         *out = jv_str(res);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
     case F_ITEMS: {
         if (jj_bind(r, name, a, NULL, 0, p)) return -1;

@@ -396,6 +396,10 @@ int jj_charge(struct jj_render *r, size_t bytes); /* step budget for building by
 /* One step per element visited (iterating, comparing, searching): the step limit must
  * bound a template that applies an O(n) filter to a big list in a loop. */
 int jj_charge_items(struct jj_render *r, size_t n);
+/* jj_charge / jj_charge_items for a result already stored in *out: on -1 the result is
+ * released (a caller owns *out only when 0 is returned). */
+int jj_charge_out(struct jj_render *r, size_t bytes, struct jv *out);
+int jj_charge_items_out(struct jj_render *r, size_t n, struct jv *out);
 /* Undefined used where a value is needed: the right error (UndefinedError / SecurityError). */
 int jj_fail_undefined(struct jj_render *r, struct jv u);
 struct jj_ns *jj_ns_new(struct jj_render *r); /* render-owned; NULL (and an error) on failure */

@@ -245,7 +245,7 @@ int jj_str_case(struct jj_render *r, const struct jj_str *s, int mode, struct jv
     if (!res) return jj_fail_oom(r);
     res->markup = s->markup;
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 int jj_str_replace(struct jj_render *r, const struct jj_str *s, const struct jj_str *old, const struct jj_str *new_,
@@ -286,7 +286,7 @@ int jj_str_replace(struct jj_render *r, const struct jj_str *s, const struct jj_
     struct jj_str *res = jj_buf_take(&b);
     if (!res) return jj_fail_oom(r);
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 /* ---- argument helpers ---- */
@@ -731,7 +731,7 @@ int jj_percent_format(struct jj_render *r, const struct jj_str *fmt, struct jv a
         struct jj_str *res = jj_buf_take(&b);
         if (!res) return jj_fail_oom(r);
         *out = jv_str(res);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
 incomplete:
     jj_buf_free(&b);
@@ -1044,7 +1044,7 @@ static int str_format(struct jj_render *r, const struct jj_str *fmt, const struc
     struct jj_str *res = jj_buf_take(&b);
     if (!res) return jj_fail_oom(r);
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 /* ---- method calls ---- */
@@ -1116,7 +1116,7 @@ static int str_pad(struct jj_render *r, const struct jj_str *s, int64_t width, s
     if (!res) return jj_fail_oom(r);
     res->markup = s->markup;
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 int jj_str_center(struct jj_render *r, const struct jj_str *s, int64_t width, struct jv *out);
@@ -1256,7 +1256,7 @@ static int call_str_method(struct jj_render *r, int id, const struct jj_str *s, 
         if (!res) return jj_fail_oom(r);
         res->markup = s->markup;
         *out = jv_str(res);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
     case M_FORMAT: return str_format(r, s, a, out);
     case M_ISDIGIT:
