@@ -405,6 +405,13 @@ static const struct jcase cases[] = {
 
     /* ---- 64-bit integers and other limits (Python's ints are unbounded) ---- */
     ERRL("{{ 99999999999999999999999 }}", "line 1, column 4: integer literal too large"),
+    OK("{{ 0xAAA }} {{ 0xA_A }} {{ 0x_A }} {{ 0b101 }} {{ 0o17 }} {{ 0X1f }}", "2730 170 10 5 15 31"),
+    ERRL("{{ 0x7fffffffffffffff }} {{ 0x8000000000000000 }}", "integer literal too large"),
+    ERR("{{ 0xAAAg }}", "expected end of print statement, got 'g'"),
+    ERR("{{ 0b102 }}", "expected end of print statement, got '2'"),
+    /* fuzz_jinja: a control byte in a hex literal was taken for a digit ('\x10' | 0x20 is '0'): UB */
+    ERR("{{ 0xAAA\x10" "AA }}", "unexpected char"),
+    ERR("{{ 0b1\x11 }} {{ 0o7\x17 }}", "unexpected char"),
     OKL("{{ 9223372036854775807 }} {{ -9223372036854775807 - 1 }}", "9223372036854775807 -9223372036854775808"),
     ERRL("{{ big + 1 }}", "OverflowError: integer result out of the 64-bit range"),
     ERRL("{{ small - 1 }}", "OverflowError: integer result out of the 64-bit range"),
