@@ -49,6 +49,20 @@ struct dj_jinja_out {
  * otherwise "template: line L: ..." saying what failed (undefined attribute,
  * type error, ...).  out is left zeroed on failure. */
 enum dj_status jinja_render(const struct dj_jinja *t, const json_t *ctx, int64_t now, struct dj_jinja_out *out);
+
+/* What one render may use.  The defaults are the built-in limits (5e7 steps,
+ * 64 MiB of output) and are also the ceilings: larger values are clamped to
+ * them.  Lower limits are for callers that render untrusted templates in a
+ * loop (the fuzzer). */
+struct dj_jinja_params {
+    int64_t now;        /* strftime_now's clock, seconds since the epoch (default: time(NULL)) */
+    uint64_t max_steps; /* evaluation steps, plus one per 64 bytes built */
+    size_t max_output;  /* bytes of output, and of the body of a macro, set block or filter block */
+};
+struct dj_jinja_params jinja_default_params(void);
+/* jinja_render with the clock and limits of p (NULL: the defaults). */
+enum dj_status jinja_render_ex(const struct dj_jinja *t, const json_t *ctx, const struct dj_jinja_params *p,
+                               struct dj_jinja_out *out);
 void jinja_out_free(struct dj_jinja_out *o); /* accepts a zeroed struct */
 
 /* Did the last failure come from the template's raise_exception (as opposed

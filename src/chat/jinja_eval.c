@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chat/jinja_internal.h"
 
@@ -96,8 +97,37 @@ int jj_fail_oom(struct jj_render *r) {
 
 int jj_charge(struct jj_render *r, size_t bytes) {
     r->steps += bytes / 64;
-    if (r->steps > JJ_MAX_STEPS) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+    if (r->steps > r->max_steps) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
     return 0;
+}
+
+int jj_charge_items(struct jj_render *r, size_t n) {
+    r->steps += n;
+    if (r->steps > r->max_steps) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+    return 0;
+}
+
+int jj_charge_out(struct jj_render *r, size_t bytes, struct jv *out) {
+    if (!jj_charge(r, bytes)) return 0;
+    jv_decref(*out);
+    *out = jv_none();
+    return -1;
+}
+
+int jj_charge_items_out(struct jj_render *r, size_t n, struct jv *out) {
+    if (!jj_charge_items(r, n)) return 0;
+    jv_decref(*out);
+    *out = jv_none();
+    return -1;
+}
+
+int jj_charge_scan(struct jj_render *r, struct jv v, const struct jj_args *a) {
+    size_t n = v.t == JJ_STR ? v.u.s->n : 0;
+    for (size_t i = 0; a && i < a->n_pos; i++)
+        if (a->pos[i].t == JJ_STR) n += a->pos[i].u.s->n;
+    for (size_t i = 0; a && i < a->n_kw; i++)
+        if (a->kw[i].t == JJ_STR) n += a->kw[i].u.s->n;
+    return jj_charge_items(r, n / 16);
 }
 
 int jj_fail_undefined(struct jj_render *r, struct jv u) {
@@ -296,7 +326,7 @@ static int slice_indices(struct jj_render *r, struct jv a, struct jv b, struct j
                          int64_t *stop, int64_t *step, bool *bad) {
     int64_t st = 1;
     *bad = false;
-    if (c.t != JJ_NONE && c.t != JJ_UNDEF) {
+    if (c.t != JJ_NONE) {
         if (!as_index(c, &st)) return *bad = true, 0;
         if (st == 0) return jj_fail(r, "ValueError", "slice step cannot be zero");
     }
@@ -304,7 +334,7 @@ static int slice_indices(struct jj_render *r, struct jv a, struct jv b, struct j
     if (st < 0) lo = -1, hi = n - 1;
     else lo = 0, hi = n;
     int64_t s, e;
-    if (a.t == JJ_NONE || a.t == JJ_UNDEF) s = st < 0 ? hi : lo;
+    if (a.t == JJ_NONE) s = st < 0 ? hi : lo;
     else {
         if (!as_index(a, &s)) return *bad = true, 0;
         if (s < 0) {
@@ -312,7 +342,7 @@ static int slice_indices(struct jj_render *r, struct jv a, struct jv b, struct j
             if (s < lo) s = lo;
         } else if (s > hi) s = hi;
     }
-    if (b.t == JJ_NONE || b.t == JJ_UNDEF) e = st < 0 ? lo : hi;
+    if (b.t == JJ_NONE) e = st < 0 ? lo : hi;
     else {
         if (!as_index(b, &e)) return *bad = true, 0;
         if (e < 0) {
@@ -328,6 +358,7 @@ static int do_slice(struct jj_render *r, struct jv obj, struct jv a, struct jv b
     if (obj.t == JJ_UNDEF) return jj_fail_undefined(r, obj);
     bool is_str = obj.t == JJ_STR;
     bool is_seq = obj.t == JJ_LIST && (obj.u.l->sub == JJ_LIST_LIST || obj.u.l->sub == JJ_LIST_TUPLE);
+    if (obj.t == JJ_DICT) return jj_fail(r, "TypeError", "unhashable type: 'slice'");
     if (!is_str && !is_seq) {
         *out = jv_undef_named(NULL, obj.t);
         return 0;
@@ -336,15 +367,17 @@ static int do_slice(struct jj_render *r, struct jv obj, struct jv a, struct jv b
     int64_t s = 0, e = 0, st = 1;
     bool bad;
     if (slice_indices(r, a, b, c, n, &s, &e, &st, &bad)) return -1;
-    if (bad) {
-        *out = jv_undef_named(NULL, obj.t);
-        return 0;
-    }
+    if (bad) return jj_fail(r, "TypeError", "slice indices must be integers or None or have an __index__ method");
+    /* how many elements: counted without forming s + k*st past the end (a step near 2**63 would overflow) */
+    uint64_t count = 0;
+    if (st > 0 && e > s) count = ((uint64_t)e - (uint64_t)s - 1) / (uint64_t)st + 1;
+    if (st < 0 && s > e) count = ((uint64_t)s - (uint64_t)e - 1) / (0 - (uint64_t)st) + 1;
+    if (jj_charge(r, (size_t)count * sizeof(struct jv))) return -1;
     if (is_seq) {
-        struct jj_list *l = jj_list_new(obj.u.l->sub, 0);
+        struct jj_list *l = jj_list_new(obj.u.l->sub, (size_t)count);
         if (!l) return jj_fail_oom(r);
-        for (int64_t i = s; st > 0 ? i < e : i > e; i += st)
-            if (!jj_list_push(l, jv_incref(obj.u.l->v[i]))) {
+        for (uint64_t k = 0; k < count; k++)
+            if (!jj_list_push(l, jv_incref(obj.u.l->v[s + (int64_t)k * st]))) {
                 jv_decref(jv_list(l));
                 return jj_fail_oom(r);
             }
@@ -370,7 +403,10 @@ static int do_slice(struct jj_render *r, struct jv obj, struct jv a, struct jv b
             p += l;
         }
         offs[n] = str->n;
-        for (int64_t i = s; st > 0 ? i < e : i > e; i += st) jj_buf_put_range(&buf, str, offs[i], offs[i + 1] - offs[i]);
+        for (uint64_t k = 0; k < count; k++) {
+            int64_t i = s + (int64_t)k * st;
+            jj_buf_put_range(&buf, str, offs[i], offs[i + 1] - offs[i]);
+        }
         free(offs);
     }
     struct jj_str *res = jj_buf_take(&buf);
@@ -381,6 +417,9 @@ static int do_slice(struct jj_render *r, struct jv obj, struct jv a, struct jv b
 }
 
 int jj_iterate(struct jj_render *r, struct jv v, struct jj_list **out) {
+    /* every caller visits the elements: that is what the steps pay for */
+    size_t n = v.t == JJ_LIST ? v.u.l->n : v.t == JJ_DICT ? v.u.d->n : v.t == JJ_STR ? v.u.s->ncp : 0;
+    if (jj_charge_items(r, n)) return -1;
     switch (v.t) {
     case JJ_LIST:
         v.u.l->rc++;
@@ -448,7 +487,13 @@ int jj_to_str(struct jj_render *r, struct jv v, struct jj_str **out) {
     size_t n = b.n;
     *out = jj_buf_take(&b);
     if (!*out) return jj_fail_oom(r);
-    return jj_charge(r, n);
+    /* str() of a container walked its values: about one per 8 bytes written */
+    if (jj_charge_items(r, v.t == JJ_LIST || v.t == JJ_DICT || v.t == JJ_NS ? n / 8 : n / 64)) {
+        jj_str_decref(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 int jj_contains(struct jj_render *r, struct jv c, struct jv item, bool *out) {
@@ -457,10 +502,12 @@ int jj_contains(struct jj_render *r, struct jv c, struct jv item, bool *out) {
     case JJ_STR:
         if (item.t != JJ_STR)
             return jj_fail(r, "TypeError", "'in <string>' requires string as left operand, not %s", jv_type_name(item));
+        if (jj_charge_items(r, c.u.s->n / 16)) return -1;
         *out = item.u.s->n == 0 || memmem(c.u.s->s, c.u.s->n, item.u.s->s, item.u.s->n) != NULL;
         return 0;
     case JJ_LIST:
         *out = false;
+        if (jj_charge_items(r, c.u.l->n)) return -1;
         for (size_t i = 0; i < c.u.l->n && !*out; i++) *out = jv_equal(c.u.l->v[i], item);
         return 0;
     case JJ_DICT:
@@ -498,7 +545,7 @@ static int str_add(struct jj_render *r, const struct jj_str *a, const struct jj_
     if (!s) return jj_fail_oom(r);
     s->markup = markup;
     *out = jv_str(s);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 static int seq_repeat(struct jj_render *r, struct jv seq, int64_t times, struct jv *out) {
@@ -513,7 +560,7 @@ static int seq_repeat(struct jj_render *r, struct jv seq, int64_t times, struct 
         if (!res) return jj_fail_oom(r);
         res->markup = s->markup;
         *out = jv_str(res);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
     const struct jj_list *l = seq.u.l;
     if (l->n && (uint64_t)times > JJ_MAX_ITEMS / l->n) return jj_fail_oom(r);
@@ -526,7 +573,7 @@ static int seq_repeat(struct jj_render *r, struct jv seq, int64_t times, struct 
                 return jj_fail_oom(r);
             }
     *out = jv_list(res);
-    return jj_charge(r, l->n * (size_t)times * 8);
+    return jj_charge_out(r, l->n * (size_t)times * 8, out);
 }
 
 /* Python's float modulo and floor division. */
@@ -579,7 +626,11 @@ int jj_binop(struct jj_render *r, int op, struct jv a, struct jv b, struct jv *o
             case JB_FLOORDIV:
             case JB_MOD: {
                 if (y == 0) return jj_fail(r, "ZeroDivisionError", "integer division or modulo by zero");
-                if (x == INT64_MIN && y == -1) goto overflow;
+                if (x == INT64_MIN && y == -1) { /* C's x / y and x % y trap here */
+                    if (op == JB_FLOORDIV) goto overflow;
+                    *out = jv_int(0);
+                    return 0;
+                }
                 int64_t q = x / y, m = x % y;
                 if (m != 0 && ((m < 0) != (y < 0))) m += y, q -= 1;
                 *out = jv_int(op == JB_MOD ? m : q);
@@ -634,7 +685,7 @@ int jj_binop(struct jj_render *r, int op, struct jv a, struct jv b, struct jv *o
             for (size_t i = 0; i < b.u.l->n; i++)
                 if (!jj_list_push(l, jv_incref(b.u.l->v[i]))) goto list_oom;
             *out = jv_list(l);
-            return jj_charge(r, l->n * 8);
+            return jj_charge_out(r, l->n * 8, out);
         list_oom:
             jv_decref(jv_list(l));
             return jj_fail_oom(r);
@@ -846,8 +897,19 @@ static int eval_filter(struct jj_render *r, struct jj_frame *f, const struct jj_
     return rc;
 }
 
+/* What comparing v element by element costs, at its top level (nested containers
+ * are not walked here: building them was charged). */
+static size_t compare_cost(struct jv v) {
+    if (v.t == JJ_LIST) return v.u.l->n;
+    if (v.t == JJ_DICT) return v.u.d->n;
+    if (v.t == JJ_STR) return v.u.s->n / 16;
+    return 0;
+}
+
 static int compare_op(struct jj_render *r, int op, struct jv a, struct jv b, bool *res) {
     int c;
+    if (op != JC_IN && op != JC_NOTIN && jj_charge_items(r, compare_cost(a) < compare_cost(b) ? compare_cost(a) : compare_cost(b)))
+        return -1;
     switch (op) {
     case JC_EQ: *res = jv_equal(a, b); return 0;
     case JC_NE: *res = !jv_equal(a, b); return 0;
@@ -997,7 +1059,7 @@ static int eval_inner(struct jj_render *r, struct jj_frame *f, const struct jj_n
         if (a.t == JJ_UNDEF) return jj_fail_undefined(r, a);
         if (a.t == JJ_FLOAT) *out = jv_float(e->kind == JN_NEG ? -a.u.f : a.u.f);
         else if (is_intlike(a)) {
-            if (e->kind == JN_NEG && ival(a) == INT64_MIN) return jj_fail(r, "OverflowError", "integer out of range");
+            if (e->kind == JN_NEG && ival(a) == INT64_MIN) return jj_fail(r, "OverflowError", "integer result out of the 64-bit range");
             *out = jv_int(e->kind == JN_NEG ? -ival(a) : ival(a));
         } else {
             int rc = jj_fail(r, "TypeError", "bad operand type for unary %s: '%s'", e->kind == JN_NEG ? "-" : "+", jv_type_name(a));
@@ -1031,7 +1093,7 @@ static int eval_inner(struct jj_render *r, struct jj_frame *f, const struct jj_n
         struct jj_str *s = jj_buf_take(&buf);
         if (!s) return jj_fail_oom(r);
         *out = jv_str(s);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
     case JN_AND:
     case JN_OR:
@@ -1079,7 +1141,7 @@ static int eval_inner(struct jj_render *r, struct jj_frame *f, const struct jj_n
 
 static int eval(struct jj_render *r, struct jj_frame *f, const struct jj_node *e, struct jv *out) {
     if (r->failed) return -1;
-    if (++r->steps > JJ_MAX_STEPS) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+    if (++r->steps > r->max_steps) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
     if (r->depth >= JJ_MAX_EVAL_DEPTH) return jj_fail(r, "RecursionError", "maximum recursion depth exceeded");
     r->depth++;
     r->line = e->line;
@@ -1143,13 +1205,13 @@ static int exec_body(struct jj_render *r, struct jj_frame *f, const struct jj_no
 /* Renders body in a new frame (child of parent) into a string. */
 static int render_capture(struct jj_render *r, struct jj_frame *parent, const struct jj_node *body, struct jj_str **out) {
     struct jj_frame f = {.parent = parent};
-    struct jj_buf buf = {0};
+    struct jj_buf buf = {.max = r->max_output};
     struct jj_buf *saved = r->out;
     r->out = &buf;
     int rc = exec_body(r, &f, body);
     r->out = saved;
     frame_free(&f);
-    if (!rc && buf.oom) rc = jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", JJ_MAX_OUTPUT);
+    if (!rc && buf.oom) rc = jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", r->max_output);
     if (rc) {
         jj_buf_free(&buf);
         return -1;
@@ -1202,6 +1264,11 @@ static int exec_for(struct jj_render *r, struct jj_frame *f, const struct jj_nod
     size_t n = items->n;
     for (size_t i = 0; !rc && i < n; i++) {
         loop->index0 = i;
+        /* an iteration is a step even when its body is empty (nested empty loops would be free) */
+        if (++r->steps > r->max_steps) {
+            rc = jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+            break;
+        }
         rc = assign(r, &lf, s->a, jv_incref(items->v[i]));
         if (rc) break;
         struct jv *lp = frame_find(&lf, "loop");
@@ -1308,13 +1375,13 @@ static int exec_inner(struct jj_render *r, struct jj_frame *f, const struct jj_n
     }
     default: return jj_fail(r, "TemplateRuntimeError", "cannot execute this node (%d)", s->kind);
     }
-    if (r->out->oom) return jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", JJ_MAX_OUTPUT);
+    if (r->out->oom) return jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", r->max_output);
     return 0;
 }
 
 static int exec_node(struct jj_render *r, struct jj_frame *f, const struct jj_node *s) {
     if (r->failed) return -1;
-    if (++r->steps > JJ_MAX_STEPS) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
+    if (++r->steps > r->max_steps) return jj_fail(r, "TemplateRuntimeError", "the template did too much work (step limit)");
     if (r->depth >= JJ_MAX_EVAL_DEPTH) return jj_fail(r, "RecursionError", "maximum recursion depth exceeded");
     r->depth++;
     r->line = s->line;
@@ -1390,7 +1457,7 @@ int jj_call_macro(struct jj_render *r, const struct jj_node *m, const struct jj_
 }
 
 static int call_macro_body(struct jj_render *r, const struct jj_node *m, struct jj_frame *mf, struct jv *out) {
-    struct jj_buf buf = {0};
+    struct jj_buf buf = {.max = r->max_output};
     struct jj_buf *saved = r->out;
     int saved_ctl = r->loop_ctl;
     r->out = &buf;
@@ -1399,7 +1466,7 @@ static int call_macro_body(struct jj_render *r, const struct jj_node *m, struct 
     r->macro_depth--;
     r->out = saved;
     r->loop_ctl = saved_ctl;
-    if (!rc && buf.oom) rc = jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", JJ_MAX_OUTPUT);
+    if (!rc && buf.oom) rc = jj_fail(r, "MemoryError", "output over %zu bytes, or out of memory", r->max_output);
     if (rc) {
         jj_buf_free(&buf);
         return -1;
@@ -1459,12 +1526,28 @@ bool jinja_reads_var(const struct dj_jinja *t, const char *name) {
     return false;
 }
 
+struct dj_jinja_params jinja_default_params(void) {
+    struct dj_jinja_params p = {.now = (int64_t)time(NULL), .max_steps = JJ_MAX_STEPS, .max_output = JJ_MAX_OUTPUT};
+    return p;
+}
+
 enum dj_status jinja_render(const struct dj_jinja *t, const json_t *ctx, int64_t now, struct dj_jinja_out *out) {
+    struct dj_jinja_params p = {.now = now, .max_steps = JJ_MAX_STEPS, .max_output = JJ_MAX_OUTPUT};
+    return jinja_render_ex(t, ctx, &p, out);
+}
+
+enum dj_status jinja_render_ex(const struct dj_jinja *t, const json_t *ctx, const struct dj_jinja_params *p,
+                               struct dj_jinja_out *out) {
     memset(out, 0, sizeof *out);
     last_raised = false;
     if (!t) return dj_fail(DJ_ERR_INVALID, "template: no template");
     if (ctx && !json_is_object(ctx)) return dj_fail(DJ_ERR_INVALID, "template: the context must be a JSON object");
-    struct jj_render r = {.t = t, .now = now};
+    struct dj_jinja_params def;
+    if (!p) def = jinja_default_params(), p = &def;
+    struct jj_render r = {.t = t,
+                          .now = p->now,
+                          .max_steps = p->max_steps < JJ_MAX_STEPS ? p->max_steps : JJ_MAX_STEPS,
+                          .max_output = p->max_output < JJ_MAX_OUTPUT ? p->max_output : JJ_MAX_OUTPUT};
     struct jv ctxv;
     if (ctx) {
         if (jv_from_json(ctx, &ctxv, 0)) return DJ_ERR_INVALID;
@@ -1475,11 +1558,11 @@ enum dj_status jinja_render(const struct dj_jinja *t, const json_t *ctx, int64_t
     }
     r.ctx = ctxv.u.d;
     struct jj_frame root = {0};
-    struct jj_buf buf = {0};
+    struct jj_buf buf = {.max = r.max_output};
     r.root = &root;
     r.out = &buf;
     int rc = exec_body(&r, &root, t->root);
-    if (!rc && buf.oom) rc = jj_fail(&r, "MemoryError", "output over %zu bytes, or out of memory", JJ_MAX_OUTPUT);
+    if (!rc && buf.oom) rc = jj_fail(&r, "MemoryError", "output over %zu bytes, or out of memory", r.max_output);
     frame_free(&root);
     for (size_t i = 0; i < r.n_ns; i++) {
         jv_decref(jv_dict(r.ns[i]->attrs));

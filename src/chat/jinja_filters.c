@@ -93,9 +93,16 @@ static int test_by_value(struct jj_render *r, struct jv name, struct jv item, co
     return jj_apply_test(r, id, item, extra, res);
 }
 
-/* jinja2's make_attrgetter: "a.b.0" looked up item-first, each part in turn. */
-static int attr_path(struct jj_render *r, struct jv item, struct jv attr, struct jv *out) {
-    if (attr.t != JJ_STR) return jj_getitem(r, item, attr, out);
+/* jinja2's make_attrgetter: "a.b.0" looked up item-first, each part in turn;
+ * with a default (not None), an undefined part becomes the default and the
+ * lookup goes on from it, as jinja2 does (map(attribute='a.b', default='-')). */
+static int attr_path_def(struct jj_render *r, struct jv item, struct jv attr, struct jv def, struct jv *out) {
+    bool has_def = def.t != JJ_NONE && !jv_is_missing(def);
+    if (attr.t != JJ_STR) {
+        if (jj_getitem(r, item, attr, out)) return -1;
+        if (has_def && out->t == JJ_UNDEF) jv_decref(*out), *out = jv_incref(def);
+        return 0;
+    }
     const struct jj_str *s = attr.u.s;
     struct jv cur = jv_incref(item);
     size_t i = 0;
@@ -124,11 +131,16 @@ static int attr_path(struct jj_render *r, struct jv item, struct jv attr, struct
         jv_decref(cur);
         if (rc) return -1;
         cur = next;
+        if (has_def && cur.t == JJ_UNDEF) jv_decref(cur), cur = jv_incref(def);
         if (!dot) break;
         i = end + 1;
     }
     *out = cur;
     return 0;
+}
+
+static int attr_path(struct jj_render *r, struct jv item, struct jv attr, struct jv *out) {
+    return attr_path_def(r, item, attr, jv_none(), out);
 }
 
 /* The sort / unique / min / max key of item: attribute(s) then lowercase strings. */
@@ -230,6 +242,12 @@ static int sorted_list(struct jj_render *r, const struct jj_list *items, const s
         return jj_fail_oom(r);
     }
     for (size_t i = 0; i < n; i++) idx[i] = i;
+    size_t log2n = 1;
+    while (log2n < 64 && ((size_t)1 << log2n) < n) log2n++;
+    if (jj_charge_items(r, n * log2n)) { /* a merge sort's comparisons */
+        free(idx), free(tmp);
+        return -1;
+    }
     struct sorter s = {r, keys, reverse, false};
     merge_sort(&s, idx, tmp, n);
     free(tmp);
@@ -245,7 +263,7 @@ static int sorted_list(struct jj_render *r, const struct jj_list *items, const s
     for (size_t i = 0; i < n; i++) jj_list_push(l, jv_incref(items->v[idx[i]]));
     free(idx);
     *out = jv_list(l);
-    return jj_charge(r, n * 16);
+    return jj_charge_out(r, n * 16, out);
 }
 
 static void free_keys(struct jv *keys, size_t n) {
@@ -362,7 +380,8 @@ static int do_tojson(struct jj_render *r, struct jv v, const struct jv *p, struc
     struct jj_str *s = jj_buf_take(&b);
     if (!s) return jj_fail_oom(r);
     *out = jv_str(s);
-    return jj_charge(r, n);
+    /* the values walked: about one per 8 bytes written (a list of small ints) */
+    return jj_charge_items_out(r, n / 8, out);
 }
 
 /* ---- indent ---- */
@@ -421,7 +440,7 @@ static int do_indent(struct jj_render *r, struct jv v, const struct jv *p, struc
     if (!res) return jj_fail_oom(r);
     res->markup = markup;
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 /* ---- select / reject / map ---- */
@@ -496,11 +515,7 @@ static int do_map(struct jj_render *r, struct jv v, const struct jj_args *a, str
         struct jv y;
         if (fid >= 0) rc = jj_apply_filter(r, fid, items->v[i], &extra, &y);
         else {
-            rc = attr_path(r, items->v[i], attribute, &y);
-            if (!rc && y.t == JJ_UNDEF && def.t != JJ_NONE) {
-                jv_decref(y);
-                y = jv_incref(def);
-            }
+            rc = attr_path_def(r, items->v[i], attribute, def, &y);
         }
         if (!rc && !jj_list_push(res, y)) rc = jj_fail_oom(r);
     }
@@ -545,6 +560,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
     const char *name = FILTERS[fi].name;
     struct jv p[6];
     int64_t n64;
+    if (jj_charge_scan(r, v, a)) return -1;
     switch (FILTERS[fi].id) {
     case F_TOJSON: {
         static const char *const names[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
@@ -628,7 +644,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         struct jj_str *res = jj_buf_take(&b);
         if (!res) return jj_fail_oom(r);
         *out = jv_str(res);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
     case F_ITEMS: {
         if (jj_bind(r, name, a, NULL, 0, p)) return -1;
@@ -789,6 +805,11 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
             struct jv k;
             rc = sort_key(r, items->v[i], p[1], cs, &k);
             if (rc) break;
+            if (jj_charge_items(r, seen->n)) { /* the comparisons about to be made: O(n^2) in all */
+                jv_decref(k);
+                rc = -1;
+                break;
+            }
             bool dup = false;
             for (size_t j = 0; j < seen->n && !dup; j++) dup = jv_equal(seen->v[j], k);
             if (!dup) {
@@ -796,7 +817,6 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
             } else {
                 jv_decref(k);
             }
-            if (!rc) rc = jj_charge(r, seen->n);
         }
         jv_decref(jv_list(seen));
         jv_decref(jv_list(items));
@@ -859,21 +879,22 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         }
         int64_t iv;
         double f;
+        bool is_f = false;
         if (is_int_like(v)) {
             *out = jv_int(int_of(v));
             return 0;
         }
-        if (v.t == JJ_FLOAT && isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) {
-            *out = jv_int((int64_t)v.u.f);
-            return 0;
-        }
-        if (v.t == JJ_FLOAT) return jj_fail(r, "OverflowError", "cannot convert float infinity or NaN to integer");
-        if (v.t == JJ_STR && parse_int(v.u.s, base, &iv)) {
+        if (v.t == JJ_FLOAT) f = v.u.f, is_f = true;
+        else if (v.t == JJ_STR && parse_int(v.u.s, base, &iv)) {
             *out = jv_int(iv);
             return 0;
-        }
-        if (v.t == JJ_STR && parse_float(v.u.s, &f)) {
-            if (!isfinite(f) || fabs(f) >= 9.2e18) return jj_fail(r, "OverflowError", "cannot convert float infinity or NaN to integer");
+        } else if (v.t == JJ_STR && parse_float(v.u.s, &f)) is_f = true;
+        /* jinja2: int(x), then int(float(x)); ValueError (NaN) gives the default, OverflowError
+         * (infinity) propagates; finite values past int64_t are where deja's ints end */
+        if (is_f && !isnan(f)) {
+            if (isinf(f)) return jj_fail(r, "OverflowError", "cannot convert float infinity to integer");
+            if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0))
+                return jj_fail(r, "OverflowError", "int too large: %g is outside the 64-bit range", f);
             *out = jv_int((int64_t)f);
             return 0;
         }
@@ -894,7 +915,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         if (jj_bind(r, name, a, NULL, 0, p)) return -1;
         if (v.t == JJ_FLOAT) *out = jv_float(fabs(v.u.f));
         else if (is_int_like(v)) {
-            if (int_of(v) == INT64_MIN) return jj_fail(r, "OverflowError", "integer out of range");
+            if (int_of(v) == INT64_MIN) return jj_fail(r, "OverflowError", "integer result out of the 64-bit range");
             *out = jv_int(int_of(v) < 0 ? -int_of(v) : int_of(v));
         } else return jj_fail(r, "TypeError", "bad operand type for abs(): '%s'", jv_type_name(v));
         return 0;
@@ -915,15 +936,33 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
             return jj_fail(r, "FilterArgumentError", "method must be common, ceil or floor");
         if (v.t == JJ_UNDEF) return jj_fail_undefined(r, v);
         if (!is_int_like(v) && v.t != JJ_FLOAT) return jj_fail(r, "TypeError", "type %s doesn't define __round__ method", jv_type_name(v));
-        if (prec < -300 || prec > 300) return jj_fail(r, "OverflowError", "round: precision out of range");
         if (!strcmp(method, "common")) {
-            if (is_int_like(v)) {
-                *out = jv_int(int_of(v));
+            if (is_int_like(v)) { /* Python's round(int, ndigits): an int, half to even below 10**-ndigits */
+                int64_t x = int_of(v);
+                if (prec >= 0) {
+                    *out = jv_int(x);
+                    return 0;
+                }
+                if (prec < -19) {
+                    *out = jv_int(0);
+                    return 0;
+                }
+                uint64_t m = 1;
+                for (int64_t k = 0; k < -prec; k++) m *= 10; /* <= 10**19 < 2**64 */
+                uint64_t ax = x < 0 ? 0 - (uint64_t)x : (uint64_t)x, q = ax / m, rem = ax % m;
+                if (rem > m - rem || (rem == m - rem && (q & 1))) q++;
+                uint64_t y = q * m; /* <= |x| + m < 2**64 */
+                if (y > (uint64_t)INT64_MAX + (x < 0)) return jj_fail(r, "OverflowError", "integer result out of the 64-bit range");
+                *out = jv_int(x < 0 ? (int64_t)(0 - y) : (int64_t)y);
                 return 0;
             }
             double x = v.u.f;
             if (!isfinite(x) || prec > 20) {
                 *out = jv_float(x);
+                return 0;
+            }
+            if (prec < -330) { /* Python: 0.0 with x's sign */
+                *out = jv_float(copysign(0.0, x));
                 return 0;
             }
             char tmp[400];
@@ -939,6 +978,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
             }
             return 0;
         }
+        if (prec < -300 || prec > 300) return jj_fail(r, "OverflowError", "round: precision out of range");
         double x = is_int_like(v) ? (double)int_of(v) : v.u.f, m = pow(10.0, (double)prec);
         *out = jv_float((!strcmp(method, "ceil") ? ceil(x * m) : floor(x * m)) / m);
         return 0;
@@ -986,6 +1026,12 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         if (jj_bind(r, name, a, names, 1, p)) return -1;
         if (p[0].t != JJ_STR) return jj_fail(r, "TypeError", "attribute name must be string");
         if (v.t == JJ_UNDEF) return jj_fail_undefined(r, v);
+        bool unsafe;
+        if (v.t == JJ_DICT && jj_method_lookup(v, p[0].u.s->s, p[0].u.s->n, &unsafe) < 0 && !unsafe) {
+            /* Python's getattr only: a dict's keys are items, not attributes */
+            *out = jv_undef_named(NULL, v.t);
+            return 0;
+        }
         int rc = jj_getattr(r, v, p[0].u.s->s, p[0].u.s->n, out);
         if (!rc && out->t == JJ_UNDEF && out->sub != JJ_UNDEF_UNSAFE) *out = jv_undef_named(NULL, v.t);
         return rc;
@@ -1094,8 +1140,11 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
     case F_BATCH: {
         static const char *const names[] = {"linecount", "fill_with"};
         if (jj_bind(r, name, a, names, 2, p)) return -1;
-        if (!is_int_like(p[0]) || int_of(p[0]) <= 0) return jj_fail(r, "FilterArgumentError", "batch: linecount must be a positive integer");
-        size_t per = (size_t)int_of(p[0]);
+        if (!is_int_like(p[0])) return jj_fail(r, "TypeError", "batch: linecount must be an integer");
+        /* jinja2's loop: a batch is emitted when it holds linecount items before the next one is
+         * added, so linecount 0 gives [[], rest] and a negative one a single batch */
+        int64_t lc = int_of(p[0]);
+        size_t per = lc < 0 ? SIZE_MAX : (size_t)lc;
         struct jj_list *items, *res, *cur = NULL;
         if (jj_iterate(r, v, &items)) return -1;
         if (new_iter(r, &res)) {
@@ -1105,14 +1154,16 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
         int rc = 0;
         for (size_t i = 0; i < items->n && !rc; i++) {
             if (!cur && !(cur = jj_list_new(JJ_LIST_LIST, 0))) rc = jj_fail_oom(r);
-            if (!rc && !jj_list_push(cur, jv_incref(items->v[i]))) rc = jj_fail_oom(r);
             if (!rc && cur->n == per) {
                 if (!jj_list_push(res, jv_list(cur))) rc = jj_fail_oom(r);
-                cur = NULL;
+                if (!rc && !(cur = jj_list_new(JJ_LIST_LIST, 0))) rc = jj_fail_oom(r);
             }
+            if (!rc && !jj_list_push(cur, jv_incref(items->v[i]))) rc = jj_fail_oom(r);
         }
         if (!rc && cur) {
             bool fill = !jv_is_missing(p[1]) && p[1].t != JJ_NONE;
+            if (fill && per != SIZE_MAX && per > cur->n && (per - cur->n > JJ_MAX_ITEMS || jj_charge(r, (per - cur->n) * sizeof(struct jv))))
+                rc = r->failed ? -1 : jj_fail_oom(r);
             while (fill && cur->n < per && !rc)
                 if (!jj_list_push(cur, jv_incref(p[1]))) rc = jj_fail_oom(r);
             if (!jj_list_push(res, jv_list(cur))) rc = jj_fail_oom(r);
@@ -1137,6 +1188,7 @@ int jj_apply_filter(struct jj_render *r, int fi, struct jv v, const struct jj_ar
 int jj_apply_test(struct jj_render *r, int ti, struct jv v, const struct jj_args *a, bool *out) {
     if (ti < 0 || (size_t)ti >= N_TESTS) return jj_fail(r, "TemplateRuntimeError", "no such test");
     int id = TESTS[ti].id;
+    if (jj_charge_scan(r, v, a)) return -1;
     static const char *const one[] = {"other"};
     struct jv p[1] = {jv_missing()};
     if (id >= T_DIVISIBLEBY && id <= T_SAMEAS) {

@@ -48,7 +48,9 @@
 #define JJ_MAX_OUTPUT ((size_t)64 << 20) /* bytes of output, and of any one string */
 #define JJ_MAX_ITEMS ((size_t)16 << 20)  /* elements of one list or dict */
 #define JJ_MAX_VALUE_DEPTH 400           /* nesting of lists/dicts */
-#define JJ_MAX_STEPS ((uint64_t)50000000) /* evaluation steps (+ 1 per 64 bytes built) */
+#define JJ_MAX_STEPS ((uint64_t)50000000) /* evaluation steps, + 1 per loop iteration, per element
+                                            iterated / compared / split off, per 16 bytes a string
+                                            method or filter scans, per 64 bytes built */
 #define JJ_MAX_NAMESPACES ((size_t)1 << 20)
 #define JJ_MAX_RANGE 100000 /* jinja2's sandbox MAX_RANGE */
 #define JJ_IMMORTAL UINT32_MAX
@@ -282,7 +284,8 @@ struct jj_buf {
     char *p;
     size_t n, cap;
     uint8_t *bits; /* NULL until an input byte is written */
-    bool oom;      /* an allocation failed or JJ_MAX_OUTPUT was passed */
+    bool oom;      /* an allocation failed or the cap was passed */
+    size_t max;    /* the cap in bytes; 0: JJ_MAX_OUTPUT */
 };
 void jj_buf_put(struct jj_buf *b, const char *s, size_t n, bool input);
 void jj_buf_putc(struct jj_buf *b, char c);
@@ -375,6 +378,8 @@ struct jj_render {
     size_t depth;       /* nested evaluation */
     size_t macro_depth;
     uint64_t steps;
+    uint64_t max_steps; /* <= JJ_MAX_STEPS */
+    size_t max_output;  /* <= JJ_MAX_OUTPUT: the output and every capture buffer */
     struct jj_ns **ns;  /* every namespace of this render */
     size_t n_ns, cap_ns;
     bool failed;
@@ -388,6 +393,13 @@ struct jj_render {
 int jj_fail(struct jj_render *r, const char *type, const char *fmt, ...) DJ_PRINTF(3, 4);
 int jj_fail_oom(struct jj_render *r);
 int jj_charge(struct jj_render *r, size_t bytes); /* step budget for building bytes; -1 when spent */
+/* One step per element visited (iterating, comparing, searching): the step limit must
+ * bound a template that applies an O(n) filter to a big list in a loop. */
+int jj_charge_items(struct jj_render *r, size_t n);
+/* jj_charge / jj_charge_items for a result already stored in *out: on -1 the result is
+ * released (a caller owns *out only when 0 is returned). */
+int jj_charge_out(struct jj_render *r, size_t bytes, struct jv *out);
+int jj_charge_items_out(struct jj_render *r, size_t n, struct jv *out);
 /* Undefined used where a value is needed: the right error (UndefinedError / SecurityError). */
 int jj_fail_undefined(struct jj_render *r, struct jv u);
 struct jj_ns *jj_ns_new(struct jj_render *r); /* render-owned; NULL (and an error) on failure */
@@ -412,6 +424,9 @@ struct jj_args {
     size_t n_kw;
 };
 int jj_call(struct jj_render *r, struct jv fn, const struct jj_args *a, struct jv *out);
+/* One step per 16 bytes of the strings among v and the arguments: what a string method,
+ * filter or test may scan (case mapping, search, strip, split...). */
+int jj_charge_scan(struct jj_render *r, struct jv v, const struct jj_args *a);
 
 /* Python's "fmt % args" (printf-style); result keeps the provenance of fmt's literal parts. */
 int jj_percent_format(struct jj_render *r, const struct jj_str *fmt, struct jv args, struct jv *out);

@@ -217,8 +217,11 @@ static size_t match_int(const char *s, size_t n) {
         for (;;) {
             size_t q = j;
             if (q < n && s[q] == '_') q++;
-            char c = q < n ? (char)(s[q] | 0x20) : 0;
-            bool ok = k == 'b' ? (c == '0' || c == '1') : k == 'o' ? (c >= '0' && c <= '7') : (is_digit(c) || (c >= 'a' && c <= 'f'));
+            /* digits tested on the raw byte: "| 0x20" folds only letters ('\x10' | 0x20 is '0') */
+            char raw = q < n ? s[q] : 0, c = (char)(raw | 0x20);
+            bool ok = k == 'b' ? (raw == '0' || raw == '1')
+                    : k == 'o' ? (raw >= '0' && raw <= '7')
+                               : (is_digit(raw) || (c >= 'a' && c <= 'f'));
             if (!ok) break;
             j = q + 1;
             last = j;
@@ -256,6 +259,7 @@ static enum dj_status number_token(struct lexer *L, size_t len, bool is_float) {
     uint64_t v = 0;
     for (const char *p = digits; *p; p++) {
         int d = is_digit(*p) ? *p - '0' : (*p | 0x20) - 'a' + 10;
+        if (d < 0 || d >= base) return lex_fail(L, L->pos, "invalid digit in an integer literal%s", ""); /* match_int forbids it */
         if (v > (uint64_t)(INT64_MAX - d) / (uint64_t)base) return lex_fail(L, L->pos, "integer literal too large%s", "");
         v = v * (uint64_t)base + (uint64_t)d;
     }

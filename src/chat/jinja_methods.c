@@ -175,6 +175,28 @@ int jj_str_strip(struct jj_render *r, const struct jj_str *s, const struct jj_st
     return jj_substr(r, s, b, e - b, out);
 }
 
+/* Python's full case mappings that expand to several code points (SpecialCasing.txt's
+ * unconditional entries) within the ranges jj_to_upper/jj_to_lower cover, plus the Latin
+ * ligatures: upper, title and lower forms, NULL where the simple mapping applies. */
+static const struct {
+    uint32_t c;
+    const char *upper, *title, *lower;
+} SPECIAL_CASE[] = {
+    {0xDF, "SS", "Ss", NULL},      {0x130, NULL, NULL, "i\xcc\x87"}, {0x149, "\xca\xbcN", "\xca\xbcN", NULL},
+    {0xFB00, "FF", "Ff", NULL},    {0xFB01, "FI", "Fi", NULL},       {0xFB02, "FL", "Fl", NULL},
+    {0xFB03, "FFI", "Ffi", NULL},  {0xFB04, "FFL", "Ffl", NULL},     {0xFB05, "ST", "St", NULL},
+    {0xFB06, "ST", "St", NULL},
+};
+
+/* The expansion of c under kind 'U', 'T' or 'L', or NULL. */
+static const char *special_case(uint32_t c, char kind) {
+    if (c < 0xDF) return NULL;
+    for (size_t k = 0; k < sizeof SPECIAL_CASE / sizeof SPECIAL_CASE[0]; k++)
+        if (SPECIAL_CASE[k].c == c)
+            return kind == 'U' ? SPECIAL_CASE[k].upper : kind == 'T' ? SPECIAL_CASE[k].title : SPECIAL_CASE[k].lower;
+    return NULL;
+}
+
 int jj_str_case(struct jj_render *r, const struct jj_str *s, int mode, struct jv *out) {
     struct jj_buf b = {0};
     bool prev_cased = false, first = true;
@@ -184,14 +206,25 @@ int jj_str_case(struct jj_render *r, const struct jj_str *s, int mode, struct jv
         uint32_t c = jj_utf8_decode(s->s + i, s->n - i, &l);
         uint32_t o = c;
         bool cased = jj_is_alpha(c);
+        char kind = 'L'; /* the full mapping applied: Upper, Title or Lower */
         switch (mode) {
-        case JJ_CASE_UPPER: o = jj_to_upper(c); break;
-        case JJ_CASE_LOWER: o = jj_to_lower(c); break;
-        case JJ_CASE_SWAP: o = jj_to_upper(c) != c ? jj_to_upper(c) : jj_to_lower(c); break;
-        case JJ_CASE_CAPITALIZE: o = first ? jj_to_upper(c) : jj_to_lower(c); break;
-        case JJ_CASE_TITLE: o = prev_cased ? jj_to_lower(c) : jj_to_upper(c); break;
+        case JJ_CASE_UPPER: o = jj_to_upper(c), kind = 'U'; break;
+        case JJ_CASE_LOWER: o = jj_to_lower(c), kind = 'L'; break;
+        case JJ_CASE_SWAP:
+            kind = jj_to_upper(c) != c || special_case(c, 'U') ? 'U' : 'L';
+            o = kind == 'U' ? jj_to_upper(c) : jj_to_lower(c);
+            break;
+        case JJ_CASE_CAPITALIZE:
+            kind = first ? 'T' : 'L';
+            o = first ? jj_to_upper(c) : jj_to_lower(c);
+            break;
+        case JJ_CASE_TITLE:
+            kind = prev_cased ? 'L' : 'T';
+            o = prev_cased ? jj_to_lower(c) : jj_to_upper(c);
+            break;
         case JJ_CASE_JINJA_TITLE: {
-            /* jinja2's do_title: words begin after [-\s({\[<] */
+            /* jinja2's do_title: words begin after [-\s({\[<]; item[0].upper() + item[1:].lower() */
+            kind = prev_cased ? 'L' : 'U';
             o = prev_cased ? jj_to_lower(c) : jj_to_upper(c);
             cased = !(jj_is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<');
             break;
@@ -200,7 +233,9 @@ int jj_str_case(struct jj_render *r, const struct jj_str *s, int mode, struct jv
         prev_cased = cased;
         first = false;
         char tmp[4];
-        if (l == 1 && c >= 0x80) jj_buf_put(&b, s->s + i, 1, false);
+        const char *sp = special_case(c, kind);
+        if (sp) jj_buf_puts(&b, sp);
+        else if (l == 1 && c >= 0x80) jj_buf_put(&b, s->s + i, 1, false);
         else jj_buf_put(&b, tmp, jj_utf8_encode(o, tmp), false);
         i += l;
     }
@@ -210,7 +245,7 @@ int jj_str_case(struct jj_render *r, const struct jj_str *s, int mode, struct jv
     if (!res) return jj_fail_oom(r);
     res->markup = s->markup;
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 int jj_str_replace(struct jj_render *r, const struct jj_str *s, const struct jj_str *old, const struct jj_str *new_,
@@ -251,7 +286,7 @@ int jj_str_replace(struct jj_render *r, const struct jj_str *s, const struct jj_
     struct jj_str *res = jj_buf_take(&b);
     if (!res) return jj_fail_oom(r);
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 /* ---- argument helpers ---- */
@@ -302,6 +337,7 @@ static void clamp_range(struct jv start, struct jv end, int64_t n, int64_t *s, i
 
 static int push_sub(struct jj_render *r, struct jj_list *l, const struct jj_str *s, size_t off, size_t n) {
     struct jv v;
+    if (jj_charge_items(r, 1)) return -1; /* 'x' * 10**7 splits into 10**7 strings */
     if (jj_substr(r, s, off, n, &v)) return -1;
     if (!jj_list_push(l, v)) return jj_fail_oom(r);
     return 0;
@@ -537,14 +573,20 @@ int jj_percent_format(struct jj_render *r, const struct jj_str *fmt, struct jv a
         }
         int64_t width = -1, prec = -1;
         if (i < fmt->n && s[i] == '*') goto unsupported;
-        for (; i < fmt->n && s[i] >= '0' && s[i] <= '9'; i++) width = (width < 0 ? 0 : width) * 10 + (s[i] - '0');
+        /* digits saturate past 10**9 (then fail below): a long run of them must not overflow */
+        for (; i < fmt->n && s[i] >= '0' && s[i] <= '9'; i++)
+            if (width < 1000000000) width = (width < 0 ? 0 : width) * 10 + (s[i] - '0');
         if (i < fmt->n && s[i] == '.') {
             i++;
             prec = 0;
             if (i < fmt->n && s[i] == '*') goto unsupported;
-            for (; i < fmt->n && s[i] >= '0' && s[i] <= '9'; i++) prec = prec * 10 + (s[i] - '0');
+            for (; i < fmt->n && s[i] >= '0' && s[i] <= '9'; i++)
+                if (prec < 1000000000) prec = prec * 10 + (s[i] - '0');
         }
-        if (width > 100000 || prec > 100000) goto unsupported;
+        if (width > 100000 || prec > 100000) {
+            jj_buf_free(&b);
+            return jj_fail(r, "ValueError", "format width or precision too large (deja's limit is 100000)");
+        }
         for (; i < fmt->n && (s[i] == 'h' || s[i] == 'l' || s[i] == 'L'); i++) {}
         if (i >= fmt->n) goto incomplete;
         char conv = s[i++];
@@ -689,7 +731,7 @@ int jj_percent_format(struct jj_render *r, const struct jj_str *fmt, struct jv a
         struct jj_str *res = jj_buf_take(&b);
         if (!res) return jj_fail_oom(r);
         *out = jv_str(res);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
 incomplete:
     jj_buf_free(&b);
@@ -718,14 +760,19 @@ static int format_spec(struct jj_render *r, struct jv v, const char *spec, size_
         if (!align) fill = '0', align = '=';
         i++;
     }
-    for (; i < n && spec[i] >= '0' && spec[i] <= '9'; i++) width = (width < 0 ? 0 : width) * 10 + (spec[i] - '0');
+    /* digits saturate past 10**9 (then fail below): a long run of them must not overflow */
+    for (; i < n && spec[i] >= '0' && spec[i] <= '9'; i++)
+        if (width < 1000000000) width = (width < 0 ? 0 : width) * 10 + (spec[i] - '0');
     if (i < n && (spec[i] == ',' || spec[i] == '_')) comma = true, i++;
     if (i < n && spec[i] == '.') {
         prec = 0;
-        for (i++; i < n && spec[i] >= '0' && spec[i] <= '9'; i++) prec = prec * 10 + (spec[i] - '0');
+        for (i++; i < n && spec[i] >= '0' && spec[i] <= '9'; i++)
+            if (prec < 1000000000) prec = prec * 10 + (spec[i] - '0');
     }
     if (i < n) type = spec[i++];
-    if (i != n || width > 100000 || prec > 100000) return jj_fail(r, "ValueError", "Invalid format specifier");
+    if (i != n) return jj_fail(r, "ValueError", "Invalid format specifier");
+    if (width > 100000 || prec > 100000)
+        return jj_fail(r, "ValueError", "format width or precision too large (deja's limit is 100000)");
     size_t start = b->n;
     char tmp[512];
     double f;
@@ -997,7 +1044,7 @@ static int str_format(struct jj_render *r, const struct jj_str *fmt, const struc
     struct jj_str *res = jj_buf_take(&b);
     if (!res) return jj_fail_oom(r);
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 /* ---- method calls ---- */
@@ -1069,7 +1116,7 @@ static int str_pad(struct jj_render *r, const struct jj_str *s, int64_t width, s
     if (!res) return jj_fail_oom(r);
     res->markup = s->markup;
     *out = jv_str(res);
-    return jj_charge(r, n);
+    return jj_charge_out(r, n, out);
 }
 
 int jj_str_center(struct jj_render *r, const struct jj_str *s, int64_t width, struct jv *out);
@@ -1209,7 +1256,7 @@ static int call_str_method(struct jj_render *r, int id, const struct jj_str *s, 
         if (!res) return jj_fail_oom(r);
         res->markup = s->markup;
         *out = jv_str(res);
-        return jj_charge(r, n);
+        return jj_charge_out(r, n, out);
     }
     case M_FORMAT: return str_format(r, s, a, out);
     case M_ISDIGIT:
@@ -1293,6 +1340,7 @@ static int call_str_method(struct jj_render *r, int id, const struct jj_str *s, 
 int jj_call_method(struct jj_render *r, const struct jj_method *m, const struct jj_args *a, struct jv *out) {
     struct jv self = m->self;
     struct jv p[3];
+    if (jj_charge_scan(r, self, a)) return -1;
     static const char *const n_get[] = {"key", "default"};
     static const char *const n_one[] = {"x"};
     static const char *const n_none[] = {NULL};
@@ -1358,6 +1406,7 @@ int jj_call_method(struct jj_render *r, const struct jj_method *m, const struct 
         if (jj_bind(r, what, a, n_one, 1, p)) return -1;
         if (jv_is_missing(p[0])) return jj_fail(r, "TypeError", "%s() takes exactly one argument (0 given)", what);
         int64_t count = 0, first = -1;
+        if (jj_charge_items(r, self.u.l->n)) return -1;
         for (size_t i = 0; i < self.u.l->n; i++)
             if (jv_equal(self.u.l->v[i], p[0])) {
                 if (first < 0) first = (int64_t)i;
@@ -1452,14 +1501,17 @@ int jj_call_global(struct jj_render *r, int id, const struct jj_args *a, struct 
         for (size_t i = 0; i < a->n_pos; i++)
             if (need_int(r, "range", a->pos[i], &v[a->n_pos == 1 ? 1 : i])) return -1;
         if (v[2] == 0) return jj_fail(r, "ValueError", "range() arg 3 must not be zero");
-        int64_t n = 0;
-        if (v[2] > 0 && v[1] > v[0]) n = (v[1] - v[0] - 1) / v[2] + 1;
-        if (v[2] < 0 && v[1] < v[0]) n = (v[0] - v[1] - 1) / (-v[2]) + 1;
+        /* in uint64_t: the span of range(-2**63, 2**63-1) does not fit an int64_t */
+        uint64_t n = 0;
+        if (v[2] > 0 && v[1] > v[0]) n = ((uint64_t)v[1] - (uint64_t)v[0] - 1) / (uint64_t)v[2] + 1;
+        if (v[2] < 0 && v[1] < v[0]) n = ((uint64_t)v[0] - (uint64_t)v[1] - 1) / (0 - (uint64_t)v[2]) + 1;
         if (n > JJ_MAX_RANGE)
             return jj_fail(r, "OverflowError", "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", JJ_MAX_RANGE);
+        if (jj_charge(r, (size_t)n * sizeof(struct jv))) return -1;
         struct jj_list *l = jj_list_new(JJ_LIST_LIST, (size_t)n);
         if (!l) return jj_fail_oom(r);
-        for (int64_t i = 0; i < n; i++) jj_list_push(l, jv_int(v[0] + i * v[2]));
+        /* each element lies between start and stop, so start + i*step does not overflow (as uint64_t: no UB) */
+        for (uint64_t i = 0; i < n; i++) jj_list_push(l, jv_int((int64_t)((uint64_t)v[0] + i * (uint64_t)v[2])));
         *out = jv_list(l);
         return 0;
     }

@@ -260,7 +260,8 @@ void jj_str_decref(struct jj_str *s) {
 
 static bool buf_reserve(struct jj_buf *b, size_t add) {
     if (b->oom) return false;
-    if (add > JJ_MAX_OUTPUT || b->n + add > JJ_MAX_OUTPUT) {
+    size_t max = b->max ? b->max : JJ_MAX_OUTPUT;
+    if (add > max || b->n + add > max) {
         b->oom = true;
         return false;
     }

@@ -28,6 +28,10 @@
 #                   (reasoning, content, one and two calls, a cut call),
 #                   each after its options byte (family | tools | reasoning)
 #                   and a split-seed byte
+#   fuzz_jinja      every chat template in golden/chat_templates/templates/ (the
+#                   50 real templates of the golden renders), twice: after the
+#                   options byte 1 (a plain chat) and 6 (a tool loop with tools
+#                   and reasoning, add_generation_prompt; see fuzz_jinja.c)
 set -eu
 
 # Little-endian writers for the hand-built seed (POSIX sh arithmetic is 64-bit).
@@ -218,6 +222,15 @@ fuzz_grammar)
         [ -f "$f" ] || continue
         rm -f "$corpus/$(basename "$f")"
         cat "$f" > "$corpus/$(basename "$f")"
+    done
+    ;;
+fuzz_jinja)
+    for f in "$shared"/golden/chat_templates/templates/*.jinja; do
+        [ -f "$f" ] || continue
+        base=$(basename "$f" .jinja)
+        rm -f "$corpus/$base.chat.jinja" "$corpus/$base.tools.jinja"
+        { printf '\001'; cat "$f"; } > "$corpus/$base.chat.jinja"
+        { printf '\006'; cat "$f"; } > "$corpus/$base.tools.jinja"
     done
     ;;
 fuzz_trace)
