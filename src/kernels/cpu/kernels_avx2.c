@@ -94,8 +94,8 @@ DJ_TILES_4x2(f32)
 DJ_TILES_4x2(f16)
 DJ_TILES_4x2(bf16)
 DJ_TILED_KERNEL(f32, 4)
-DJ_TILED_KERNEL(f16, 1)
-DJ_TILED_KERNEL(bf16, 1)
+DJ_TILED_KERNEL(f16, 4)
+DJ_TILED_KERNEL(bf16, 4)
 
 /* ---- q8_0 x q8_0 and q4_0 x q8_0 ------------------------------------------------------ */
 

@@ -210,7 +210,7 @@ static float f16_dot(int64_t k, const void *w, const void *a) {
     f16_1x1(k, w, 0, a, 0, &c, 1);
     return c;
 }
-DJ_TILED_KERNEL(bf16, 1)
+DJ_TILED_KERNEL(bf16, 4)
 
 /* ---- q4_0 and q8_0 x q8_0: 16 rows in the 16 lanes --------------------------------------
  *

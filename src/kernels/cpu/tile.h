@@ -112,13 +112,17 @@ typedef void (*dj_tile_shape_fn)(int64_t k, const uint8_t *w, size_t ws, const u
 /* The matmul and dot of a tiled kernel: dot is the 1x1 tile, so it runs the
  * very code of every element of the matmul.
  *
- * Up to DJ_SMALL_BATCH tokens, the row tiles are GEMV_MR rows high (1 for
- * most types): decode streams the weights from memory, and one row at a
- * time reads them as one sequential stream.  Measured on a Zen 5 VM, 2048 x
- * 8192, one thread: q4_0 24 GB/s with one row vs 10-16 GB/s with 4-row tiles
- * (four interleaved streams); q8_0 31 vs 17, q4_K 23 vs 9, q6_K 32 vs 11,
- * f16 28 vs 22.  f32 is the exception: its single fma chain per row is
- * latency-bound, and 4 rows reach 31 GB/s vs 18. */
+ * Up to DJ_SMALL_BATCH tokens, the row tiles are GEMV_MR rows high: decode
+ * streams the weights from memory.  One row at a time reads them as one
+ * sequential stream; measured on a Zen 5 VM, 2048 x 8192, one thread, from
+ * 4 KiB pages: q4_0 24 GB/s with one row vs 10-16 GB/s with 4-row tiles (four
+ * interleaved streams); q8_0 31 vs 17, q4_K 23 vs 9, q6_K 32 vs 11, f16 28 vs
+ * 22.  Since the model copies its matrices into huge pages (model/loader.c),
+ * the float types with one fma chain per row take 4 rows: the chain is
+ * latency-bound, and 4-row tiles from huge pages measured (bench_kernels
+ * --types f16,bf16 --rows 2048 --k 8192, two alternations, 2026-11-27) AVX2
+ * f16 21.6-23.3 GB/s vs 10.2-11.6, AVX2 bf16 20.4-21.8 vs 9.8-10.6, AVX-512
+ * bf16 23.5-24.7 vs 13.8-16.2 (f32: 31 vs 18, from 4 KiB pages already). */
 #define DJ_SMALL_BATCH 2
 #define DJ_TILED_KERNEL(name, GEMV_MR)                                                       \
     static void name##_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, \
