@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # batched.sh — aggregate decode throughput of N concurrent sequences, deja's serving
-# engine (build/bench/bench_batched) against llama.cpp's llama-batched-bench, same model
+# engine (`deja bench --batch`) against llama.cpp's llama-batched-bench, same model
 # file, threads and shapes (each sequence its own npp-token prompt, ntg generated tokens),
 # interleaved: for each round and model, deja then llama.cpp.  Prints S_PP and S_TG per N
 # for both and the ratio deja / llama.cpp of the median over rounds.
 #
-# usage: bench/batched.sh BENCH_BATCHED LLAMA_BATCHED_BENCH MODEL.gguf [MODEL2.gguf ...]
+# usage: bench/batched.sh DEJA LLAMA_BATCHED_BENCH MODEL.gguf [MODEL2.gguf ...]
 #        env: THREADS (2) NPP (512) NTG (128) NPL (1,2,4,8,16) ROUNDS (2)
 # llama.cpp is built in a scratch directory from a fetched snapshot, never committed.
 set -euo pipefail
@@ -21,7 +21,7 @@ rows() { awk -F'|' '$2 ~ /^ *[0-9]+ *$/ && NF >= 11 { gsub(/ /, ""); print $4, $
 for model in "$@"; do
   name=$(basename "$model" .gguf)
   for r in $(seq 1 "$ROUNDS"); do
-    "$DEJA" -m "$model" -t "$THREADS" -npp "$NPP" -ntg "$NTG" -npl "$NPL" | rows > "$out/$name.deja.$r"
+    "$DEJA" bench -m "$model" -t "$THREADS" -p "$NPP" -n "$NTG" --batch "$NPL" | rows > "$out/$name.deja.$r"
     "$LLAMA" -m "$model" -t "$THREADS" -c "$ctx" -b 2048 -ub 512 -npp "$NPP" -ntg "$NTG" -npl "$NPL" 2>/dev/null \
       | rows > "$out/$name.llama.$r"
   done

@@ -7,6 +7,14 @@
  * read bandwidth in the same run (each thread streams its share of a 2 GiB
  * buffer with 256-bit loads) and prints decode GB/s as a fraction of it.
  *
+ * --batch N1,N2,...: instead, the serving engine's aggregate throughput with N
+ * concurrent sequences, in the shapes of llama.cpp's llama-batched-bench (each
+ * sequence its own -p-token prompt of random ids, nothing shared, then -n
+ * greedy tokens): PP is one engine step holding the N prompts (chunked prefill
+ * off), TG the decode steps after it, each one batched forward pass over the N
+ * sequences; the columns are llama-batched-bench's (S_TG = N * n / T_TG) plus
+ * the weight GB/s of the decode steps; of -r runs the fastest is kept.
+ *
  * The LLAMA_OPT_* configuration is read from the environment as every command
  * that runs the model does (bad values: a message and exit 1; settings of
  * features that do not exist yet: a warning).  The benchmark runs one context
@@ -22,14 +30,17 @@
 #include "cli.h"
 #include "core/ggml_type.h"
 #include "core/timer.h"
+#include "engine/engine.h"
 #include "model/context.h"
 #include "opt/opt.h"
 
 static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: deja bench -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [--ubatch 512] [--membw] [--json]\n"
+            "       deja bench -m MODEL --batch 1,2,4,8,16 [-p 512] [-n 128] [-r 1] [-t THREADS] [--ubatch 512] [--json]\n"
             "  -p N     prefill test: N tokens (0 = skip)      -n N   decode test: N tokens (0 = skip)\n"
             "  -r N     repetitions (median reported)          --membw  also measure memory read bandwidth\n"
+            "  --batch LIST  N sequences decoding together (llama-batched-bench's shapes; -p/-n per sequence)\n"
             "  deja bench --membw [-t THREADS]   measures only the bandwidth\n");
 }
 
@@ -91,9 +102,111 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* ---- --batch: N sequences through the serving engine --------------------------------- */
+
+struct batch_run {
+    size_t n_first, n_done;
+};
+static void batch_on_token(void *ud, const struct dj_token_event *ev) {
+    if (ev->pos == 0) ((struct batch_run *)ud)->n_first++;
+}
+static void batch_on_done(void *ud, const struct dj_turn_result *res) {
+    ((struct batch_run *)ud)->n_done++;
+    if (res->finish == DJ_FINISH_ERROR) fprintf(stderr, "deja bench: %s\n", res->error);
+}
+
+/* One run with n_seq sequences: *t_pp, *t_tg in seconds; nonzero on failure. */
+static int batch_once(struct dj_model *m, int n_seq, long npp, long ntg, long threads, long ubatch, uint64_t seed,
+                      double *t_pp, double *t_tg) {
+    struct dj_engine_params ep = engine_default_params();
+    ep.n_ctx = (uint32_t)(npp + ntg + 1);
+    ep.n_threads = (int)threads;
+    ep.n_ubatch = (uint32_t)ubatch;
+    ep.n_batch = (uint32_t)((long)n_seq * npp);
+    ep.chunked_prefill = false;
+    ep.kv_budget_mib = (double)n_seq * (double)(npp + ntg + 64) * engine_kv_bytes_per_token(m) / 1048576.0 * 1.1 + 1;
+    struct dj_engine *e = NULL;
+    if (engine_create(m, &ep, &e) != DJ_OK) return cli_error("bench", "%s", dj_last_error());
+    dj_token *prompt = malloc((size_t)npp * sizeof *prompt);
+    struct batch_run r = {0, 0};
+    int rc = prompt ? 0 : cli_error("bench", "out of memory");
+    uint64_t x = seed;
+    for (int s = 0; s < n_seq && !rc; s++) {
+        for (long k = 0; k < npp; k++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            prompt[k] = (dj_token)((x >> 33) % m->hp.n_vocab);
+        }
+        struct dj_request_params rp = engine_default_request();
+        rp.prompt = prompt;
+        rp.n_prompt = (size_t)npp;
+        rp.max_tokens = (size_t)ntg + 1; /* the first token comes from PP; then ntg decode steps */
+        rp.ignore_eos = true;
+        rp.on_token = batch_on_token;
+        rp.on_done = batch_on_done;
+        rp.ud = &r;
+        if (engine_submit(e, &rp, NULL) != DJ_OK) rc = cli_error("bench", "%s", dj_last_error());
+    }
+    free(prompt);
+    if (!rc) {
+        const int64_t t0 = dj_time_us();
+        while (r.n_first < (size_t)n_seq && engine_n_pending(e)) engine_step(e);
+        const int64_t t1 = dj_time_us();
+        engine_run_all(e);
+        const int64_t t2 = dj_time_us();
+        *t_pp = (double)(t1 - t0) / 1e6;
+        *t_tg = (double)(t2 - t1) / 1e6;
+        if (r.n_done != (size_t)n_seq) rc = cli_error("bench", "%zu of %d sequences finished", r.n_done, n_seq);
+    }
+    engine_destroy(e);
+    return rc;
+}
+
+static int bench_batch(struct dj_model *m, const char *list, long npp, long ntg, long threads, long ubatch, long reps,
+                       bool json, size_t weight_bytes) {
+    if (npp < 1 || ntg < 1) return cli_error("bench", "--batch needs -p and -n of at least 1");
+    long ns[64];
+    int n_ns = 0;
+    for (const char *p = list; *p;) {
+        char *end;
+        const long n_seq = strtol(p, &end, 10);
+        if (end == p || n_seq < 1 || n_seq > 4096 || (*end && *end != ',') || n_ns == 64)
+            return cli_error("bench", "--batch: '%s' is not a list of up to 64 sequence counts (1-4096)", list);
+        ns[n_ns++] = n_seq;
+        p = *end ? end + 1 : end;
+    }
+    if (!n_ns) return cli_error("bench", "--batch: an empty list");
+    if (!json)
+        printf("|%6s |%6s |%4s |%7s |%8s |%9s |%8s |%9s |%8s |%9s |%9s |\n", "PP", "TG", "B", "N_KV", "T_PP s",
+               "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s", "TG GB/s");
+    for (int i = 0; i < n_ns; i++) {
+        const long n_seq = ns[i];
+        double best_pp = 0, best_tg = 0;
+        for (long rep = 0; rep < reps; rep++) {
+            double t_pp = 0, t_tg = 0;
+            if (batch_once(m, (int)n_seq, npp, ntg, threads, ubatch, 0x243f6a8885a308d3ULL + (uint64_t)rep, &t_pp, &t_tg))
+                return 1;
+            if (rep == 0 || t_pp + t_tg < best_pp + best_tg) best_pp = t_pp, best_tg = t_tg;
+        }
+        const double pp_tok = (double)(n_seq * npp), tg_tok = (double)(n_seq * ntg);
+        const double gbs = (double)weight_bytes * (double)ntg / best_tg / 1e9; /* one pass over the weights a step */
+        if (json)
+            printf("{\"n_seq\": %ld, \"npp\": %ld, \"ntg\": %ld, \"t_pp\": %.4f, \"s_pp\": %.2f, \"t_tg\": %.4f, "
+                   "\"s_tg\": %.2f, \"t\": %.4f, \"s\": %.2f, \"tg_gbs\": %.2f}\n",
+                   n_seq, npp, ntg, best_pp, pp_tok / best_pp, best_tg, tg_tok / best_tg, best_pp + best_tg,
+                   (pp_tok + tg_tok) / (best_pp + best_tg), gbs);
+        else
+            printf("|%6ld |%6ld |%4ld |%7ld |%8.3f |%9.2f |%8.3f |%9.2f |%8.3f |%9.2f |%9.2f |\n", npp, ntg, n_seq,
+                   n_seq * (npp + ntg), best_pp, pp_tok / best_pp, best_tg, tg_tok / best_tg, best_pp + best_tg,
+                   (pp_tok + tg_tok) / (best_pp + best_tg), gbs);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL;
+    const char *model_path = NULL, *batch = NULL;
     long n_pp = 512, n_tg = 128, reps = 3, n_threads = 1, ubatch = 512;
+    bool reps_set = false;
     bool json = false, membw = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -103,6 +216,8 @@ int cmd_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "-m")) {
             if (!(model_path = cli_value("bench", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--batch")) {
+            if (!(batch = cli_value("bench", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--membw")) membw = true;
         else if (!strcmp(a, "-p")) dst = &n_pp;
@@ -122,6 +237,7 @@ int cmd_bench(int argc, char **argv) {
             if (*end || end == v || x < 0 || x > 1000000 || ((dst == &reps || dst == &n_threads || dst == &ubatch) && x < 1))
                 return cli_error("bench", "%s: '%s' is not a valid count", a, v);
             *dst = x;
+            if (dst == &reps) reps_set = true;
         }
     }
     double bw = membw ? measure_membw((int)n_threads, (size_t)2 << 30) : 0;
@@ -143,6 +259,11 @@ int cmd_bench(int argc, char **argv) {
         const struct gguf_tensor *t = gguf_tensor(m->gguf, i);
         if (!(t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) || m->output_tied)
             weight_bytes += t->nbytes;
+    }
+    if (batch) {
+        const int rc = bench_batch(m, batch, n_pp, n_tg, n_threads, ubatch, reps_set ? reps : 1, json, weight_bytes);
+        model_free(m);
+        return rc;
     }
     struct dj_ctx_params cp = ctx_default_params();
     cp.n_ctx = (uint32_t)((n_pp > n_tg ? n_pp : n_tg) + 1);

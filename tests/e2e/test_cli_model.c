@@ -205,7 +205,14 @@ static void test_errors(const char *shared) {
     free(out);
     CHECK(RUN(&out, "run", "--help") == 0 && strstr(out, "usage"));
     free(out);
-    CHECK(RUN(&out, "bench", "--help") == 0 && strstr(out, "usage"));
+    CHECK(RUN(&out, "bench", "--help") == 0 && strstr(out, "usage") && strstr(out, "--batch"));
+    free(out);
+    /* --batch: one row per sequence count, llama-batched-bench's columns; a bad list is an error */
+    CHECKF(RUN(&out, "bench", "-m", (char *)model, "--batch", "1,3", "-p", "16", "-n", "4", "-t", "2") == 0 && out &&
+               strstr(out, "S_TG t/s") && strstr(out, "|    16 |     4 |   1 |") && strstr(out, "|    16 |     4 |   3 |"),
+           "%s", out ? out : "");
+    free(out);
+    CHECK(RUN(&out, "bench", "-m", (char *)model, "--batch", "2,0", "-p", "16", "-n", "4") == 1 && strstr(out, "--batch"));
     free(out);
     CHECK(RUN(&out, "quantize", "--help") == 0 && strstr(out, "usage"));
     free(out);
