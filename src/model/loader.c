@@ -362,21 +362,20 @@ static enum dj_status bind_tensors(struct dj_model *m) {
 
 struct pack_job {
     const struct dj_kernels *kt;
-    struct dj_weight *w;
-    const void *src; /* the file's rows */
+    const struct dj_weight *w; /* still the file's rows (w->data) */
     void *dst;
-    int64_t per; /* 16-row groups a share */
+    int64_t per;               /* 16-row groups a share */
 };
 static void pack_task(void *arg, int i, int n) {
     const struct pack_job *j = arg;
     const struct dj_weight *w = j->w;
     const int64_t ng = (w->ne1 + 15) / 16, g0 = (int64_t)i * j->per, g1 = g0 + j->per < ng ? g0 + j->per : ng;
     if (j->kt->w[w->type].pack) {
-        j->kt->w[w->type].pack(w->ne0, j->src, w->row_bytes, w->ne1, g0, g1, j->dst);
+        j->kt->w[w->type].pack(w->ne0, w->data, w->row_bytes, w->ne1, g0, g1, j->dst);
     } else { /* the rows as they are */
         const int64_t r0 = 16 * g0, r1 = 16 * g1 < w->ne1 ? 16 * g1 : w->ne1;
         if (r1 > r0)
-            memcpy((uint8_t *)j->dst + (size_t)r0 * w->row_bytes, (const uint8_t *)j->src + (size_t)r0 * w->row_bytes,
+            memcpy((uint8_t *)j->dst + (size_t)r0 * w->row_bytes, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes,
                    (size_t)(r1 - r0) * w->row_bytes);
     }
     (void)n;
@@ -432,13 +431,13 @@ static void model_repack(struct dj_model *m) {
         struct dj_weight *w = ws[i];
         const void *file = w->data;
         const int64_t ng = (w->ne1 + 15) / 16;
-        struct pack_job j = {kt, w, file, p, 64};
+        struct pack_job j = {kt, w, p, 64};
         if (tp) threadpool_run_n(tp, pack_task, &j, (int)((ng + j.per - 1) / j.per));
         else for (int64_t s = 0; s * j.per < ng; s++) pack_task(&j, (int)s, 1);
         if (kt->w[w->type].pack) w->packed = p;
         else w->data = p;
         p += (dj_packed_bytes(w->ne1, w->row_bytes) + pg - 1) & ~(pg - 1);
-        if (file == m->tok_embd.data) continue; /* tied: the embedding reads the file's rows */
+        if (w == &m->output && m->output_tied) continue; /* the embedding reads the file's rows */
         const uintptr_t a = ((uintptr_t)file + pg - 1) & ~(uintptr_t)(pg - 1);
         const uintptr_t e = ((uintptr_t)file + (size_t)w->ne1 * w->row_bytes) & ~(uintptr_t)(pg - 1);
         if (e > a) (void)madvise((void *)a, e - a, MADV_DONTNEED);

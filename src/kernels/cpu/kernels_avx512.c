@@ -384,7 +384,7 @@ static void q16_pack(const int q8, int64_t k, const void *wv, size_t ws, int64_t
         q16_pack_src(wv, ws, n_rows, g, src);
         uint8_t *G = (uint8_t *)dst + (size_t)g * 16 * ws;
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *q = G + (q16p_q(q8, G, b) - G), *d = G + (q16p_d(q8, G, b, nb) - G);
+            uint8_t *q = (uint8_t *)q16p_q(q8, G, b), *d = (uint8_t *)q16p_d(q8, G, b, nb);
             q16_pack_chunk(src, (size_t)b * bs + 2, q8 ? 0x80 : 0, q);
             if (q8) q16_pack_chunk(src, (size_t)b * bs + 18, 0x80, q + 256);
             for (int i = 0; i < 16; i++) memcpy(d + 2 * i, src[i] + (size_t)b * bs, 2);
@@ -631,7 +631,7 @@ static inline DJ_ALWAYS_INLINE void q16_matmul(const int q8, const int pk, int64
     const size_t wp_bytes = gemv ? 0 : Q16_SLAB * sizeof(struct q16_wblk);
     const size_t accb_bytes = gemv ? 0 : (size_t)tok_chunk * sizeof(__m512);
     const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q16_tok);
-    uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + 16 * ws);
+    uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + (pk ? 0 : 16 * ws)); /* packed: groups padded */
     if (!scr) { /* out of memory: the same bits, element by element */
         if (pk) q16p_matmul_noscratch(q8, nb, w, ws, a, as, c, ldc, r0, r1, n_tok);
         else dj_matmul_by_dot(q8 ? q8_0_dot : q4_0_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
@@ -981,7 +981,7 @@ static inline DJ_ALWAYS_INLINE void q4k_matmul(const int pk, int64_t k, const vo
     const int64_t tok_chunk = q16_tok_chunk(as, n_tok);
     const size_t wp_bytes = Q4K_SLAB * sizeof(struct q4k_wblk), accb_bytes = (size_t)tok_chunk * sizeof(__m512);
     const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q4k_tok);
-    uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + 16 * ws);
+    uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + (pk ? 0 : 16 * ws)); /* packed: groups padded */
     if (!scr) { /* out of memory: the same bits, element by element */
         if (pk) q4kp_matmul_noscratch(nb, w, ws, a, as, c, ldc, r0, r1, n_tok);
         else dj_matmul_by_dot(q4_K_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
