@@ -21,6 +21,7 @@
  */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include <stdlib.h>
 
 #include "core/fp16.h"
 #include "core/status.h"
@@ -97,8 +98,6 @@ DJ_TILED_KERNEL(f32, 4)
 DJ_TILED_KERNEL(f16, 4)
 DJ_TILED_KERNEL(bf16, 4)
 
-/* ---- q8_0 x q8_0 and q4_0 x q8_0 ------------------------------------------------------ */
-
 /* 32 nibbles of a q4_0 block as bytes in element order (low nibbles, then high). */
 static inline __m256i q4_0_unpack(const uint8_t *qs) {
     const __m128i x = _mm_loadu_si128((const __m128i *)qs);
@@ -106,73 +105,344 @@ static inline __m256i q4_0_unpack(const uint8_t *qs) {
     return _mm256_and_si256(y, _mm256_set1_epi8(0x0F));
 }
 
-static inline DJ_ALWAYS_INLINE void q8_0_body(const int MR, const int NT, int64_t k,
-                                              const uint8_t *w, size_t ws, const uint8_t *a,
-                                              size_t as, float *c, int64_t ldc) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4][4];
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        acc[i][j] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < k / DJ_QK8_0; ib++) {
-        const size_t off = (size_t)ib * sizeof(struct dj_block_q8_0);
-        __m256i wq[4], wabs[4];
-        __m256 wd[4];
-        DJ_UNROLL for (int i = 0; i < MR; i++) {
-            const uint8_t *p = w + (size_t)i * ws + off;
-            wq[i] = _mm256_loadu_si256((const __m256i *)(p + 2));
-            wabs[i] = _mm256_sign_epi8(wq[i], wq[i]);
-            wd[i] = _mm256_set1_ps(f16_to_f32(p));
+/* ---- q4_0 and q8_0 x q8_0: 8 rows in the 8 lanes ----------------------------------------
+ *
+ * Per (row, token) pair, blocks b = 0 .. nb-1 in order:
+ *
+ *     acc = fma(float(isum_b), d_w[b] * d_a[b], acc)      (acc starts at 0; the result)
+ *
+ * isum_b, the block's integer dot, is exact in int32 (maddubs: unsigned x signed bytes
+ * to saturating word pairs, madd: words to dwords):
+ *   - q8_0: |w| x sign(a, w) (<= 128 * 127 a product, so a pair never saturates);
+ *   - q4_0: the raw nibbles n = w + 8 (eight maddubs of <= 2 * 15 * 127 summed as words,
+ *     <= 30480), and the sum starts at -8 * sum(a) (q8l_tok.ncorr).
+ * These are the float operations of the AVX-512 table's q16_fma on the same exact
+ * integers, so both tables give the same bits for these two types (tests/kernels check
+ * it).  No lane tree: each pair's chain lives in one lane.  A group of 8 consecutive rows
+ * puts row i in lane i: vector j of a block has row i's bytes 4j..4j+3 in lane i (q8_0:
+ * elements 4j..4j+3, vectors 0-3 from the block's bytes 2..17, 4-7 from 18..33; q4_0: 4
+ * vectors of bytes 2..17, whose low nibbles are elements 4j.. and high nibbles 16+4j..),
+ * so one broadcast activation dword serves all 8 rows, and a token's 8 results are one
+ * store into its row of c.
+ *
+ * pack (load time) writes each group in that order, blocks in pairs (the last alone when
+ * nb is odd): the pair's quants (q8_0 2 x 256 bytes, q4_0 2 x 128), then each block's 8 f16
+ * scales (16 bytes); a pair is 544 (288) bytes, a multiple of 32, so every load is aligned
+ * in an aligned copy.  A 16-row group of kernels.h is two of these 8-row groups.  Without
+ * the packed copy (DJ_REPACK=0, and the dot), a slab of blocks is transposed into the same
+ * format in scratch (q8l_transpose), then read as the packed copy is: one kernel. */
+
+struct q8l_tok { float d; int32_t ncorr; }; /* one token's block: d_a, the isum's start */
+
+static size_t q8l_pf = 2048; /* prefetch distance in the packed stream (DJ_PK_PF) */
+
+static inline DJ_ALWAYS_INLINE void q8l_prep_tok(const int q8, int64_t nb, const uint8_t *a, struct q8l_tok *o) {
+    const __m256i x80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++, a += sizeof(struct dj_block_q8_0)) {
+        o[b].d = f16_to_f32(a);
+        o[b].ncorr = 0;
+        if (!q8) { /* sum of the 32 signed bytes: sad of (a + 128) against 0, minus 32 * 128 */
+            const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(a + 2)), x80),
+                                              _mm256_setzero_si256());
+            const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            const int64_t sum = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 32 * 128;
+            o[b].ncorr = (int32_t)(-8 * sum);
         }
-        DJ_UNROLL for (int j = 0; j < NT; j++) {
-            const uint8_t *q = a + (size_t)j * as + off;
-            const __m256i aq = _mm256_loadu_si256((const __m256i *)(q + 2));
-            const __m256 ad = _mm256_set1_ps(f16_to_f32(q));
-            DJ_UNROLL for (int i = 0; i < MR; i++) {
-                const __m256i p16 = _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(aq, wq[i]));
-                const __m256 x = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                acc[i][j] = _mm256_fmadd_ps(x, _mm256_mul_ps(wd[i], ad), acc[i][j]);
+    }
+}
+
+static inline size_t q8l_wbs(const int q8) { return q8 ? sizeof(struct dj_block_q8_0) : sizeof(struct dj_block_q4_0); }
+static inline size_t q8l_qbytes(const int q8) { return q8 ? 256 : 128; } /* a block's quants, 8 rows */
+/* In an 8-row group G in the packed format (nb blocks a row): block b's vectors, its scales. */
+static inline const uint8_t *q8l_q(const int q8, const uint8_t *G, int64_t b) {
+    return G + (size_t)(b / 2) * 2 * 8 * q8l_wbs(q8) + (size_t)(b % 2) * q8l_qbytes(q8);
+}
+static inline const uint8_t *q8l_d(const int q8, const uint8_t *G, int64_t b, int64_t nb) {
+    const size_t nq = (b | 1) < nb ? 2 : 1; /* blocks in b's pair */
+    return G + (size_t)(b / 2) * 2 * 8 * q8l_wbs(q8) + nq * q8l_qbytes(q8) + (size_t)(b % 2) * 16;
+}
+
+/* 16 bytes of 8 rows (row i at p + i * ws), transposed: out[j] lane i = row i's bytes 4j..4j+3. */
+static inline DJ_ALWAYS_INLINE void q8l_transpose(const uint8_t *p, size_t ws, __m256i out[4]) {
+    __m256i v[4];
+    DJ_UNROLL for (int i = 0; i < 4; i++)
+        v[i] = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(p + (size_t)(i + 4) * ws)),
+                                _mm_loadu_si128((const __m128i *)(p + (size_t)i * ws)));
+    const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3);
+    out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* Blocks [b0, b1) of 8 rows (src[i]: row i) into dst in the packed format, as a group of
+ * b1 - b0 blocks (the pair structure relative to b0). */
+static inline DJ_ALWAYS_INLINE void q8l_pack_blocks(const int q8, const uint8_t *const src[8], int64_t b0, int64_t b1,
+                                                    uint8_t *dst) {
+    const size_t bs = q8l_wbs(q8);
+    const int64_t n = b1 - b0;
+    const size_t ws = (size_t)(src[1] - src[0]);
+    const int even = src[7] == src[0] + 7 * ws; /* 8 rows ws apart (ws = 0: one row) */
+    for (int64_t b = 0; b < n; b++) {
+        __m256i *q = (__m256i *)q8l_q(q8, dst, b);
+        uint8_t *d = (uint8_t *)q8l_d(q8, dst, b, n);
+        const size_t o = (size_t)(b0 + b) * bs;
+        for (int h = 0; h < (q8 ? 2 : 1); h++) {
+            __m256i t[4];
+            if (even) {
+                q8l_transpose(src[0] + o + 2 + 16 * (size_t)h, ws, t);
+            } else {
+                uint8_t tmp[4][32];
+                for (int j = 0; j < 4; j++)
+                    for (int i = 0; i < 8; i++) memcpy(&tmp[j][4 * i], src[i] + o + 2 + 16 * (size_t)h + 4 * (size_t)j, 4);
+                for (int j = 0; j < 4; j++) t[j] = _mm256_loadu_si256((const __m256i *)tmp[j]);
+            }
+            for (int j = 0; j < 4; j++) _mm256_storeu_si256(q + 4 * h + j, t[j]);
+        }
+        for (int i = 0; i < 8; i++) memcpy(d + 2 * i, src[i] + o, 2);
+    }
+}
+
+/* The 8 rows of group g: rows past n_rows repeat the last. */
+static inline void q8l_src(const uint8_t *w, size_t ws, int64_t n_rows, int64_t g, const uint8_t *src[8]) {
+    for (int64_t i = 0; i < 8; i++) {
+        const int64_t r = 8 * g + i;
+        src[i] = w + (size_t)(r < n_rows ? r : n_rows - 1) * ws;
+    }
+}
+
+static void q8l_pack(const int q8, int64_t k, const void *w, size_t ws, int64_t n_rows, int64_t g0, int64_t g1,
+                     void *dst) {
+    for (int64_t g = 2 * g0; g < 2 * g1; g++) { /* kernels.h's 16-row groups: two of ours */
+        const uint8_t *src[8];
+        q8l_src(w, ws, n_rows, g, src);
+        q8l_pack_blocks(q8, src, 0, k / 32, (uint8_t *)dst + (size_t)g * 8 * ws);
+    }
+}
+static void q4_0_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64_t g0, int64_t g1, void *dst) {
+    q8l_pack(0, k, w, ws, n_rows, g0, g1, dst);
+}
+static void q8_0_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64_t g0, int64_t g1, void *dst) {
+    q8l_pack(1, k, w, ws, n_rows, g0, g1, dst);
+}
+
+/* Blocks [0, nbs) of a group G in the packed format (nbg blocks a row in it) for NT tokens
+ * (a: their block 0, as apart; tp: their q8l_tok, tps apart).  The accumulators start at
+ * zero (first) or from accb (token j at accb[j]), and go back there or, with last, to
+ * c[j * ldc + lane] for the lanes in m.  pf: prefetch the stream q8l_pf ahead. */
+static inline DJ_ALWAYS_INLINE void q8l_run(const int q8, const int NT, const uint8_t *G, int64_t nbg, int64_t nbs,
+                                            int first, int last, const uint8_t *a, size_t as,
+                                            const struct q8l_tok *tp, int64_t tps, __m256 *accb, float *c,
+                                            int64_t ldc, __m256i m, int pf) {
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[4];
+    DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = first ? _mm256_setzero_ps() : accb[t];
+    for (int64_t b = 0; b < nbs; b++) {
+        const __m256i *v = (const __m256i *)q8l_q(q8, G, b);
+        if (pf) {
+            for (int l = 0; l < (q8 ? 5 : 3); l++) _mm_prefetch((const char *)v + q8l_pf + 64 * l, _MM_HINT_T0);
+        }
+        __m256i is[4];
+        DJ_UNROLL for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
+        DJ_UNROLL for (int j = 0; j < 8; j++) {
+            __m256i wq, wsg = _mm256_setzero_si256();
+            if (q8) {
+                wsg = _mm256_loadu_si256(v + j);
+                wq = _mm256_sign_epi8(wsg, wsg);
+            } else {
+                const __m256i x = _mm256_loadu_si256(v + (j & 3));
+                wq = j < 4 ? _mm256_and_si256(x, m4) : _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+            }
+            DJ_UNROLL for (int t = 0; t < NT; t++) {
+                const uint8_t *ab = a + (size_t)t * as + (size_t)b * sizeof(struct dj_block_q8_0);
+                const __m256i av = _mm256_set1_epi32((int)dj_load_u32(ab + 2 + 4 * j));
+                if (q8) is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(wq, _mm256_sign_epi8(av, wsg)), ones));
+                else is[t] = _mm256_add_epi16(is[t], _mm256_maddubs_epi16(wq, av)); /* words, <= 30480 */
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)q8l_d(q8, G, b, nbg)));
+        DJ_UNROLL for (int t = 0; t < NT; t++) {
+            const struct q8l_tok tk = tp[t * tps + b];
+            __m256i s = is[t];
+            if (!q8) s = _mm256_add_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(tk.ncorr));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(tk.d)), acc[t]);
+        }
+    }
+    if (last) {
+        DJ_UNROLL for (int t = 0; t < NT; t++) _mm256_maskstore_ps(c + t * ldc, m, acc[t]);
+    } else {
+        DJ_UNROLL for (int t = 0; t < NT; t++) accb[t] = acc[t];
+    }
+}
+typedef void (*q8l_run_fn)(const uint8_t *G, int64_t nbg, int64_t nbs, int first, int last, const uint8_t *a,
+                           size_t as, const struct q8l_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,
+                           __m256i m, int pf);
+#define Q8L_RUN(T, Q8, N)                                                                                        \
+    static void T##_run_##N(const uint8_t *G, int64_t nbg, int64_t nbs, int first, int last, const uint8_t *a,    \
+                            size_t as, const struct q8l_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc, \
+                            __m256i m, int pf) {                                                                 \
+        q8l_run(Q8, N, G, nbg, nbs, first, last, a, as, tp, tps, accb, c, ldc, m, pf);                           \
+    }
+Q8L_RUN(q4_0, 0, 1) Q8L_RUN(q4_0, 0, 2) Q8L_RUN(q4_0, 0, 3) Q8L_RUN(q4_0, 0, 4)
+Q8L_RUN(q8_0, 1, 1) Q8L_RUN(q8_0, 1, 2) Q8L_RUN(q8_0, 1, 3) Q8L_RUN(q8_0, 1, 4)
+#define Q8L_NT 4      /* tokens per pass (16 ymm registers: 4 accumulators, 4 integer sums) */
+#define Q8L_SLAB 32   /* blocks per slab in prefill: 8.5 KiB (q8_0) of weights, in L1 */
+#define Q8L_SMALL 16  /* up to this many tokens (packed): whole rows per pass, no slabs */
+static const q8l_run_fn q4_0_run_tab[Q8L_NT] = {q4_0_run_1, q4_0_run_2, q4_0_run_3, q4_0_run_4};
+static const q8l_run_fn q8_0_run_tab[Q8L_NT] = {q8_0_run_1, q8_0_run_2, q8_0_run_3, q8_0_run_4};
+
+/* Lanes [lo, hi) of 8, as a maskstore mask. */
+static inline __m256i q8l_lanes(int64_t lo, int64_t hi) {
+    const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_and_si256(_mm256_cmpgt_epi32(i, _mm256_set1_epi32((int)lo - 1)),
+                            _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), i));
+}
+
+/* The dot: the pair's chain with the row in all 8 lanes (ws = 0), lane 0 stored, a
+ * block at a time through a 1-block packed group on the stack: no scratch. */
+static inline DJ_ALWAYS_INLINE float q8l_dot(const int q8, int64_t k, const uint8_t *w, const uint8_t *a) {
+    _Alignas(32) uint8_t blk[8 * sizeof(struct dj_block_q8_0)];
+    const uint8_t *src[8] = {w, w, w, w, w, w, w, w};
+    float c = 0;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / 32; b++) {
+        struct q8l_tok tk;
+        const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_0);
+        q8l_prep_tok(q8, 1, ab, &tk);
+        q8l_pack_blocks(q8, src, b, b + 1, blk);
+        q8l_run(q8, 1, blk, 1, 1, b == 0, 0, ab, 0, &tk, 0, &acc, NULL, 0, _mm256_setzero_si256(), 0);
+    }
+    _mm256_maskstore_ps(&c, q8l_lanes(0, 1), acc);
+    return c;
+}
+static float q4_0_dot(int64_t k, const void *w, const void *a) { return q8l_dot(0, k, w, a); }
+static float q8_0_dot(int64_t k, const void *w, const void *a) { return q8l_dot(1, k, w, a); }
+
+/* Prefill token chunks: ~1 MiB of activations, whole passes, at most n_tok. */
+static inline int64_t q8l_tok_chunk(size_t as, int64_t n_tok) {
+    int64_t tc = (int64_t)(((size_t)1024 << 10) / as);
+    tc -= tc % Q8L_NT;
+    if (tc < Q8L_NT) tc = Q8L_NT;
+    return tc < n_tok ? tc : n_tok;
+}
+
+static inline DJ_ALWAYS_INLINE void q8l_matmul(const int q8, const int pk, int64_t k, const void *wv, size_t ws,
+                                               const void *av, size_t as, float *c, int64_t ldc, int64_t r0,
+                                               int64_t r1, int64_t n_tok) {
+    const uint8_t *w = wv, *a = av;
+    const int64_t nb = k / 32;
+    const size_t abs_ = sizeof(struct dj_block_q8_0);
+    const q8l_run_fn *run = q8 ? q8_0_run_tab : q4_0_run_tab;
+    /* packed, few tokens: whole rows from the stream, Q8L_NT tokens a pass; otherwise
+     * slabs of Q8L_SLAB blocks (file's layout: transposed into scratch), the
+     * accumulators kept in accb between slabs */
+    const int whole = pk && n_tok <= Q8L_SMALL;
+    const int64_t tok_chunk = whole ? n_tok : q8l_tok_chunk(as, n_tok);
+    const size_t slab_bytes = pk ? 0 : (size_t)Q8L_SLAB * 8 * q8l_wbs(q8);
+    const size_t accb_bytes = whole ? 0 : (size_t)tok_chunk * sizeof(__m256);
+    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q8l_tok);
+    uint8_t *scr = dj_kernel_scratch(slab_bytes + accb_bytes + tp_bytes);
+    if (!scr) { /* out of memory: the same bits, element by element (the file's layout) */
+        if (!pk) {
+            dj_matmul_by_dot(q8 ? q8_0_dot : q4_0_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+            return;
+        }
+        /* packed: one token, one 8-row group and one block at a time, on the stack */
+        for (int64_t r = r0; r < r1;) {
+            const int64_t g0 = r & ~(int64_t)7, hi = r1 - g0 < 8 ? r1 - g0 : 8;
+            const __m256i m = q8l_lanes(r - g0, hi);
+            const uint8_t *G = w + (size_t)g0 * ws;
+            for (int64_t t = 0; t < n_tok; t++) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int64_t b = 0; b < nb; b++) {
+                    struct q8l_tok tk;
+                    const uint8_t *ab = a + (size_t)t * as + (size_t)b * abs_;
+                    _Alignas(32) uint8_t blk[8 * sizeof(struct dj_block_q8_0)];
+                    q8l_prep_tok(q8, 1, ab, &tk);
+                    memcpy(blk, q8l_q(q8, G, b), q8l_qbytes(q8));
+                    memcpy(blk + q8l_qbytes(q8), q8l_d(q8, G, b, nb), 16);
+                    run[0](blk, 1, 1, b == 0, b == nb - 1, ab, 0, &tk, 0, &acc, c + t * ldc + g0, 0, m, 0);
+                }
+            }
+            r = g0 + 8;
+        }
+        return;
+    }
+    uint8_t *slab = scr;
+    __m256 *accb = (__m256 *)(scr + slab_bytes);
+    struct q8l_tok *tp = (struct q8l_tok *)(scr + slab_bytes + accb_bytes);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
+        const uint8_t *at = a + (size_t)t0 * as;
+        for (int64_t t = 0; t < nt_c; t++) q8l_prep_tok(q8, nb, at + (size_t)t * as, tp + t * nb);
+        for (int64_t r = r0; r < r1;) {
+            /* the 8 rows serving r: packed, its group (lanes from r); the file's layout,
+             * r..r+7, or past the last full group the 8 ending at r1 (recomputed rows not
+             * stored), or fewer than 8 rows in all: the last repeated */
+            int64_t g0, lo, hi;
+            const uint8_t *src[8];
+            if (pk) {
+                g0 = r & ~(int64_t)7;
+                lo = r - g0;
+            } else {
+                g0 = r1 - r >= 8 || r1 < 8 ? r : r1 - 8;
+                lo = r - g0;
+                for (int64_t i = 0; i < 8; i++) src[i] = w + (size_t)(g0 + i < r1 ? g0 + i : r1 - 1) * ws;
+            }
+            hi = r1 - g0 < 8 ? r1 - g0 : 8;
+            r = g0 + hi;
+            const __m256i m = q8l_lanes(lo, hi);
+            float *cg = c + t0 * ldc + g0;
+            if (whole) {
+                const uint8_t *G = w + (size_t)g0 * ws;
+                for (int64_t t = 0; t < nt_c; t += Q8L_NT) {
+                    const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
+                    run[nt - 1](G, nb, nb, 1, 1, at + (size_t)t * as, as, tp + t * nb, nb, NULL, cg + t * ldc, ldc, m,
+                                t == 0 && q8l_pf);
+                }
+                continue;
+            }
+            for (int64_t s0 = 0; s0 < nb; s0 += Q8L_SLAB) {
+                const int64_t s1 = nb - s0 < Q8L_SLAB ? nb : s0 + Q8L_SLAB;
+                const uint8_t *G;
+                int64_t nbg, bo;
+                if (pk) { /* the slab in place: pairs start at even blocks, and Q8L_SLAB is even */
+                    G = w + (size_t)g0 * ws;
+                    nbg = nb;
+                    bo = s0;
+                } else {
+                    q8l_pack_blocks(q8, src, s0, s1, slab);
+                    G = slab;
+                    nbg = s1 - s0;
+                    bo = 0;
+                }
+                const uint8_t *Gs = q8l_q(q8, G, bo); /* block bo as block 0 of a group of nbg - bo */
+                for (int64_t t = 0; t < nt_c; t += Q8L_NT) {
+                    const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
+                    run[nt - 1](Gs, nbg - bo, s1 - s0, s0 == 0, s1 == nb, at + (size_t)t * as + (size_t)s0 * abs_, as,
+                                tp + t * nb + s0, nb, accb + t, cg + t * ldc, ldc, m, pk && t == 0 && q8l_pf);
+                }
             }
         }
     }
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        c[j * ldc + i] = hsum8(acc[i][j]);
 }
-
-static inline DJ_ALWAYS_INLINE void q4_0_body(const int MR, const int NT, int64_t k,
-                                              const uint8_t *w, size_t ws, const uint8_t *a,
-                                              size_t as, float *c, int64_t ldc) {
-    const __m256i ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);
-    __m256 acc[4][4];
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        acc[i][j] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < k / DJ_QK4_0; ib++) {
-        __m256i wq[4];
-        __m256 wd[4];
-        DJ_UNROLL for (int i = 0; i < MR; i++) {
-            const uint8_t *p = w + (size_t)i * ws + (size_t)ib * sizeof(struct dj_block_q4_0);
-            wq[i] = q4_0_unpack(p + 2);
-            wd[i] = _mm256_set1_ps(f16_to_f32(p));
-        }
-        DJ_UNROLL for (int j = 0; j < NT; j++) {
-            const uint8_t *q = a + (size_t)j * as + (size_t)ib * sizeof(struct dj_block_q8_0);
-            const __m256i aq = _mm256_loadu_si256((const __m256i *)(q + 2));
-            const __m256i corr = _mm256_maddubs_epi16(eights, aq); /* 8 * (a0 + a1) */
-            const __m256 ad = _mm256_set1_ps(f16_to_f32(q));
-            DJ_UNROLL for (int i = 0; i < MR; i++) {
-                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(wq[i], aq), corr);
-                const __m256 x = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                acc[i][j] = _mm256_fmadd_ps(x, _mm256_mul_ps(wd[i], ad), acc[i][j]);
-            }
-        }
-    }
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        c[j * ldc + i] = hsum8(acc[i][j]);
+static void q4_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    q8l_matmul(0, 0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
-
-DJ_TILES_4x2(q8_0)
-DJ_TILES_4x2(q4_0)
-DJ_TILED_KERNEL(q8_0, 1)
-DJ_TILED_KERNEL(q4_0, 1)
+static void q4_0_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok) {
+    q8l_matmul(0, 1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
+static void q8_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    q8l_matmul(1, 0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
+static void q8_0_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok) {
+    q8l_matmul(1, 1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
 
 /* ---- q4_K x q8_K ---------------------------------------------------------------------- */
 
@@ -473,6 +743,16 @@ bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->w[DJ_TYPE_F16].dequantize_row = dequant_f16;
     k->w[DJ_TYPE_Q8_0].dequantize_row = dequant_q8_0;
     k->w[DJ_TYPE_Q4_0].dequantize_row = dequant_q4_0;
+    for (int t = 0; t < DJ_TYPE_COUNT; t++) { /* the layouts are this table's: none inherited */
+        k->w[t].pack = NULL;
+        k->w[t].matmul_packed = NULL;
+    }
+    const char *pf = getenv("DJ_PK_PF");
+    if (pf) q8l_pf = (size_t)strtoul(pf, NULL, 10);
+    k->w[DJ_TYPE_Q4_0].pack = q4_0_pack;
+    k->w[DJ_TYPE_Q4_0].matmul_packed = q4_0_matmul_packed;
+    k->w[DJ_TYPE_Q8_0].pack = q8_0_pack;
+    k->w[DJ_TYPE_Q8_0].matmul_packed = q8_0_matmul_packed;
     k->quantize_act[DJ_TYPE_F16] = quant_f16;
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
