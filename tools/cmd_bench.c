@@ -105,10 +105,11 @@ static int cmp_d(const void *a, const void *b) {
 /* ---- --batch: N sequences through the serving engine --------------------------------- */
 
 struct batch_run {
-    size_t n_first, n_done;
+    size_t n_first, n_done, n_tok;
 };
 static void batch_on_token(void *ud, const struct dj_token_event *ev) {
     if (ev->pos == 0) ((struct batch_run *)ud)->n_first++;
+    ((struct batch_run *)ud)->n_tok++;
 }
 static void batch_on_done(void *ud, const struct dj_turn_result *res) {
     ((struct batch_run *)ud)->n_done++;
@@ -124,11 +125,16 @@ static int batch_once(struct dj_model *m, int n_seq, long npp, long ntg, long th
     ep.n_ubatch = (uint32_t)ubatch;
     ep.n_batch = (uint32_t)((long)n_seq * npp);
     ep.chunked_prefill = false;
-    ep.kv_budget_mib = (double)n_seq * (double)(npp + ntg + 64) * engine_kv_bytes_per_token(m) / 1048576.0 * 1.1 + 1;
+    /* room for every sequence at once, in whole KV blocks as the scheduler reserves them
+     * (a prompt's blocks + 1; two spare): with less, later sequences wait for earlier ones
+     * to finish and the decode steps are not N wide (checked below) */
+    const size_t bs = ep.opt.block_size ? ep.opt.block_size : 1;
+    const size_t seq_blocks = ((size_t)(npp + ntg + 1) + bs - 1) / bs + 3;
+    ep.kv_budget_mib = (double)n_seq * (double)(seq_blocks * bs) * engine_kv_bytes_per_token(m) / 1048576.0 + 1;
     struct dj_engine *e = NULL;
     if (engine_create(m, &ep, &e) != DJ_OK) return cli_error("bench", "%s", dj_last_error());
     dj_token *prompt = malloc((size_t)npp * sizeof *prompt);
-    struct batch_run r = {0, 0};
+    struct batch_run r = {0, 0, 0};
     int rc = prompt ? 0 : cli_error("bench", "out of memory");
     uint64_t x = seed;
     for (int s = 0; s < n_seq && !rc; s++) {
@@ -151,11 +157,16 @@ static int batch_once(struct dj_model *m, int n_seq, long npp, long ntg, long th
         const int64_t t0 = dj_time_us();
         while (r.n_first < (size_t)n_seq && engine_n_pending(e)) engine_step(e);
         const int64_t t1 = dj_time_us();
+        const size_t n_tok_pp = r.n_tok;
         engine_run_all(e);
         const int64_t t2 = dj_time_us();
         *t_pp = (double)(t1 - t0) / 1e6;
         *t_tg = (double)(t2 - t1) / 1e6;
         if (r.n_done != (size_t)n_seq) rc = cli_error("bench", "%zu of %d sequences finished", r.n_done, n_seq);
+        else if (n_tok_pp != (size_t)n_seq || r.n_tok != (size_t)n_seq * (size_t)(ntg + 1))
+            rc = cli_error("bench", "--batch %d: %zu tokens came before all first tokens, %zu in all (expected %d, "
+                           "%ld): the sequences did not run together", n_seq, n_tok_pp, r.n_tok, n_seq,
+                           (long)n_seq * (ntg + 1));
     }
     engine_destroy(e);
     return rc;

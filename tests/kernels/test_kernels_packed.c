@@ -14,9 +14,9 @@
  * The shapes cover an odd number of blocks (q4_0/q8_0 pair their blocks), fewer
  * than 16 rows, a partial last group and 1..33 tokens (decode, small batches and
  * the prefill path), and rows past two prefill slabs.  On a CPU with AVX-512 the
- * avx512 table must pack q4_0, q8_0 and q4_K, on one with AVX2 the avx2 table q4_0
- * and q8_0 (so the test cannot pass by finding nothing to test); where both tables
- * run, their q4_0 and q8_0 dots must agree bitwise (the same scheme in 8 and 16 lanes).
+ * avx512 and avx2 tables must pack q4_0, q8_0 and q4_K (so the test cannot pass by
+ * finding nothing to test); where both tables run, their q4_0, q8_0 and q4_K dots
+ * must agree bitwise (the same scheme in 8 and 16 lanes).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,10 +108,10 @@ static int case_packed(const struct dj_kernels *kt, uint32_t wtype, int64_t k, i
     for (int64_t t = 0; t < nt; t++)
         for (int64_t i = 0; i < nr; i++) mism_raw += f32_bits(c[t * ldc + i]) != f32_bits(ref[t * ldc + i]);
     CHECKF(mism_raw == 0, "%s %s: matmul differs from dot in %d outputs", kt->name, dj_type_name(wtype), mism_raw);
-    /* q4_0 / q8_0: the AVX2 and AVX-512 tables run the same float operations on the same
-     * exact block dots (kernels_avx2.c), so they agree bitwise */
+    /* q4_0 / q8_0 / q4_K: the AVX2 and AVX-512 tables run the same float operations on the
+     * same exact block dots (kernels_avx2.c), so they agree bitwise */
     const struct dj_kernels *k512 = dj_kernels_for_isa(DJ_ISA_AVX512);
-    if (kt->isa == DJ_ISA_AVX2 && k512 && (wtype == DJ_TYPE_Q8_0 || wtype == DJ_TYPE_Q4_0)) {
+    if (kt->isa == DJ_ISA_AVX2 && k512 && (wtype == DJ_TYPE_Q8_0 || wtype == DJ_TYPE_Q4_0 || wtype == DJ_TYPE_Q4_K)) {
         int mism_isa = 0;
         for (int64_t t = 0; t < nt; t++)
             for (int64_t i = 0; i < nr; i++)
@@ -178,7 +178,7 @@ int main(int argc, char **argv) {
         if (!kt) continue;
         if (isa == DJ_ISA_AVX512)
             CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack && kt->w[DJ_TYPE_Q4_K].pack);
-        if (isa == DJ_ISA_AVX2) CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack);
+        if (isa == DJ_ISA_AVX2) CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack && kt->w[DJ_TYPE_Q4_K].pack);
         for (int t = 0; t < NW; t++) {
             const struct dj_wtype_kernels *wk = &kt->w[wtypes[t]];
             CHECK(!wk->pack == !wk->matmul_packed);

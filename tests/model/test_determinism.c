@@ -6,10 +6,10 @@
  * in ../shared/models and on every weight type: codelm quantized by
  * `deja quantize` to q8_0, q4_0 and q4_k_m (which has Q4_K and Q6_K
  * tensors), and a `deja synth` tiny model in bf16.  Where the kernel table
- * repacks a type (kernels.h: pack; q8_0, q4_0, q4_K on AVX-512, q8_0 and q4_0
- * on AVX2), the model loaded as usual holds the repacked copy and its logits
- * equal those of the same file loaded with DJ_REPACK=0 (the file's layout), in
- * one batch and token by token.  CTest runs it twice: with the default table
+ * repacks a type (kernels.h: pack; q8_0, q4_0, q4_K on AVX-512 and AVX2), the
+ * model loaded as usual holds the repacked copy and its logits equal those of the
+ * same file loaded with DJ_REPACK=0 (the file's layout), in one batch and token
+ * by token.  CTest runs it twice: with the default table
  * and with DJ_ISA=avx2 (model/test_determinism_avx2).
  */
 #include <stdlib.h>

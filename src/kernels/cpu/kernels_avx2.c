@@ -4,16 +4,18 @@
  * Accumulation scheme, per (row, token) pair; tiles only share loads:
  *   - float types: one 8-lane accumulator, element i in lane i % 8,
  *     acc = fma(w, a, acc) over k in order, then the fixed tree of hsum8.
- *   - q8_0, q4_0 (x q8_0): one block of 32 per step: the exact int32 dot in
- *     8 lanes (maddubs + madd), converted to float and added with
- *     acc = fma(lanes, d_w * d_a, acc); hsum8 at the end.
- *   - q4_K, q6_K (x q8_K): the exact int32 dot of a whole super-block in 8
- *     lanes (sub-block scales applied in integers), then one (q4_K: two)
- *     fma per super-block into the float accumulator; hsum8 at the end.
+ *   - q8_0, q4_0 (x q8_0): 8 rows in the 8 lanes, one float chain per pair in
+ *     one lane: the exact int32 dot of a block, then one fma per block (see
+ *     the q4_0/q8_0 section; bitwise the AVX-512 table's results).
+ *   - q4_K (x q8_K): 8 rows in the 8 lanes as for q4_0 (its section; bitwise
+ *     the AVX-512 table's results).
+ *   - q6_K (x q8_K): the exact int32 dot of a whole super-block in 8 lanes
+ *     (sub-block scales applied in integers), then one fma per super-block
+ *     into the float accumulator; hsum8 at the end.
  * Integer sums are exact and order-free; the float operations per pair are
  * the same whatever the tile shape, which is the batch-invariance contract.
- * Tiles (rows x tokens, 16 ymm registers): 4x2 for float, q8_0 and q4_0, 2x2
- * for the k-quants; up to 2 tokens, 1-row tiles (cpu/tile.h).
+ * Tiles (rows x tokens, 16 ymm registers): 4x2 for float, 2x2 for q6_K; up to
+ * 2 tokens, 1-row tiles (cpu/tile.h); q4_0/q8_0/q4_K: 8 rows x 4 tokens.
  *
  * maddubs (u8 x s8 -> s16, saturating) never saturates here: q8_0 weights
  * go in as |w| (<= 128) against sign(a, w) (|a| <= 127, so < 32767 per
@@ -21,6 +23,7 @@
  */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "core/fp16.h"
@@ -444,68 +447,274 @@ static void q8_0_matmul_packed(int64_t k, const void *w, size_t ws, const void *
     q8l_matmul(1, 1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 
-/* ---- q4_K x q8_K ---------------------------------------------------------------------- */
+/* ---- q4_K x q8_K: 8 rows in the 8 lanes ------------------------------------------------
+ *
+ * Per (row, token) pair, super-blocks b = 0 .. nb-1 in order:
+ *
+ *     isum = sum over sub-blocks s of sc_s * (sum over s of q * a)       exact in int32
+ *     imin = sum over s of m_s * (bsums[2s] + bsums[2s+1])                exact in int32
+ *     acc  = fma(float(isum), d_w * d_a, acc)
+ *     acc  = fnmadd(float(imin), dmin_w * d_a, acc)      (acc starts at 0; the result)
+ *
+ * the AVX-512 table's q4_K chain on the same integers, so the two tables agree bitwise.
+ * As for q4_0/q8_0, 8 consecutive rows sit in the 8 lanes: every 16-byte chunk of a
+ * super-block (chunk 0: d, dmin and the 12 scale bytes; 1..8: the quants) is transposed
+ * into 4 vectors (vector j lane i = row i's bytes 4j..4j+3); the 8 maddubs of a sub-block
+ * half (nibbles <= 15 against a broadcast activation dword) sum as words (<= 30480), one
+ * madd by the sub-block's scale (a word pair per lane) takes them to int32, the mins go
+ * in as word pairs by madd.  The packed copy is those vectors in that order (super-block
+ * b of a group at 8 * 144 * b, chunk o at 128 * o); without it a slab of super-blocks is
+ * transposed into the same format in scratch. */
 
-static inline DJ_ALWAYS_INLINE void q4_K_body(const int MR, const int NT, int64_t k,
-                                              const uint8_t *w, size_t ws, const uint8_t *a,
-                                              size_t as, float *c, int64_t ldc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[4][4];
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        acc[i][j] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < k / DJ_QK_K; ib++) {
-        const struct dj_block_q4_K *wb[4];
-        const struct dj_block_q8_K *ab[4];
-        __m256i scb[4], mins[4], isum[4][4];
-        DJ_UNROLL for (int i = 0; i < MR; i++) {
-            wb[i] = (const struct dj_block_q4_K *)(w + (size_t)i * ws) + ib;
-            uint64_t sc, m;
-            dj_q4_K_unpack_scales(wb[i]->scales, &sc, &m);
-            /* scales as words in both 128-bit lanes; mins as [m0 m0 m1 m1 .. m7 m7] */
-            const __m128i scw = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)sc));
-            scb[i] = _mm256_broadcastsi128_si256(scw);
-            const __m128i mw = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)m));
-            mins[i] = _mm256_set_m128i(_mm_unpackhi_epi16(mw, mw), _mm_unpacklo_epi16(mw, mw));
+struct q4kl_tok { float d; int32_t bs2[4]; }; /* d_a; words (bsum of s = 2t, of s = 2t + 1) */
+#define Q4KL_SB (8 * sizeof(struct dj_block_q4_K)) /* a super-block of 8 rows, 1152 bytes */
+
+static void q4kl_prep_tok(int64_t nb, const uint8_t *a, struct q4kl_tok *o) {
+    for (int64_t b = 0; b < nb; b++) {
+        const struct dj_block_q8_K *ab = (const struct dj_block_q8_K *)a + b;
+        o[b].d = ab->d;
+        for (int t = 0; t < 4; t++) {
+            const int s0 = ab->bsums[4 * t] + ab->bsums[4 * t + 1], s1 = ab->bsums[4 * t + 2] + ab->bsums[4 * t + 3];
+            o[b].bs2[t] = (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16);
         }
-        DJ_UNROLL for (int j = 0; j < NT; j++) {
-            ab[j] = (const struct dj_block_q8_K *)(a + (size_t)j * as) + ib;
-            DJ_UNROLL for (int i = 0; i < MR; i++) isum[i][j] = _mm256_setzero_si256();
-        }
-        DJ_UNROLL for (int ch = 0; ch < 4; ch++) { /* 64 elements: sub-blocks 2ch, 2ch+1 */
-            __m256i lo[4], hi[4], slo[4], shi[4];
-            const __m256i bidx_lo = _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * ch)));
-            const __m256i bidx_hi = _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * ch + 1)));
-            DJ_UNROLL for (int i = 0; i < MR; i++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(wb[i]->qs + 32 * ch));
-                lo[i] = _mm256_and_si256(q, m4);
-                hi[i] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                slo[i] = _mm256_shuffle_epi8(scb[i], bidx_lo); /* word sc_{2ch} everywhere */
-                shi[i] = _mm256_shuffle_epi8(scb[i], bidx_hi);
+    }
+}
+
+/* Super-blocks [b0, b1) of 8 rows (src[i]: row i) into dst in the packed format. */
+static inline DJ_ALWAYS_INLINE void q4kl_pack_blocks(const uint8_t *const src[8], int64_t b0, int64_t b1,
+                                                     uint8_t *dst) {
+    const size_t bs = sizeof(struct dj_block_q4_K), ws = (size_t)(src[1] - src[0]);
+    const int even = src[7] == src[0] + 7 * ws;
+    for (int64_t b = b0; b < b1; b++)
+        for (size_t o = 0; o < bs / 16; o++) {
+            __m256i t[4];
+            const size_t off = (size_t)b * bs + 16 * o;
+            if (even) {
+                q8l_transpose(src[0] + off, ws, t);
+            } else {
+                uint8_t tmp[4][32];
+                for (int j = 0; j < 4; j++)
+                    for (int i = 0; i < 8; i++) memcpy(&tmp[j][4 * i], src[i] + off + 4 * (size_t)j, 4);
+                for (int j = 0; j < 4; j++) t[j] = _mm256_loadu_si256((const __m256i *)tmp[j]);
             }
-            DJ_UNROLL for (int j = 0; j < NT; j++) {
-                const __m256i alo = _mm256_loadu_si256((const __m256i *)(ab[j]->qs + 64 * ch));
-                const __m256i ahi = _mm256_loadu_si256((const __m256i *)(ab[j]->qs + 64 * ch + 32));
-                DJ_UNROLL for (int i = 0; i < MR; i++) {
-                    const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[i], alo), slo[i]);
-                    const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[i], ahi), shi[i]);
-                    isum[i][j] = _mm256_add_epi32(isum[i][j], _mm256_add_epi32(plo, phi));
+            for (int j = 0; j < 4; j++)
+                _mm256_storeu_si256((__m256i *)(dst + (size_t)(b - b0) * Q4KL_SB + 128 * o) + j, t[j]);
+        }
+}
+
+static void q4_K_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64_t g0, int64_t g1, void *dst) {
+    for (int64_t g = 2 * g0; g < 2 * g1; g++) {
+        const uint8_t *src[8];
+        q8l_src(w, ws, n_rows, g, src);
+        q4kl_pack_blocks(src, 0, k / DJ_QK_K, (uint8_t *)dst + (size_t)g * 8 * ws);
+    }
+}
+
+/* Super-blocks [0, nbs) at G (packed format) for NT tokens; the rest as q8l_run. */
+static inline DJ_ALWAYS_INLINE void q4kl_run(const int NT, const uint8_t *G, int64_t nbs, int first, int last,
+                                             const uint8_t *a, size_t as, const struct q4kl_tok *tp, int64_t tps,
+                                             __m256 *accb, float *c, int64_t ldc, __m256i msk, int pf) {
+    const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), c3f = _mm256_set1_epi8(0x3F), c30 = _mm256_set1_epi8(0x30);
+    __m256 acc[4];
+    DJ_UNROLL for (int t = 0; t < NT; t++) acc[t] = first ? _mm256_setzero_ps() : accb[t];
+    for (int64_t b = 0; b < nbs; b++) {
+        const __m256i *v = (const __m256i *)(G + (size_t)b * Q4KL_SB);
+        if (pf) {
+            for (int l = 0; l < 18; l++) _mm_prefetch((const char *)v + q8l_pf + 64 * l, _MM_HINT_T0);
+        }
+        /* chunk 0: dword 0 = d | dmin << 16, dwords 1-3 = the scale bytes (lane = row) */
+        const __m256i u0 = _mm256_loadu_si256(v + 1), u1 = _mm256_loadu_si256(v + 2), u2 = _mm256_loadu_si256(v + 3);
+        const __m256i sc4[2] = {_mm256_and_si256(u0, c3f),
+                                _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(u0, 2), c30))};
+        __m256i isum[4];
+        DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+        DJ_UNROLL for (int ch = 0; ch < 4; ch++) {
+            __m256i xl[4], xh[4];
+            DJ_UNROLL for (int t = 0; t < NT; t++) xl[t] = xh[t] = _mm256_setzero_si256();
+            DJ_UNROLL for (int h = 0; h < 2; h++) {
+                const __m256i *q = v + 4 * (1 + 2 * ch + h);
+                DJ_UNROLL for (int j = 0; j < 4; j++) {
+                    const __m256i x = _mm256_loadu_si256(q + j);
+                    const __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+                    DJ_UNROLL for (int t = 0; t < NT; t++) {
+                        const uint8_t *at = a + (size_t)t * as + (size_t)b * abs_ + qso + 64 * ch + 16 * h + 4 * j;
+                        xl[t] = _mm256_add_epi16(xl[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32((int)dj_load_u32(at))));
+                        xh[t] = _mm256_add_epi16(xh[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32((int)dj_load_u32(at + 32))));
+                    }
+                }
+            }
+            /* the scales of sub-blocks 2ch, 2ch + 1 as a word pair in each lane */
+            __m256i scw[2];
+            DJ_UNROLL for (int u = 0; u < 2; u++) {
+                const int s = 2 * ch + u, bb = s % 4;
+                const __m256i ctl = _mm256_setr_epi8(bb, -1, bb, -1, 4 + bb, -1, 4 + bb, -1, 8 + bb, -1, 8 + bb, -1,
+                                                     12 + bb, -1, 12 + bb, -1, bb, -1, bb, -1, 4 + bb, -1, 4 + bb, -1,
+                                                     8 + bb, -1, 8 + bb, -1, 12 + bb, -1, 12 + bb, -1);
+                scw[u] = _mm256_shuffle_epi8(sc4[s / 4], ctl);
+            }
+            DJ_UNROLL for (int t = 0; t < NT; t++)
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(xl[t], scw[0]),
+                                                                     _mm256_madd_epi16(xh[t], scw[1])));
+        }
+        /* the mins as word pairs (m_{2t}, m_{2t+1}); d and dmin */
+        const __m256i m4b[2] = {_mm256_and_si256(u1, c3f),
+                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                                _mm256_and_si256(_mm256_srli_epi32(u1, 2), c30))};
+        __m256i mw[4];
+        DJ_UNROLL for (int u = 0; u < 4; u++) {
+            const int bb = 2 * (u % 2);
+            const __m256i ctl = _mm256_setr_epi8(bb, -1, bb + 1, -1, 4 + bb, -1, 5 + bb, -1, 8 + bb, -1, 9 + bb, -1,
+                                                 12 + bb, -1, 13 + bb, -1, bb, -1, bb + 1, -1, 4 + bb, -1, 5 + bb, -1,
+                                                 8 + bb, -1, 9 + bb, -1, 12 + bb, -1, 13 + bb, -1);
+            mw[u] = _mm256_shuffle_epi8(m4b[u / 2], ctl);
+        }
+        const __m256i u0d = _mm256_loadu_si256(v);
+        const __m256i dd = _mm256_permute4x64_epi64(
+            _mm256_shuffle_epi8(u0d, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8,
+                                                      9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)),
+            0xD8); /* [d of rows 0-7 | dmin of rows 0-7] */
+        const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(dd)), dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(dd, 1));
+        DJ_UNROLL for (int t = 0; t < NT; t++) {
+            const struct q4kl_tok *tk = &tp[t * tps + b];
+            __m256i imin = _mm256_setzero_si256();
+            DJ_UNROLL for (int u = 0; u < 4; u++)
+                imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mw[u], _mm256_set1_epi32(tk->bs2[u])));
+            const __m256 ad = _mm256_set1_ps(tk->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, ad), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, ad), acc[t]);
+        }
+    }
+    if (last) {
+        DJ_UNROLL for (int t = 0; t < NT; t++) _mm256_maskstore_ps(c + t * ldc, msk, acc[t]);
+    } else {
+        DJ_UNROLL for (int t = 0; t < NT; t++) accb[t] = acc[t];
+    }
+}
+typedef void (*q4kl_run_fn)(const uint8_t *G, int64_t nbs, int first, int last, const uint8_t *a, size_t as,
+                            const struct q4kl_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc, __m256i m,
+                            int pf);
+#define Q4KL_RUN(N)                                                                                             \
+    static void q4kl_run_##N(const uint8_t *G, int64_t nbs, int first, int last, const uint8_t *a, size_t as,    \
+                             const struct q4kl_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,        \
+                             __m256i m, int pf) {                                                                \
+        q4kl_run(N, G, nbs, first, last, a, as, tp, tps, accb, c, ldc, m, pf);                                   \
+    }
+Q4KL_RUN(1) Q4KL_RUN(2) Q4KL_RUN(3) Q4KL_RUN(4)
+static const q4kl_run_fn q4kl_run_tab[4] = {q4kl_run_1, q4kl_run_2, q4kl_run_3, q4kl_run_4};
+#define Q4KL_SLAB 8 /* super-blocks per prefill slab: 9 KiB, in L1 */
+
+static float q4_K_dot(int64_t k, const void *w, const void *a) {
+    _Alignas(32) uint8_t blk[Q4KL_SB];
+    const uint8_t *src[8] = {w, w, w, w, w, w, w, w};
+    float c = 0;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / DJ_QK_K; b++) {
+        struct q4kl_tok tk;
+        const uint8_t *ab = (const uint8_t *)a + (size_t)b * sizeof(struct dj_block_q8_K);
+        q4kl_prep_tok(1, ab, &tk);
+        q4kl_pack_blocks(src, b, b + 1, blk);
+        q4kl_run(1, blk, 1, b == 0, 0, ab, 0, &tk, 0, &acc, NULL, 0, _mm256_setzero_si256(), 0);
+    }
+    _mm256_maskstore_ps(&c, q8l_lanes(0, 1), acc);
+    return c;
+}
+
+static inline DJ_ALWAYS_INLINE void q4kl_matmul(const int pk, int64_t k, const void *wv, size_t ws, const void *av,
+                                                size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
+                                                int64_t n_tok) {
+    const uint8_t *w = wv, *a = av;
+    const int64_t nb = k / DJ_QK_K;
+    const size_t abs_ = sizeof(struct dj_block_q8_K);
+    const int whole = pk && n_tok <= Q8L_SMALL;
+    int64_t tok_chunk = n_tok;
+    if (!whole) {
+        tok_chunk = (int64_t)(((size_t)1024 << 10) / as);
+        tok_chunk -= tok_chunk % 4;
+        if (tok_chunk < 4) tok_chunk = 4;
+        if (tok_chunk > n_tok) tok_chunk = n_tok;
+    }
+    const size_t slab_bytes = pk ? 0 : (size_t)Q4KL_SLAB * Q4KL_SB;
+    const size_t accb_bytes = whole ? 0 : (size_t)tok_chunk * sizeof(__m256);
+    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q4kl_tok);
+    uint8_t *scr = dj_kernel_scratch(slab_bytes + accb_bytes + tp_bytes);
+    if (!scr) { /* out of memory: the same bits, element by element */
+        if (!pk) {
+            dj_matmul_by_dot(q4_K_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+            return;
+        }
+        for (int64_t r = r0; r < r1;) { /* packed: one token, one group, one super-block at a time */
+            const int64_t g0 = r & ~(int64_t)7, hi = r1 - g0 < 8 ? r1 - g0 : 8;
+            const __m256i m = q8l_lanes(r - g0, hi);
+            for (int64_t t = 0; t < n_tok; t++) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int64_t b = 0; b < nb; b++) {
+                    struct q4kl_tok tk;
+                    const uint8_t *ab = a + (size_t)t * as + (size_t)b * abs_;
+                    q4kl_prep_tok(1, ab, &tk);
+                    q4kl_run_tab[0](w + (size_t)g0 * ws + (size_t)b * Q4KL_SB, 1, b == 0, b == nb - 1, ab, 0, &tk, 0,
+                                    &acc, c + t * ldc + g0, 0, m, 0);
+                }
+            }
+            r = g0 + 8;
+        }
+        return;
+    }
+    uint8_t *slab = scr;
+    __m256 *accb = (__m256 *)(scr + slab_bytes);
+    struct q4kl_tok *tp = (struct q4kl_tok *)(scr + slab_bytes + accb_bytes);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
+        const uint8_t *at = a + (size_t)t0 * as;
+        for (int64_t t = 0; t < nt_c; t++) q4kl_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
+        for (int64_t r = r0; r < r1;) {
+            int64_t g0, lo, hi;
+            const uint8_t *src[8];
+            if (pk) {
+                g0 = r & ~(int64_t)7;
+                lo = r - g0;
+            } else {
+                g0 = r1 - r >= 8 || r1 < 8 ? r : r1 - 8;
+                lo = r - g0;
+                for (int64_t i = 0; i < 8; i++) src[i] = w + (size_t)(g0 + i < r1 ? g0 + i : r1 - 1) * ws;
+            }
+            hi = r1 - g0 < 8 ? r1 - g0 : 8;
+            r = g0 + hi;
+            const __m256i m = q8l_lanes(lo, hi);
+            float *cg = c + t0 * ldc + g0;
+            if (whole) {
+                for (int64_t t = 0; t < nt_c; t += 4) {
+                    const int nt = (int)(nt_c - t < 4 ? nt_c - t : 4);
+                    q4kl_run_tab[nt - 1](w + (size_t)g0 * ws, nb, 1, 1, at + (size_t)t * as, as, tp + t * nb, nb, NULL,
+                                         cg + t * ldc, ldc, m, t == 0 && q8l_pf);
+                }
+                continue;
+            }
+            for (int64_t s0 = 0; s0 < nb; s0 += Q4KL_SLAB) {
+                const int64_t s1 = nb - s0 < Q4KL_SLAB ? nb : s0 + Q4KL_SLAB;
+                const uint8_t *G;
+                if (pk) {
+                    G = w + (size_t)g0 * ws + (size_t)s0 * Q4KL_SB;
+                } else {
+                    q4kl_pack_blocks(src, s0, s1, slab);
+                    G = slab;
+                }
+                for (int64_t t = 0; t < nt_c; t += 4) {
+                    const int nt = (int)(nt_c - t < 4 ? nt_c - t : 4);
+                    q4kl_run_tab[nt - 1](G, s1 - s0, s0 == 0, s1 == nb, at + (size_t)t * as + (size_t)s0 * abs_, as,
+                                         tp + t * nb + s0, nb, accb + t, cg + t * ldc, ldc, m, pk && t == 0 && q8l_pf);
                 }
             }
         }
-        DJ_UNROLL for (int j = 0; j < NT; j++) {
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)ab[j]->bsums);
-            const __m256 d8 = _mm256_set1_ps(ab[j]->d);
-            DJ_UNROLL for (int i = 0; i < MR; i++) {
-                const __m256 d = _mm256_set1_ps(f16_to_f32((const uint8_t *)&wb[i]->d));
-                const __m256 dmin = _mm256_set1_ps(f16_to_f32((const uint8_t *)&wb[i]->dmin));
-                const __m256i imin = _mm256_madd_epi16(bs, mins[i]);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][j]), _mm256_mul_ps(d, d8), acc[i][j]);
-                acc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, d8), acc[i][j]);
-            }
-        }
     }
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        c[j * ldc + i] = hsum8(acc[i][j]);
+}
+static void q4_K_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    q4kl_matmul(0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
+static void q4_K_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok) {
+    q4kl_matmul(1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 
 /* ---- q6_K x q8_K ---------------------------------------------------------------------- */
@@ -578,9 +787,7 @@ static inline DJ_ALWAYS_INLINE void q6_K_body(const int MR, const int NT, int64_
         c[j * ldc + i] = hsum8(acc[i][j]);
 }
 
-DJ_TILES_2x2(q4_K)
 DJ_TILES_2x2(q6_K)
-DJ_TILED_KERNEL(q4_K, 1)
 DJ_TILED_KERNEL(q6_K, 1)
 
 /* ---- activation quantizers (bitwise equal to the reference: see ref.h) ---------------- */
@@ -753,6 +960,8 @@ bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->w[DJ_TYPE_Q4_0].matmul_packed = q4_0_matmul_packed;
     k->w[DJ_TYPE_Q8_0].pack = q8_0_pack;
     k->w[DJ_TYPE_Q8_0].matmul_packed = q8_0_matmul_packed;
+    k->w[DJ_TYPE_Q4_K].pack = q4_K_pack;
+    k->w[DJ_TYPE_Q4_K].matmul_packed = q4_K_matmul_packed;
     k->quantize_act[DJ_TYPE_F16] = quant_f16;
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
