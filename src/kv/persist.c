@@ -42,9 +42,11 @@
 #include "core/status.h"
 
 #define NS_PER_S 1000000000LL
-/* A file named like a block but bigger than this is not read at all (a miss;
- * eviction removes it in time): no record of ours is that large. */
-#define KV_STORE_FOREIGN_MAX ((size_t)1 << 30)
+/* A file named like a block and larger than a record cannot be a hit; it is
+ * read (to tell corrupt from another geometry's record) only up to twice a
+ * record plus this, so that a stray big file never costs a lookup more than a
+ * couple of records' reading.  Bigger ones are a miss, left to eviction. */
+#define KV_STORE_VERIFY_SLACK 4096
 #define KV_STORE_EVICT_ROUNDS 8
 
 /* ---- little-endian fields ------------------------------------------------- */
@@ -384,6 +386,7 @@ struct kv_store {
     pthread_mutex_t mu; /* everything below up to read_mu */
     pthread_cond_t cv_work, cv_done;
     struct kv_queue_item *head, *tail;
+    struct kv_queue_item *writing; /* taken off the queue, not yet renamed into place */
     size_t n_queued;
     uint64_t n_enqueued, n_finished; /* for flush: puts queued / taken care of, since open */
     bool stop;
@@ -643,10 +646,12 @@ static void *writer_main(void *arg) {
         s->head = it->next;
         if (!s->head) s->tail = NULL;
         s->n_queued--;
+        s->writing = it;
         pthread_mutex_unlock(&s->mu);
         write_item(s, it);
-        free(it);
         pthread_mutex_lock(&s->mu);
+        s->writing = NULL;
+        free(it);
         s->n_finished++;
         pthread_cond_broadcast(&s->cv_done);
     }
@@ -809,9 +814,11 @@ static ssize_t read_full(int fd, uint8_t *buf, size_t n) {
 bool kv_store_get(struct kv_store *s, uint64_t chain, uint64_t parent_chain, const dj_token *tokens, void *data) {
     if (!s || !tokens || !data) return false;
 
-    /* A block still waiting for the writer is served from memory. */
+    /* A block still waiting for the writer, or being written, is served from
+     * memory (the writer only fills the checksum, past the bytes read here). */
     pthread_mutex_lock(&s->mu);
-    for (const struct kv_queue_item *it = s->head; it; it = it->next) {
+    for (const struct kv_queue_item *it = s->writing ? s->writing : s->head; it;
+         it = it == s->writing ? s->head : it->next) {
         if (!queued_matches(s, it, chain, parent_chain, tokens)) continue;
         memcpy(data, it->rec + KV_STORE_HEADER_BYTES + 4 * (size_t)s->p.block_size, s->p.block_bytes);
         s->st.hit++;
@@ -831,7 +838,8 @@ bool kv_store_get(struct kv_store *s, uint64_t chain, uint64_t parent_chain, con
     memset(&st, 0, sizeof st);
     if (fd < 0) {
         gone = errno == ENOENT;
-    } else if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= KV_STORE_FOREIGN_MAX) {
+    } else if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+               (uint64_t)st.st_size <= 2 * (uint64_t)s->rec_bytes + KV_STORE_VERIFY_SLACK) {
         size_t size = (size_t)st.st_size;
         uint8_t *buf = size <= s->rec_bytes ? s->rbuf : malloc(size);
         ssize_t got = buf ? read_full(fd, buf, size) : -1;

@@ -126,6 +126,7 @@ struct kv_store_params {
                                  record); past it kv_store_put drops.  0 = a read-only store */
 };
 
+/* Once flushed, put = written + present + dropped + write_errors. */
 struct kv_store_stats {
     uint64_t put;          /* kv_store_put calls */
     uint64_t written;      /* records written and renamed into place */
@@ -157,7 +158,7 @@ void kv_store_close(struct kv_store *s);
  * returns at once (no I/O on the caller's thread).  false = dropped (queue
  * full, writes disabled, read-only store), counted in stats.dropped. */
 bool kv_store_put(struct kv_store *s, uint64_t chain, uint64_t parent_chain, const dj_token *tokens, const void *data);
-/* Looks for the block in the write queue, then on disk.  true only for a
+/* Looks for the block among the puts not yet written, then on disk.  true only for a
  * record whose header, key, geometry, chain, parent, tokens and checksum all
  * verify; data[block_bytes] is written only then.  A hit sets the file's mtime
  * (its LRU age).  A corrupt file is counted, removed if its name still holds
