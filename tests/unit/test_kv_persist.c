@@ -696,17 +696,24 @@ static void test_kill9(void) {
     uint64_t seed = 4242;
     enum { ITER = 50, PER = 1000 };
     for (int it = 0; it < ITER; it++) {
+        int ready[2];
+        CHECK(pipe(ready) == 0);
         pid_t c = fork();
         if (c == 0) {
             struct kv_store *s = NULL;
             if (kv_store_open(&p, &s) != DJ_OK) _exit(2);
+            if (write(ready[1], "r", 1) != 1) _exit(3); /* the clock starts once the store is open */
             for (uint64_t k = 0;; k++) {
                 struct blk b;
                 make_blk((uint64_t)it * PER + k % PER, &b);
                 kv_store_put(s, b.chain, b.parent, b.tok, b.data);
             }
         }
-        usleep((useconds_t)(1000 + splitmix(&seed) % 25000));
+        char r;
+        close(ready[1]);
+        CHECK(read(ready[0], &r, 1) == 1);
+        close(ready[0]);
+        usleep((useconds_t)(splitmix(&seed) % 25000));
         kill(c, SIGKILL);
         int status;
         waitpid(c, &status, 0);
