@@ -620,6 +620,8 @@ static void write_item(struct kv_store *s, struct kv_queue_item *it) {
         return;
     }
     s->st.write_errors++;
+    if (strcmp(stage, "fsync of the folder") == 0) /* renamed, complete: on disk, maybe not durable */
+        idx_put(&s->idx, it->chain, s->rec_bytes, now_ns());
     /* Our temporary file vanished before the rename: another process judged it
      * abandoned (it was over a minute old).  One lost write, not a disk fault. */
     if (err == ENOENT && strcmp(stage, "renaming into place") == 0) {
