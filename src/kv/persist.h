@@ -59,6 +59,9 @@
  *    hash collision is not corruption).  A structural or checksum failure is
  *    counted as corrupt and the file removed — only if the name still holds
  *    the very file that was read (see kv_store_get) — and is a miss too.
+ *    Not blocks, never read nor removed: names other than <16 hex>.kvb,
+ *    symlinks, folders, FIFOs; a block-named file over twice a record's size
+ *    (plus 4 KiB) is a miss left for eviction, not read to be judged.
  *  - Several processes on one folder need no lock: rename is atomic, so a
  *    reader opens either the old complete file or the new one.  Each process
  *    keeps an approximate index (chain -> size, last use) built by scanning
