@@ -28,6 +28,7 @@
 #                   (reasoning, content, one and two calls, a cut call),
 #                   each after its options byte (family | tools | reasoning)
 #                   and a split-seed byte
+#   fuzz_kv_record  hand-built KV store records (see its section below)
 #   fuzz_jinja      every chat template in golden/chat_templates/templates/ (the
 #                   50 real templates of the golden renders), twice: after the
 #                   options byte 1 (a plain chat) and 6 (a tool loop with tools
@@ -368,6 +369,30 @@ if [ "$name" = fuzz_toolcall ]; then
 TOOLS
 fi
 # ---- fuzz_toolcall (end) ----
+
+# ---- fuzz_kv_record (begin) ----
+# fuzz_kv_record: byte 0 the options (fuzz_kv_record.c: 1 = fix the checksum, 2 = load
+# it through a store too), then one record of the target's store geometry (1 layer,
+# n_embd_kv 2, 2 tokens, 16 payload bytes, key 01..20); its checksum is left zero for
+# the target to fill.  Variants: another version, another kv_type, a longer block.
+kv_record() { # OPT VERSION HDR KV_TYPE BLOCK_SIZE
+    byte "$1"; printf 'DJKVBLK\000'; u32 "$2"; u32 "$3"
+    k=1; while [ $k -le 32 ]; do byte $k; k=$((k + 1)); done
+    u64 81985529216486895; u64 1311768467463790320
+    u32 1; u32 2; u32 "$5"; u32 "$4"; u64 16
+    t=0; while [ $t -lt "$5" ]; do u32 $((1000 + t)); t=$((t + 1)); done
+    k=0; while [ $k -lt 16 ]; do byte $((k * 17)); k=$((k + 1)); done
+    zeros 8
+}
+if [ "$name" = fuzz_kv_record ]; then
+    kv_record 3 1 88 1 2 > "$corpus/record.bin"
+    kv_record 1 1 88 1 2 > "$corpus/record_parse_only.bin"
+    kv_record 3 2 88 1 2 > "$corpus/record_v2.bin"
+    kv_record 3 1 88 7 2 > "$corpus/record_kv_type.bin"
+    kv_record 3 1 88 1 5 > "$corpus/record_block5.bin"
+    kv_record 2 1 88 1 2 > "$corpus/record_bad_checksum.bin"
+fi
+# ---- fuzz_kv_record (end) ----
 
 exit 0
 
