@@ -63,6 +63,21 @@ static inline void dj_matmul_by_dot(dj_dot_fn dot, int64_t k, const void *w, siz
 static inline uint16_t dj_load_u16(const void *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t dj_load_u32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
+/* A q8_K activation block as the rows-in-lanes q4_K kernels (AVX2, AVX-512) take it: d, and
+ * per t the sums of sub-blocks 2t and 2t + 1 as a word pair (bsums of 16 elements summed in
+ * pairs; |sum| <= 32 * 127 fits a word). */
+struct dj_q8K_tok { float d; int32_t bs2[4]; };
+static inline void dj_q8K_prep_tok(int64_t nb, const uint8_t *a, struct dj_q8K_tok *o) {
+    for (int64_t b = 0; b < nb; b++) {
+        const struct dj_block_q8_K *ab = (const struct dj_block_q8_K *)a + b;
+        o[b].d = ab->d;
+        for (int t = 0; t < 4; t++) {
+            const int s0 = ab->bsums[4 * t] + ab->bsums[4 * t + 1], s1 = ab->bsums[4 * t + 2] + ab->bsums[4 * t + 3];
+            o[b].bs2[t] = (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16);
+        }
+    }
+}
+
 /* The 8 scales and 8 mins of a q4_K block as bytes: *sc = sc0..sc7 (byte i =
  * sub-block i), *m likewise (ggml's get_scale_min_k4 for all 8 at once). */
 static inline void dj_q4_K_unpack_scales(const uint8_t *scales, uint64_t *sc, uint64_t *m) {

@@ -302,6 +302,23 @@ static inline __m256i q8l_lanes(int64_t lo, int64_t hi) {
                             _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), i));
 }
 
+/* The 8 rows serving row r of [.., r1): packed, r's group (*g0 = r rounded down to 8, lanes
+ * from r); the file's layout, src = rows r..r+7, or past the last full group the 8 ending at
+ * r1 (the rows before r recomputed, not stored), or with fewer than 8 rows before r1 the last
+ * one repeated.  *m: the lanes to store.  Returns the next r. */
+static inline int64_t q8l_rows(const int pk, const uint8_t *w, size_t ws, int64_t r, int64_t r1, const uint8_t *src[8],
+                               int64_t *g0, __m256i *m) {
+    if (pk) {
+        *g0 = r & ~(int64_t)7;
+    } else {
+        *g0 = r1 - r >= 8 || r1 < 8 ? r : r1 - 8;
+        for (int64_t i = 0; i < 8; i++) src[i] = w + (size_t)(*g0 + i < r1 ? *g0 + i : r1 - 1) * ws;
+    }
+    const int64_t hi = r1 - *g0 < 8 ? r1 - *g0 : 8;
+    *m = q8l_lanes(r - *g0, hi);
+    return *g0 + hi;
+}
+
 /* The dot: the pair's chain with the row in all 8 lanes (ws = 0), lane 0 stored, a
  * block at a time through a 1-block packed group on the stack: no scratch. */
 static inline DJ_ALWAYS_INLINE float q8l_dot(const int q8, int64_t k, const uint8_t *w, const uint8_t *a) {
@@ -380,22 +397,10 @@ static inline DJ_ALWAYS_INLINE void q8l_matmul(const int q8, const int pk, int64
         const uint8_t *at = a + (size_t)t0 * as;
         for (int64_t t = 0; t < nt_c; t++) q8l_prep_tok(q8, nb, at + (size_t)t * as, tp + t * nb);
         for (int64_t r = r0; r < r1;) {
-            /* the 8 rows serving r: packed, its group (lanes from r); the file's layout,
-             * r..r+7, or past the last full group the 8 ending at r1 (recomputed rows not
-             * stored), or fewer than 8 rows in all: the last repeated */
-            int64_t g0, lo, hi;
+            int64_t g0;
             const uint8_t *src[8];
-            if (pk) {
-                g0 = r & ~(int64_t)7;
-                lo = r - g0;
-            } else {
-                g0 = r1 - r >= 8 || r1 < 8 ? r : r1 - 8;
-                lo = r - g0;
-                for (int64_t i = 0; i < 8; i++) src[i] = w + (size_t)(g0 + i < r1 ? g0 + i : r1 - 1) * ws;
-            }
-            hi = r1 - g0 < 8 ? r1 - g0 : 8;
-            r = g0 + hi;
-            const __m256i m = q8l_lanes(lo, hi);
+            __m256i m;
+            r = q8l_rows(pk, w, ws, r, r1, src, &g0, &m);
             float *cg = c + t0 * ldc + g0;
             if (whole) {
                 const uint8_t *G = w + (size_t)g0 * ws;
@@ -466,19 +471,8 @@ static void q8_0_matmul_packed(int64_t k, const void *w, size_t ws, const void *
  * b of a group at 8 * 144 * b, chunk o at 128 * o); without it a slab of super-blocks is
  * transposed into the same format in scratch. */
 
-struct q4kl_tok { float d; int32_t bs2[4]; }; /* d_a; words (bsum of s = 2t, of s = 2t + 1) */
 #define Q4KL_SB (8 * sizeof(struct dj_block_q4_K)) /* a super-block of 8 rows, 1152 bytes */
 
-static void q4kl_prep_tok(int64_t nb, const uint8_t *a, struct q4kl_tok *o) {
-    for (int64_t b = 0; b < nb; b++) {
-        const struct dj_block_q8_K *ab = (const struct dj_block_q8_K *)a + b;
-        o[b].d = ab->d;
-        for (int t = 0; t < 4; t++) {
-            const int s0 = ab->bsums[4 * t] + ab->bsums[4 * t + 1], s1 = ab->bsums[4 * t + 2] + ab->bsums[4 * t + 3];
-            o[b].bs2[t] = (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16);
-        }
-    }
-}
 
 /* Super-blocks [b0, b1) of 8 rows (src[i]: row i) into dst in the packed format. */
 static inline DJ_ALWAYS_INLINE void q4kl_pack_blocks(const uint8_t *const src[8], int64_t b0, int64_t b1,
@@ -512,7 +506,7 @@ static void q4_K_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64
 
 /* Super-blocks [0, nbs) at G (packed format) for NT tokens; the rest as q8l_run. */
 static inline DJ_ALWAYS_INLINE void q4kl_run(const int NT, const uint8_t *G, int64_t nbs, int first, int last,
-                                             const uint8_t *a, size_t as, const struct q4kl_tok *tp, int64_t tps,
+                                             const uint8_t *a, size_t as, const struct dj_q8K_tok *tp, int64_t tps,
                                              __m256 *accb, float *c, int64_t ldc, __m256i msk, int pf) {
     const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
     const __m256i m4 = _mm256_set1_epi8(0x0F), c3f = _mm256_set1_epi8(0x3F), c30 = _mm256_set1_epi8(0x30);
@@ -576,7 +570,7 @@ static inline DJ_ALWAYS_INLINE void q4kl_run(const int NT, const uint8_t *G, int
             0xD8); /* [d of rows 0-7 | dmin of rows 0-7] */
         const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(dd)), dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(dd, 1));
         DJ_UNROLL for (int t = 0; t < NT; t++) {
-            const struct q4kl_tok *tk = &tp[t * tps + b];
+            const struct dj_q8K_tok *tk = &tp[t * tps + b];
             __m256i imin = _mm256_setzero_si256();
             DJ_UNROLL for (int u = 0; u < 4; u++)
                 imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mw[u], _mm256_set1_epi32(tk->bs2[u])));
@@ -592,11 +586,11 @@ static inline DJ_ALWAYS_INLINE void q4kl_run(const int NT, const uint8_t *G, int
     }
 }
 typedef void (*q4kl_run_fn)(const uint8_t *G, int64_t nbs, int first, int last, const uint8_t *a, size_t as,
-                            const struct q4kl_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc, __m256i m,
+                            const struct dj_q8K_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc, __m256i m,
                             int pf);
 #define Q4KL_RUN(N)                                                                                             \
     static void q4kl_run_##N(const uint8_t *G, int64_t nbs, int first, int last, const uint8_t *a, size_t as,    \
-                             const struct q4kl_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,        \
+                             const struct dj_q8K_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,        \
                              __m256i m, int pf) {                                                                \
         q4kl_run(N, G, nbs, first, last, a, as, tp, tps, accb, c, ldc, m, pf);                                   \
     }
@@ -610,9 +604,9 @@ static float q4_K_dot(int64_t k, const void *w, const void *a) {
     float c = 0;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < k / DJ_QK_K; b++) {
-        struct q4kl_tok tk;
+        struct dj_q8K_tok tk;
         const uint8_t *ab = (const uint8_t *)a + (size_t)b * sizeof(struct dj_block_q8_K);
-        q4kl_prep_tok(1, ab, &tk);
+        dj_q8K_prep_tok(1, ab, &tk);
         q4kl_pack_blocks(src, b, b + 1, blk);
         q4kl_run(1, blk, 1, b == 0, 0, ab, 0, &tk, 0, &acc, NULL, 0, _mm256_setzero_si256(), 0);
     }
@@ -636,7 +630,7 @@ static inline DJ_ALWAYS_INLINE void q4kl_matmul(const int pk, int64_t k, const v
     }
     const size_t slab_bytes = pk ? 0 : (size_t)Q4KL_SLAB * Q4KL_SB;
     const size_t accb_bytes = whole ? 0 : (size_t)tok_chunk * sizeof(__m256);
-    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q4kl_tok);
+    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct dj_q8K_tok);
     uint8_t *scr = dj_kernel_scratch(slab_bytes + accb_bytes + tp_bytes);
     if (!scr) { /* out of memory: the same bits, element by element */
         if (!pk) {
@@ -649,9 +643,9 @@ static inline DJ_ALWAYS_INLINE void q4kl_matmul(const int pk, int64_t k, const v
             for (int64_t t = 0; t < n_tok; t++) {
                 __m256 acc = _mm256_setzero_ps();
                 for (int64_t b = 0; b < nb; b++) {
-                    struct q4kl_tok tk;
+                    struct dj_q8K_tok tk;
                     const uint8_t *ab = a + (size_t)t * as + (size_t)b * abs_;
-                    q4kl_prep_tok(1, ab, &tk);
+                    dj_q8K_prep_tok(1, ab, &tk);
                     q4kl_run_tab[0](w + (size_t)g0 * ws + (size_t)b * Q4KL_SB, 1, b == 0, b == nb - 1, ab, 0, &tk, 0,
                                     &acc, c + t * ldc + g0, 0, m, 0);
                 }
@@ -662,25 +656,16 @@ static inline DJ_ALWAYS_INLINE void q4kl_matmul(const int pk, int64_t k, const v
     }
     uint8_t *slab = scr;
     __m256 *accb = (__m256 *)(scr + slab_bytes);
-    struct q4kl_tok *tp = (struct q4kl_tok *)(scr + slab_bytes + accb_bytes);
+    struct dj_q8K_tok *tp = (struct dj_q8K_tok *)(scr + slab_bytes + accb_bytes);
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
         const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
         const uint8_t *at = a + (size_t)t0 * as;
-        for (int64_t t = 0; t < nt_c; t++) q4kl_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
+        for (int64_t t = 0; t < nt_c; t++) dj_q8K_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
         for (int64_t r = r0; r < r1;) {
-            int64_t g0, lo, hi;
+            int64_t g0;
             const uint8_t *src[8];
-            if (pk) {
-                g0 = r & ~(int64_t)7;
-                lo = r - g0;
-            } else {
-                g0 = r1 - r >= 8 || r1 < 8 ? r : r1 - 8;
-                lo = r - g0;
-                for (int64_t i = 0; i < 8; i++) src[i] = w + (size_t)(g0 + i < r1 ? g0 + i : r1 - 1) * ws;
-            }
-            hi = r1 - g0 < 8 ? r1 - g0 : 8;
-            r = g0 + hi;
-            const __m256i m = q8l_lanes(lo, hi);
+            __m256i m;
+            r = q8l_rows(pk, w, ws, r, r1, src, &g0, &m);
             float *cg = c + t0 * ldc + g0;
             if (whole) {
                 for (int64_t t = 0; t < nt_c; t += 4) {

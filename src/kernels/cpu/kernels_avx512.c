@@ -739,20 +739,9 @@ static float q8_0_dot(int64_t k, const void *w, const void *a) {
  * with 2 x 4 tiles of one row's 64 elements per vector (vpmaddubsw + vpdpwssd per 64
  * values and pair, a lane tree per pair): see docs/BENCHMARKS.md. */
 
-struct q4k_tok { float d; int32_t bs2[4]; }; /* d_a; words (bsum of s = 2t, of s = 2t + 1) */
 struct q4k_wblk { __m512i q[8][8]; __m512i sc[8]; __m512i m[4]; __m512 d, dmin; };
 #define Q4K_SLAB 4 /* super-blocks per slab: 20 KiB of transposed weights, in L1 */
 
-static void q4k_prep_tok(int64_t nb, const uint8_t *a, struct q4k_tok *o) {
-    for (int64_t b = 0; b < nb; b++) {
-        const struct dj_block_q8_K *ab = (const struct dj_block_q8_K *)a + b;
-        o[b].d = ab->d;
-        for (int t = 0; t < 4; t++) {
-            const int s0 = ab->bsums[4 * t] + ab->bsums[4 * t + 1], s1 = ab->bsums[4 * t + 2] + ab->bsums[4 * t + 3];
-            o[b].bs2[t] = (int32_t)((uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16);
-        }
-    }
-}
 
 /* From the first 16 bytes of 16 rows' super-block, transposed (pj: d | dmin << 16,
  * scales 0-3, 4-7, 8-11): the q4k_wblk fields other than q. */
@@ -835,7 +824,7 @@ static inline DJ_ALWAYS_INLINE void q4k_unpack(const int pk, const uint8_t *p, s
 /* acc + one super-block's terms for 16 rows and one token, from its exact isum: the
  * float operations of every pair, on every path. */
 static inline DJ_ALWAYS_INLINE __m512 q4k_fma(__m512i isum, const __m512i m[4], __m512 d, __m512 dmin,
-                                              const struct q4k_tok *tk, __m512 acc) {
+                                              const struct dj_q8K_tok *tk, __m512 acc) {
     __m512i imin = _mm512_setzero_si512();
     DJ_UNROLL for (int u = 0; u < 4; u++) imin = _mm512_dpwssd_epi32(imin, m[u], _mm512_set1_epi32(tk->bs2[u]));
     const __m512 ad = _mm512_set1_ps(tk->d);
@@ -849,7 +838,7 @@ static inline DJ_ALWAYS_INLINE __m512 q4k_fma(__m512i isum, const __m512i m[4], 
  * constant): tp is NULL and each token super-block's q4k_tok is made as it is used (the
  * dot, which has no scratch for tp): the same values, so the same bits. */
 static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, const int pk, int64_t nb, const uint8_t *w,
-                                                  size_t ws, const uint8_t *a, size_t as, const struct q4k_tok *tp,
+                                                  size_t ws, const uint8_t *a, size_t as, const struct dj_q8K_tok *tp,
                                                   float *c, int64_t ldc, __mmask16 msk, const uint8_t *pf) {
     const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
     const size_t wbs = sizeof(struct dj_block_q4_K), pstep = 16 * ws / (size_t)nb;
@@ -886,8 +875,8 @@ static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, 
                                            _mm512_mullo_epi32(xh[t], sc[2 * ch + 1]));
         }
         DJ_UNROLL for (int t = 0; t < NT; t++) {
-            struct q4k_tok tk;
-            if (prep) q4k_prep_tok(1, a + (size_t)t * as + (size_t)b * abs_, &tk);
+            struct dj_q8K_tok tk;
+            if (prep) dj_q8K_prep_tok(1, a + (size_t)t * as + (size_t)b * abs_, &tk);
             else tk = tp[t * nb + b];
             acc[t] = q4k_fma(isum[t], m, d, dmin, &tk, acc[t]);
         }
@@ -895,10 +884,10 @@ static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, 
     DJ_UNROLL for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(c + t * ldc, msk, acc[t]);
 }
 typedef void (*q4k_gemv_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                            const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf);
+                            const struct dj_q8K_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf);
 #define Q4K_GEMV(NAME, PK, N)                                                                             \
     static void NAME(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,                 \
-                     const struct q4k_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {    \
+                     const struct dj_q8K_tok *tp, float *c, int64_t ldc, __mmask16 m, const uint8_t *pf) {    \
         q4k_gemv_body(N, 0, PK, nb, w, ws, a, as, tp, c, ldc, m, pf);                                      \
     }
 Q4K_GEMV(q4k_gemv_1, 0, 1) Q4K_GEMV(q4k_gemv_2, 0, 2) Q4K_GEMV(q4kp_gemv_1, 1, 1) Q4K_GEMV(q4kp_gemv_2, 1, 2)
@@ -913,7 +902,7 @@ static const q4k_gemv_fn q4kp_gemv_tab[4] = {q4kp_gemv_1, q4kp_gemv_2, q4kp_gemv
  * last slab stores lanes m to c[j * ldc + i]. */
 static inline DJ_ALWAYS_INLINE void q4k_gemm_body(const int NT, int64_t nbs, int first, int last,
                                                   const struct q4k_wblk *wp, const uint8_t *a, size_t as,
-                                                  const struct q4k_tok *tp, int64_t tps, __m512 *accb, float *c,
+                                                  const struct dj_q8K_tok *tp, int64_t tps, __m512 *accb, float *c,
                                                   int64_t ldc, __mmask16 m) {
     const size_t qso = offsetof(struct dj_block_q8_K, qs), abs_ = sizeof(struct dj_block_q8_K);
     __m512 acc[Q16_NT];
@@ -944,11 +933,11 @@ static inline DJ_ALWAYS_INLINE void q4k_gemm_body(const int NT, int64_t nbs, int
     }
 }
 typedef void (*q4k_gemm_fn)(int64_t nbs, int first, int last, const struct q4k_wblk *wp, const uint8_t *a,
-                            size_t as, const struct q4k_tok *tp, int64_t tps, __m512 *accb, float *c, int64_t ldc,
+                            size_t as, const struct dj_q8K_tok *tp, int64_t tps, __m512 *accb, float *c, int64_t ldc,
                             __mmask16 m);
 #define Q4K_GEMM(N)                                                                                         \
     static void q4k_gemm_##N(int64_t nbs, int first, int last, const struct q4k_wblk *wp, const uint8_t *a, \
-                             size_t as, const struct q4k_tok *tp, int64_t tps, __m512 *accb, float *c,       \
+                             size_t as, const struct dj_q8K_tok *tp, int64_t tps, __m512 *accb, float *c,       \
                              int64_t ldc, __mmask16 m) {                                                     \
         q4k_gemm_body(N, nbs, first, last, wp, a, as, tp, tps, accb, c, ldc, m);                             \
     }
@@ -980,7 +969,7 @@ static inline DJ_ALWAYS_INLINE void q4k_matmul(const int pk, int64_t k, const vo
     const size_t wbs = sizeof(struct dj_block_q4_K), abs_ = sizeof(struct dj_block_q8_K);
     const int64_t tok_chunk = q16_tok_chunk(as, n_tok);
     const size_t wp_bytes = Q4K_SLAB * sizeof(struct q4k_wblk), accb_bytes = (size_t)tok_chunk * sizeof(__m512);
-    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q4k_tok);
+    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct dj_q8K_tok);
     uint8_t *scr = dj_kernel_scratch(wp_bytes + accb_bytes + tp_bytes + (pk ? 0 : 16 * ws)); /* packed: groups padded */
     if (!scr) { /* out of memory: the same bits, element by element */
         if (pk) q4kp_matmul_noscratch(nb, w, ws, a, as, c, ldc, r0, r1, n_tok);
@@ -989,12 +978,12 @@ static inline DJ_ALWAYS_INLINE void q4k_matmul(const int pk, int64_t k, const vo
     }
     struct q4k_wblk *wp = (struct q4k_wblk *)scr;
     __m512 *accb = (__m512 *)(scr + wp_bytes);
-    struct q4k_tok *tp = (struct q4k_tok *)(scr + wp_bytes + accb_bytes);
+    struct dj_q8K_tok *tp = (struct dj_q8K_tok *)(scr + wp_bytes + accb_bytes);
     uint8_t *rows = scr + wp_bytes + accb_bytes + tp_bytes; /* a matrix of fewer than 16 rows, padded */
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
         const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
         const uint8_t *at = a + (size_t)t0 * as;
-        for (int64_t t = 0; t < nt_c; t++) q4k_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
+        for (int64_t t = 0; t < nt_c; t++) dj_q8K_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
         for (int64_t r = r0; r < r1;) {
             int64_t g0;
             __mmask16 m;
