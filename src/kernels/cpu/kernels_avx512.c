@@ -835,7 +835,7 @@ static inline DJ_ALWAYS_INLINE __m512 q4k_fma(__m512i isum, const __m512i m[4], 
 /* Decode: 16 rows from w (ws apart) x NT tokens on the raw super-blocks, each transposed
  * 16 bytes at a time straight into the dot products (no q4k_wblk); pf (unless NULL): the
  * next group, prefetched at the pace this one is read (2304 bytes a super-block).  prep (a
- * constant): tp is NULL and each token super-block's q4k_tok is made as it is used (the
+ * constant): tp is NULL and each token super-block's dj_q8K_tok is made as it is used (the
  * dot, which has no scratch for tp): the same values, so the same bits. */
 static inline DJ_ALWAYS_INLINE void q4k_gemv_body(const int NT, const int prep, const int pk, int64_t nb, const uint8_t *w,
                                                   size_t ws, const uint8_t *a, size_t as, const struct dj_q8K_tok *tp,
@@ -897,7 +897,7 @@ Q4K_GEMV(q4kp_gemv_3, 1, 3) Q4K_GEMV(q4kp_gemv_4, 1, 4)
 #define Q4KP_SMALL 8
 static const q4k_gemv_fn q4kp_gemv_tab[4] = {q4kp_gemv_1, q4kp_gemv_2, q4kp_gemv_3, q4kp_gemv_4};
 
-/* NT tokens (a: their q8_K block at the slab's start, as apart; tp: q4k_tok, tps apart)
+/* NT tokens (a: their q8_K block at the slab's start, as apart; tp: dj_q8K_tok, tps apart)
  * over nbs super-blocks of a slab; accumulators from/to accb between slabs (exact), the
  * last slab stores lanes m to c[j * ldc + i]. */
 static inline DJ_ALWAYS_INLINE void q4k_gemm_body(const int NT, int64_t nbs, int first, int last,
