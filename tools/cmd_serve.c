@@ -31,6 +31,9 @@ static void serve_usage(FILE *f) {
             "  -n, --n-predict N   tokens generated when a request sets no max_tokens (default: up to the context)\n"
             "  --parallel N        requests generating at once (default: as many as the KV budget holds)\n"
             "  --kv-budget MIB     KV cache memory (default: half the available memory)\n"
+            "  --kv-dir DIR        keep sealed KV blocks on disk in DIR and restore them in later sessions and\n"
+            "                      after restarts (= LLAMA_OPT_PERSIST_ENABLED=1 LLAMA_OPT_PERSIST_DIR=DIR; off by default)\n"
+            "  --kv-dir-max-gib G  disk budget of --kv-dir, least recently used blocks evicted (default 0: none)\n"
             "  --api-key KEY       require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (all endpoints but /health)\n"
             "  --alias NAME        the model id reported by /v1/models (default: the file name)\n"
             "  --body-max BYTES    request body limit (default 8 MiB; larger: HTTP 413)\n"
@@ -55,7 +58,7 @@ static bool num(const char *s, double lo, double hi, double *out) {
 
 int cmd_serve(int argc, char **argv) {
     struct dj_server_params p = server_default_params();
-    const char *model = NULL;
+    const char *model = NULL, *kv_dir = NULL;
     char *tmpl = NULL;
     double v, shutdown_ms = 5000;
     for (int i = 1; i < argc; i++) {
@@ -92,6 +95,10 @@ int cmd_serve(int argc, char **argv) {
             p.chat_template = tmpl;
             continue;
         }
+        if (!strcmp(a, "--kv-dir")) {
+            if (!(kv_dir = cli_value("serve", argc, argv, &i))) return 1;
+            continue;
+        }
         if (!strcmp(a, "--alias")) {
             if (!(p.alias = cli_value("serve", argc, argv, &i))) return 1;
             continue;
@@ -102,6 +109,7 @@ int cmd_serve(int argc, char **argv) {
         NUMOPT("-n", "--n-predict", 0, 1 << 24, p.n_predict = (size_t)v)
         NUMOPT("--parallel", "--parallel", 0, 4096, p.engine.n_running_max = (uint32_t)v)
         NUMOPT("--kv-budget", "--kv-budget", 0, 1 << 30, p.engine.kv_budget_mib = v)
+        NUMOPT("--kv-dir-max-gib", "--kv-dir-max-gib", 0, 1 << 20, p.engine.persist_max_bytes = (uint64_t)(v * 1073741824.0))
         NUMOPT("--body-max", "--body-max", 1024, 1 << 30, p.body_max = (size_t)v)
         NUMOPT("--timeout", "--timeout", 1, 86400, p.timeout_s = (unsigned)v)
         NUMOPT("--queue-max", "--queue-max", 0, 1 << 20, p.queue_max = (size_t)v)
@@ -119,6 +127,14 @@ int cmd_serve(int argc, char **argv) {
     if (llama_opt_config_from_env(&p.engine.opt) != DJ_OK) {
         free(tmpl);
         return cli_error("serve", "%s", dj_last_error());
+    }
+    if (kv_dir) { /* --kv-dir wins over the environment */
+        if (strlen(kv_dir) >= sizeof p.engine.opt.persist_dir) {
+            free(tmpl);
+            return cli_error("serve", "--kv-dir: the path is longer than %zu bytes", sizeof p.engine.opt.persist_dir - 1);
+        }
+        p.engine.opt.persist_enabled = true;
+        snprintf(p.engine.opt.persist_dir, sizeof p.engine.opt.persist_dir, "%s", kv_dir);
     }
     p.engine.kv_budget_auto = p.engine.kv_budget_mib == 0 && getenv("LLAMA_OPT_DEDUP_POOL_MAX") == NULL;
     struct dj_server *s = NULL;

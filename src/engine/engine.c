@@ -18,12 +18,15 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "core/status.h"
 #include "core/timer.h"
+#include "kernels/kernels.h"
 #include "kv/diff.h"
 #include "kv/hash.h"
 #include "kv/history.h"
+#include "kv/persist.h"
 #include "model/context.h"
 #include "sample/sampler.h"
 
@@ -51,6 +54,67 @@ static uint64_t mem_available(void) {
         if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
     fclose(f);
     return (uint64_t)kib * 1024;
+}
+
+/* ---- the persistent KV store (kv/persist.h; opt.persist_enabled) ----------
+ *
+ * Its key covers everything that changes the bits of a block: the weights (the
+ * model file's content hash, kv_store_file_id, cached in <dir>/ids by device,
+ * inode, size, mtime and ctime), the deja executable itself (the same scheme:
+ * kernels change between builds, and the AVX2 and AVX-512 tables round
+ * differently), the kernel table in use, the K/V type (f32), the block size, the
+ * KV geometry and the rope settings.  Any difference is another key: a miss,
+ * never a wrong reuse.  A store that cannot be opened is a warning: serving goes
+ * on without it. */
+static void engine_open_store(struct dj_engine *e) {
+    const struct dj_model *m = e->model;
+    const struct dj_hparams *hp = &m->hp;
+    const char *dir = e->cfg.persist_dir;
+    if (!dir[0]) {
+        dj_log(DJ_LOG_WARN, "LLAMA_OPT_PERSIST_ENABLED without LLAMA_OPT_PERSIST_DIR (--kv-dir): KV stays in memory");
+        return;
+    }
+    if (!e->cfg.dedup_enabled) { /* blocks reach the disk when sealed and return through the pool */
+        dj_log(DJ_LOG_WARN, "persistent KV needs the block pool (LLAMA_OPT_DEDUP_ENABLED=1): off");
+        return;
+    }
+    char ids[LLAMA_OPT_PERSIST_DIR_MAX + 8];
+    snprintf(ids, sizeof ids, "%s/ids", dir);
+    uint8_t model_id[16], exe_id[16];
+    if (!m->path || kv_store_file_id(m->path, ids, model_id) != DJ_OK ||
+        kv_store_file_id("/proc/self/exe", ids, exe_id) != DJ_OK) {
+        dj_log(DJ_LOG_WARN, "persistent KV off: %s", m->path ? dj_last_error() : "the model has no file path");
+        return;
+    }
+    char desc[1024];
+    int n = snprintf(desc, sizeof desc,
+                     "deja-kv 1 kernels=%s kv=f32 block=%u layers=%u kv_heads=%u head_dim=%u rot=%u rope=%d "
+                     "base=%.9g llama3=%d factor=%.9g low=%.9g high=%.9g orig=%u linear=%.9g",
+                     dj_kernels()->name, e->block_size, hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot,
+                     (int)hp->rope_type, hp->rope_freq_base, (int)hp->rope_llama3, hp->rope_factor,
+                     hp->rope_low_freq_factor, hp->rope_high_freq_factor, hp->rope_orig_ctx, hp->rope_linear_scale);
+    if (n < 0 || (size_t)n + 32 > sizeof desc) return;
+    memcpy(desc + n, model_id, 16);
+    memcpy(desc + n + 16, exe_id, 16);
+    const XXH128_hash_t h0 = XXH3_128bits_withSeed(desc, (size_t)n + 32, 0);
+    const XXH128_hash_t h1 = XXH3_128bits_withSeed(desc, (size_t)n + 32, 1);
+    struct kv_store_params sp = kv_store_default_params();
+    sp.dir = dir;
+    sp.max_bytes = e->p.persist_max_bytes;
+    memcpy(sp.key, &h0, 16);
+    memcpy(sp.key + 16, &h1, 16);
+    sp.n_layer = hp->n_layer;
+    sp.n_embd_kv = hp->n_head_kv * hp->head_dim;
+    sp.block_size = e->block_size;
+    sp.kv_type = 0; /* f32 (GGML_TYPE_F32) */
+    sp.block_bytes = e->block_bytes;
+    /* about 256 MiB of blocks waiting for the disk, at least 4 */
+    sp.queue_max = (size_t)(256u << 20) / e->block_bytes;
+    if (sp.queue_max < 4) sp.queue_max = 4;
+    if (kv_store_open(&sp, &e->store) != DJ_OK) {
+        dj_log(DJ_LOG_WARN, "persistent KV off: %s", dj_last_error());
+        e->store = NULL;
+    }
 }
 
 enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_params *p, struct dj_engine **out) {
@@ -123,6 +187,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
         free(e);
         return st;
     }
+    if (cfg->persist_enabled) engine_open_store(e);
     e->logits = malloc((size_t)hp->n_vocab * sizeof(float));
     e->work = malloc((size_t)hp->n_vocab * sizeof(float));
     e->top = malloc(100 * sizeof *e->top);
@@ -137,6 +202,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
 void engine_destroy(struct dj_engine *e) {
     if (!e) return;
     engine_drop_requests(e);
+    kv_store_close(e->store); /* writes what is queued */
     while (e->sessions) engine_session_destroy(e->sessions);
     ctx_free(e->ctx); /* its own sequence lives in the pool: free the context first */
     kv_pool_destroy(e->pool);
@@ -235,10 +301,26 @@ void engine_park_idle(struct dj_engine *e) {
     }
 }
 
+/* A pool miss: block (chain c, after the block parent whose chain is parent_chain,
+ * tokens bt) from the disk store into a fresh pool block, sealed there so other
+ * sequences find it in memory next.  Returns its id with one reference (the
+ * caller's), or KV_BLOCK_NONE (not on disk, or no memory for it). */
+static uint32_t load_block(struct dj_engine *e, uint64_t c, uint64_t parent_chain, uint32_t parent,
+                           const dj_token *bt) {
+    uint32_t id;
+    if (kv_pool_alloc(e->pool, &id) != DJ_OK) return KV_BLOCK_NONE;
+    if (!kv_store_get(e->store, c, parent_chain, bt, kv_pool_k(e->pool, id, 0)) ||
+        kv_pool_seal(e->pool, id, c, parent, bt) != DJ_OK) {
+        kv_pool_unref(e->pool, id); /* not sealed: freed */
+        return KV_BLOCK_NONE;
+    }
+    return id;
+}
+
 /* Step 2: full blocks of the prompt found in the pool, from the block that
  * holds position seq.n_pos (see engine.h).  Returns the positions gained. */
 static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
-                                 size_t *own) {
+                                 size_t *own, size_t *from_store) {
     const size_t bs = e->block_size;
     size_t k = s->seq.n_pos / bs, n_chain;
     const uint64_t *chains = kv_history_chain(&s->hist, &n_chain);
@@ -250,20 +332,31 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
         uint64_t c = kv_hash_chain(chain, bt, bs);
         e->stats.dedup_blocks_total++;
         uint32_t id = kv_pool_lookup(e->pool, c, parent, bt);
-        if (id == KV_BLOCK_NONE) break;
+        bool from_disk = false;
+        if (id == KV_BLOCK_NONE) {
+            if (!e->store || !(id = load_block(e, c, chain, parent, bt), id != KV_BLOCK_NONE)) break;
+            from_disk = true;
+        }
         if (s->seq.n_pos > k * bs) { /* a partly matching own block: the pool's is whole */
             session_truncate(s, k * bs);
             *own = k * bs;
         }
         enum dj_status st = kv_seq_append_block(&s->seq, id);
+        if (from_disk) kv_pool_unref(e->pool, id); /* load_block's reference: the sequence holds it now */
         if (st) return st;
         if ((st = kv_history_append(&s->hist, bt, bs))) {
             kv_seq_truncate(&s->seq, k * bs);
             return st;
         }
         if (s->n_exact == k * bs) s->n_exact += bs;
-        e->stats.dedup_blocks_hit++;
-        e->stats.dedup_tokens_saved += bs;
+        if (from_disk) {
+            *from_store += bs;
+            e->stats.persist_loads++;
+            e->stats.persist_tokens_restored += bs;
+        } else {
+            e->stats.dedup_blocks_hit++;
+            e->stats.dedup_tokens_saved += bs;
+        }
         chain = c;
         parent = id;
         k++;
@@ -296,6 +389,9 @@ void seal_blocks(struct dj_engine *e, struct dj_session *s) {
         } else if (kv_pool_seal(e->pool, id, chains[b], parent, bt) != DJ_OK) {
             dj_log(DJ_LOG_WARN, "%s (block %zu stays private)", dj_last_error(), b);
             return;
+        } else if (e->store) { /* a copy to the writer thread's queue: no I/O here */
+            if (kv_store_put(e->store, chains[b], b ? chains[b - 1] : s->hist.root, bt, kv_pool_k(e->pool, id, 0)))
+                e->stats.persist_saves++;
         }
         if (s->n_sealed == b) s->n_sealed = b + 1;
     }
@@ -467,7 +563,8 @@ enum dj_status engine_reuse_prompt(struct dj_engine *e, struct dj_session *s, co
     session_truncate(s, own);
 
     /* 2. pool blocks */
-    if (e->cfg.dedup_enabled && (st = reuse_pool(e, s, prompt, n, &own))) goto done;
+    r->n_reused_disk = 0;
+    if (e->cfg.dedup_enabled && (st = reuse_pool(e, s, prompt, n, &own, &r->n_reused_disk))) goto done;
     r->n_reused_own = own;
     r->n_reused_pool = s->seq.n_pos - own;
 

@@ -109,6 +109,7 @@ struct dj_engine_params {
     uint32_t n_seq_idle_max; /* idle engine-owned sequences kept for prefix matching; 0 = 64 */
     uint32_t n_running_max;  /* requests admitted at once (the server's --parallel); 0 = no limit
                                 but the KV budget */
+    uint64_t persist_max_bytes; /* disk budget of the persistent KV store (opt.persist_*); 0 = none */
     struct llama_opt_config opt; /* block size, dedup/diff switches, stats */
     FILE *stats_out;      /* where opt-stats lines go when opt.stats_enabled; NULL = stderr */
 };
@@ -158,7 +159,8 @@ struct dj_turn_result {
     size_t n_prompt;
     size_t n_cached;       /* prompt positions reused: own + pool (+ approx) */
     size_t n_reused_own;   /* positions kept from the sequence's own earlier tokens */
-    size_t n_reused_pool;  /* positions taken from pool blocks (dedup hits) */
+    size_t n_reused_pool;  /* positions taken from pool blocks (dedup hits), disk ones included */
+    size_t n_reused_disk;  /* of n_reused_pool: blocks read from the persistent store (--kv-dir) */
     size_t n_computed;     /* prompt positions computed through every layer */
     size_t n_reused_approx; /* Tier 2: positions after an edit reused with RoPE-corrected K */
     size_t n_blend;        /* Tier 2: candidates recomputed after the probe (in n_computed) */

@@ -80,6 +80,7 @@ struct dj_engine {
     const struct dj_model *model;
     struct dj_context *ctx;
     struct kv_pool *pool;
+    struct kv_store *store; /* persistent KV blocks (opt.persist_enabled), NULL when off */
     struct llama_opt_config cfg;
     struct dj_engine_params p;
     struct llama_opt_stats stats, stats_last;

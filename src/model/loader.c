@@ -448,7 +448,10 @@ static void model_repack(struct dj_model *m) {
 
 enum dj_status model_load(const char *path, struct dj_model **out) {
     struct dj_model *m = calloc(1, sizeof *m);
-    if (!m) return dj_fail(DJ_ERR_NOMEM, "out of memory loading %s", path);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        return dj_fail(DJ_ERR_NOMEM, "out of memory loading %s", path);
+    }
     enum dj_status st = gguf_open(path, &m->gguf);
     if (st) goto fail;
     struct gguf_str arch;
@@ -497,5 +500,6 @@ void model_free(struct dj_model *m) {
     if (m->packed_arena) munmap(m->packed_arena, m->packed_arena_bytes);
     free(m->layers);
     free(m->rope_freqs_buf);
+    free(m->path);
     free(m);
 }

@@ -88,6 +88,8 @@ struct dj_model {
                                      when the file has no rope_freqs tensor; NULL otherwise */
     struct dj_layer *layers;      /* n_layer */
     char arch_name[32];
+    char *path;                   /* owned: the file it was loaded from (the persistent KV
+                                     store keys its blocks by the file's content hash) */
 };
 
 /* Loads and validates a model: every hyperparameter is range-checked (a bad one

@@ -116,8 +116,9 @@ static json_t *usage_json(const struct sreq *r) {
 /* deja's extension: where the prompt's tokens came from. */
 json_t *xdeja_json(const struct sreq *r) {
     const struct dj_turn_result *r0 = &r->res[0];
-    return json_pack("{s:I, s:I, s:I, s:I, s:f, s:f}", "reused_own", (json_int_t)r0->n_reused_own, "reused_pool",
-                     (json_int_t)r0->n_reused_pool, "computed", (json_int_t)r0->n_computed, "forced",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "reused_own", (json_int_t)r0->n_reused_own, "reused_pool",
+                     (json_int_t)r0->n_reused_pool, "reused_disk", (json_int_t)r0->n_reused_disk, "computed",
+                     (json_int_t)r0->n_computed, "forced",
                      (json_int_t)r0->n_forced, "ttft_ms", r0->t_ttft_ms, "queue_ms", r0->t_queue_ms);
 }
 

@@ -319,7 +319,7 @@ static void test_stats(void) {
 /* The 16 that src/ does not read yet (grep for the fields: only src/opt touches them). */
 static const char *const not_impl[] = {
     "LLAMA_OPT_CANON_ENABLED",       "LLAMA_OPT_PRECOMPUTE_ENABLED",
-    "LLAMA_OPT_PRECOMPUTE_ROPE_MAX", "LLAMA_OPT_PERSIST_ENABLED",   "LLAMA_OPT_PERSIST_DIR",
+    "LLAMA_OPT_PRECOMPUTE_ROPE_MAX",
     "LLAMA_OPT_MEMO_ENABLED",        "LLAMA_OPT_MEMO_TRIE_MAX",     "LLAMA_OPT_ATTN_PRUNE_ENABLED",
     "LLAMA_OPT_ATTN_PRUNE_WINDOW",   "LLAMA_OPT_ATTN_PRUNE_THRESHOLD", "LLAMA_OPT_SPARSE_ATTN_ENABLED",
     "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_NOOP_ENABLED",
@@ -367,7 +367,7 @@ static size_t count_lines(const char *s, const char *needle) {
 }
 
 static void test_not_implemented(void) {
-    /* the table says exactly these 15 are not implemented */
+    /* the table says exactly these 13 are not implemented */
     size_t n_false = 0;
     for (size_t i = 0; llama_opt_config_var(i); i++) {
         const struct llama_opt_var *v = llama_opt_config_var(i);
@@ -376,7 +376,7 @@ static void test_not_implemented(void) {
         CHECKF(listed == !v->implemented, "%s: implemented = %d", v->name, v->implemented);
         n_false += !v->implemented;
     }
-    CHECK(n_false == 15 && N_NOT_IMPL == 15);
+    CHECK(n_false == 13 && N_NOT_IMPL == 13);
 
     /* defaults: nothing to warn about */
     struct llama_opt_config c = llama_opt_config_default();
@@ -402,13 +402,12 @@ static void test_not_implemented(void) {
     CHECK(llama_opt_config_load(&c, fake_get, &e) == DJ_OK);
     const struct llama_opt_var *out[8] = {NULL};
     const size_t n = llama_opt_config_not_implemented(&c, out, 8);
-    CHECKF(n == 3, "%zu listed", n);
-    if (n == 3) {
-        CHECK(strcmp(out[0]->name, "LLAMA_OPT_PERSIST_DIR") == 0);
-        CHECK(strcmp(out[1]->name, "LLAMA_OPT_MEMO_ENABLED") == 0);
-        CHECK(strcmp(out[2]->name, "LLAMA_OPT_SPARSE_ATTN_ENABLED") == 0);
+    CHECKF(n == 2, "%zu listed", n);
+    if (n == 2) {
+        CHECK(strcmp(out[0]->name, "LLAMA_OPT_MEMO_ENABLED") == 0);
+        CHECK(strcmp(out[1]->name, "LLAMA_OPT_SPARSE_ATTN_ENABLED") == 0);
     }
-    CHECK(llama_opt_config_not_implemented(&c, out, 1) == 3); /* the count, whatever the room */
+    CHECK(llama_opt_config_not_implemented(&c, out, 1) == 2); /* the count, whatever the room */
 
     /* values as the environment spells them */
     char buf[64];
@@ -426,9 +425,9 @@ static void test_not_implemented(void) {
     /* the warning: one line per variable, once per process */
     size_t printed = 0;
     char *err = capture_stderr(llama_opt_config_warn_not_implemented, &c, &printed);
-    CHECKF(printed == 3 && count_lines(err, "not implemented yet, has no effect") == 3, "first warning: %s", err);
-    CHECKF(strstr(err, "LLAMA_OPT_MEMO_ENABLED=") && strstr(err, "LLAMA_OPT_PERSIST_DIR=/tmp/kv: not implemented yet, "
-                                                                 "has no effect"),
+    CHECKF(printed == 2 && count_lines(err, "not implemented yet, has no effect") == 2, "first warning: %s", err);
+    CHECKF(strstr(err, "LLAMA_OPT_MEMO_ENABLED=") && strstr(err, "LLAMA_OPT_SPARSE_ATTN_ENABLED=") &&
+               !strstr(err, "LLAMA_OPT_PERSIST_DIR"),
            "first warning: %s", err);
     free(err);
     err = capture_stderr(llama_opt_config_warn_not_implemented, &c, &printed);

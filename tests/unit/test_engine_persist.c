@@ -1,0 +1,195 @@
+/*
+ * test_engine_persist.c — the persistent KV store inside the engine
+ * (LLAMA_OPT_PERSIST_*, engine.c: engine_open_store, load_block, seal_blocks),
+ * on stories260K with made-up token ids and 16-position blocks:
+ *  - restore == cold: a turn of an engine that found the prompt's blocks on disk
+ *    (written by an earlier engine, as after a restart) gives logits and ids
+ *    bitwise those of a cold engine with persistence off, and reports them as
+ *    persist loads;
+ *  - a restored prefix that continues (the prompt extended past the stored
+ *    blocks) and a second session on the same blocks: still bitwise cold;
+ *  - damage: a bit flipped in one block file, another truncated, a foreign file
+ *    under a block's name, a stray temporary file: the damaged blocks are
+ *    detected (the store's corrupt count), recomputed, and the results are still
+ *    bitwise the cold run's; the damaged files are gone afterwards;
+ *  - a key mismatch (another block size) restores nothing and is still exact;
+ *  - persistence without a directory, or with dedup off: a warning, no store,
+ *    the same results.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/hash.h"
+#include "core/status.h"
+#include "engine/engine.h"
+#include "test.h"
+#include "test_engine.h"
+#include "test_run.h"
+
+
+static struct dj_model *model;
+static char dir[64];
+
+static dj_token T(size_t i) { return (dj_token)(3 + (i * 7919 + i / 5) % 500); }
+
+static struct dj_engine *make(bool persist, const char *pdir, uint32_t block_size, bool dedup) {
+    struct dj_engine_params p = engine_default_params();
+    p.n_ctx = 1024;
+    p.n_threads = 2;
+    p.opt.block_size = block_size;
+    p.opt.dedup_enabled = dedup;
+    p.opt.persist_enabled = persist;
+    snprintf(p.opt.persist_dir, sizeof p.opt.persist_dir, "%s", pdir ? pdir : "");
+    struct dj_engine *e = NULL;
+    CHECKF(engine_create(model, &p, &e) == DJ_OK, "%s", dj_last_error());
+    return e;
+}
+
+/* Turn 1: prompt p[0..n), 6 tokens; turn 2 on the same session: the prompt
+ * extended by 40 more; then a second session with the first prompt.  All logits
+ * folded into one hash; *loads: the engine's persist loads. */
+static uint64_t scenario(bool persist, uint32_t block_size, bool dedup, uint64_t *loads, dj_token *ids_out) {
+    struct dj_engine *e = make(persist, dir, block_size, dedup);
+    if (!e) return 0;
+    struct dj_session *a, *b;
+    CHECK(engine_session_create(e, &a) == DJ_OK && engine_session_create(e, &b) == DJ_OK);
+    uint64_t h = DJ_FNV_OFFSET;
+    dj_token p[400], ids[6];
+    for (size_t i = 0; i < 300; i++) p[i] = T(i);
+    test_turn(e, a, p, 150, 6, &h, ids);
+    if (ids_out) memcpy(ids_out, ids, sizeof ids);
+    size_t held;
+    const dj_token *held_tok = engine_session_tokens(a, &held);
+    dj_token q[400];
+    memcpy(q, held_tok, held * sizeof *q);
+    for (size_t i = 0; i < 40; i++) q[held + i] = T(1000 + i);
+    test_turn(e, a, q, held + 40, 6, &h, ids);
+    test_turn(e, b, p, 150, 6, &h, ids);
+    struct llama_opt_stats st;
+    engine_get_stats(e, &st);
+    *loads = st.persist_loads;
+    engine_destroy(e); /* writes what the store has queued */
+    return h;
+}
+
+/* The block files (<dir>/<key>/<chain>.kvb) under dir, in paths[]. */
+static size_t block_files(char paths[][512], size_t max) {
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, "ids")) continue;
+        char sub[256];
+        snprintf(sub, sizeof sub, "%.63s/%.180s", dir, de->d_name);
+        DIR *s = opendir(sub);
+        if (!s) continue;
+        struct dirent *fe;
+        while ((fe = readdir(s)) && n < max) {
+            const size_t l = strlen(fe->d_name);
+            if (l > 4 && l < 200 && !strcmp(fe->d_name + l - 4, ".kvb"))
+                snprintf(paths[n++], 512, "%.255s/%.200s", sub, fe->d_name);
+        }
+        closedir(s);
+    }
+    closedir(d);
+    return n;
+}
+
+static void flip_byte(const char *path, long off) {
+    FILE *f = fopen(path, "r+b");
+    CHECKF(f != NULL, "%s", path);
+    if (!f) return;
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+int main(int argc, char **argv) {
+    const char *shared = argc > 1 ? argv[1] : "../shared";
+    deja_bin = argc > 2 ? argv[2] : NULL; /* (test_run.h's; only its run() is used here) */
+    if (model_load(test_shared_path(shared, "models/stories260K.gguf"), &model) != DJ_OK) {
+        fprintf(stderr, "%s\n", dj_last_error());
+        return 1;
+    }
+    snprintf(dir, sizeof dir, "/tmp/deja_test_persist_XXXXXX");
+    CHECK(mkdtemp(dir) != NULL);
+
+    uint64_t loads = 0;
+    dj_token ids_cold[6], ids[6];
+    const uint64_t cold = scenario(false, 16, true, &loads, ids_cold);
+    CHECK(loads == 0);
+    /* first engine on an empty directory: writes its sealed blocks, same results */
+    CHECK(scenario(true, 16, true, &loads, ids) == cold);
+    CHECK(loads == 0);
+    char paths[256][512];
+    const size_t n_files = block_files(paths, 256);
+    CHECKF(n_files >= 9, "%zu block files written", n_files);
+    /* "restart": a new engine restores the prompt's blocks from disk, bitwise the cold run */
+    CHECK(scenario(true, 16, true, &loads, ids) == cold);
+    CHECK(memcmp(ids, ids_cold, sizeof ids) == 0);
+    CHECKF(loads >= 9, "%llu blocks restored (expected the 9 full blocks of the first prompt)",
+           (unsigned long long)loads);
+    printf("restart: %llu blocks restored from %zu files, logits bitwise the cold run's\n", (unsigned long long)loads,
+           n_files);
+
+    /* damage: one bit flipped, one truncated, one replaced by foreign bytes, a stray temp file */
+    if (n_files >= 3) {
+        struct stat sb;
+        CHECK(stat(paths[0], &sb) == 0);
+        flip_byte(paths[0], (long)sb.st_size / 2);
+        CHECK(truncate(paths[1], sb.st_size / 3) == 0);
+        FILE *f = fopen(paths[2], "wb");
+        if (f) {
+            fputs("not a block at all", f);
+            fclose(f);
+        }
+        char tmp[600];
+        snprintf(tmp, sizeof tmp, "%.*s/.tmp-junk", (int)(strrchr(paths[0], '/') - paths[0]), paths[0]);
+        f = fopen(tmp, "wb");
+        if (f) {
+            fputs("DJKVBLK", f);
+            fclose(f);
+        }
+    }
+    const uint64_t h = scenario(true, 16, true, &loads, ids);
+    CHECK(h == cold);
+    printf("after damaging 3 files: %llu blocks restored, logits bitwise the cold run's\n", (unsigned long long)loads);
+    CHECK(memcmp(ids, ids_cold, sizeof ids) == 0);
+    for (int i = 0; i < 3 && n_files >= 3; i++) { /* detected and dropped, or rewritten whole by the run */
+        struct stat sb, sb0;
+        if (stat(paths[i], &sb) == 0 && stat(paths[3], &sb0) == 0)
+            CHECKF(sb.st_size == sb0.st_size, "%s: a damaged file of %lld bytes is still there", paths[i],
+                   (long long)sb.st_size);
+    }
+    /* and the next restart restores everything again (the run rewrote the damaged blocks) */
+    CHECK(scenario(true, 16, true, &loads, ids) == cold);
+    CHECKF(loads >= 9, "%llu blocks restored after the damage", (unsigned long long)loads);
+
+    /* another block size is another key: nothing restored, still exact */
+    const uint64_t cold32 = scenario(false, 32, true, &loads, NULL);
+    CHECK(scenario(true, 32, true, &loads, NULL) == cold32);
+    CHECK(loads == 0);
+    CHECK(scenario(true, 32, true, &loads, NULL) == cold32 && loads >= 4);
+
+    /* persistence with dedup off, or without a directory: no store, the same results */
+    const uint64_t cold_nodedup = scenario(false, 16, false, &loads, NULL);
+    CHECK(scenario(true, 16, false, &loads, NULL) == cold_nodedup && loads == 0);
+    char saved[64];
+    snprintf(saved, sizeof saved, "%s", dir);
+    dir[0] = '\0';
+    CHECK(scenario(true, 16, true, &loads, NULL) == cold && loads == 0);
+    snprintf(dir, sizeof dir, "%s", saved);
+
+    char *out = NULL;
+    run((char *const[]){"/bin/rm", "-rf", dir, NULL}, &out);
+    free(out);
+    model_free(model);
+    TEST_END();
+}
