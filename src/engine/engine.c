@@ -327,7 +327,7 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
     DJ_ASSERT(n_chain >= k);
     uint64_t chain = k ? chains[k - 1] : s->hist.root;
     uint32_t parent = k ? s->seq.table[k - 1] : KV_BLOCK_NONE;
-    while ((k + 1) * bs < n) { /* the last prompt token is always computed */
+    while ((k + 1) * bs <= n) { /* a block ending at the prompt's end: see below */
         const dj_token *bt = prompt + k * bs;
         uint64_t c = kv_hash_chain(chain, bt, bs);
         e->stats.dedup_blocks_total++;
@@ -361,6 +361,10 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
         parent = id;
         k++;
     }
+    /* The last prompt token is always computed (its logits start the turn).  A block that
+     * ends at the prompt's end is still taken, and its last row given back: computing that
+     * one token (the block copied on write) costs less than its bs tokens. */
+    if (s->seq.n_pos == n) session_truncate(s, n - 1);
     return DJ_OK;
 }
 

@@ -22,7 +22,10 @@
  *   2. pool: from the block that holds position L, full blocks of the prompt
  *      found in the pool by chain hash with the same parent block and tokens
  *      (LLAMA_OPT_DEDUP_ENABLED) replace the table's entries; a hit on the
- *      block L lies in drops the partially matching own block first.
+ *      block L lies in drops the partially matching own block first; then
+ *      (LLAMA_OPT_PERSIST_ENABLED) the next blocks from the disk store, verified
+ *      the same way.  A block ending at the prompt's end is taken too and its
+ *      last row given back (the last token is computed into a copy on write).
  *   3. the rest is computed; 4. n_gen tokens are generated greedily (the
  *      last one is not fed, so the sequence ends with n + n_gen - 1 tokens);
  *   5. every full block not sealed yet is sealed into the pool — or, when an

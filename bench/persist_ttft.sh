@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Time to first token of a long prompt computed cold vs restored from --kv-dir after a
+# restart of `deja serve` (issue 13).  For each size N: a fresh directory; server 1 computes
+# the N-token prompt (the repository's C sources, tokenized; max_tokens 1, temperature 0)
+# and is stopped (SIGTERM: its queued blocks are written); server 2 on the same directory
+# gets the same prompt — restored from the page cache (the files were just written); then,
+# if this user may write /proc/sys/vm/drop_caches, server 3 after dropping the page cache —
+# restored from the disk itself.  Prints server-side TTFT (x_deja.ttft_ms), the client's
+# total time, the positions read from disk and the directory's size.
+#   bench/persist_ttft.sh DEJA MODEL N1,N2,... [THREADS]
+set -euo pipefail
+deja=$1; model=$2; sizes=$3; threads=${4:-2}
+max=$(tr ',' '\n' <<<"$sizes" | sort -n | tail -1)
+work=$(mktemp -d /tmp/deja-ttft-XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
+cat src/*/*.c src/*/*/*.c tools/*.c tests/*/*.c > "$work/text"
+head -c $((max * 8)) "$work/text" > "$work/text.head"
+"$deja" tokenize -m "$model" -f "$work/text.head" > "$work/ids"
+have=$(wc -w < "$work/ids")
+[ "$have" -ge "$max" ] || { echo "only $have tokens of text for $max" >&2; exit 1; }
+
+start() {
+  rm -f "$work/log" # (a stale log would give the last server's port)
+  "$deja" serve -m "$model" --port 0 -t "$threads" -c $((max + 64)) --kv-dir "$work/kv" 2> "$work/log" &
+  pid=$!
+  for _ in $(seq 600); do
+    port=$(sed -n 's/.*ready on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$work/log" 2>/dev/null)
+    [ -n "$port" ] && return 0
+    sleep 0.1
+  done
+  cat "$work/log" >&2; exit 1
+}
+stop() { kill -TERM "$pid"; wait "$pid" || true; pid=; }
+request() { # N -> "ttft_ms total_s reused_disk"
+  local body
+  body="{\"prompt\": [$(awk -v n="$1" '{for (i = 1; i <= n; i++) printf "%s%s", (i > 1 ? "," : ""), $i}' "$work/ids")], \"max_tokens\": 1, \"temperature\": 0}"
+  curl -s -o "$work/out" -w '%{time_total}' -H 'Content-Type: application/json' --data-binary "$body" \
+    "http://127.0.0.1:$port/v1/completions" > "$work/time"
+  echo "$(jq -r '.x_deja.ttft_ms' "$work/out") $(cat "$work/time") $(jq -r '.x_deja.reused_disk' "$work/out")"
+}
+
+can_drop=0
+if [ -w /proc/sys/vm/drop_caches ]; then can_drop=1; fi
+printf '%8s | %12s %9s | %12s %9s %8s | %12s %9s | %9s\n' N "cold ttft ms" "total s" "warm ttft ms" "total s" \
+  "disk pos" "dropped ms" "total s" "kv-dir"
+for n in ${sizes//,/ }; do
+  rm -rf "$work/kv"
+  start; read -r c_ttft c_tot _ < <(request "$n"); stop
+  start; read -r w_ttft w_tot w_disk < <(request "$n"); stop
+  d_ttft=-; d_tot=-
+  if [ "$can_drop" = 1 ]; then
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    start; read -r d_ttft d_tot _ < <(request "$n"); stop
+  fi
+  printf '%8s | %12s %9s | %12s %9s %8s | %12s %9s | %9s\n' "$n" "$c_ttft" "$c_tot" "$w_ttft" "$w_tot" "$w_disk" \
+    "$d_ttft" "$d_tot" "$(du -sh "$work/kv" | cut -f1)"
+done
