@@ -327,6 +327,7 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
     DJ_ASSERT(n_chain >= k);
     uint64_t chain = k ? chains[k - 1] : s->hist.root;
     uint32_t parent = k ? s->seq.table[k - 1] : KV_BLOCK_NONE;
+    bool last_from_disk = false;
     while ((k + 1) * bs <= n) { /* a block ending at the prompt's end: see below */
         const dj_token *bt = prompt + k * bs;
         uint64_t c = kv_hash_chain(chain, bt, bs);
@@ -349,6 +350,7 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
             return st;
         }
         if (s->n_exact == k * bs) s->n_exact += bs;
+        last_from_disk = from_disk;
         if (from_disk) {
             *from_store += bs;
             e->stats.persist_loads++;
@@ -364,7 +366,13 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
     /* The last prompt token is always computed (its logits start the turn).  A block that
      * ends at the prompt's end is still taken, and its last row given back: computing that
      * one token (the block copied on write) costs less than its bs tokens. */
-    if (s->seq.n_pos == n) session_truncate(s, n - 1);
+    if (s->seq.n_pos == n) {
+        session_truncate(s, n - 1);
+        if (last_from_disk) {
+            (*from_store)--;
+            e->stats.persist_tokens_restored--;
+        }
+    }
     return DJ_OK;
 }
 
