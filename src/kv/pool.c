@@ -8,6 +8,7 @@
  *   free_ids holds exactly the ids that are not in_use.
  */
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "core/checked.h"
@@ -27,6 +28,7 @@ enum dj_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **o
     }
     pool->p = *p;
     pool->block_floats = floats;
+    pool->block_stride = (floats * sizeof(float) + 63) & ~(size_t)63;
     uint32_t nb = 1;
     while (nb < p->max_blocks && nb < (1u << 30)) nb <<= 1;
     pool->bucket_mask = nb - 1;
@@ -48,10 +50,9 @@ enum dj_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **o
 void kv_pool_destroy(struct kv_pool *pool) {
     if (!pool) return;
     if (pool->b)
-        for (uint32_t i = 0; i < pool->p.max_blocks; i++) {
-            free(pool->b[i].data);
-            free(pool->b[i].tokens);
-        }
+        for (uint32_t i = 0; i < pool->p.max_blocks; i++) free(pool->b[i].tokens);
+    for (size_t i = 0; i < pool->n_slabs; i++) munmap(pool->slabs[i].mem, pool->slabs[i].bytes);
+    free(pool->slabs);
     free(pool->b);
     free(pool->free_ids);
     free(pool->buckets);
@@ -106,6 +107,40 @@ void kv_pool_evict(struct kv_pool *pool, uint32_t id) {
     release(pool, id);
 }
 
+/* Memory for one more block: the current slab's next piece, or a new slab of ~32 MiB (at
+ * least one block, at most the blocks the budget has left), 2 MiB aligned, huge pages
+ * asked.  NULL when memory is out. */
+static float *carve(struct kv_pool *pool) {
+    struct kv_slab *sl = pool->n_slabs ? &pool->slabs[pool->n_slabs - 1] : NULL;
+    if (!sl || sl->used + pool->block_stride > sl->bytes) {
+        if (pool->n_slabs == pool->cap_slabs) {
+            const size_t cap = pool->cap_slabs ? 2 * pool->cap_slabs : 16;
+            struct kv_slab *ns = realloc(pool->slabs, cap * sizeof *ns);
+            if (!ns) return NULL;
+            pool->slabs = ns;
+            pool->cap_slabs = cap;
+        }
+        size_t n = ((size_t)32 << 20) / pool->block_stride;
+        const size_t left = (size_t)pool->p.max_blocks - pool->n_carved;
+        if (n > left) n = left;
+        if (n < 1) n = 1;
+        size_t bytes;
+        if (dj_mul_overflow(n, pool->block_stride, &bytes)) return NULL;
+        bytes = (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+        void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(mem, bytes, MADV_HUGEPAGE);
+#endif
+        sl = &pool->slabs[pool->n_slabs++];
+        *sl = (struct kv_slab){mem, bytes, 0};
+    }
+    float *d = (float *)((uint8_t *)sl->mem + sl->used);
+    sl->used += pool->block_stride;
+    pool->n_carved++;
+    return d;
+}
+
 enum dj_status kv_pool_alloc(struct kv_pool *pool, uint32_t *out) {
     if (pool->n_free == 0) {
         if (pool->lru_head == KV_BLOCK_NONE)
@@ -116,12 +151,9 @@ enum dj_status kv_pool_alloc(struct kv_pool *pool, uint32_t *out) {
     }
     uint32_t id = pool->free_ids[pool->n_free - 1];
     struct kv_block *b = &pool->b[id];
-    if (!b->data) {
-        b->data = malloc(pool->block_floats * sizeof(float));
-        if (!b->data)
-            return dj_fail(DJ_ERR_NOMEM, "KV cache: out of memory allocating a block of %zu KiB",
-                           pool->block_floats * sizeof(float) / 1024);
-    }
+    if (!b->data && !(b->data = carve(pool)))
+        return dj_fail(DJ_ERR_NOMEM, "KV cache: out of memory allocating a block of %zu KiB",
+                       pool->block_floats * sizeof(float) / 1024);
     pool->n_free--;
     b->in_use = true;
     b->sealed = false;

@@ -26,9 +26,23 @@ struct kv_block {
     bool sealed;
 };
 
+/* Block memory comes from slabs: anonymous mappings of several blocks with transparent
+ * huge pages asked, carved in order and never returned before kv_pool_destroy.  With one
+ * malloc per block, a fresh process touching its KV (a restore from disk, a first prefill)
+ * took a page fault every 4 KiB — in a VM each one a trap: restoring 128 MiB of blocks cost
+ * ~0.5 s of faults. */
+struct kv_slab {
+    void *mem;
+    size_t bytes, used;
+};
+
 struct kv_pool {
     struct kv_pool_params p;
     size_t block_floats;
+    size_t block_stride;          /* bytes a block takes in a slab (64-byte aligned) */
+    struct kv_slab *slabs;
+    size_t n_slabs, cap_slabs;
+    uint32_t n_carved;            /* blocks given memory so far */
     struct kv_block *b;
     uint32_t *free_ids;
     uint32_t n_free;
