@@ -18,7 +18,7 @@ FUZZ_DEPS := clang libclang-rt-14-dev
 # Test-only: promtool (lints GET /metrics in tests/e2e/test_clients.sh).
 TEST_DEPS := prometheus
 
-.PHONY: all deps deps-fuzz npm-deps build test asan fuzz run clean bench
+.PHONY: all deps deps-fuzz npm-deps build test asan fuzz run clean bench soak
 
 all: build
 
@@ -83,6 +83,12 @@ run: build
 
 bench: build
 	./bench/tokenize.sh $(BUILD)/bin/deja $(SHARED)
+
+# Long-running checks, not part of `make test`: SOAK_ITER kill -9s of `deja serve --kv-dir`
+# mid-request, every restart's answers compared with the cold run (tests/soak/).
+SOAK_ITER ?= 200
+soak: build
+	./tests/soak/kill9_kvdir.sh $(BUILD)/bin/deja $(SHARED)/models/codelm-15m-f16.gguf $(SOAK_ITER)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

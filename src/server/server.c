@@ -155,10 +155,10 @@ void server_log_request(const struct sreq *r) {
     size_t gen = 0;
     for (uint32_t i = 0; i < r->n; i++) gen += r->res[i].n_gen;
     fprintf(stderr,
-            "deja serve: POST %s %s prompt %zu cached %zu (own %zu, pool %zu) computed %zu generated %zu "
+            "deja serve: POST %s %s prompt %zu cached %zu (own %zu, pool %zu, disk %zu) computed %zu generated %zu "
             "finish %s ttft %.1f ms total %.1f ms\n",
             r->path ? r->path : "?", r->stream ? "stream" : "json", x->n_prompt, x->n_cached, x->n_reused_own,
-            x->n_reused_pool, x->n_computed, gen, finish_name(x->finish), x->t_ttft_ms,
+            x->n_reused_pool, x->n_reused_disk, x->n_computed, gen, finish_name(x->finish), x->t_ttft_ms,
             x->t_queue_ms + x->t_prefill_ms + x->t_decode_ms);
 }
 
