@@ -7,7 +7,8 @@
  * a full queue answers 503 + Retry-After,
  * bad requests get OpenAI-shaped 4xx errors, --api-key, SIGTERM exits 0;
  * --kv-dir: after a restart the prompt's blocks come from disk with the same
- * texts, damaged block files and a kill -9 change nothing.
+ * texts, damaged block files and a kill -9 change nothing, and two servers on
+ * one directory at once reuse each other's blocks.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -284,8 +285,36 @@ static void test_persist(const char *model) {
     }
     CHECKF(d.greedy && a.greedy && !strcmp(a.greedy, d.greedy) && d.seeded && !strcmp(a.seeded, d.seeded),
            "after kill -9: '%s' / '%s'", d.greedy, d.seeded);
-    printf("--kv-dir: restart restored %lld of %lld prompt positions from disk; damaged files and kill -9: same texts\n",
-           (long long)b.disk, (long long)b.prompt);
+    /* two servers on one directory at once: B gets the blocks A wrote (a new prompt: A's
+     * first 300 characters of it are new, so nothing of it is on disk before A runs) */
+    struct srv s2;
+    struct pers_out e = {0}, f = {0};
+    snprintf(cmd, sizeof cmd, "rm -rf %s/*", dir);
+    CHECK(system(cmd) == 0);
+    if (srv_start(&s, model, extra)) {
+        if (srv_start(&s2, model, extra)) {
+            pers_requests(s.port, &e);
+            for (int w = 0; w < 100; w++) { /* A's writer thread: the blocks reach the disk shortly after */
+                snprintf(cmd, sizeof cmd, "test $(ls %s/*/*.kvb 2>/dev/null | wc -l) -ge 7", dir);
+                if (system(cmd) == 0) break;
+                usleep(20000);
+            }
+            pers_requests(s2.port, &f);
+            CHECK(srv_stop(&s2) == 0);
+        }
+        CHECK(srv_stop(&s) == 0);
+    }
+    CHECKF(e.disk == 0 && f.disk >= 128 && e.greedy && f.greedy && !strcmp(e.greedy, a.greedy) &&
+               !strcmp(f.greedy, a.greedy) && f.seeded && !strcmp(f.seeded, a.seeded),
+           "two servers: A from disk %lld, B from disk %lld (A's blocks), '%s' / '%s'", (long long)e.disk,
+           (long long)f.disk, e.greedy, f.greedy);
+    free(e.greedy);
+    free(e.seeded);
+    free(f.greedy);
+    free(f.seeded);
+    printf("--kv-dir: restart restored %lld of %lld prompt positions from disk; damaged files and kill -9: same "
+           "texts; a second server on the directory reused %lld positions of the first's\n",
+           (long long)b.disk, (long long)b.prompt, (long long)f.disk);
     struct pers_out *all[4] = {&a, &b, &c, &d};
     for (int i = 0; i < 4; i++) {
         free(all[i]->greedy);
