@@ -55,7 +55,8 @@ void metrics_observe_done(struct dj_metrics *m, const struct dj_turn_result *r) 
     if (r->index == 0) {
         m->prompt_tokens += r->n_prompt;
         m->cached_own += r->n_reused_own;
-        m->cached_pool += r->n_reused_pool;
+        m->cached_pool += r->n_reused_pool - r->n_reused_disk; /* in memory; the rest came from --kv-dir */
+        m->cached_disk += r->n_reused_disk;
         m->cached_approx += r->n_reused_approx;
         m->computed += r->n_computed;
         m->prompt_seconds += r->t_prefill_ms / 1000.0;
@@ -183,8 +184,9 @@ char *metrics_render(struct dj_metrics *mm) {
     head(&o, "prefix_cache_hits_total", "counter", "Prompt tokens reused instead of computed, by source.");
     put(&o,
         "deja_prefix_cache_hits_total{source=\"own\"} %llu\ndeja_prefix_cache_hits_total{source=\"pool\"} %llu\n"
-        "deja_prefix_cache_hits_total{source=\"approx\"} %llu\n",
-        (unsigned long long)m.cached_own, (unsigned long long)m.cached_pool, (unsigned long long)m.cached_approx);
+        "deja_prefix_cache_hits_total{source=\"disk\"} %llu\ndeja_prefix_cache_hits_total{source=\"approx\"} %llu\n",
+        (unsigned long long)m.cached_own, (unsigned long long)m.cached_pool, (unsigned long long)m.cached_disk,
+        (unsigned long long)m.cached_approx);
     scalar(&o, "prompt_tokens_computed_total", "counter", "Prompt tokens computed through every layer.",
            (double)m.computed);
     scalar(&o, "tokens_grammar_skipped_total", "counter",

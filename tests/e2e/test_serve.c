@@ -260,6 +260,12 @@ static void test_persist(const char *model) {
            (long long)a.prompt, (long long)a.cached, (long long)a.disk);
     if (srv_start(&s, model, extra)) { /* a restart: the prompt's full blocks come from disk */
         pers_requests(s.port, &b);
+        char *m = NULL;
+        CHECK(http(s.port, "GET", "/metrics", NULL, NULL, &m) == 200);
+        const char *dm = m ? strstr(m, "deja_prefix_cache_hits_total{source=\"disk\"} ") : NULL;
+        CHECKF(dm && atoll(dm + strlen("deja_prefix_cache_hits_total{source=\"disk\"} ")) == (long long)b.disk,
+               "/metrics: %s", dm ? dm : "no disk source");
+        free(m);
         CHECK(srv_stop(&s) == 0);
     }
     CHECKF(b.disk >= 128 && b.cached >= b.disk, "after a restart: cached %lld, from disk %lld of %lld",
