@@ -334,10 +334,11 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
         e->stats.dedup_blocks_total++;
         uint32_t id = kv_pool_lookup(e->pool, c, parent, bt);
         bool from_disk = false;
-        if (id == KV_BLOCK_NONE) {
-            if (!e->store || !(id = load_block(e, c, chain, parent, bt), id != KV_BLOCK_NONE)) break;
-            from_disk = true;
+        if (id == KV_BLOCK_NONE && e->store) {
+            id = load_block(e, c, chain, parent, bt);
+            from_disk = id != KV_BLOCK_NONE;
         }
+        if (id == KV_BLOCK_NONE) break;
         if (s->seq.n_pos > k * bs) { /* a partly matching own block: the pool's is whole */
             session_truncate(s, k * bs);
             *own = k * bs;
