@@ -303,12 +303,13 @@ static inline DJ_ALWAYS_INLINE void q8l_run(const int q8, const int NT, const ui
         DJ_UNROLL for (int t = 0; t < NT; t++) accb[t] = acc[t];
     }
 }
+/* A run of one type and token count (tp: that type's prepared token blocks). */
 typedef void (*q8l_run_fn)(const uint8_t *G, int64_t nbg, int64_t nbs, int first, int last, const uint8_t *a,
-                           size_t as, const struct q8l_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,
-                           __m256i m, int pf);
+                           size_t as, const void *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc, __m256i m,
+                           int pf);
 #define Q8L_RUN(T, Q8, N)                                                                                        \
     static void T##_run_##N(const uint8_t *G, int64_t nbg, int64_t nbs, int first, int last, const uint8_t *a,    \
-                            size_t as, const struct q8l_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc, \
+                            size_t as, const void *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,          \
                             __m256i m, int pf) {                                                                 \
         q8l_run(Q8, N, G, nbg, nbs, first, last, a, as, tp, tps, accb, c, ldc, m, pf);                           \
     }
@@ -317,8 +318,6 @@ Q8L_RUN(q8_0, 1, 1) Q8L_RUN(q8_0, 1, 2) Q8L_RUN(q8_0, 1, 3) Q8L_RUN(q8_0, 1, 4)
 #define Q8L_NT 4      /* tokens per pass (16 ymm registers: 4 accumulators, 4 integer sums) */
 #define Q8L_SLAB 32   /* blocks per slab in prefill: 8.5 KiB (q8_0) of weights, in L1 */
 #define Q8L_SMALL 16  /* up to this many tokens (packed): whole rows per pass, no slabs */
-static const q8l_run_fn q4_0_run_tab[Q8L_NT] = {q4_0_run_1, q4_0_run_2, q4_0_run_3, q4_0_run_4};
-static const q8l_run_fn q8_0_run_tab[Q8L_NT] = {q8_0_run_1, q8_0_run_2, q8_0_run_3, q8_0_run_4};
 
 /* Lanes [lo, hi) of 8, as a maskstore mask. */
 static inline __m256i q8l_lanes(int64_t lo, int64_t hi) {
@@ -342,139 +341,6 @@ static inline int64_t q8l_rows(const int pk, const uint8_t *w, size_t ws, int64_
     const int64_t hi = r1 - *g0 < 8 ? r1 - *g0 : 8;
     *m = q8l_lanes(r - *g0, hi);
     return *g0 + hi;
-}
-
-/* The dot: the pair's chain with the row in all 8 lanes (ws = 0), lane 0 stored, a
- * block at a time through a 1-block packed group on the stack: no scratch. */
-static inline DJ_ALWAYS_INLINE float q8l_dot(const int q8, int64_t k, const uint8_t *w, const uint8_t *a) {
-    _Alignas(32) uint8_t blk[8 * sizeof(struct dj_block_q8_0)];
-    const uint8_t *src[8] = {w, w, w, w, w, w, w, w};
-    float c = 0;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / 32; b++) {
-        struct q8l_tok tk;
-        const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_0);
-        q8l_prep_tok(q8, 1, ab, &tk);
-        q8l_pack_blocks(q8, src, b, b + 1, blk);
-        q8l_run(q8, 1, blk, 1, 1, b == 0, 0, ab, 0, &tk, 0, &acc, NULL, 0, _mm256_setzero_si256(), 0);
-    }
-    _mm256_maskstore_ps(&c, q8l_lanes(0, 1), acc);
-    return c;
-}
-static float q4_0_dot(int64_t k, const void *w, const void *a) { return q8l_dot(0, k, w, a); }
-static float q8_0_dot(int64_t k, const void *w, const void *a) { return q8l_dot(1, k, w, a); }
-
-/* Prefill token chunks: ~1 MiB of activations, whole passes, at most n_tok. */
-static inline int64_t q8l_tok_chunk(size_t as, int64_t n_tok) {
-    int64_t tc = (int64_t)(((size_t)1024 << 10) / as);
-    tc -= tc % Q8L_NT;
-    if (tc < Q8L_NT) tc = Q8L_NT;
-    return tc < n_tok ? tc : n_tok;
-}
-
-static inline DJ_ALWAYS_INLINE void q8l_matmul(const int q8, const int pk, int64_t k, const void *wv, size_t ws,
-                                               const void *av, size_t as, float *c, int64_t ldc, int64_t r0,
-                                               int64_t r1, int64_t n_tok) {
-    const uint8_t *w = wv, *a = av;
-    const int64_t nb = k / 32;
-    const size_t abs_ = sizeof(struct dj_block_q8_0);
-    const q8l_run_fn *run = q8 ? q8_0_run_tab : q4_0_run_tab;
-    /* packed, few tokens: whole rows from the stream, Q8L_NT tokens a pass; otherwise
-     * slabs of Q8L_SLAB blocks (file's layout: transposed into scratch), the
-     * accumulators kept in accb between slabs */
-    const int whole = pk && n_tok <= Q8L_SMALL;
-    const int64_t tok_chunk = whole ? n_tok : q8l_tok_chunk(as, n_tok);
-    const size_t slab_bytes = pk ? 0 : (size_t)Q8L_SLAB * 8 * q8l_wbs(q8);
-    const size_t accb_bytes = whole ? 0 : (size_t)tok_chunk * sizeof(__m256);
-    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct q8l_tok);
-    uint8_t *scr = dj_kernel_scratch(slab_bytes + accb_bytes + tp_bytes);
-    if (!scr) { /* out of memory: the same bits, element by element (the file's layout) */
-        if (!pk) {
-            dj_matmul_by_dot(q8 ? q8_0_dot : q4_0_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
-            return;
-        }
-        /* packed: one token, one 8-row group and one block at a time, on the stack */
-        for (int64_t r = r0; r < r1;) {
-            const int64_t g0 = r & ~(int64_t)7, hi = r1 - g0 < 8 ? r1 - g0 : 8;
-            const __m256i m = q8l_lanes(r - g0, hi);
-            const uint8_t *G = w + (size_t)g0 * ws;
-            for (int64_t t = 0; t < n_tok; t++) {
-                __m256 acc = _mm256_setzero_ps();
-                for (int64_t b = 0; b < nb; b++) {
-                    struct q8l_tok tk;
-                    const uint8_t *ab = a + (size_t)t * as + (size_t)b * abs_;
-                    _Alignas(32) uint8_t blk[8 * sizeof(struct dj_block_q8_0)];
-                    q8l_prep_tok(q8, 1, ab, &tk);
-                    memcpy(blk, q8l_q(q8, G, b), q8l_qbytes(q8));
-                    memcpy(blk + q8l_qbytes(q8), q8l_d(q8, G, b, nb), 16);
-                    run[0](blk, 1, 1, b == 0, b == nb - 1, ab, 0, &tk, 0, &acc, c + t * ldc + g0, 0, m, 0);
-                }
-            }
-            r = g0 + 8;
-        }
-        return;
-    }
-    uint8_t *slab = scr;
-    __m256 *accb = (__m256 *)(scr + slab_bytes);
-    struct q8l_tok *tp = (struct q8l_tok *)(scr + slab_bytes + accb_bytes);
-    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
-        const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
-        const uint8_t *at = a + (size_t)t0 * as;
-        for (int64_t t = 0; t < nt_c; t++) q8l_prep_tok(q8, nb, at + (size_t)t * as, tp + t * nb);
-        for (int64_t r = r0; r < r1;) {
-            int64_t g0;
-            const uint8_t *src[8];
-            __m256i m;
-            r = q8l_rows(pk, w, ws, r, r1, src, &g0, &m);
-            float *cg = c + t0 * ldc + g0;
-            if (whole) {
-                const uint8_t *G = w + (size_t)g0 * ws;
-                for (int64_t t = 0; t < nt_c; t += Q8L_NT) {
-                    const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
-                    run[nt - 1](G, nb, nb, 1, 1, at + (size_t)t * as, as, tp + t * nb, nb, NULL, cg + t * ldc, ldc, m,
-                                t == 0 && q8l_pf);
-                }
-                continue;
-            }
-            for (int64_t s0 = 0; s0 < nb; s0 += Q8L_SLAB) {
-                const int64_t s1 = nb - s0 < Q8L_SLAB ? nb : s0 + Q8L_SLAB;
-                const uint8_t *G;
-                int64_t nbg, bo;
-                if (pk) { /* the slab in place: pairs start at even blocks, and Q8L_SLAB is even */
-                    G = w + (size_t)g0 * ws;
-                    nbg = nb;
-                    bo = s0;
-                } else {
-                    q8l_pack_blocks(q8, src, s0, s1, slab);
-                    G = slab;
-                    nbg = s1 - s0;
-                    bo = 0;
-                }
-                const uint8_t *Gs = q8l_q(q8, G, bo); /* block bo as block 0 of a group of nbg - bo */
-                for (int64_t t = 0; t < nt_c; t += Q8L_NT) {
-                    const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
-                    run[nt - 1](Gs, nbg - bo, s1 - s0, s0 == 0, s1 == nb, at + (size_t)t * as + (size_t)s0 * abs_, as,
-                                tp + t * nb + s0, nb, accb + t, cg + t * ldc, ldc, m, pk && t == 0 && q8l_pf);
-                }
-            }
-        }
-    }
-}
-static void q4_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                        int64_t r0, int64_t r1, int64_t n_tok) {
-    q8l_matmul(0, 0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
-}
-static void q4_0_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                               int64_t r0, int64_t r1, int64_t n_tok) {
-    q8l_matmul(0, 1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
-}
-static void q8_0_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                        int64_t r0, int64_t r1, int64_t n_tok) {
-    q8l_matmul(1, 0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
-}
-static void q8_0_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                               int64_t r0, int64_t r1, int64_t n_tok) {
-    q8l_matmul(1, 1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 
 /* ---- q4_K x q8_K: 8 rows in the 8 lanes ------------------------------------------------
@@ -619,69 +485,135 @@ static inline DJ_ALWAYS_INLINE void q4kl_run(const int NT, const uint8_t *G, int
         DJ_UNROLL for (int t = 0; t < NT; t++) accb[t] = acc[t];
     }
 }
-typedef void (*q4kl_run_fn)(const uint8_t *G, int64_t nbs, int first, int last, const uint8_t *a, size_t as,
-                            const struct dj_q8K_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc, __m256i m,
-                            int pf);
 #define Q4KL_RUN(N)                                                                                             \
-    static void q4kl_run_##N(const uint8_t *G, int64_t nbs, int first, int last, const uint8_t *a, size_t as,    \
-                             const struct dj_q8K_tok *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,        \
+    static void q4_K_run_##N(const uint8_t *G, int64_t nbg, int64_t nbs, int first, int last, const uint8_t *a,  \
+                             size_t as, const void *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,         \
                              __m256i m, int pf) {                                                                \
+        (void)nbg; /* super-blocks are whole in a group: no pairs */                                            \
         q4kl_run(N, G, nbs, first, last, a, as, tp, tps, accb, c, ldc, m, pf);                                   \
     }
 Q4KL_RUN(1) Q4KL_RUN(2) Q4KL_RUN(3) Q4KL_RUN(4)
-static const q4kl_run_fn q4kl_run_tab[4] = {q4kl_run_1, q4kl_run_2, q4kl_run_3, q4kl_run_4};
-#define Q4KL_SLAB 8 /* super-blocks per prefill slab: 9 KiB, in L1 */
 
-static float q4_K_dot(int64_t k, const void *w, const void *a) {
-    _Alignas(32) uint8_t blk[Q4KL_SB];
+/* ---- the driver of the rows-in-lanes types (q4_0, q8_0, q4_K) -------------------------
+ *
+ * What differs between the three: their block, token preparation, packing and runs; the
+ * walk over tokens, row groups and slabs, and the paths without scratch, are one. */
+
+struct q8l_kind {
+    int64_t qk;           /* weights a block: 32, or 256 (q4_K's super-block) */
+    size_t abs;           /* an activation block's bytes (q8_0, q8_K) */
+    size_t tok_bytes;     /* a prepared token block (struct q8l_tok, struct dj_q8K_tok) */
+    int64_t slab;         /* blocks a prefill slab (even: q4_0/q8_0 pair their blocks) */
+    size_t group_block;   /* the largest block of an 8-row group, in bytes (the stack copies) */
+    void (*prep)(int64_t nb, const uint8_t *a, void *tp);
+    void (*pack)(const uint8_t *const src[8], int64_t b0, int64_t b1, uint8_t *dst);
+    const uint8_t *(*block)(const uint8_t *G, int64_t b); /* block b of a group, as block 0 of the rest */
+    const uint8_t *(*one)(const uint8_t *G, int64_t b, int64_t nb, uint8_t *buf); /* block b, as a group of one */
+    q8l_run_fn run[Q8L_NT];
+};
+
+static void q4_0_prep(int64_t nb, const uint8_t *a, void *tp) { q8l_prep_tok(0, nb, a, tp); }
+static void q8_0_prep(int64_t nb, const uint8_t *a, void *tp) { q8l_prep_tok(1, nb, a, tp); }
+static void q4_K_prep(int64_t nb, const uint8_t *a, void *tp) { dj_q8K_prep_tok(nb, a, tp); }
+static void q4_0_pack_blocks(const uint8_t *const src[8], int64_t b0, int64_t b1, uint8_t *dst) {
+    q8l_pack_blocks(0, src, b0, b1, dst);
+}
+static void q8_0_pack_blocks(const uint8_t *const src[8], int64_t b0, int64_t b1, uint8_t *dst) {
+    q8l_pack_blocks(1, src, b0, b1, dst);
+}
+static const uint8_t *q4_0_block(const uint8_t *G, int64_t b) { return q8l_q(0, G, b); }
+static const uint8_t *q8_0_block(const uint8_t *G, int64_t b) { return q8l_q(1, G, b); }
+static const uint8_t *q4_K_block(const uint8_t *G, int64_t b) { return G + (size_t)b * Q4KL_SB; }
+/* q4_0/q8_0: the block's quants and scales side by side (in the group they sit in a pair) */
+static inline const uint8_t *q8l_one(const int q8, const uint8_t *G, int64_t b, int64_t nb, uint8_t *buf) {
+    memcpy(buf, q8l_q(q8, G, b), q8l_qbytes(q8));
+    memcpy(buf + q8l_qbytes(q8), q8l_d(q8, G, b, nb), 16);
+    return buf;
+}
+static const uint8_t *q4_0_one(const uint8_t *G, int64_t b, int64_t nb, uint8_t *buf) { return q8l_one(0, G, b, nb, buf); }
+static const uint8_t *q8_0_one(const uint8_t *G, int64_t b, int64_t nb, uint8_t *buf) { return q8l_one(1, G, b, nb, buf); }
+static const uint8_t *q4_K_one(const uint8_t *G, int64_t b, int64_t nb, uint8_t *buf) {
+    (void)nb;
+    (void)buf;
+    return G + (size_t)b * Q4KL_SB;
+}
+
+#define Q4KL_SLAB 8 /* super-blocks per prefill slab: 9 KiB, in L1 */
+static const struct q8l_kind q4_0_kind = {32, sizeof(struct dj_block_q8_0), sizeof(struct q8l_tok), Q8L_SLAB,
+                                          8 * sizeof(struct dj_block_q4_0), q4_0_prep, q4_0_pack_blocks, q4_0_block,
+                                          q4_0_one, {q4_0_run_1, q4_0_run_2, q4_0_run_3, q4_0_run_4}};
+static const struct q8l_kind q8_0_kind = {32, sizeof(struct dj_block_q8_0), sizeof(struct q8l_tok), Q8L_SLAB,
+                                          8 * sizeof(struct dj_block_q8_0), q8_0_prep, q8_0_pack_blocks, q8_0_block,
+                                          q8_0_one, {q8_0_run_1, q8_0_run_2, q8_0_run_3, q8_0_run_4}};
+static const struct q8l_kind q4_K_kind = {DJ_QK_K, sizeof(struct dj_block_q8_K), sizeof(struct dj_q8K_tok), Q4KL_SLAB,
+                                          Q4KL_SB, q4_K_prep, q4kl_pack_blocks, q4_K_block,
+                                          q4_K_one, {q4_K_run_1, q4_K_run_2, q4_K_run_3, q4_K_run_4}};
+#define Q8L_GROUP_BLOCK_MAX Q4KL_SB /* the largest group_block above */
+#define Q8L_TOK_MAX sizeof(struct dj_q8K_tok)
+
+/* The dot: the pair's chain with the row in all 8 lanes (ws = 0), lane 0 stored, a block
+ * at a time through a one-block group on the stack: no scratch. */
+static float q8l_dot(const struct q8l_kind *K, int64_t k, const uint8_t *w, const uint8_t *a) {
+    _Alignas(32) uint8_t blk[Q8L_GROUP_BLOCK_MAX];
+    _Alignas(8) uint8_t tk[Q8L_TOK_MAX];
     const uint8_t *src[8] = {w, w, w, w, w, w, w, w};
     float c = 0;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / DJ_QK_K; b++) {
-        struct dj_q8K_tok tk;
-        const uint8_t *ab = (const uint8_t *)a + (size_t)b * sizeof(struct dj_block_q8_K);
-        dj_q8K_prep_tok(1, ab, &tk);
-        q4kl_pack_blocks(src, b, b + 1, blk);
-        q4kl_run(1, blk, 1, b == 0, 0, ab, 0, &tk, 0, &acc, NULL, 0, _mm256_setzero_si256(), 0);
+    for (int64_t b = 0; b < k / K->qk; b++) {
+        const uint8_t *ab = a + (size_t)b * K->abs;
+        K->prep(1, ab, tk);
+        K->pack(src, b, b + 1, blk);
+        K->run[0](blk, 1, 1, b == 0, 0, ab, 0, tk, 0, &acc, NULL, 0, _mm256_setzero_si256(), 0);
     }
     _mm256_maskstore_ps(&c, q8l_lanes(0, 1), acc);
     return c;
 }
+static float q4_0_dot(int64_t k, const void *w, const void *a) { return q8l_dot(&q4_0_kind, k, w, a); }
+static float q8_0_dot(int64_t k, const void *w, const void *a) { return q8l_dot(&q8_0_kind, k, w, a); }
+static float q4_K_dot(int64_t k, const void *w, const void *a) { return q8l_dot(&q4_K_kind, k, w, a); }
 
-static inline DJ_ALWAYS_INLINE void q4kl_matmul(const int pk, int64_t k, const void *wv, size_t ws, const void *av,
-                                                size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
-                                                int64_t n_tok) {
+/* Prefill token chunks: ~1 MiB of activations, whole passes, at most n_tok. */
+static inline int64_t q8l_tok_chunk(size_t as, int64_t n_tok) {
+    int64_t tc = (int64_t)(((size_t)1024 << 10) / as);
+    tc -= tc % Q8L_NT;
+    if (tc < Q8L_NT) tc = Q8L_NT;
+    return tc < n_tok ? tc : n_tok;
+}
+
+/* matmul (pk 0: the file's layout) and matmul_packed (pk 1) of a rows-in-lanes type. */
+static void q8l_matmul(const struct q8l_kind *K, const int pk, int64_t k, const void *wv, size_t ws, const void *av,
+                       size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok,
+                       float (*dot)(int64_t, const void *, const void *)) {
     const uint8_t *w = wv, *a = av;
-    const int64_t nb = k / DJ_QK_K;
-    const size_t abs_ = sizeof(struct dj_block_q8_K);
+    const int64_t nb = k / K->qk;
+    /* packed, few tokens: whole rows from the stream, Q8L_NT tokens a pass; otherwise
+     * slabs (file's layout: transposed into scratch), the accumulators kept in accb
+     * between slabs */
     const int whole = pk && n_tok <= Q8L_SMALL;
-    int64_t tok_chunk = n_tok;
-    if (!whole) {
-        tok_chunk = (int64_t)(((size_t)1024 << 10) / as);
-        tok_chunk -= tok_chunk % 4;
-        if (tok_chunk < 4) tok_chunk = 4;
-        if (tok_chunk > n_tok) tok_chunk = n_tok;
-    }
-    const size_t slab_bytes = pk ? 0 : (size_t)Q4KL_SLAB * Q4KL_SB;
+    const int64_t tok_chunk = whole ? n_tok : q8l_tok_chunk(as, n_tok);
+    const size_t slab_bytes = pk ? 0 : (size_t)K->slab * K->group_block;
     const size_t accb_bytes = whole ? 0 : (size_t)tok_chunk * sizeof(__m256);
-    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * sizeof(struct dj_q8K_tok);
+    const size_t tp_bytes = (size_t)tok_chunk * (size_t)nb * K->tok_bytes;
     uint8_t *scr = dj_kernel_scratch(slab_bytes + accb_bytes + tp_bytes);
-    if (!scr) { /* out of memory: the same bits, element by element */
+    if (!scr) { /* out of memory: the same bits, element by element (the file's layout) */
         if (!pk) {
-            dj_matmul_by_dot(q4_K_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+            dj_matmul_by_dot(dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
             return;
         }
-        for (int64_t r = r0; r < r1;) { /* packed: one token, one group, one super-block at a time */
+        /* packed: one token, one 8-row group and one block at a time, on the stack */
+        for (int64_t r = r0; r < r1;) {
             const int64_t g0 = r & ~(int64_t)7, hi = r1 - g0 < 8 ? r1 - g0 : 8;
             const __m256i m = q8l_lanes(r - g0, hi);
+            const uint8_t *G = w + (size_t)g0 * ws;
             for (int64_t t = 0; t < n_tok; t++) {
                 __m256 acc = _mm256_setzero_ps();
                 for (int64_t b = 0; b < nb; b++) {
-                    struct dj_q8K_tok tk;
-                    const uint8_t *ab = a + (size_t)t * as + (size_t)b * abs_;
-                    dj_q8K_prep_tok(1, ab, &tk);
-                    q4kl_run_tab[0](w + (size_t)g0 * ws + (size_t)b * Q4KL_SB, 1, b == 0, b == nb - 1, ab, 0, &tk, 0,
-                                    &acc, c + t * ldc + g0, 0, m, 0);
+                    _Alignas(32) uint8_t blk[Q8L_GROUP_BLOCK_MAX];
+                    _Alignas(8) uint8_t tk[Q8L_TOK_MAX];
+                    const uint8_t *ab = a + (size_t)t * as + (size_t)b * K->abs;
+                    K->prep(1, ab, tk);
+                    K->run[0](K->one(G, b, nb, blk), 1, 1, b == 0, b == nb - 1, ab, 0, tk, 0, &acc, c + t * ldc + g0,
+                              0, m, 0);
                 }
             }
             r = g0 + 8;
@@ -690,11 +622,11 @@ static inline DJ_ALWAYS_INLINE void q4kl_matmul(const int pk, int64_t k, const v
     }
     uint8_t *slab = scr;
     __m256 *accb = (__m256 *)(scr + slab_bytes);
-    struct dj_q8K_tok *tp = (struct dj_q8K_tok *)(scr + slab_bytes + accb_bytes);
+    uint8_t *tp = scr + slab_bytes + accb_bytes; /* token t's block b at tp + (t * nb + b) * tok_bytes */
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
         const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
         const uint8_t *at = a + (size_t)t0 * as;
-        for (int64_t t = 0; t < nt_c; t++) dj_q8K_prep_tok(nb, at + (size_t)t * as, tp + t * nb);
+        for (int64_t t = 0; t < nt_c; t++) K->prep(nb, at + (size_t)t * as, tp + (size_t)(t * nb) * K->tok_bytes);
         for (int64_t r = r0; r < r1;) {
             int64_t g0;
             const uint8_t *src[8];
@@ -702,39 +634,51 @@ static inline DJ_ALWAYS_INLINE void q4kl_matmul(const int pk, int64_t k, const v
             r = q8l_rows(pk, w, ws, r, r1, src, &g0, &m);
             float *cg = c + t0 * ldc + g0;
             if (whole) {
-                for (int64_t t = 0; t < nt_c; t += 4) {
-                    const int nt = (int)(nt_c - t < 4 ? nt_c - t : 4);
-                    q4kl_run_tab[nt - 1](w + (size_t)g0 * ws, nb, 1, 1, at + (size_t)t * as, as, tp + t * nb, nb, NULL,
-                                         cg + t * ldc, ldc, m, t == 0 && q8l_pf);
+                const uint8_t *G = w + (size_t)g0 * ws;
+                for (int64_t t = 0; t < nt_c; t += Q8L_NT) {
+                    const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
+                    K->run[nt - 1](G, nb, nb, 1, 1, at + (size_t)t * as, as, tp + (size_t)(t * nb) * K->tok_bytes, nb,
+                                   NULL, cg + t * ldc, ldc, m, t == 0 && q8l_pf);
                 }
                 continue;
             }
-            for (int64_t s0 = 0; s0 < nb; s0 += Q4KL_SLAB) {
-                const int64_t s1 = nb - s0 < Q4KL_SLAB ? nb : s0 + Q4KL_SLAB;
-                const uint8_t *G;
+            for (int64_t s0 = 0; s0 < nb; s0 += K->slab) {
+                const int64_t s1 = nb - s0 < K->slab ? nb : s0 + K->slab;
+                /* packed: the slab in place (q4_0/q8_0 pairs start at even blocks, and the
+                 * slab is even); the file's layout: the slab transposed into scratch.  Either
+                 * way block s0 is block 0 of a group of nbg blocks. */
+                const uint8_t *Gs;
+                int64_t nbg;
                 if (pk) {
-                    G = w + (size_t)g0 * ws + (size_t)s0 * Q4KL_SB;
+                    Gs = K->block(w + (size_t)g0 * ws, s0);
+                    nbg = nb - s0;
                 } else {
-                    q4kl_pack_blocks(src, s0, s1, slab);
-                    G = slab;
+                    K->pack(src, s0, s1, slab);
+                    Gs = slab;
+                    nbg = s1 - s0;
                 }
-                for (int64_t t = 0; t < nt_c; t += 4) {
-                    const int nt = (int)(nt_c - t < 4 ? nt_c - t : 4);
-                    q4kl_run_tab[nt - 1](G, s1 - s0, s0 == 0, s1 == nb, at + (size_t)t * as + (size_t)s0 * abs_, as,
-                                         tp + t * nb + s0, nb, accb + t, cg + t * ldc, ldc, m, pk && t == 0 && q8l_pf);
+                for (int64_t t = 0; t < nt_c; t += Q8L_NT) {
+                    const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
+                    K->run[nt - 1](Gs, nbg, s1 - s0, s0 == 0, s1 == nb, at + (size_t)t * as + (size_t)s0 * K->abs, as,
+                                   tp + (size_t)(t * nb + s0) * K->tok_bytes, nb, accb + t, cg + t * ldc, ldc, m,
+                                   pk && t == 0 && q8l_pf);
                 }
             }
         }
     }
 }
-static void q4_K_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                        int64_t r0, int64_t r1, int64_t n_tok) {
-    q4kl_matmul(0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
-}
-static void q4_K_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                               int64_t r0, int64_t r1, int64_t n_tok) {
-    q4kl_matmul(1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
-}
+#define Q8L_MATMULS(T)                                                                                            \
+    static void T##_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,  \
+                           int64_t r0, int64_t r1, int64_t n_tok) {                                               \
+        q8l_matmul(&T##_kind, 0, k, w, ws, a, as, c, ldc, r0, r1, n_tok, T##_dot);                                \
+    }                                                                                                             \
+    static void T##_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c,        \
+                                  int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                           \
+        q8l_matmul(&T##_kind, 1, k, w, ws, a, as, c, ldc, r0, r1, n_tok, T##_dot);                                \
+    }
+Q8L_MATMULS(q4_0)
+Q8L_MATMULS(q8_0)
+Q8L_MATMULS(q4_K)
 
 /* ---- q6_K x q8_K ---------------------------------------------------------------------- */
 
