@@ -12,6 +12,7 @@
 #define DJ_KERNELS_CPU_INTERNAL_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -39,6 +40,32 @@ bool dj_kernels_init_avx512(struct dj_kernels *k);
         (k)->w[T].matmul = name##_matmul;                                                     \
         (k)->w[T].dot = name##_dot;                                                           \
     } while (0)
+
+/* In an ISA file's init: the repacked layouts (kernels.h: pack) are each table's own, none
+ * inherited from the table below; q4_0, q8_0 and q4_K get that file's <type>_pack and
+ * <type>_matmul_packed. */
+#define DJ_KERNELS_SET_PACKED(k)                                                              \
+    do {                                                                                      \
+        for (int t_ = 0; t_ < DJ_TYPE_COUNT; t_++) {                                          \
+            (k)->w[t_].pack = NULL;                                                           \
+            (k)->w[t_].matmul_packed = NULL;                                                  \
+        }                                                                                     \
+        DJ_KERNELS_SET_PACKED_ONE_(k, DJ_TYPE_Q4_0, q4_0);                                    \
+        DJ_KERNELS_SET_PACKED_ONE_(k, DJ_TYPE_Q8_0, q8_0);                                    \
+        DJ_KERNELS_SET_PACKED_ONE_(k, DJ_TYPE_Q4_K, q4_K);                                    \
+    } while (0)
+#define DJ_KERNELS_SET_PACKED_ONE_(k, T, name)                                                \
+    do {                                                                                      \
+        (k)->w[T].pack = name##_pack;                                                         \
+        (k)->w[T].matmul_packed = name##_matmul_packed;                                       \
+    } while (0)
+
+/* How far ahead (bytes) the packed kernels prefetch their stream: DJ_PK_PF from the
+ * environment (bench tuning; docs/CONFIG.md), else def. */
+static inline size_t dj_kernels_prefetch_distance(size_t def) {
+    const char *pf = getenv("DJ_PK_PF");
+    return pf ? (size_t)strtoul(pf, NULL, 10) : def;
+}
 
 /* A 64-byte-aligned buffer of at least `bytes`, owned by the calling thread
  * (scratch.c): valid until this thread's next call, contents not kept.

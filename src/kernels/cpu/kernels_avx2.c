@@ -24,7 +24,6 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #include <stddef.h>
-#include <stdlib.h>
 
 #include "core/fp16.h"
 #include "core/status.h"
@@ -913,18 +912,8 @@ bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->w[DJ_TYPE_F16].dequantize_row = dequant_f16;
     k->w[DJ_TYPE_Q8_0].dequantize_row = dequant_q8_0;
     k->w[DJ_TYPE_Q4_0].dequantize_row = dequant_q4_0;
-    for (int t = 0; t < DJ_TYPE_COUNT; t++) { /* the layouts are this table's: none inherited */
-        k->w[t].pack = NULL;
-        k->w[t].matmul_packed = NULL;
-    }
-    const char *pf = getenv("DJ_PK_PF");
-    if (pf) q8l_pf = (size_t)strtoul(pf, NULL, 10);
-    k->w[DJ_TYPE_Q4_0].pack = q4_0_pack;
-    k->w[DJ_TYPE_Q4_0].matmul_packed = q4_0_matmul_packed;
-    k->w[DJ_TYPE_Q8_0].pack = q8_0_pack;
-    k->w[DJ_TYPE_Q8_0].matmul_packed = q8_0_matmul_packed;
-    k->w[DJ_TYPE_Q4_K].pack = q4_K_pack;
-    k->w[DJ_TYPE_Q4_K].matmul_packed = q4_K_matmul_packed;
+    DJ_KERNELS_SET_PACKED(k);
+    q8l_pf = dj_kernels_prefetch_distance(q8l_pf);
     k->quantize_act[DJ_TYPE_F16] = quant_f16;
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;
