@@ -130,7 +130,7 @@ static int batch_once(struct dj_model *m, int n_seq, long npp, long ntg, long th
      * to finish and the decode steps are not N wide (checked below) */
     const size_t bs = ep.opt.block_size ? ep.opt.block_size : 1;
     const size_t seq_blocks = ((size_t)(npp + ntg + 1) + bs - 1) / bs + 3;
-    ep.kv_budget_mib = (double)n_seq * (double)(seq_blocks * bs) * engine_kv_bytes_per_token(m) / 1048576.0 + 1;
+    ep.kv_budget_mib = (double)n_seq * (double)(seq_blocks * bs) * engine_kv_bytes_per_token(m, ep.kv_type_k, ep.kv_type_v) / 1048576.0 + 1;
     struct dj_engine *e = NULL;
     if (engine_create(m, &ep, &e) != DJ_OK) return cli_error("bench", "%s", dj_last_error());
     dj_token *prompt = malloc((size_t)npp * sizeof *prompt);

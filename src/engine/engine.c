@@ -37,11 +37,13 @@ struct dj_engine_params engine_default_params(void) {
     p.chunked_prefill = true;
     p.n_threads = 1;
     p.opt = llama_opt_config_default();
+    p.kv_type_k = p.kv_type_v = kv_type_default();
     return p;
 }
 
-size_t engine_kv_bytes_per_token(const struct dj_model *m) {
-    return 2 * (size_t)m->hp.n_layer * (size_t)m->hp.n_head_kv * m->hp.head_dim * sizeof(float);
+size_t engine_kv_bytes_per_token(const struct dj_model *m, uint32_t type_k, uint32_t type_v) {
+    const size_t n = (size_t)m->hp.n_head_kv * m->hp.head_dim;
+    return (size_t)m->hp.n_layer * (kv_row_bytes(type_k, n) + kv_row_bytes(type_v, n));
 }
 
 /* MemAvailable of /proc/meminfo in bytes; 0 if unknown. */
@@ -62,7 +64,7 @@ static uint64_t mem_available(void) {
  * model file's content hash, kv_store_file_id, cached in <dir>/ids by device,
  * inode, size, mtime and ctime), the deja executable itself (the same scheme:
  * kernels change between builds, and the AVX2 and AVX-512 tables round
- * differently), the kernel table in use, the K/V type (f32), the block size, the
+ * differently), the kernel table in use, the K and V types, the block size, the
  * KV geometry and the rope settings.  Any difference is another key: a miss,
  * never a wrong reuse.  A store that cannot be opened is a warning: serving goes
  * on without it. */
@@ -88,9 +90,10 @@ static void engine_open_store(struct dj_engine *e) {
     }
     char desc[1024];
     int n = snprintf(desc, sizeof desc,
-                     "deja-kv 1 kernels=%s kv=f32 block=%u layers=%u kv_heads=%u head_dim=%u rot=%u rope=%d "
+                     "deja-kv 1 kernels=%s k=%s v=%s block=%u layers=%u kv_heads=%u head_dim=%u rot=%u rope=%d "
                      "base=%.9g llama3=%d factor=%.9g low=%.9g high=%.9g orig=%u linear=%.9g",
-                     dj_kernels()->name, e->block_size, hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot,
+                     dj_kernels()->name, dj_type_info(e->p.kv_type_k)->name, dj_type_info(e->p.kv_type_v)->name,
+                     e->block_size, hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot,
                      (int)hp->rope_type, hp->rope_freq_base, (int)hp->rope_llama3, hp->rope_factor,
                      hp->rope_low_freq_factor, hp->rope_high_freq_factor, hp->rope_orig_ctx, hp->rope_linear_scale);
     if (n < 0 || (size_t)n + 32 > sizeof desc) return;
@@ -106,7 +109,7 @@ static void engine_open_store(struct dj_engine *e) {
     sp.n_layer = hp->n_layer;
     sp.n_embd_kv = hp->n_head_kv * hp->head_dim;
     sp.block_size = e->block_size;
-    sp.kv_type = 0; /* f32 (GGML_TYPE_F32) */
+    sp.kv_type = e->p.kv_type_k | e->p.kv_type_v << 8; /* ggml type ids of K and V */
     sp.block_bytes = e->block_bytes;
     /* about 256 MiB of blocks waiting for the disk, at least 4 */
     sp.queue_max = (size_t)(256u << 20) / e->block_bytes;
@@ -122,7 +125,16 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     const struct llama_opt_config *cfg = &p->opt;
     if (cfg->block_size == 0) return dj_fail(DJ_ERR_INVALID, "engine: block size 0");
     const size_t n_embd_kv = (size_t)hp->n_head_kv * hp->head_dim;
-    const size_t block_bytes = 2 * (size_t)hp->n_layer * cfg->block_size * n_embd_kv * sizeof(float);
+    for (int i = 0; i < 2; i++) {
+        const uint32_t t = i ? p->kv_type_v : p->kv_type_k;
+        if (!kv_type_supported(t))
+            return dj_fail(DJ_ERR_UNSUPPORTED, "%s cache type %s is not one of f32, f16, bf16, q8_0, q4_0",
+                           i ? "V" : "K", dj_type_info(t) && dj_type_info(t)->name ? dj_type_info(t)->name : "(unknown)");
+        if (hp->head_dim % dj_type_info(t)->blck)
+            return dj_fail(DJ_ERR_UNSUPPORTED, "%s cache type %s needs a head size that is a multiple of %u; this model's is %u",
+                           i ? "V" : "K", dj_type_info(t)->name, dj_type_info(t)->blck, hp->head_dim);
+    }
+    const size_t block_bytes = cfg->block_size * engine_kv_bytes_per_token(m, p->kv_type_k, p->kv_type_v);
     const uint32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
     uint64_t max_blocks = cfg->dedup_pool_max;
     if (p->kv_budget_mib < 0)
@@ -132,7 +144,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
         if (blocks < 1.0)
             return dj_fail(DJ_ERR_INVALID,
                            "KV budget %.3f MiB is smaller than one KV block (%.3f MiB: %u layers x %u positions x "
-                           "%zu K+V floats)",
+                           "%zu K+V elements)",
                            p->kv_budget_mib, (double)block_bytes / 1048576.0, hp->n_layer, cfg->block_size,
                            2 * n_embd_kv);
         max_blocks = blocks > 1073741824.0 ? 1073741824u : (uint64_t)blocks;
@@ -145,7 +157,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
             return dj_fail(DJ_ERR_NOMEM,
                            "not enough memory for one context: %u positions x %zu KiB of K/V per position = %.1f MiB, "
                            "%.1f MiB available; use a smaller -c",
-                           n_ctx, engine_kv_bytes_per_token(m) / 1024, (double)(one_ctx * block_bytes) / 1048576.0,
+                           n_ctx, engine_kv_bytes_per_token(m, p->kv_type_k, p->kv_type_v) / 1024, (double)(one_ctx * block_bytes) / 1048576.0,
                            (double)avail / 1048576.0);
         max_blocks = avail ? avail / 2 / block_bytes : one_ctx * 4;
         if (max_blocks < one_ctx) max_blocks = one_ctx;
@@ -166,7 +178,8 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    struct kv_pool_params pp = {hp->n_layer, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks};
+    struct kv_pool_params pp = {hp->n_layer, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks,
+                                p->kv_type_k, p->kv_type_v};
     enum dj_status st = kv_pool_create(&pp, &e->pool);
     if (st) {
         pthread_mutex_destroy(&e->mu);
@@ -309,7 +322,7 @@ static uint32_t load_block(struct dj_engine *e, uint64_t c, uint64_t parent_chai
                            const dj_token *bt) {
     uint32_t id;
     if (kv_pool_alloc(e->pool, &id) != DJ_OK) return KV_BLOCK_NONE;
-    if (!kv_store_get(e->store, c, parent_chain, bt, kv_pool_k(e->pool, id, 0)) ||
+    if (!kv_store_get(e->store, c, parent_chain, bt, kv_pool_data(e->pool, id)) ||
         kv_pool_seal(e->pool, id, c, parent, bt) != DJ_OK) {
         kv_pool_unref(e->pool, id); /* not sealed: freed */
         return KV_BLOCK_NONE;
@@ -403,7 +416,7 @@ void seal_blocks(struct dj_engine *e, struct dj_session *s) {
             dj_log(DJ_LOG_WARN, "%s (block %zu stays private)", dj_last_error(), b);
             return;
         } else if (e->store) { /* a copy to the writer thread's queue: no I/O here */
-            if (kv_store_put(e->store, chains[b], b ? chains[b - 1] : s->hist.root, bt, kv_pool_k(e->pool, id, 0)))
+            if (kv_store_put(e->store, chains[b], b ? chains[b - 1] : s->hist.root, bt, kv_pool_data(e->pool, id)))
                 e->stats.persist_saves++;
         }
         if (s->n_sealed == b) s->n_sealed = b + 1;
@@ -472,8 +485,9 @@ static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, co
     dj_token *tok = malloc(R * sizeof *tok);
     double *dev = malloc(R * sizeof *dev);
     struct blend_cand *cand = malloc(R * sizeof *cand);
+    float *krow = malloc(kv * sizeof *krow); /* a K row as floats, for the rotation */
     enum dj_status st = DJ_OK;
-    if (!src || !pos || !tok || !dev || !cand) goto out;
+    if (!src || !pos || !tok || !dev || !cand || !krow) goto out;
     size_t n_map = 0;
     for (size_t j = 0; j < R; j++) src[j] = -1;
     for (size_t i = 0; i < d.n_spans; i++) {
@@ -497,16 +511,20 @@ static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, co
     }
     for (size_t j = 0; j < R; j++)
         for (uint32_t il = 0; il < hp->n_layer; il++) {
-            float *kd = kv_seq_k(&s->seq, il, P + j, (uint32_t)bs), *vd = kv_seq_v(&s->seq, il, P + j, (uint32_t)bs);
-            if (src[j] < 0) {
-                memset(kd, 0, kv * sizeof(float));
-                memset(vd, 0, kv * sizeof(float));
+            void *kd = kv_seq_k(&s->seq, il, P + j, (uint32_t)bs), *vd = kv_seq_v(&s->seq, il, P + j, (uint32_t)bs);
+            if (src[j] < 0) { /* zeros of any K/V type are all-zero bytes */
+                memset(kd, 0, kv_pool_k_row_bytes(e->pool));
+                memset(vd, 0, kv_pool_v_row_bytes(e->pool));
                 continue;
             }
-            memcpy(kd, kv_seq_k(snap, il, (size_t)src[j], (uint32_t)bs), kv * sizeof(float));
-            memcpy(vd, kv_seq_v(snap, il, (size_t)src[j], (uint32_t)bs), kv * sizeof(float));
+            memcpy(kd, kv_seq_k(snap, il, (size_t)src[j], (uint32_t)bs), kv_pool_k_row_bytes(e->pool));
+            memcpy(vd, kv_seq_v(snap, il, (size_t)src[j], (uint32_t)bs), kv_pool_v_row_bytes(e->pool));
             const int64_t delta = (int64_t)(P + j) - src[j];
-            if (delta) model_rope_shift(e->model, kd, (int)hp->n_head_kv, delta);
+            if (delta) { /* in the cache's type: to floats, rotated, back (one more rounding) */
+                kv_row_to_f32(e->p.kv_type_k, kd, krow, kv);
+                model_rope_shift(e->model, krow, (int)hp->n_head_kv, delta);
+                kv_row_from_f32(e->p.kv_type_k, krow, kd, kv);
+            }
         }
     kv_seq_advance(&s->seq, R);
     if ((st = kv_history_append(&s->hist, prompt + P, R))) {
@@ -550,6 +568,7 @@ out:
     free(tok);
     free(dev);
     free(cand);
+    free(krow);
     return st;
 }
 

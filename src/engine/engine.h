@@ -113,6 +113,8 @@ struct dj_engine_params {
     uint32_t n_running_max;  /* requests admitted at once (the server's --parallel); 0 = no limit
                                 but the KV budget */
     uint64_t persist_max_bytes; /* disk budget of the persistent KV store (opt.persist_*); 0 = none */
+    uint32_t kv_type_k, kv_type_v; /* K/V cache element types (enum dj_ggml_type: f32, f16, bf16, q8_0,
+                                      q4_0; -ctk/-ctv); engine_default_params: kv_type_default() */
     struct llama_opt_config opt; /* block size, dedup/diff switches, stats */
     FILE *stats_out;      /* where opt-stats lines go when opt.stats_enabled; NULL = stderr */
 };
@@ -286,7 +288,7 @@ uint32_t engine_n_ctx(const struct dj_engine *e);
 uint64_t engine_n_forward(const struct dj_engine *e);
 /* Parks every idle sequence (drops their pins; sealed blocks stay cached). */
 void engine_park_idle(struct dj_engine *e);
-/* KV bytes per position (K and V, every layer, F32) of a model. */
-size_t engine_kv_bytes_per_token(const struct dj_model *m);
+/* KV bytes per position (K and V, every layer, in the types given) of a model. */
+size_t engine_kv_bytes_per_token(const struct dj_model *m, uint32_t type_k, uint32_t type_v);
 
 #endif

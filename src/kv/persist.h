@@ -30,7 +30,7 @@
  *    64      4  n_layer
  *    68      4  n_embd_kv
  *    72      4  block_size
- *    76      4  kv_type
+ *    76      4  kv_type (the engine: K ggml type id | V type id << 8)
  *    80      8  payload bytes
  *    88   4*bs  tokens[block_size], int32
  *     ..     P  payload (opaque: the K and V of every layer)

@@ -12,23 +12,70 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "core/ggml_type.h"
 #include "core/status.h"
 #include "kv/pool_internal.h"
+
+bool kv_type_supported(uint32_t type) {
+    return type == DJ_TYPE_F32 || type == DJ_TYPE_F16 || type == DJ_TYPE_BF16 || type == DJ_TYPE_Q8_0 ||
+           type == DJ_TYPE_Q4_0;
+}
+
+int kv_type_parse(const char *name) {
+    const int t = dj_type_from_name(name);
+    if (t < 0 || !kv_type_supported((uint32_t)t)) {
+        dj_fail(DJ_ERR_INVALID, "'%s' is not a K/V cache type (f32, f16, bf16, q8_0, q4_0)", name);
+        return -1;
+    }
+    return t;
+}
+
+uint32_t kv_type_default(void) {
+    static _Atomic int cached = -1;
+    int t = cached;
+    if (t >= 0) return (uint32_t)t;
+    t = DJ_KV_TYPE_DEFAULT;
+    const char *env = getenv("DJ_KV_TYPE");
+    if (env && env[0]) {
+        const int e = kv_type_parse(env);
+        if (e < 0) dj_log(DJ_LOG_WARN, "DJ_KV_TYPE: %s; using %s", dj_last_error(), dj_type_info(t)->name);
+        else t = e;
+    }
+    cached = t;
+    return (uint32_t)t;
+}
+
+size_t kv_row_bytes(uint32_t type, size_t n) {
+    const struct dj_type_info *ti = dj_type_info(type);
+    return n / ti->blck * ti->bytes;
+}
 
 enum dj_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **out) {
     if (p->n_layer == 0 || p->n_embd_kv == 0 || p->block_size == 0 || p->max_blocks == 0 ||
         p->max_blocks == KV_BLOCK_NONE)
         return dj_fail(DJ_ERR_INVALID, "KV pool: bad parameters (layers %u, kv width %u, block size %u, blocks %u)",
                        p->n_layer, p->n_embd_kv, p->block_size, p->max_blocks);
+    for (int i = 0; i < 2; i++) {
+        const uint32_t t = i ? p->type_v : p->type_k;
+        if (!kv_type_supported(t))
+            return dj_fail(DJ_ERR_UNSUPPORTED, "KV pool: %s type %s is not one of f32, f16, bf16, q8_0, q4_0",
+                           i ? "V" : "K", dj_type_info(t) ? dj_type_info(t)->name : "(unknown)");
+        if (p->n_embd_kv % dj_type_info(t)->blck)
+            return dj_fail(DJ_ERR_UNSUPPORTED, "KV pool: %s type %s needs a row width that is a multiple of %u, not %u",
+                           i ? "V" : "K", dj_type_info(t)->name, dj_type_info(t)->blck, p->n_embd_kv);
+    }
     struct kv_pool *pool = calloc(1, sizeof *pool);
-    size_t floats;
-    if (!pool || dj_mul_overflow((size_t)2 * p->n_layer, (size_t)p->block_size * p->n_embd_kv, &floats)) {
+    size_t rows, bytes;
+    if (!pool || dj_mul_overflow((size_t)p->n_layer, (size_t)p->block_size, &rows) ||
+        dj_mul_overflow(rows, kv_row_bytes(p->type_k, p->n_embd_kv) + kv_row_bytes(p->type_v, p->n_embd_kv), &bytes)) {
         free(pool);
         return dj_fail(DJ_ERR_NOMEM, "KV pool: out of memory");
     }
     pool->p = *p;
-    pool->block_floats = floats;
-    pool->block_stride = (floats * sizeof(float) + 63) & ~(size_t)63;
+    pool->k_row = kv_row_bytes(p->type_k, p->n_embd_kv);
+    pool->v_row = kv_row_bytes(p->type_v, p->n_embd_kv);
+    pool->block_bytes = bytes;
+    pool->block_stride = (bytes + 63) & ~(size_t)63;
     uint32_t nb = 1;
     while (nb < p->max_blocks && nb < (1u << 30)) nb <<= 1;
     pool->bucket_mask = nb - 1;
@@ -68,7 +115,7 @@ void kv_pool_get_stats(const struct kv_pool *pool, struct kv_pool_stats *out) {
     out->sealed = pool->n_sealed;
     out->evicted = pool->n_evicted;
     out->cow_copies = pool->n_cow;
-    out->block_bytes = pool->block_floats * sizeof(float);
+    out->block_bytes = pool->block_bytes;
 }
 
 void kv_lru_remove(struct kv_pool *pool, uint32_t id) {
@@ -110,7 +157,7 @@ void kv_pool_evict(struct kv_pool *pool, uint32_t id) {
 /* Memory for one more block: the current slab's next piece, or a new slab of ~32 MiB (at
  * least one block, at most the blocks the budget has left), 2 MiB aligned, huge pages
  * asked.  NULL when memory is out. */
-static float *carve(struct kv_pool *pool) {
+static uint8_t *carve(struct kv_pool *pool) {
     struct kv_slab *sl = pool->n_slabs ? &pool->slabs[pool->n_slabs - 1] : NULL;
     if (!sl || sl->used + pool->block_stride > sl->bytes) {
         if (pool->n_slabs == pool->cap_slabs) {
@@ -135,7 +182,7 @@ static float *carve(struct kv_pool *pool) {
         sl = &pool->slabs[pool->n_slabs++];
         *sl = (struct kv_slab){mem, bytes, 0};
     }
-    float *d = (float *)((uint8_t *)sl->mem + sl->used);
+    uint8_t *d = (uint8_t *)sl->mem + sl->used;
     sl->used += pool->block_stride;
     pool->n_carved++;
     return d;
@@ -146,14 +193,14 @@ enum dj_status kv_pool_alloc(struct kv_pool *pool, uint32_t *out) {
         if (pool->lru_head == KV_BLOCK_NONE)
             return dj_fail(DJ_ERR_NOMEM,
                            "KV cache budget exhausted: all %u blocks (%zu KiB each) are pinned by live sequences",
-                           pool->p.max_blocks, pool->block_floats * sizeof(float) / 1024);
+                           pool->p.max_blocks, pool->block_bytes / 1024);
         kv_pool_evict(pool, pool->lru_head);
     }
     uint32_t id = pool->free_ids[pool->n_free - 1];
     struct kv_block *b = &pool->b[id];
     if (!b->data && !(b->data = carve(pool)))
         return dj_fail(DJ_ERR_NOMEM, "KV cache: out of memory allocating a block of %zu KiB",
-                       pool->block_floats * sizeof(float) / 1024);
+                       pool->block_bytes / 1024);
     pool->n_free--;
     b->in_use = true;
     b->sealed = false;
@@ -189,13 +236,17 @@ void kv_pool_unref(struct kv_pool *pool, uint32_t id) {
 uint32_t kv_pool_refcount(const struct kv_pool *pool, uint32_t id) { return pool->b[id].ref; }
 bool kv_pool_is_sealed(const struct kv_pool *pool, uint32_t id) { return pool->b[id].sealed; }
 
-float *kv_pool_k(const struct kv_pool *pool, uint32_t id, uint32_t il) {
-    return pool->b[id].data + (size_t)il * pool->p.block_size * pool->p.n_embd_kv;
+void *kv_pool_k(const struct kv_pool *pool, uint32_t id, uint32_t il) {
+    return pool->b[id].data + (size_t)il * pool->p.block_size * pool->k_row;
 }
 
-float *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il) {
-    return pool->b[id].data + ((size_t)pool->p.n_layer + il) * pool->p.block_size * pool->p.n_embd_kv;
+void *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il) {
+    return pool->b[id].data + ((size_t)pool->p.n_layer * pool->k_row + (size_t)il * pool->v_row) * pool->p.block_size;
 }
+
+size_t kv_pool_k_row_bytes(const struct kv_pool *pool) { return pool->k_row; }
+size_t kv_pool_v_row_bytes(const struct kv_pool *pool) { return pool->v_row; }
+void *kv_pool_data(const struct kv_pool *pool, uint32_t id) { return pool->b[id].data; }
 
 /* ---- sequences ---------------------------------------------------------------- */
 
@@ -250,7 +301,7 @@ enum dj_status kv_seq_prepare(struct kv_seq *s, size_t n) {
                 kv_pool_unref(pool, old);
                 return st;
             }
-            memcpy(pool->b[id].data, pool->b[old].data, pool->block_floats * sizeof(float));
+            memcpy(pool->b[id].data, pool->b[old].data, pool->block_bytes);
             kv_pool_unref(pool, old);
             kv_pool_unref(pool, old);
             s->table[lb] = id;

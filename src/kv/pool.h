@@ -6,7 +6,10 @@
  * A block holds block_size consecutive positions of one sequence, for every
  * layer:
  *
- *   data: K[n_layer][block_size][n_embd_kv] | V[n_layer][block_size][n_embd_kv]   float32
+ *   data: K[n_layer][block_size][k row] | V[n_layer][block_size][v row]
+ *
+ * where a row is n_embd_kv elements of the pool's K (V) type: f32, f16, bf16,
+ * q8_0 or q4_0 (-ctk/-ctv), a row's bytes as ggml lays them out.
  *
  * Life of a block:
  *
@@ -44,7 +47,25 @@ struct kv_pool_params {
     uint32_t n_embd_kv;  /* n_head_kv * head_dim */
     uint32_t block_size; /* positions per block (LLAMA_OPT_BLOCK_SIZE, default 64) */
     uint32_t max_blocks; /* memory budget in blocks */
+    uint32_t type_k;     /* element type of K rows (enum dj_ggml_type; 0 = f32) */
+    uint32_t type_v;     /* element type of V rows */
 };
+
+/* The K/V type of engines and contexts unless told otherwise (-ctk/-ctv). */
+#define DJ_KV_TYPE_DEFAULT 0 /* f32 */
+
+/* The type engine_default_params and ctx_default_params give K and V:
+ * DJ_KV_TYPE_DEFAULT, or DJ_KV_TYPE=f16|bf16|q8_0|q4_0|f32 from the environment (for
+ * tests and comparisons: CTest runs the invariant tests once per type with it; a
+ * name that is not a K/V type is a warning and the default).  Read once. */
+uint32_t kv_type_default(void);
+/* The K/V type named (case-insensitive), or -1 with an error message. */
+int kv_type_parse(const char *name);
+
+/* True for the K/V element types a pool can hold: f32, f16, bf16, q8_0, q4_0. */
+bool kv_type_supported(uint32_t type);
+/* Bytes of a row of n elements of a K/V type (n a multiple of its block). */
+size_t kv_row_bytes(uint32_t type, size_t n);
 
 struct kv_pool_stats {
     uint32_t capacity;   /* max_blocks */
@@ -72,9 +93,13 @@ void kv_pool_unref(struct kv_pool *pool, uint32_t id);
 uint32_t kv_pool_refcount(const struct kv_pool *pool, uint32_t id);
 bool kv_pool_is_sealed(const struct kv_pool *pool, uint32_t id);
 
-/* Rows of layer il: [block_size][n_embd_kv]. */
-float *kv_pool_k(const struct kv_pool *pool, uint32_t id, uint32_t il);
-float *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il);
+/* Rows of layer il: [block_size] rows of kv_pool_k_row_bytes (v: _v_) bytes. */
+void *kv_pool_k(const struct kv_pool *pool, uint32_t id, uint32_t il);
+void *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il);
+size_t kv_pool_k_row_bytes(const struct kv_pool *pool);
+size_t kv_pool_v_row_bytes(const struct kv_pool *pool);
+/* A block's whole K and V (block_bytes of kv_pool_get_stats), for copies to and from disk. */
+void *kv_pool_data(const struct kv_pool *pool, uint32_t id);
 
 /* ---- dedup (kv/dedup.c) --------------------------------------------------- */
 
@@ -121,11 +146,12 @@ enum dj_status kv_seq_append_block(struct kv_seq *s, uint32_t id);
  * sealed block replaces the sequence's own copy): refs id, unrefs the old. */
 void kv_seq_replace_block(struct kv_seq *s, size_t b, uint32_t id);
 
-static inline float *kv_seq_k(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {
-    return kv_pool_k(s->pool, s->table[pos / block_size], il) + (pos % block_size) * kv_pool_params(s->pool)->n_embd_kv;
+/* The K (V) row of position pos at layer il, in the pool's K (V) type. */
+static inline void *kv_seq_k(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {
+    return (uint8_t *)kv_pool_k(s->pool, s->table[pos / block_size], il) + (pos % block_size) * kv_pool_k_row_bytes(s->pool);
 }
-static inline float *kv_seq_v(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {
-    return kv_pool_v(s->pool, s->table[pos / block_size], il) + (pos % block_size) * kv_pool_params(s->pool)->n_embd_kv;
+static inline void *kv_seq_v(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {
+    return (uint8_t *)kv_pool_v(s->pool, s->table[pos / block_size], il) + (pos % block_size) * kv_pool_v_row_bytes(s->pool);
 }
 
 #endif

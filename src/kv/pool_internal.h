@@ -13,7 +13,7 @@
 #include "kv/pool.h"
 
 struct kv_block {
-    float *data;        /* 2 * n_layer * block_size * n_embd_kv floats; kept for reuse */
+    uint8_t *data;      /* block_bytes: K rows of every layer, then V rows; kept for reuse */
     dj_token *tokens;   /* block_size tokens while sealed */
     uint64_t chain;     /* chain hash while sealed */
     uint64_t last_turn; /* pool turn of the last use */
@@ -38,7 +38,8 @@ struct kv_slab {
 
 struct kv_pool {
     struct kv_pool_params p;
-    size_t block_floats;
+    size_t k_row, v_row;          /* bytes of a K (V) row */
+    size_t block_bytes;           /* n_layer * block_size * (k_row + v_row) */
     size_t block_stride;          /* bytes a block takes in a slab (64-byte aligned) */
     struct kv_slab *slabs;
     size_t n_slabs, cap_slabs;

@@ -29,6 +29,8 @@ struct dj_ctx_params {
     int n_threads;          /* 0 = 1 */
     uint32_t block_size;    /* KV positions per block (own pool); 0 = 64 */
     struct kv_pool *pool;   /* NULL: the context makes its own, sized for n_ctx */
+    uint32_t type_k, type_v; /* K/V element types of the own pool (enum dj_ggml_type: f32, f16,
+                                bf16, q8_0, q4_0); with pool, the pool's */
 };
 
 struct dj_ctx_params ctx_default_params(void);
@@ -69,6 +71,12 @@ struct dj_context {
     float *ff_g;   /* (ub, n_ff) */
     float *ff_u;   /* (ub, n_ff) */
     float *scores; /* (n_threads, att_tile, GQA group, n_ctx) attention scores per thread */
+    uint32_t type_k, type_v;  /* K/V element types (the pool's) */
+    size_t k_head, v_head;    /* bytes of one head's part of a K (V) row */
+    size_t k_row, v_row;      /* bytes of a K (V) row */
+    float *kvt;    /* (n_threads, 2, block_size, head_dim): one block of one head's K and V rows
+                      as floats, for K/V types other than f32 */
+    float *krow;   /* (n_kv*hd) a stored K row as floats (probe) */
     int64_t att_tile; /* tokens per attention work item (forward.c attn_task) */
     void *act;     /* (ub, act row bytes) activations converted for the kernels */
     uint32_t *pos; /* (ub) positions of the ubatch's tokens */
@@ -134,6 +142,12 @@ enum dj_status ctx_probe_k(struct dj_context *c, const dj_token *toks, const uin
  * to ~1e-6 (tests/model/test_rope_shift.c).  Only layer 0's K is fully
  * corrected by this: deeper layers also depend on the earlier tokens. */
 void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t delta);
+
+/* A row of n K/V elements: f32 -> the pool type (f32 copies; f16/bf16 round to nearest
+ * even; q8_0/q4_0 ggml's reference quantizers) and back (exact).  The same bytes and
+ * floats on every kernel table. */
+void kv_row_from_f32(uint32_t type, const float *x, void *y, size_t n);
+void kv_row_to_f32(uint32_t type, const void *x, float *y, size_t n);
 
 /* One matrix product y = W x for n_tok activation rows, on the context's pool:
  * y[t][r] = dot(W row r, x row t).  Exposed for tests. */

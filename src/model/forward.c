@@ -26,10 +26,12 @@
 #include "core/ggml_type.h"
 #include "core/status.h"
 #include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
 #include "model/context.h"
 
 struct dj_ctx_params ctx_default_params(void) {
-    struct dj_ctx_params p = {.n_ctx = 0, .n_ubatch = 512, .n_threads = 1, .block_size = 64, .pool = NULL};
+    struct dj_ctx_params p = {.n_ctx = 0, .n_ubatch = 512, .n_threads = 1, .block_size = 64, .pool = NULL,
+                              .type_k = kv_type_default(), .type_v = kv_type_default()};
     return p;
 }
 
@@ -188,6 +190,31 @@ void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t d
     rope(m, k, n_heads, (float)delta);
 }
 
+/* ---- K/V rows in the cache's type ------------------------------------------------ */
+
+void kv_row_from_f32(uint32_t type, const float *x, void *y, size_t n) {
+    if (type == DJ_TYPE_F32) memcpy(y, x, n * sizeof(float));
+    else dj_ref_quantize_row(type, x, y, (int64_t)n);
+}
+
+void kv_row_to_f32(uint32_t type, const void *x, float *y, size_t n) {
+    if (type == DJ_TYPE_F32) memcpy(y, x, n * sizeof(float));
+    else dj_ref_dequantize_row(type, x, y, (int64_t)n);
+}
+
+/* Rows [0, n) of head hk of one block's K (or V) of a type other than f32, as floats
+ * in dst ([n][hd]): the table's dequantizer, bitwise the reference one. */
+static void kv_tile_to_f32(const struct dj_context *c, uint32_t type, const uint8_t *rows, size_t row_bytes,
+                           size_t head_bytes, int hk, int64_t n, float *dst) {
+    const int64_t hd = c->model->hp.head_dim;
+    const dj_dequantize_fn dq = c->kern->w[type].dequantize_row;
+    rows += (size_t)hk * head_bytes;
+    for (int64_t r = 0; r < n; r++, rows += row_bytes, dst += hd) {
+        if (dq) dq(rows, dst, hd);
+        else dj_ref_dequantize_row(type, rows, dst, hd);
+    }
+}
+
 /* ---- attention --------------------------------------------------------------- */
 
 struct attn_job {
@@ -224,6 +251,7 @@ static void attn_task(void *arg, int ith, int nth) {
     const size_t stride = c->n_embd_kv, bs = c->block_size, n_ctx = c->p.n_ctx;
     const int64_t tile = c->att_tile;
     float *sc = c->scores + (size_t)ith * (size_t)tile * (size_t)group * n_ctx; /* (tile, group) rows of n_ctx */
+    float *kt = c->kvt ? c->kvt + (size_t)ith * 2 * bs * (size_t)hd : NULL, *vt = kt ? kt + bs * (size_t)hd : NULL;
     const long n_items = (long)j->n_tiles * n_kv;
     for (long item = ith; item < n_items; item += nth) {
         const int64_t t0 = j->tiles[item / n_kv].t0, t1 = j->tiles[item / n_kv].t1;
@@ -231,14 +259,22 @@ static void attn_task(void *arg, int ith, int nth) {
         const int hk = (int)(item % n_kv);
         const int64_t max_keys = (int64_t)j->pos[t1 - 1] + 1; /* positions increase */
         for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) { /* block by block, in position order */
-            const float *kb = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd;
+            const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il);
+            const float *kb = (const float *)kraw + (size_t)hk * hd;
+            size_t kstride = stride;
+            if (c->type_k != DJ_TYPE_F32) { /* the block's rows of this head as floats, then as f32 */
+                const int64_t nr = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
+                kv_tile_to_f32(c, c->type_k, kraw, c->k_row, c->k_head, hk, nr, kt);
+                kb = kt;
+                kstride = (size_t)hd;
+            }
             for (int64_t t = t0; t < t1; t++) {
                 const int64_t n_keys = (int64_t)j->pos[t] + 1;
                 if (p0 >= n_keys) continue;
                 const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
                 const float *q = c->q + (size_t)t * n_head * hd + (size_t)hk * group * hd; /* the group's first head */
                 for (int g = 0; g < group; g++)
-                    c->kern->attn_scores(hd, q + (size_t)g * hd, kb, stride, nb, scale,
+                    c->kern->attn_scores(hd, q + (size_t)g * hd, kb, kstride, nb, scale,
                                          att_scores_row(sc, t - t0, g, group, n_ctx) + p0);
             }
         }
@@ -246,7 +282,15 @@ static void attn_task(void *arg, int ith, int nth) {
             for (int g = 0; g < group; g++)
                 c->kern->attn_softmax(att_scores_row(sc, t - t0, g, group, n_ctx), (int64_t)j->pos[t] + 1);
         for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
-            const float *vb = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il) + (size_t)hk * hd;
+            const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il);
+            const float *vb = (const float *)vraw + (size_t)hk * hd;
+            size_t vstride = stride;
+            if (c->type_v != DJ_TYPE_F32) {
+                const int64_t n_rows = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
+                kv_tile_to_f32(c, c->type_v, vraw, c->v_row, c->v_head, hk, n_rows, vt);
+                vb = vt;
+                vstride = (size_t)hd;
+            }
             /* the rows of the tile's queries that end at the same place in this block go
              * in one call (n_keys grows with t, so they are consecutive), up to ATT_ROWS */
             const float *wr[ATT_ROWS];
@@ -258,20 +302,20 @@ static void attn_task(void *arg, int ith, int nth) {
                 if (p0 >= n_keys) continue;
                 const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
                 if (nr && nb != nb_cur) {
-                    c->kern->attn_values_n(hd, nr, wr, vb, stride, nb_cur, orow, p0 > 0);
+                    c->kern->attn_values_n(hd, nr, wr, vb, vstride, nb_cur, orow, p0 > 0);
                     nr = 0;
                 }
                 nb_cur = nb;
                 for (int g = 0; g < group; g++) {
                     if (nr == ATT_ROWS) {
-                        c->kern->attn_values_n(hd, nr, wr, vb, stride, nb_cur, orow, p0 > 0);
+                        c->kern->attn_values_n(hd, nr, wr, vb, vstride, nb_cur, orow, p0 > 0);
                         nr = 0;
                     }
                     wr[nr] = att_scores_row(sc, t - t0, g, group, n_ctx) + p0;
                     orow[nr++] = c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd;
                 }
             }
-            if (nr) c->kern->attn_values_n(hd, nr, wr, vb, stride, nb_cur, orow, p0 > 0);
+            if (nr) c->kern->attn_values_n(hd, nr, wr, vb, vstride, nb_cur, orow, p0 > 0);
         }
     }
 }
@@ -351,17 +395,18 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
         for (int64_t t = 0; t < n; t++) {
             rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t]);
             rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t]);
-            float *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
+            void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
             if (pr && il == pr->il) {
+                kv_row_to_f32(c->type_k, krow, c->krow, (size_t)KV);
                 double d2 = 0.0;
                 for (int64_t i = 0; i < KV; i++) {
-                    const double d = (double)c->k[t * KV + i] - (double)krow[i];
+                    const double d = (double)c->k[t * KV + i] - (double)c->krow[i];
                     d2 += d * d;
                 }
                 pr->dev[t] = d2;
             }
-            memcpy(krow, c->k + t * KV, (size_t)KV * sizeof(float));
-            memcpy(kv_seq_v(seq[t], il, pos[t], c->block_size), c->v + t * KV, (size_t)KV * sizeof(float));
+            kv_row_from_f32(c->type_k, c->k + t * KV, krow, (size_t)KV);
+            kv_row_from_f32(c->type_v, c->v + t * KV, kv_seq_v(seq[t], il, pos[t], c->block_size), (size_t)KV);
         }
         if (pr && il == pr->il) return;
         struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
@@ -542,6 +587,27 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->block_size = p.block_size;
     c->n_embd_kv = (uint32_t)KV;
     if (p.pool) {
+        p.type_k = kv_pool_params(p.pool)->type_k;
+        p.type_v = kv_pool_params(p.pool)->type_v;
+        c->p = p;
+    }
+    for (int i = 0; i < 2; i++) { /* a quantized K/V block must not straddle two heads */
+        const uint32_t t = i ? p.type_v : p.type_k;
+        if (!kv_type_supported(t) || hd % dj_type_info(t)->blck) {
+            free(c);
+            return dj_fail(DJ_ERR_UNSUPPORTED, "%s cache type %s: %s", i ? "V" : "K",
+                           dj_type_info(t) && dj_type_info(t)->name ? dj_type_info(t)->name : "(unknown)",
+                           kv_type_supported(t) ? "the model's head size is not a multiple of its block"
+                                                : "not one of f32, f16, bf16, q8_0, q4_0");
+        }
+    }
+    c->type_k = p.type_k;
+    c->type_v = p.type_v;
+    c->k_head = kv_row_bytes(p.type_k, hd);
+    c->v_head = kv_row_bytes(p.type_v, hd);
+    c->k_row = kv_row_bytes(p.type_k, KV);
+    c->v_row = kv_row_bytes(p.type_v, KV);
+    if (p.pool) {
         const struct kv_pool_params *pp = kv_pool_params(p.pool);
         if (pp->n_layer != hp->n_layer || pp->n_embd_kv != KV) {
             free(c);
@@ -551,7 +617,8 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         c->pool = p.pool;
     } else {
         /* one spare block for a copy on write of a partly filled last block */
-        struct kv_pool_params pp = {hp->n_layer, (uint32_t)KV, p.block_size, (p.n_ctx + p.block_size - 1) / p.block_size + 1};
+        struct kv_pool_params pp = {hp->n_layer, (uint32_t)KV, p.block_size, (p.n_ctx + p.block_size - 1) / p.block_size + 1,
+                                    p.type_k, p.type_v};
         enum dj_status st = kv_pool_create(&pp, &c->own_pool);
         if (st) {
             free(c);
@@ -578,6 +645,9 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     if (c->att_tile > ATT_TILE_MAX) c->att_tile = ATT_TILE_MAX;
     if (c->att_tile < 1) c->att_tile = 1;
     c->scores = malloc((size_t)p.n_threads * (size_t)c->att_tile * row_bytes);
+    if (p.type_k != DJ_TYPE_F32 || p.type_v != DJ_TYPE_F32)
+        c->kvt = malloc((size_t)p.n_threads * 2 * p.block_size * hd * sizeof(float));
+    c->krow = malloc(KV * sizeof(float));
     c->act = malloc(ub * c->wrow_stride * sizeof(float)); /* the widest activation row is F32 */
     c->pos = malloc(ub * sizeof *c->pos);
     c->out = malloc(ub * sizeof *c->out);
@@ -586,7 +656,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->kern = dj_kernels();
     c->tpool = threadpool_create(p.n_threads);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
-        !c->scores || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->tpool) {
+        !c->scores || (!c->kvt && (p.type_k != DJ_TYPE_F32 || p.type_v != DJ_TYPE_F32)) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->tpool) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
@@ -608,6 +678,8 @@ void ctx_free(struct dj_context *c) {
     free(c->ff_g);
     free(c->ff_u);
     free(c->scores);
+    free(c->kvt);
+    free(c->krow);
     free(c->act);
     free(c->pos);
     free(c->out);

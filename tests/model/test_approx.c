@@ -55,8 +55,8 @@ static void test_decode_at(void) {
     for (size_t p = k; p < n; p++)
         for (uint32_t il = 0; il < model->hp.n_layer; il++)
             for (size_t i = 0; i < kv; i++) {
-                kv_seq_k(b->seq, il, p, 16)[i] = 1e3f * (float)((p + i) % 7) - 3e3f;
-                kv_seq_v(b->seq, il, p, 16)[i] = -7.5f;
+                ((float *)kv_seq_k(b->seq, il, p, 16))[i] = 1e3f * (float)((p + i) % 7) - 3e3f;
+                ((float *)kv_seq_v(b->seq, il, p, 16))[i] = -7.5f;
             }
     kv_seq_advance(b->seq, n - k);
     uint32_t pos[150];
@@ -105,15 +105,15 @@ static void test_probe(void) {
     for (size_t j = 0; j < R; j++) nonzero += dev[j] != 0.0;
     CHECKF(nonzero == 0, "%d exact rows differ from a fresh computation", nonzero);
     /* perturb layer-1 K of position k+5 and layer-2 V of position k+6 */
-    kv_seq_k(c->seq, 1, k + 5, 16)[3] += 0.5f;
-    const float v2 = kv_seq_v(c->seq, 2, k + 6, 16)[0] += 0.25f;
+    ((float *)kv_seq_k(c->seq, 1, k + 5, 16))[3] += 0.5f;
+    const float v2 = ((float *)kv_seq_v(c->seq, 2, k + 6, 16))[0] += 0.25f;
     CHECK(ctx_probe_k(c, t + k, pos, R, 1, dev) == DJ_OK);
     CHECKF(fabs(dev[5] - 0.25) < 1e-4, "distance %g, want 0.25", dev[5]);
     nonzero = 0;
     for (size_t j = 0; j < R; j++) nonzero += j != 5 && dev[j] != 0.0;
     CHECK(nonzero == 0);
     CHECK(ctx_probe_k(c, t + k, pos, R, 1, dev) == DJ_OK && dev[5] == 0.0); /* the probe wrote the fresh row */
-    CHECK(kv_seq_v(c->seq, 2, k + 6, 16)[0] == v2);                        /* layer 2 untouched */
+    CHECK(((float *)kv_seq_v(c->seq, 2, k + 6, 16))[0] == v2);                        /* layer 2 untouched */
     ctx_free(c);
 }
 

@@ -45,6 +45,12 @@ static void check_model(const char *path, int n_schedules) {
     struct dj_model *m = NULL;
     CHECKF(model_load(path, &m) == DJ_OK, "%s", path);
     if (!m) return;
+    if (m->hp.head_dim % dj_type_info(kv_type_default())->blck) { /* DJ_KV_TYPE: a quantized K/V */
+        printf("%s: K/V type %s does not fit head size %u: skipped\n", path, dj_type_info(kv_type_default())->name,
+               m->hp.head_dim);
+        model_free(m);
+        return;
+    }
     const size_t V = m->hp.n_vocab;
     static struct seqdata sd[N_SEQ];
     for (int s = 0; s < N_SEQ; s++) {
@@ -52,7 +58,7 @@ static void check_model(const char *path, int n_schedules) {
         for (size_t i = 0; i < sd[s].n; i++) sd[s].tok[i] = (dj_token)rnd((uint32_t)V);
     }
     const uint32_t bs = 16;
-    struct kv_pool_params pp = {m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, bs, 4096};
+    struct kv_pool_params pp = {m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, bs, 4096, kv_type_default(), kv_type_default()};
     struct kv_pool *pool = NULL;
     CHECK(kv_pool_create(&pp, &pool) == DJ_OK);
     struct kv_seq ref_seq[N_SEQ];
@@ -146,9 +152,9 @@ static void check_model(const char *path, int n_schedules) {
             for (uint32_t il = 0; il < m->hp.n_layer; il++)
                 for (size_t p = 0; p < sd[s].n; p++)
                     if (memcmp(kv_seq_k(&seq[s], il, p, bs), kv_seq_k(&ref_seq[s], il, p, bs),
-                               pp.n_embd_kv * sizeof(float)) ||
+                               kv_pool_k_row_bytes(pool)) ||
                         memcmp(kv_seq_v(&seq[s], il, p, bs), kv_seq_v(&ref_seq[s], il, p, bs),
-                               pp.n_embd_kv * sizeof(float)))
+                               kv_pool_v_row_bytes(pool)))
                         n_kv_bad++;
         free(lg);
         for (int s = 0; s < N_SEQ; s++) kv_seq_free(&seq[s]);

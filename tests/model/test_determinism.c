@@ -75,6 +75,12 @@ int main(int argc, char **argv) {
         struct dj_model *m = NULL;
         CHECKF(model_load(models[mi], &m) == DJ_OK, "%s", dj_last_error());
         if (!m) continue;
+        if (m->hp.head_dim % dj_type_info(kv_type_default())->blck) { /* DJ_KV_TYPE: a quantized K/V */
+            printf("%s: K/V type %s does not fit head size %u: skipped\n", models[mi],
+                   dj_type_info(kv_type_default())->name, m->hp.head_dim);
+            model_free(m);
+            continue;
+        }
         dj_token *toks = NULL;
         size_t n = 0;
         CHECK(vocab_tokenize(m->vocab, prompt, strlen(prompt), true, false, &toks, &n) == DJ_OK);

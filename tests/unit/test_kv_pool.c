@@ -10,18 +10,23 @@
  *    evicted; when everything is pinned, allocation fails with a message;
  *  - evict_stale drops cached blocks older than a turn.
  */
+#include "core/ggml_type.h"
 #include "kv/hash.h"
 #include "kv/pool.h"
 #include "test.h"
 
 enum { BS = 4, NL = 2, W = 3 };
 
+/* rows of this test's f32 pools */
+static float *krow(const struct kv_seq *s, uint32_t il, size_t p) { return kv_seq_k(s, il, p, BS); }
+static float *vrow(const struct kv_seq *s, uint32_t il, size_t p) { return kv_seq_v(s, il, p, BS); }
+
 static void fill(struct kv_seq *s, size_t from, size_t to, float base) {
     for (size_t p = from; p < to; p++)
         for (uint32_t il = 0; il < NL; il++)
             for (int i = 0; i < W; i++) {
-                kv_seq_k(s, il, p, BS)[i] = base + (float)(p * 100 + il * 10 + (size_t)i);
-                kv_seq_v(s, il, p, BS)[i] = -(base + (float)(p * 100 + il * 10 + (size_t)i));
+                krow(s, il, p)[i] = base + (float)(p * 100 + il * 10 + (size_t)i);
+                vrow(s, il, p)[i] = -(base + (float)(p * 100 + il * 10 + (size_t)i));
             }
 }
 
@@ -29,8 +34,8 @@ static bool rows_are(const struct kv_seq *s, size_t from, size_t to, float base)
     for (size_t p = from; p < to; p++)
         for (uint32_t il = 0; il < NL; il++)
             for (int i = 0; i < W; i++)
-                if (kv_seq_k(s, il, p, BS)[i] != base + (float)(p * 100 + il * 10 + (size_t)i) ||
-                    kv_seq_v(s, il, p, BS)[i] != -(base + (float)(p * 100 + il * 10 + (size_t)i)))
+                if (krow(s, il, p)[i] != base + (float)(p * 100 + il * 10 + (size_t)i) ||
+                    vrow(s, il, p)[i] != -(base + (float)(p * 100 + il * 10 + (size_t)i)))
                     return false;
     return true;
 }
@@ -46,11 +51,11 @@ static void seal_all(struct kv_pool *pool, struct kv_seq *s, const dj_token *tok
 }
 
 int main(void) {
-    struct kv_pool_params pp = {NL, W, BS, 8};
+    struct kv_pool_params pp = {NL, W, BS, 8, DJ_TYPE_F32, DJ_TYPE_F32};
     struct kv_pool *pool = NULL;
     CHECK(kv_pool_create(&pp, &pool) == DJ_OK);
     struct kv_pool_stats st;
-    struct kv_pool_params bad = {NL, W, 0, 8};
+    struct kv_pool_params bad = {NL, W, 0, 8, DJ_TYPE_F32, DJ_TYPE_F32};
     struct kv_pool *nope = NULL;
     CHECK(kv_pool_create(&bad, &nope) == DJ_ERR_INVALID && nope == NULL && strstr(dj_last_error(), "block size 0"));
 
