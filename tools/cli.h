@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -24,6 +25,13 @@ int cmd_template(int argc, char **argv);
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The argument after argv[*i] for option `opt`; NULL (and a message) if missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+/* -ctk/--cache-type-k and -ctv/--cache-type-v (llama.cpp's): true if argv[*i] is one of
+ * them, then *ok tells whether its value (f32, f16, bf16, q8_0, q4_0) was read into *k or
+ * *v (else a message was printed). */
+bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k, uint32_t *v, bool *ok);
+#define CLI_KV_TYPE_HELP                                                                              \
+    "  -ctk, --cache-type-k T  K cache type: f32, f16, bf16, q8_0, q4_0 (default f32; docs/CONFIG.md)\n" \
+    "  -ctv, --cache-type-v T  V cache type (the same choices)\n"
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL + message on failure. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);
 

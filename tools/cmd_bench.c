@@ -15,6 +15,10 @@
  * sequences; the columns are llama-batched-bench's (S_TG = N * n / T_TG) plus
  * the weight GB/s of the decode steps; of -r runs the fastest is kept.
  *
+ * -d N (llama-bench's --n-depth): both tests start after N cached tokens (prefilled
+ * once, untimed; each repetition cuts the cache back to them), so decode at depth
+ * reads N positions of K/V per token — with -ctk/-ctv, of the chosen cache types.
+ *
  * The LLAMA_OPT_* configuration is read from the environment as every command
  * that runs the model does (bad values: a message and exit 1; settings of
  * features that do not exist yet: a warning).  The benchmark runs one context
@@ -36,10 +40,13 @@
 
 static void bench_usage(FILE *f) {
     fprintf(f,
-            "usage: deja bench -m MODEL [-p 512] [-n 128] [-r 3] [-t THREADS] [--ubatch 512] [--membw] [--json]\n"
+            "usage: deja bench -m MODEL [-p 512] [-n 128] [-d 0] [-r 3] [-t THREADS] [--ubatch 512] [-ctk T] [-ctv T]\n"
+            "                  [--membw] [--json]\n"
             "       deja bench -m MODEL --batch 1,2,4,8,16 [-p 512] [-n 128] [-r 1] [-t THREADS] [--ubatch 512] [--json]\n"
             "  -p N     prefill test: N tokens (0 = skip)      -n N   decode test: N tokens (0 = skip)\n"
             "  -r N     repetitions (median reported)          --membw  also measure memory read bandwidth\n"
+            "  -d N     depth: both tests run after N tokens already in the cache (prefilled once, untimed)\n"
+            CLI_KV_TYPE_HELP
             "  --batch LIST  N sequences decoding together (llama-batched-bench's shapes; -p/-n per sequence)\n"
             "  deja bench --membw [-t THREADS]   measures only the bandwidth\n");
 }
@@ -116,6 +123,8 @@ static void batch_on_done(void *ud, const struct dj_turn_result *res) {
     if (res->finish == DJ_FINISH_ERROR) fprintf(stderr, "deja bench: %s\n", res->error);
 }
 
+static uint32_t batch_type_k, batch_type_v; /* -ctk/-ctv for --batch */
+
 /* One run with n_seq sequences: *t_pp, *t_tg in seconds; nonzero on failure. */
 static int batch_once(struct dj_model *m, int n_seq, long npp, long ntg, long threads, long ubatch, uint64_t seed,
                       double *t_pp, double *t_tg) {
@@ -125,6 +134,8 @@ static int batch_once(struct dj_model *m, int n_seq, long npp, long ntg, long th
     ep.n_ubatch = (uint32_t)ubatch;
     ep.n_batch = (uint32_t)((long)n_seq * npp);
     ep.chunked_prefill = false;
+    ep.kv_type_k = batch_type_k;
+    ep.kv_type_v = batch_type_v;
     /* room for every sequence at once, in whole KV blocks as the scheduler reserves them
      * (a prompt's blocks + 1; two spare): with less, later sequences wait for earlier ones
      * to finish and the decode steps are not N wide (checked below) */
@@ -216,12 +227,17 @@ static int bench_batch(struct dj_model *m, const char *list, long npp, long ntg,
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *batch = NULL;
-    long n_pp = 512, n_tg = 128, reps = 3, n_threads = 1, ubatch = 512;
-    bool reps_set = false;
+    long n_pp = 512, n_tg = 128, reps = 3, n_threads = 1, ubatch = 512, depth = 0;
+    bool reps_set = false, ok;
     bool json = false, membw = false;
+    uint32_t type_k = kv_type_default(), type_v = kv_type_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long *dst = NULL;
+        if (cli_kv_type_opt("bench", argc, argv, &i, &type_k, &type_v, &ok)) {
+            if (!ok) return 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             bench_usage(stdout);
             return 0;
@@ -234,6 +250,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-p")) dst = &n_pp;
         else if (!strcmp(a, "-n")) dst = &n_tg;
         else if (!strcmp(a, "-r")) dst = &reps;
+        else if (!strcmp(a, "-d")) dst = &depth;
         else if (!strcmp(a, "-t")) dst = &n_threads;
         else if (!strcmp(a, "--ubatch")) dst = &ubatch;
         else {
@@ -272,18 +289,23 @@ int cmd_bench(int argc, char **argv) {
             weight_bytes += t->nbytes;
     }
     if (batch) {
+        batch_type_k = type_k;
+        batch_type_v = type_v;
         const int rc = bench_batch(m, batch, n_pp, n_tg, n_threads, ubatch, reps_set ? reps : 1, json, weight_bytes);
         model_free(m);
         return rc;
     }
+    const long n_toks = depth + (n_pp > n_tg ? n_pp : n_tg);
     struct dj_ctx_params cp = ctx_default_params();
-    cp.n_ctx = (uint32_t)((n_pp > n_tg ? n_pp : n_tg) + 1);
+    cp.n_ctx = (uint32_t)(n_toks + 1);
     cp.n_threads = (int)n_threads;
     cp.n_ubatch = (uint32_t)ubatch;
     cp.block_size = opt.block_size;
+    cp.type_k = type_k;
+    cp.type_v = type_v;
     struct dj_context *c = NULL;
     float *logits = malloc(m->hp.n_vocab * sizeof(float));
-    dj_token *toks = malloc((size_t)(n_pp > n_tg ? n_pp : n_tg) * sizeof *toks + sizeof *toks);
+    dj_token *toks = malloc((size_t)n_toks * sizeof *toks + sizeof *toks);
     if (!logits || !toks || ctx_create(m, cp, &c) != DJ_OK) {
         free(logits);
         free(toks);
@@ -291,24 +313,26 @@ int cmd_bench(int argc, char **argv) {
         return cli_error("bench", "%s", dj_last_error());
     }
     uint64_t x = 0x2545F4914F6CDD1DULL; /* fixed token stream: same work every run */
-    for (long i = 0; i < (n_pp > n_tg ? n_pp : n_tg); i++) {
+    for (long i = 0; i < n_toks; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         toks[i] = (dj_token)(x % m->hp.n_vocab);
     }
     double pp[64], tg[64];
     int nr = reps > 64 ? 64 : (int)reps;
     enum dj_status st = DJ_OK;
+    if (depth > 0) st = ctx_decode(c, toks, (size_t)depth, logits, false); /* once, untimed */
+    const dj_token *tt = toks + depth;
     for (int r = 0; r < nr && !st; r++) {
         if (n_pp > 0) {
-            ctx_reset(c);
+            ctx_truncate(c, (uint32_t)depth);
             int64_t t0 = dj_time_us();
-            st = ctx_decode(c, toks, (size_t)n_pp, logits, false);
+            st = ctx_decode(c, tt, (size_t)n_pp, logits, false);
             pp[r] = (double)n_pp / ((double)(dj_time_us() - t0) / 1e6);
         }
         if (n_tg > 0 && !st) {
-            ctx_reset(c);
+            ctx_truncate(c, (uint32_t)depth);
             int64_t t0 = dj_time_us();
-            for (long i = 0; i < n_tg && !st; i++) st = ctx_decode(c, &toks[i], 1, logits, false);
+            for (long i = 0; i < n_tg && !st; i++) st = ctx_decode(c, &tt[i], 1, logits, false);
             tg[r] = (double)n_tg / ((double)(dj_time_us() - t0) / 1e6);
         }
     }
@@ -331,18 +355,25 @@ int cmd_bench(int argc, char **argv) {
         if (ftype_n[t] > ftype_n[main_type]) main_type = (uint32_t)t;
     if (json) {
         printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %ld, \"weight_bytes\": %zu, \"pp\": %ld, \"pp_tps\": %.2f, "
-               "\"tg\": %ld, \"tg_tps\": %.2f, \"tg_gbs\": %.2f",
-               model_path, dj_type_name(main_type), n_threads, weight_bytes, n_pp, pp_m, n_tg, tg_m, gbs);
+               "\"tg\": %ld, \"tg_tps\": %.2f, \"tg_gbs\": %.2f, \"depth\": %ld, \"cache_type_k\": \"%s\", "
+               "\"cache_type_v\": \"%s\"",
+               model_path, dj_type_name(main_type), n_threads, weight_bytes, n_pp, pp_m, n_tg, tg_m, gbs, depth,
+               dj_type_name(type_k), dj_type_name(type_v));
         if (membw) printf(", \"membw_gbs\": %.2f, \"tg_bw_fraction\": %.3f", bw, bw > 0 ? gbs / bw : 0);
         printf("}\n");
     } else {
         printf("| model | type | threads | test | t/s (median of %d) | min | max |\n|---|---|---|---|---|---|---|\n", nr);
+        char at[64] = "";
+        if (depth) snprintf(at, sizeof at, " @ d%ld", depth);
+        if (type_k != DJ_TYPE_F32 || type_v != DJ_TYPE_F32)
+            snprintf(at + strlen(at), sizeof at - strlen(at), " (K %s, V %s)", dj_type_name(type_k),
+                     dj_type_name(type_v));
         if (n_pp)
-            printf("| %s | %s | %ld | pp%ld | %.2f | %.2f | %.2f |\n", model_path, dj_type_name(main_type), n_threads, n_pp,
-                   pp_m, pp[0], pp[nr - 1]);
+            printf("| %s | %s | %ld | pp%ld%s | %.2f | %.2f | %.2f |\n", model_path, dj_type_name(main_type), n_threads,
+                   n_pp, at, pp_m, pp[0], pp[nr - 1]);
         if (n_tg)
-            printf("| %s | %s | %ld | tg%ld | %.2f | %.2f | %.2f |\n", model_path, dj_type_name(main_type), n_threads, n_tg,
-                   tg_m, tg[0], tg[nr - 1]);
+            printf("| %s | %s | %ld | tg%ld%s | %.2f | %.2f | %.2f |\n", model_path, dj_type_name(main_type), n_threads,
+                   n_tg, at, tg_m, tg[0], tg[nr - 1]);
         if (n_tg) printf("decode reads %.3f GB of weights per token: %.2f GB/s", (double)weight_bytes / 1e9, gbs);
         if (n_tg && membw) printf(" = %.0f%% of the measured %.1f GB/s memory read bandwidth", 100 * gbs / bw, bw);
         if (n_tg) putchar('\n');

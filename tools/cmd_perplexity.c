@@ -12,6 +12,11 @@
  * features that do not exist yet: a warning).  Each chunk runs in one context
  * without the engine, so of the implemented variables only LLAMA_OPT_BLOCK_SIZE
  * (the KV block size; results do not depend on it) applies.
+ *
+ * -ctk/-ctv choose the K/V cache types; with --kl-f32 each chunk is evaluated a
+ * second time with an f32 cache and the scored positions also give the mean KL
+ * divergence KL(f32 || chosen types) and how often both pick the same top token —
+ * the quality cost of a K/V type (docs/BENCHMARKS.md).
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,17 +31,26 @@
 static void ppl_usage(FILE *f) {
     fprintf(f,
             "usage: deja perplexity -m MODEL -f FILE [-c CTX] [-t THREADS] [--ubatch N] [--chunks N] [--json]\n"
+            "                       [-ctk T] [-ctv T] [--kl-f32]\n"
             "  llama.cpp's perplexity: non-overlapping chunks of CTX tokens (default 512), BOS at the\n"
-            "  start of each, the second half of each chunk scored.  --json prints ppl, ppl_err, n_chunks.\n");
+            "  start of each, the second half of each chunk scored.  --json prints ppl, ppl_err, n_chunks.\n"
+            CLI_KV_TYPE_HELP
+            "  --kl-f32            also run each chunk with an f32 K/V cache: mean KL divergence of the\n"
+            "                      chosen types' next-token distributions from it, and top-1 agreement\n");
 }
 
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *file = NULL;
     long n_ctx = 512, n_threads = 1, ubatch = 512, max_chunks = -1;
-    bool json = false;
+    bool json = false, kl_f32 = false, ok;
+    uint32_t type_k = kv_type_default(), type_v = kv_type_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         long *dst = NULL;
+        if (cli_kv_type_opt("perplexity", argc, argv, &i, &type_k, &type_v, &ok)) {
+            if (!ok) return 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             ppl_usage(stdout);
             return 0;
@@ -46,6 +60,8 @@ int cmd_perplexity(int argc, char **argv) {
             if (!(file = cli_value("perplexity", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--kl-f32")) {
+            kl_f32 = true;
         } else if (!strcmp(a, "-c")) dst = &n_ctx;
         else if (!strcmp(a, "-t")) dst = &n_threads;
         else if (!strcmp(a, "--ubatch")) dst = &ubatch;
@@ -75,9 +91,11 @@ int cmd_perplexity(int argc, char **argv) {
     if (!text) return 1;
     int rc = 1;
     struct dj_model *m = NULL;
-    struct dj_context *c = NULL;
+    struct dj_context *c = NULL, *c32 = NULL;
     dj_token *toks = NULL;
-    float *logits = NULL;
+    float *logits = NULL, *logits32 = NULL;
+    double kl_sum = 0;
+    size_t kl_top1 = 0;
     size_t n_tok = 0;
     if (model_load(model_path, &m) != DJ_OK) {
         cli_error("perplexity", "%s", dj_last_error());
@@ -98,13 +116,23 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_threads = (int)n_threads;
     cp.n_ubatch = (uint32_t)ubatch;
     cp.block_size = opt.block_size;
+    cp.type_k = type_k;
+    cp.type_v = type_v;
     if (ctx_create(m, cp, &c) != DJ_OK) {
         cli_error("perplexity", "%s", dj_last_error());
         goto done;
     }
     const size_t V = m->hp.n_vocab;
+    if (kl_f32) {
+        cp.type_k = cp.type_v = DJ_TYPE_F32;
+        if (ctx_create(m, cp, &c32) != DJ_OK) {
+            cli_error("perplexity", "%s", dj_last_error());
+            goto done;
+        }
+        logits32 = malloc((size_t)n_ctx * V * sizeof(float));
+    }
     logits = malloc((size_t)n_ctx * V * sizeof(float));
-    if (!logits) {
+    if (!logits || (kl_f32 && !logits32)) {
         cli_error("perplexity", "out of memory");
         goto done;
     }
@@ -120,6 +148,10 @@ int cmd_perplexity(int argc, char **argv) {
         if (add_bos) chunk[0] = bos;
         ctx_reset(c);
         enum dj_status st = ctx_decode(c, chunk, (size_t)n_ctx, logits, true);
+        if (st == DJ_OK && c32) {
+            ctx_reset(c32);
+            st = ctx_decode(c32, chunk, (size_t)n_ctx, logits32, true);
+        }
         chunk[0] = saved;
         if (st != DJ_OK) {
             cli_error("perplexity", "%s", dj_last_error());
@@ -135,6 +167,27 @@ int cmd_perplexity(int argc, char **argv) {
             nll += v;
             nll2 += v * v;
             count++;
+            if (c32) {
+                const float *lr = logits32 + (size_t)j * V;
+                size_t ia = 0, ib = 0;
+                for (size_t k = 1; k < V; k++) {
+                    if (lr[k] > lr[ia]) ia = k;
+                    if (lg[k] > lg[ib]) ib = k;
+                }
+                double zr = 0, z = 0; /* both normalized the same way: KL(x || x) = 0 */
+                for (size_t k = 0; k < V; k++) {
+                    zr += exp((double)lr[k] - lr[ia]);
+                    z += exp((double)lg[k] - lg[ib]);
+                }
+                const double lzr = log(zr) + lr[ia], lz = log(z) + lg[ib];
+                double kl = 0;
+                for (size_t k = 0; k < V; k++) {
+                    const double a = (double)lr[k] - lzr, b = (double)lg[k] - lz;
+                    kl += exp(a) * (a - b);
+                }
+                kl_sum += kl;
+                kl_top1 += ia == ib;
+            }
         }
         fprintf(stderr, "[%zu]%.4f,", ci + 1, exp(nll / (double)count));
     }
@@ -143,16 +196,26 @@ int cmd_perplexity(int argc, char **argv) {
     double ppl = exp(mean), err = var > 0 ? sqrt(var / (double)(count - 1)) * ppl : 0;
     double secs = (double)(dj_time_us() - t0) / 1e6;
     fprintf(stderr, "perplexity: %.2f s, %.1f tokens/s\n", secs, (double)(n_chunks * (size_t)n_ctx) / secs);
-    if (json)
-        printf("{\"ppl\": %.6f, \"ppl_err\": %.6f, \"n_chunks\": %zu, \"n_ctx\": %ld, \"n_tokens\": %zu}\n", ppl, err,
-               n_chunks, n_ctx, n_tok);
-    else
+    if (json) {
+        printf("{\"ppl\": %.6f, \"ppl_err\": %.6f, \"n_chunks\": %zu, \"n_ctx\": %ld, \"n_tokens\": %zu, "
+               "\"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\"",
+               ppl, err, n_chunks, n_ctx, n_tok, dj_type_info(type_k)->name, dj_type_info(type_v)->name);
+        if (c32) printf(", \"kl_f32\": %.9g, \"top1_f32\": %.6f", kl_sum / (double)count, (double)kl_top1 / (double)count);
+        printf("}\n");
+    } else {
         printf("Final estimate: PPL = %.4f +/- %.5f\n", ppl, err);
+        if (c32)
+            printf("K %s V %s against an f32 cache: mean KL divergence %.6g, same top token %.2f %%\n",
+                   dj_type_info(type_k)->name, dj_type_info(type_v)->name, kl_sum / (double)count,
+                   100.0 * (double)kl_top1 / (double)count);
+    }
     rc = 0;
 done:
     free(logits);
+    free(logits32);
     free(toks);
     ctx_free(c);
+    ctx_free(c32);
     model_free(m);
     free(text);
     return rc;

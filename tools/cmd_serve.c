@@ -31,6 +31,7 @@ static void serve_usage(FILE *f) {
             "  -n, --n-predict N   tokens generated when a request sets no max_tokens (default: up to the context)\n"
             "  --parallel N        requests generating at once (default: as many as the KV budget holds)\n"
             "  --kv-budget MIB     KV cache memory (default: half the available memory)\n"
+            CLI_KV_TYPE_HELP
             "  --kv-dir DIR        keep sealed KV blocks on disk in DIR and restore them in later sessions and\n"
             "                      after restarts (= LLAMA_OPT_PERSIST_ENABLED=1 LLAMA_OPT_PERSIST_DIR=DIR; off by default)\n"
             "  --kv-dir-max-gib G  disk budget of --kv-dir, least recently used blocks evicted (default 0: none)\n"
@@ -71,6 +72,14 @@ int cmd_serve(int argc, char **argv) {
         dst;                                                                                    \
         continue;                                                                               \
     }
+        bool ok;
+        if (cli_kv_type_opt("serve", argc, argv, &i, &p.engine.kv_type_k, &p.engine.kv_type_v, &ok)) {
+            if (!ok) {
+                free(tmpl);
+                return 1;
+            }
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             serve_usage(stdout);
             return 0;

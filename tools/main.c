@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "core/file.h"
 #include "deja.h"
+#include "kv/pool.h"
 
 struct subcommand {
     const char *name;
@@ -54,6 +55,23 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k, uint32_t *v, bool *ok) {
+    const char *a = argv[*i];
+    const bool is_k = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
+    if (!is_k && strcmp(a, "-ctv") && strcmp(a, "--cache-type-v")) return false;
+    *ok = false;
+    const char *val = cli_value(cmd, argc, argv, i);
+    if (!val) return true;
+    const int t = kv_type_parse(val);
+    if (t < 0) {
+        cli_error(cmd, "%s: %s", a, dj_last_error());
+        return true;
+    }
+    *(is_k ? k : v) = (uint32_t)t;
+    *ok = true;
+    return true;
 }
 
 char *cli_read_file(const char *cmd, const char *path, size_t *len) {

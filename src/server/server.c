@@ -4,6 +4,7 @@
  */
 #include "server/server.h"
 
+#include "core/ggml_type.h"
 #include "server/request.h"
 #include "server/server_internal.h"
 
@@ -683,6 +684,12 @@ enum dj_status server_attach(struct dj_server *s, const struct dj_model *m) {
         st = dj_fail(DJ_ERR_NOMEM, "serve: cannot start the engine thread");
     }
     if (st) return st;
+    struct kv_pool_stats ps;
+    engine_pool_stats(s->e, &ps);
+    fprintf(stderr, "deja serve: KV cache: K %s, V %s, %zu KiB per position; %u blocks of %u positions (%.1f MiB)\n",
+            dj_type_name(s->p.engine.kv_type_k), dj_type_name(s->p.engine.kv_type_v),
+            engine_kv_bytes_per_token(m, s->p.engine.kv_type_k, s->p.engine.kv_type_v) / 1024, ps.capacity,
+            s->p.engine.opt.block_size, (double)ps.capacity * (double)ps.block_bytes / 1048576.0);
     s->engine_started = true;
     atomic_store(&s->ready, true); /* publishes m, e and tmpl to the connection threads */
     return DJ_OK;
