@@ -113,6 +113,10 @@ struct dj_kernels {
     dj_attn_values_fn attn_values;
     dj_attn_values_n_fn attn_values_n;
     dj_attn_softmax_fn attn_softmax;
+    /* K/V cache rows to floats: n_rows rows of n elements of a cache type (f32, f16, bf16,
+     * q8_0, q4_0), src_stride bytes apart, into dst[n_rows][n]; each row bitwise its
+     * dj_ref_dequantize_row (the conversions are exact or one float product per element). */
+    void (*kv_rows_to_f32)(uint32_t type, const void *src, size_t src_stride, int64_t n_rows, int64_t n, float *dst);
 };
 
 /* The table for this CPU (best ISA it supports, capped by DJ_ISA).  Never NULL. */

@@ -203,16 +203,10 @@ void kv_row_to_f32(uint32_t type, const void *x, float *y, size_t n) {
 }
 
 /* Rows [0, n) of head hk of one block's K (or V) of a type other than f32, as floats
- * in dst ([n][hd]): the table's dequantizer, bitwise the reference one. */
+ * in dst ([n][hd]): the table's converter, bitwise the reference one. */
 static void kv_tile_to_f32(const struct dj_context *c, uint32_t type, const uint8_t *rows, size_t row_bytes,
                            size_t head_bytes, int hk, int64_t n, float *dst) {
-    const int64_t hd = c->model->hp.head_dim;
-    const dj_dequantize_fn dq = c->kern->w[type].dequantize_row;
-    rows += (size_t)hk * head_bytes;
-    for (int64_t r = 0; r < n; r++, rows += row_bytes, dst += hd) {
-        if (dq) dq(rows, dst, hd);
-        else dj_ref_dequantize_row(type, rows, dst, hd);
-    }
+    c->kern->kv_rows_to_f32(type, rows + (size_t)hk * head_bytes, row_bytes, n, c->model->hp.head_dim, dst);
 }
 
 /* ---- attention --------------------------------------------------------------- */

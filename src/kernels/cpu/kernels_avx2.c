@@ -905,6 +905,8 @@ static void attn_values_avx2_n(int64_t hd, int nr, const float *const *w, const 
     for (int r = 0; r < nr; r++) attn_values_avx2(hd, w[r], v, stride, n, out[r], acc);
 }
 
+DJ_KV_ROWS_TO_F32(kv_rows_to_f32_avx2, dequant_f16, dequant_q8_0, dequant_q4_0)
+
 bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->name = "avx2";
     k->isa = DJ_ISA_AVX2;
@@ -920,10 +922,13 @@ bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->attn_scores = attn_scores_avx2;
     k->attn_values = attn_values_avx2;
     k->attn_values_n = attn_values_avx2_n;
+    k->kv_rows_to_f32 = kv_rows_to_f32_avx2;
     return true;
 }
 
 #else /* not x86 */
 #include "kernels/cpu/cpu_internal.h"
+DJ_KV_ROWS_TO_F32(kv_rows_to_f32_avx2, dequant_f16, dequant_q8_0, dequant_q4_0)
+
 bool dj_kernels_init_avx2(struct dj_kernels *k) { (void)k; return false; }
 #endif

@@ -32,6 +32,7 @@
 #include "core/fp16.h"
 #include "core/status.h"
 #include "kernels/cpu/tile.h"
+#include "kernels/ref/ref.h"
 
 static inline float hsum16(__m512 v) {
     const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
@@ -1535,6 +1536,10 @@ static void attn_softmax_avx512(float *s, int64_t n) {
     }
 }
 
+/* q4_0 rows: the AVX2 table's dequantizer (this table inherits it) is not visible here */
+static void dequant_q4_0_ref(const void *x, float *y, int64_t n) { dj_ref_dequantize_row(DJ_TYPE_Q4_0, x, y, n); }
+DJ_KV_ROWS_TO_F32(kv_rows_to_f32_avx512, dequant_f16, dequant_q8_0, dequant_q4_0_ref)
+
 bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->name = "avx512-vnni";
     k->isa = DJ_ISA_AVX512;
@@ -1549,10 +1554,15 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->attn_values = attn_values_avx512;
     k->attn_values_n = attn_values_n_avx512;
     k->attn_softmax = attn_softmax_avx512;
+    k->kv_rows_to_f32 = kv_rows_to_f32_avx512;
     return true;
 }
 
 #else /* not x86 */
 #include "kernels/cpu/cpu_internal.h"
+/* q4_0 rows: the AVX2 table's dequantizer (this table inherits it) is not visible here */
+static void dequant_q4_0_ref(const void *x, float *y, int64_t n) { dj_ref_dequantize_row(DJ_TYPE_Q4_0, x, y, n); }
+DJ_KV_ROWS_TO_F32(kv_rows_to_f32_avx512, dequant_f16, dequant_q8_0, dequant_q4_0_ref)
+
 bool dj_kernels_init_avx512(struct dj_kernels *k) { (void)k; return false; }
 #endif
