@@ -641,13 +641,15 @@ int cmd_replay(int argc, char **argv) {
                "\"ttft_median_ms\": %.3f, \"ttft_p90_ms\": %.3f, \"kv_block_bytes\": %zu, \"kv_blocks_capacity\": %u, "
                "\"kv_blocks_peak\": %u, \"kv_blocks_pinned_peak\": %u, \"kv_blocks_pinned_end\": %u, "
                "\"kv_blocks_evicted\": %" PRIu64 ", \"kv_cow_copies\": %" PRIu64 ", \"sessions_parked\": %zu, "
-               "\"dedup_blocks_total\": %" PRIu64 ", \"dedup_blocks_hit\": %" PRIu64 ", \"canon_entries_deduped\": %"
-               PRIu64 "},\n \"logits_hash\": \"%016" PRIx64 "\", \"ids_hash\": \"%016" PRIx64 "\"",
+               "\"dedup_blocks_total\": %" PRIu64 ", \"dedup_blocks_hit\": %" PRIu64 ", \"canon_entries_total\": %"
+               PRIu64 ", \"canon_entries_deduped\": %" PRIu64 ", \"canon_bytes_saved\": %" PRIu64
+               "},\n \"logits_hash\": \"%016" PRIx64 "\", \"ids_hash\": \"%016" PRIx64 "\"",
                n_paths, n_rows, tot_prompt, tot_own + tot_pool + tot_approx, tot_own, tot_pool, tot_approx, tot_blend,
                tot_probed, tot_comp, tot_min, tot_gen,
                tot_prefill, tot_decode, wall_ms, ttft_med, ttft_p90, ps.block_bytes, ps.capacity, peak_alloc,
                peak_pinned, ps.pinned, ps.evicted, ps.cow_copies, tot_parked, os.dedup_blocks_total,
-               os.dedup_blocks_hit, os.canon_entries_deduped, acc.hash, ids_hash);
+               os.dedup_blocks_hit, os.canon_entries_total, os.canon_entries_deduped, os.canon_bytes_saved, acc.hash,
+               ids_hash);
         printf(",\n \"parallel\": %zu, \"n_forward_passes\": %llu, \"sessions\": [", (size_t)parallel,
                (unsigned long long)engine_n_forward(e));
         for (size_t i = 0; i < n_paths; i++) {

@@ -6,9 +6,10 @@
  *   s->seq.n_pos == s->hist.n_tok: the history holds exactly the tokens whose
  *     K/V the sequence holds, position by position;
  *   with dedup on, the sealed blocks of a table form a prefix of it (blocks
- *     are sealed in order; a seal that fails stops the walk), and a sealed
- *     block is the only one in the pool with its (chain, parent, tokens):
- *     sealing an identical block switches to the existing one instead;
+ *     are sealed in order; a seal that fails stops the walk); with
+ *     canonicalization on too, a sealed block is the only one in the pool
+ *     with its (chain, parent, tokens): sealing an identical block switches
+ *     to the existing one instead (off: twins are sealed side by side);
  *   the sessions of an engine are on its list; the context's current
  *     sequence is the context's own (empty) one outside engine_turn.
  */
@@ -390,8 +391,22 @@ static enum dj_status reuse_pool(struct dj_engine *e, struct dj_session *s, cons
     return DJ_OK;
 }
 
-/* Step 5: seals the full blocks not sealed yet, in order, switching to an
- * identical sealed block where one exists (canonicalization). */
+/* Step 5: seals the full blocks not sealed yet, in order.  With
+ * LLAMA_OPT_CANON_ENABLED (the default), a block identical to a sealed one
+ * (same chain hash, parent and tokens: the same K/V bits, DESIGN.md §1) is
+ * dropped for it (canonicalization): one physical block per distinct prefix,
+ * and the sessions that computed it chain their next blocks onto one parent.
+ *
+ * With it off, every block is sealed as it is, twin or not: the session keeps
+ * its own copy, and the index may then hold several blocks with one key.  A
+ * lookup returns any of them, each the bits a recomputation gives; since the
+ * next blocks chain onto their own parent's id, two sessions that computed
+ * the same prefix hold two parallel chains.  Sealed, the copy stays findable
+ * (the session's own reuse after parking, other sessions), evictable like any
+ * cached block, and goes to the disk store, where a second put of a chain
+ * finds its file present (kv/persist.h).  Leaving it private instead would
+ * keep every later block of the session private too (a block is sealed only
+ * after its parent) and out of the store. */
 void seal_blocks(struct dj_engine *e, struct dj_session *s) {
     const size_t bs = e->block_size;
     size_t nb;
@@ -406,8 +421,11 @@ void seal_blocks(struct dj_engine *e, struct dj_session *s) {
         uint32_t parent = b ? s->seq.table[b - 1] : KV_BLOCK_NONE;
         if (parent != KV_BLOCK_NONE && !kv_pool_is_sealed(e->pool, parent)) return; /* a seal failed */
         const dj_token *bt = s->hist.tok + b * bs;
-        e->stats.canon_entries_total++;
-        uint32_t other = kv_pool_lookup(e->pool, chains[b], parent, bt);
+        uint32_t other = KV_BLOCK_NONE;
+        if (e->cfg.canon_enabled) {
+            e->stats.canon_entries_total++;
+            other = kv_pool_lookup(e->pool, chains[b], parent, bt);
+        }
         if (other != KV_BLOCK_NONE) {
             kv_seq_replace_block(&s->seq, b, other); /* ours (not sealed, ours alone) is freed */
             e->stats.canon_entries_deduped++;

@@ -31,9 +31,10 @@
  *   5. every full block not sealed yet is sealed into the pool — or, when an
  *      identical sealed block (same chain hash, parent, tokens) already
  *      exists, the table points at that one and ours is dropped
- *      (canonicalization), so other sessions' later blocks chain onto one
- *      shared block.  Only with dedup on: with it off nothing is sealed and
- *      the pool holds only the sessions' private blocks.
+ *      (canonicalization, LLAMA_OPT_CANON_ENABLED; off: ours is sealed
+ *      beside it), so other sessions' later blocks chain onto one shared
+ *      block.  Only with dedup on: with it off nothing is sealed and the pool
+ *      holds only the sessions' private blocks.
  *
  * Exactness: every reused row is the K/V of the same token at the same
  * position after the same prefix, and the forward pass is batch-invariant
