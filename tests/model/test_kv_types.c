@@ -8,6 +8,8 @@
  *    prompt, bounds well above what was measured), and a K/V row of the cache holds
  *    the bytes of ggml's reference conversion of the f32 row;
  *  - K and V may differ (q8_0 K with f16 V) and still be exact run to run;
+ *  - every kernel table's kv_rows_to_f32 (attention's tile conversion) is bitwise the
+ *    reference dequantizer for every type;
  *  - the block size in memory is the type's (q8_0: 34 bytes per 32 elements);
  *  - a quantized type on a model whose head size is not a multiple of 32
  *    (stories260K: 8) and a type the cache cannot hold (q4_K) are refused with a
@@ -24,6 +26,7 @@
 #include "core/ggml_type.h"
 #include "core/hash.h"
 #include "engine/engine.h"
+#include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "model/context.h"
 #include "test.h"
@@ -153,6 +156,37 @@ static void test_refused(const struct dj_model *stories, const struct dj_model *
     CHECK(kv_type_parse("q4_K") == -1 && kv_type_parse("") == -1 && kv_type_parse("f64") == -1);
 }
 
+/* Every kernel table's kv_rows_to_f32 is bitwise the reference dequantizer, row by row,
+ * for every cache type, with rows strided as a block's head slices are. */
+static void test_row_conversion(void) {
+    enum { N = 64, ROWS = 5, STRIDE = 4 * N * 2 };
+    static float x[ROWS][N], got[ROWS][N], want[ROWS][N];
+    static uint8_t rows[ROWS][STRIDE];
+    uint64_t r = 12345;
+    for (int i = 0; i < ROWS; i++)
+        for (int j = 0; j < N; j++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            x[i][j] = (float)((int64_t)(r >> 33) % 20001 - 10000) * (i == 3 ? 1e-6f : 3e-3f);
+        }
+    const uint32_t types[] = {DJ_TYPE_F32, DJ_TYPE_F16, DJ_TYPE_BF16, DJ_TYPE_Q8_0, DJ_TYPE_Q4_0};
+    for (int isa = 0; isa < DJ_ISA_COUNT; isa++) {
+        const struct dj_kernels *k = dj_kernels_for_isa((enum dj_isa)isa);
+        if (!k) continue;
+        CHECKF(k->kv_rows_to_f32 != NULL, "%s: no kv_rows_to_f32", k->name);
+        if (!k->kv_rows_to_f32) continue;
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            memset(rows, 0xA5, sizeof rows);
+            for (int i = 0; i < ROWS; i++) {
+                kv_row_from_f32(types[t], x[i], rows[i], N);
+                CHECK(dj_ref_dequantize_row(types[t], rows[i], want[i], N));
+            }
+            k->kv_rows_to_f32(types[t], rows, STRIDE, ROWS, N, &got[0][0]);
+            CHECKF(memcmp(got, want, sizeof got) == 0, "%s: %s rows differ from the reference", k->name,
+                   dj_type_info(types[t])->name);
+        }
+    }
+}
+
 static dj_token T(size_t i) { return (dj_token)(3 + (i * 7919 + i / 5) % 500); }
 
 /* One turn of 70 made-up tokens + 4 generated on a fresh engine of types (tk, tv),
@@ -214,6 +248,7 @@ int main(int argc, char **argv) {
     CHECKF(model_load(test_shared_path(argv[1], "models/stories260K.gguf"), &stories) == DJ_OK, "%s",
            dj_last_error());
     if (!codelm || !stories) return 1;
+    test_row_conversion();
     test_types_in_effect(codelm);
     test_refused(stories, codelm);
     test_store_key(codelm);
