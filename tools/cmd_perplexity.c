@@ -98,6 +98,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_threads = (int)n_threads;
     cp.n_ubatch = (uint32_t)ubatch;
     cp.block_size = opt.block_size;
+    cp.rope_table_max = opt.precompute_enabled ? opt.precompute_rope_max : 0;
     if (ctx_create(m, cp, &c) != DJ_OK) {
         cli_error("perplexity", "%s", dj_last_error());
         goto done;
