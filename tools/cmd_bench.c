@@ -23,7 +23,8 @@
  * that runs the model does (bad values: a message and exit 1; settings of
  * features that do not exist yet: a warning).  The benchmark runs one context
  * without the engine, so of the implemented variables only LLAMA_OPT_BLOCK_SIZE
- * (the KV block size) applies.
+ * (the KV block size) and LLAMA_OPT_PRECOMPUTE_ENABLED / _ROPE_MAX (the RoPE
+ * table) apply; --batch runs the engine, which reads them all.
  */
 #include <immintrin.h>
 #include <pthread.h>
@@ -303,6 +304,7 @@ int cmd_bench(int argc, char **argv) {
     cp.block_size = opt.block_size;
     cp.type_k = type_k;
     cp.type_v = type_v;
+    cp.rope_table_max = opt.precompute_enabled ? opt.precompute_rope_max : 0;
     struct dj_context *c = NULL;
     float *logits = malloc(m->hp.n_vocab * sizeof(float));
     dj_token *toks = malloc((size_t)n_toks * sizeof *toks + sizeof *toks);

@@ -118,6 +118,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.block_size = opt.block_size;
     cp.type_k = type_k;
     cp.type_v = type_v;
+    cp.rope_table_max = opt.precompute_enabled ? opt.precompute_rope_max : 0;
     if (ctx_create(m, cp, &c) != DJ_OK) {
         cli_error("perplexity", "%s", dj_last_error());
         goto done;

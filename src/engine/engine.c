@@ -194,6 +194,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     cp.n_threads = p->n_threads;
     cp.block_size = cfg->block_size;
     cp.pool = e->pool;
+    cp.rope_table_max = cfg->precompute_enabled ? cfg->precompute_rope_max : 0;
     if ((st = ctx_create(m, cp, &e->ctx))) {
         kv_pool_destroy(e->pool);
         pthread_mutex_destroy(&e->mu);
@@ -274,7 +275,10 @@ const dj_token *engine_session_tokens(const struct dj_session *s, size_t *n) {
 
 size_t engine_session_n_blocks(const struct dj_session *s) { return s->seq.n_blocks; }
 const struct llama_opt_config *engine_config(const struct dj_engine *e) { return &e->cfg; }
-void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out) { *out = e->stats; }
+void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out) {
+    *out = e->stats;
+    out->precompute_rope_hits = e->ctx->rope_hits; /* counted by the forward pass */
+}
 void engine_pool_stats(const struct dj_engine *e, struct kv_pool_stats *out) { kv_pool_get_stats(e->pool, out); }
 uint32_t engine_block_size(const struct dj_engine *e) { return e->block_size; }
 uint32_t engine_n_ctx(const struct dj_engine *e) { return e->ctx->p.n_ctx; }

@@ -310,6 +310,7 @@ static void req_finish(struct dj_engine *e, struct dj_req *q) {
         release_session(e, s, drop);
         if (q->p.on_done) q->p.on_done(q->p.ud, &r);
     }
+    e->stats.precompute_rope_hits = e->ctx->rope_hits; /* counted by the forward pass */
     if (e->cfg.stats_enabled) llama_opt_stats_print_turn(e->stats_out, &e->stats_last, &e->stats);
     list_remove(admitted ? &e->running : &e->waiting, q);
     req_free(e, q);

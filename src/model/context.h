@@ -31,6 +31,10 @@ struct dj_ctx_params {
     struct kv_pool *pool;   /* NULL: the context makes its own, sized for n_ctx */
     uint32_t type_k, type_v; /* K/V element types of the own pool (enum dj_ggml_type: f32, f16,
                                 bf16, q8_0, q4_0); with pool, the pool's */
+    uint32_t rope_table_max; /* positions whose RoPE cos/sin are precomputed once and shared by q, k and
+                                every layer (spec §2.2; LLAMA_OPT_PRECOMPUTE_ROPE_MAX); positions past it
+                                and past n_ctx are computed on the fly; 0 = always on the fly
+                                (LLAMA_OPT_PRECOMPUTE_ENABLED=0).  Same bits either way. */
 };
 
 struct dj_ctx_params ctx_default_params(void);
@@ -85,6 +89,17 @@ struct dj_context {
     struct ctx_att_tile *tiles; /* (ub) attention work tiles of the ubatch */
     size_t wrow_stride; /* the largest K (row length) of any weight */
     const struct dj_kernels *kern; /* the CPU's kernel table, chosen once */
+    /* RoPE table (forward.c rope_row), filled lazily up to the highest position seen:
+     *
+     *   rope_tab  row p = [cos θ_0(p) .. cos θ_{n_rot/2-1}(p) | sin θ_0(p) .. sin θ_{n_rot/2-1}(p)]
+     *             rows 0 .. rope_n-1 filled, room for rope_n_alloc rows, never more than rope_cap
+     */
+    float *rope_tab;       /* (rope_n_alloc, n_rot) */
+    uint32_t rope_n;       /* positions filled */
+    uint32_t rope_n_alloc; /* positions allocated */
+    uint32_t rope_cap;     /* min(p.rope_table_max, p.n_ctx) */
+    uint64_t rope_hits;    /* q or k rotations of one token at one layer served from the table
+                              (llama_opt_stats.precompute_rope_hits): 2 x n_layer per token below rope_cap */
 };
 
 enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, struct dj_context **out);

@@ -28,10 +28,13 @@
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "model/context.h"
+#include "opt/opt.h"
 
 struct dj_ctx_params ctx_default_params(void) {
+    const struct llama_opt_config opt = llama_opt_config_default(); /* the build's precompute default */
     struct dj_ctx_params p = {.n_ctx = 0, .n_ubatch = 512, .n_threads = 1, .block_size = 64, .pool = NULL,
-                              .type_k = kv_type_default(), .type_v = kv_type_default()};
+                              .type_k = kv_type_default(), .type_v = kv_type_default(),
+                              .rope_table_max = opt.precompute_enabled ? opt.precompute_rope_max : 0};
     return p;
 }
 
@@ -156,16 +159,17 @@ void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x,
 
 /* ---- RoPE ------------------------------------------------------------------ */
 
-/* Rotates the first n_rot dims of each of n_heads heads of one token at `pos`,
- * as ggml does: theta_i = pos * base^(-2i/n_rot) (computed by repeated
- * multiplication in float), divided by a per-pair frequency factor if the
- * model has rope_freqs, times the linear scale. */
-static void rope(const struct dj_model *m, float *x, int n_heads, float pos) {
+/* cos and sin of the n_rot/2 rotation angles at `pos`, as ggml computes them:
+ * theta_i = pos * base^(-2i/n_rot) (by repeated multiplication in float),
+ * divided by a per-pair frequency factor if the model has rope_freqs, times
+ * the linear scale.  The one place this arithmetic lives: the precomputed
+ * table (rope_row) and the on-the-fly path both call it, so a table entry is
+ * bitwise the value the on-the-fly path computes (tests/model/test_precompute.c). */
+static void rope_cos_sin(const struct dj_model *m, float pos, float *cs, float *sn) {
     const struct dj_hparams *hp = &m->hp;
-    const int n_rot = (int)hp->n_rot, hd = (int)hp->head_dim;
+    const int n_rot = (int)hp->n_rot;
     const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
     const float *ff = (const float *)m->rope_freqs.data;
-    float cs[256], sn[256]; /* n_rot/2 <= 256, checked at context creation */
     float theta = pos;
     for (int i = 0; i < n_rot / 2; i++) {
         float t = hp->rope_linear_scale * (ff ? theta / ff[i] : theta);
@@ -173,6 +177,14 @@ static void rope(const struct dj_model *m, float *x, int n_heads, float pos) {
         sn[i] = sinf(t);
         theta *= theta_scale;
     }
+}
+
+/* Rotates the first n_rot dims of each of n_heads heads of one token by the
+ * angles whose cos and sin are cs[0 .. n_rot/2) and cs[n_rot/2 .. n_rot). */
+static void rope_rotate(const struct dj_model *m, float *x, int n_heads, const float *cs) {
+    const struct dj_hparams *hp = &m->hp;
+    const int n_rot = (int)hp->n_rot, hd = (int)hp->head_dim;
+    const float *sn = cs + n_rot / 2;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * hd;
         for (int i = 0; i < n_rot / 2; i++) {
@@ -185,8 +197,47 @@ static void rope(const struct dj_model *m, float *x, int n_heads, float pos) {
     }
 }
 
+/* RoPE of one token at `pos`, computed on the fly. */
+static void rope(const struct dj_model *m, float *x, int n_heads, float pos) {
+    float cs[512]; /* n_rot/2 <= 256, checked at context creation */
+    rope_cos_sin(m, pos, cs, cs + m->hp.n_rot / 2);
+    rope_rotate(m, x, n_heads, cs);
+}
+
+/* The cos/sin row of position pos (rope_rotate's cs) from the context's table
+ * (spec §2.2 precomputation), filling the table up to pos first if needed;
+ * NULL when pos is not below the table's capacity (rope_cap; 0 when
+ * precomputation is off) or growing the table failed: the caller then
+ * computes on the fly.  The table only grows (doubling, up to rope_cap
+ * positions) and is never invalidated: its values depend on the model alone.
+ * Called by the forward pass's thread only. */
+static const float *rope_row(struct dj_context *c, uint32_t pos) {
+    const struct dj_model *m = c->model;
+    const size_t n_rot = m->hp.n_rot;
+    if (pos >= c->rope_cap) return NULL;
+    if (pos >= c->rope_n) {
+        if (pos >= c->rope_n_alloc) {
+            uint64_t n_alloc = c->rope_n_alloc ? 2 * (uint64_t)c->rope_n_alloc : 1024;
+            if (n_alloc < (uint64_t)pos + 1) n_alloc = (uint64_t)pos + 1;
+            if (n_alloc > c->rope_cap) n_alloc = c->rope_cap;
+            /* n_alloc < 2^32 rows of n_rot <= 512 floats: no overflow in size_t */
+            float *tab = realloc(c->rope_tab, (size_t)n_alloc * n_rot * sizeof(float));
+            if (!tab) return NULL;
+            c->rope_tab = tab;
+            c->rope_n_alloc = (uint32_t)n_alloc;
+        }
+        for (uint32_t p = c->rope_n; p <= pos; p++) {
+            float *row = c->rope_tab + (size_t)p * n_rot;
+            rope_cos_sin(m, (float)p, row, row + n_rot / 2);
+        }
+        c->rope_n = pos + 1;
+    }
+    return c->rope_tab + (size_t)pos * n_rot;
+}
+
 void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t delta) {
-    /* R(p + delta) = R(delta) R(p): rotating by delta moves a K row from p to p + delta */
+    /* R(p + delta) = R(delta) R(p): rotating by delta moves a K row from p to p + delta;
+     * delta may be negative or past any table: always on the fly */
     rope(m, k, n_heads, (float)delta);
 }
 
@@ -387,8 +438,15 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
         head_norm(c->q, &L->q_norm, n, (int)hp->n_head, (int)hd, hp->rms_eps);
         head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
         for (int64_t t = 0; t < n; t++) {
-            rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t]);
-            rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t]);
+            const float *cs = rope_row(c, pos[t]); /* one precomputed cos/sin row for q and k */
+            if (cs) {
+                rope_rotate(m, c->q + t * Q, (int)hp->n_head, cs);
+                rope_rotate(m, c->k + t * KV, (int)hp->n_head_kv, cs);
+                c->rope_hits += 2;
+            } else {
+                rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t]);
+                rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t]);
+            }
             void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
             if (pr && il == pr->il) {
                 kv_row_to_f32(c->type_k, krow, c->krow, (size_t)KV);
@@ -648,6 +706,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->tseq = malloc(ub * sizeof *c->tseq);
     c->tiles = malloc(ub * sizeof *c->tiles);
     c->kern = dj_kernels();
+    c->rope_cap = p.rope_table_max < p.n_ctx ? p.rope_table_max : p.n_ctx; /* the table itself grows in rope_row */
     c->tpool = threadpool_create(p.n_threads);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
         !c->scores || (!c->kvt && (p.type_k != DJ_TYPE_F32 || p.type_v != DJ_TYPE_F32)) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->tpool) {
@@ -679,6 +738,7 @@ void ctx_free(struct dj_context *c) {
     free(c->out);
     free(c->tseq);
     free(c->tiles);
+    free(c->rope_tab);
     free(c);
 }
 

@@ -316,9 +316,8 @@ static void test_stats(void) {
 
 /* ---- variables that have no behaviour yet ---------------------------------------- */
 
-/* The 12 that src/ does not read yet (grep for the fields: only src/opt touches them). */
+/* The 10 that src/ does not read yet (grep for the fields: only src/opt touches them). */
 static const char *const not_impl[] = {
-    "LLAMA_OPT_PRECOMPUTE_ENABLED",  "LLAMA_OPT_PRECOMPUTE_ROPE_MAX",
     "LLAMA_OPT_MEMO_ENABLED",        "LLAMA_OPT_MEMO_TRIE_MAX",     "LLAMA_OPT_ATTN_PRUNE_ENABLED",
     "LLAMA_OPT_ATTN_PRUNE_WINDOW",   "LLAMA_OPT_ATTN_PRUNE_THRESHOLD", "LLAMA_OPT_SPARSE_ATTN_ENABLED",
     "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_NOOP_ENABLED",
@@ -366,7 +365,7 @@ static size_t count_lines(const char *s, const char *needle) {
 }
 
 static void test_not_implemented(void) {
-    /* the table says exactly these 12 are not implemented */
+    /* the table says exactly these 10 are not implemented */
     size_t n_false = 0;
     for (size_t i = 0; llama_opt_config_var(i); i++) {
         const struct llama_opt_var *v = llama_opt_config_var(i);
@@ -375,7 +374,7 @@ static void test_not_implemented(void) {
         CHECKF(listed == !v->implemented, "%s: implemented = %d", v->name, v->implemented);
         n_false += !v->implemented;
     }
-    CHECK(n_false == 12 && N_NOT_IMPL == 12);
+    CHECK(n_false == 10 && N_NOT_IMPL == 10);
 
     /* defaults: nothing to warn about */
     struct llama_opt_config c = llama_opt_config_default();
