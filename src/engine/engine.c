@@ -262,6 +262,7 @@ size_t engine_session_n_blocks(const struct dj_session *s) { return s->seq.n_blo
 const struct llama_opt_config *engine_config(const struct dj_engine *e) { return &e->cfg; }
 void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out) { *out = e->stats; }
 void engine_pool_stats(const struct dj_engine *e, struct kv_pool_stats *out) { kv_pool_get_stats(e->pool, out); }
+bool engine_persist_on(const struct dj_engine *e) { return e->store != NULL; }
 uint32_t engine_block_size(const struct dj_engine *e) { return e->block_size; }
 uint32_t engine_n_ctx(const struct dj_engine *e) { return e->ctx->p.n_ctx; }
 uint64_t engine_n_forward(const struct dj_engine *e) { return e->n_forward; }
