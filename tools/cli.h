@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct llama_opt_config;
+
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
@@ -34,5 +36,15 @@ bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k
     "  -ctv, --cache-type-v T  V cache type (the same choices)\n"
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL + message on failure. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
+/* --kv-dir and --kv-dir-max-gib, the same for serve, run and replay: the help lines, and
+ * the flag applied over the LLAMA_OPT_PERSIST_* environment already in *opt (the flag wins:
+ * persistence on, its directory).  kv_dir NULL leaves *opt alone.  Returns 0, or 1 after a
+ * message when the path is too long. */
+#define CLI_KV_DIR_USAGE                                                                                   \
+    "  --kv-dir DIR        keep sealed KV blocks on disk in DIR and restore them in later sessions and\n"  \
+    "                      after restarts (= LLAMA_OPT_PERSIST_ENABLED=1 LLAMA_OPT_PERSIST_DIR=DIR; off by default)\n" \
+    "  --kv-dir-max-gib G  disk budget of --kv-dir, least recently used blocks evicted (default 0: none)\n"
+int cli_kv_dir(const char *cmd, const char *kv_dir, struct llama_opt_config *opt);
 
 #endif

@@ -5,8 +5,9 @@
  * agents sees them), or --parallel N at once.  Every turn prefills its prompt (reusing what the
  * LLAMA_OPT_* configuration allows) and generates -n tokens greedily.
  *
- * Output per turn: n_prompt, n_reused (own prefix / pool), n_computed,
- * prefill ms, TTFT; then a summary.  --json gives one object (DESIGN.md §5)
+ * Output per turn: n_prompt, n_reused (own prefix / pool, and of the pool's the
+ * positions read from the persistent KV store: --kv-dir or LLAMA_OPT_PERSIST_*),
+ * n_computed, prefill ms, TTFT; then a summary.  --json gives one object (DESIGN.md §5)
  * with per-turn entries, totals, logits_hash (FNV-1a 64 over the float32
  * bits of every logits vector, all turns in order) and ids_hash (FNV-1a 64
  * over every generated id as LE uint32), and `sessions`: each trace's own
@@ -38,6 +39,18 @@
  * hashes some earlier sequence held (capped before the last token, 0 with
  * dedup off).  It does not look inside the engine; with enough budget (no
  * evictions, no parked sessions) the engine must compute exactly that.
+ * P counts a block that ends at the prompt's end too (the engine takes it and
+ * recomputes its last row), and is then capped at n-1 like L.  Blocks on disk
+ * that an earlier process wrote are unknown to it: a run on a warm --kv-dir
+ * computes less than its "minimum".
+ *
+ * --restart-each-turn: before every turn but the first, the engine and the
+ * model are destroyed (the store's queued writes finish) and loaded again, and
+ * every session is created again on the new engine, as if the process had been
+ * restarted: no K/V in memory survives, so a turn reuses only what the store
+ * gives back.  The model of the minimum follows: L = 0, and P counts only
+ * blocks that went to the store (none when persistence is off).  Restart time
+ * (destroy + load + create) is part of the wall time and reported alone.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -69,11 +82,16 @@ static void replay_usage(FILE *f) {
             "                    is done (default: round-robin, one turn at a time)\n"
             "  --n-batch N       tokens per engine step: decode tokens + prefill chunks (default: --ubatch)\n"
             "  --no-chunked-prefill  an admitted prompt is prefilled whole in one step\n"
+            CLI_KV_TYPE_HELP
+            CLI_KV_DIR_USAGE
+            "  --restart-each-turn  destroy and re-create the engine and the model before every turn (but\n"
+            "                    the first): nothing in memory survives, only what --kv-dir holds (round-robin only)\n"
             "  --json            one JSON object instead of the per-turn lines\n"
             "  --compare-exact   (with LLAMA_OPT_DIFF_MODE=approx) also run exact reuse and report the\n"
             "                    KL divergence and top-1 agreement of every generated step\n"
-            "Reuse is configured by LLAMA_OPT_DIFF_ENABLED, LLAMA_OPT_DEDUP_ENABLED, LLAMA_OPT_BLOCK_SIZE\n"
-            "(docs/CONFIG.md); LLAMA_OPT_STATS=1 prints opt-stats lines on stderr.\n");
+            "Reuse is configured by LLAMA_OPT_DIFF_ENABLED, LLAMA_OPT_DEDUP_ENABLED, LLAMA_OPT_BLOCK_SIZE,\n"
+            "LLAMA_OPT_PERSIST_ENABLED, LLAMA_OPT_PERSIST_DIR (docs/CONFIG.md); LLAMA_OPT_STATS=1 prints\n"
+            "opt-stats lines on stderr.\n");
 }
 
 static bool parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -139,6 +157,35 @@ static bool hset_add(struct hset *h, uint64_t x) {
         h->n++;
     }
     return true;
+}
+
+/* ---- engine counters, summed over the engines of a --restart-each-turn run ------ */
+
+struct engine_totals {
+    uint64_t evicted, cow_copies, n_forward;
+    uint32_t peak_alloc, peak_pinned; /* the largest of any engine */
+    struct llama_opt_stats os;        /* the fields the report prints, summed */
+};
+
+/* Adds engine e's counters (call once per engine, before destroying it). */
+static void engine_totals_add(struct engine_totals *t, const struct dj_engine *e) {
+    struct kv_pool_stats ps;
+    engine_pool_stats(e, &ps);
+    uint32_t pa, pp;
+    engine_peak_blocks(e, &pa, &pp);
+    struct llama_opt_stats os;
+    engine_get_stats(e, &os);
+    t->evicted += ps.evicted;
+    t->cow_copies += ps.cow_copies;
+    t->n_forward += engine_n_forward(e);
+    if (pa > t->peak_alloc) t->peak_alloc = pa;
+    if (pp > t->peak_pinned) t->peak_pinned = pp;
+    t->os.dedup_blocks_total += os.dedup_blocks_total;
+    t->os.dedup_blocks_hit += os.dedup_blocks_hit;
+    t->os.canon_entries_deduped += os.canon_entries_deduped;
+    t->os.persist_loads += os.persist_loads;
+    t->os.persist_saves += os.persist_saves;
+    t->os.persist_tokens_restored += os.persist_tokens_restored;
 }
 
 /* ---- sessions ---------------------------------------------------------------- */
@@ -298,9 +345,9 @@ static int finish_turn(struct rsess *r, size_t i, const dj_token *fed, size_t G,
                                              trx ? trx->t_prefill_ms : 0.0,
                                              r->turn_lhash};
     if (!json) {
-        printf("%-5zu %-44.44s %8zu %8zu %8zu %8zu %8zu %8zu %10.1f %10.1f", r->n_turns,
+        printf("%-5zu %-44.44s %8zu %8zu %8zu %8zu %8zu %8zu %8zu %10.1f %10.1f", r->n_turns,
                r->tr->session ? r->tr->session : r->tr->path, n, tr->n_reused_own, tr->n_reused_pool,
-               tr->n_reused_approx, tr->n_computed, r->n_min, tr->t_prefill_ms, tr->t_ttft_ms);
+               tr->n_reused_disk, tr->n_reused_approx, tr->n_computed, r->n_min, tr->t_prefill_ms, tr->t_ttft_ms);
         if (cmp)
             printf(" %9.1f %9.2e %2zu/%zu", trx->t_prefill_ms, cmp->kl_sum / (double)cmp->n_steps, cmp->n_top1,
                    cmp->n_steps);
@@ -311,19 +358,49 @@ static int finish_turn(struct rsess *r, size_t i, const dj_token *fed, size_t G,
     return 0;
 }
 
+/* --restart-each-turn: the sessions, the engine and the model go, as when a process
+ * exits (engine_destroy finishes the store's queued writes); then the model is loaded,
+ * the engine and every active session created again.  *e's counters are added to tot
+ * first.  Returns non-zero after a message (*e and *m may then be NULL). */
+static int restart(const char *model_path, const struct dj_engine_params *ep, struct dj_model **m,
+                   struct dj_engine **e, struct rsess *rs, size_t n_paths, struct engine_totals *tot) {
+    engine_totals_add(tot, *e);
+    for (size_t i = 0; i < n_paths; i++) {
+        engine_session_destroy(rs[i].s);
+        rs[i].s = NULL;
+        rs[i].n_held = 0; /* the model of the minimum: no sequence survives */
+    }
+    engine_destroy(*e);
+    *e = NULL;
+    model_free(*m);
+    *m = NULL;
+    if (model_load(model_path, m) != DJ_OK || engine_create(*m, ep, e) != DJ_OK)
+        return cli_error("replay", "restart: %s", dj_last_error());
+    for (size_t i = 0; i < n_paths; i++)
+        if (rs[i].active && engine_session_create(*e, &rs[i].s) != DJ_OK)
+            return cli_error("replay", "restart: %s", dj_last_error());
+    return 0;
+}
+
 int cmd_replay(int argc, char **argv) {
-    const char *model_path = NULL;
+    const char *model_path = NULL, *kv_dir = NULL;
     const char **paths = NULL;
     size_t n_paths = 0;
     double n_gen = 32, n_ctx = 0, n_threads = 1, ubatch = 512, max_turns = 0, max_chars = 0, budget = 0;
-    double parallel = 0, n_batch = 0;
-    bool json = false, compare = false, no_chunk = false;
+    double parallel = 0, n_batch = 0, kv_dir_gib = 0;
+    bool json = false, compare = false, no_chunk = false, restart_each = false;
     int rc = 1;
     paths = calloc((size_t)argc, sizeof *paths);
     if (!paths) return cli_error("replay", "out of memory");
+    uint32_t ctk = kv_type_default(), ctv = kv_type_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v;
+        bool ok;
+        if (cli_kv_type_opt("replay", argc, argv, &i, &ctk, &ctv, &ok)) {
+            if (!ok) goto out_args;
+            continue;
+        }
 #define NUM(name, lo, hi, dst)                                                            \
     else if (!strcmp(a, name)) {                                                          \
         const char *s = cli_value("replay", argc, argv, &i);                              \
@@ -345,6 +422,10 @@ int cmd_replay(int argc, char **argv) {
             compare = true;
         } else if (!strcmp(a, "--no-chunked-prefill")) {
             no_chunk = true;
+        } else if (!strcmp(a, "--restart-each-turn")) {
+            restart_each = true;
+        } else if (!strcmp(a, "--kv-dir")) {
+            if (!(kv_dir = cli_value("replay", argc, argv, &i))) goto out_args;
         }
         NUM("--parallel", 1, 1e6, parallel)
         NUM("--n-batch", 1, 1e6, n_batch)
@@ -355,6 +436,7 @@ int cmd_replay(int argc, char **argv) {
         NUM("--max-turns", 0, 1e9, max_turns)
         NUM("--max-chars", 0, 1e12, max_chars)
         NUM("--kv-budget", 1e-6, 1e9, budget)
+        NUM("--kv-dir-max-gib", 0, 1 << 20, kv_dir_gib)
         else {
             replay_usage(stderr);
             cli_error("replay", "unknown argument '%s'", a);
@@ -376,11 +458,18 @@ int cmd_replay(int argc, char **argv) {
     struct turn_row *rows = NULL;
     size_t n_rows = 0, cap_rows = 0;
     struct hset chains = {0};
+    struct engine_totals etot = {0};
+    size_t n_restarts = 0, rows_at_restart = 0;
+    int64_t t_restart_us = 0;
     struct dj_engine_params ep = engine_default_params();
+    ep.kv_type_k = ctk;
+    ep.kv_type_v = ctv;
     if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
         cli_error("replay", "%s", dj_last_error());
         goto done;
     }
+    if (cli_kv_dir("replay", kv_dir, &ep.opt)) goto done; /* --kv-dir wins over the environment */
+    ep.persist_max_bytes = (uint64_t)(kv_dir_gib * 1073741824.0);
     if (model_load(model_path, &m) != DJ_OK) {
         cli_error("replay", "%s", dj_last_error());
         goto done;
@@ -396,6 +485,10 @@ int cmd_replay(int argc, char **argv) {
     ep.chunked_prefill = !no_chunk;
     if (compare && parallel > 0) {
         cli_error("replay", "--compare-exact runs the sessions round-robin; drop --parallel");
+        goto done;
+    }
+    if (restart_each && (parallel > 0 || compare)) {
+        cli_error("replay", "--restart-each-turn restarts between round-robin turns; drop --parallel and --compare-exact");
         goto done;
     }
     if (engine_create(m, &ep, &e) != DJ_OK) {
@@ -423,7 +516,7 @@ int cmd_replay(int argc, char **argv) {
         }
     }
     const size_t bs = engine_block_size(e);
-    const bool diff_on = ep.opt.diff_enabled, dedup_on = ep.opt.dedup_enabled;
+    const bool diff_on = ep.opt.diff_enabled, dedup_on = ep.opt.dedup_enabled, persist_on = engine_persist_on(e);
     rs = calloc(n_paths, sizeof *rs);
     if (!rs) {
         cli_error("replay", "out of memory");
@@ -438,8 +531,8 @@ int cmd_replay(int argc, char **argv) {
         rs[i].active = true;
     }
     if (!json)
-        printf("%-5s %-44s %8s %8s %8s %8s %8s %8s %10s %10s%s\n", "turn", "session", "n_prompt", "own", "pool",
-               "approx", "computed", "minimum", "prefill_ms", "ttft_ms", compare ? "  exact_ms   mean_kl top1" : "");
+        printf("%-5s %-44s %8s %8s %8s %8s %8s %8s %8s %10s %10s%s\n", "turn", "session", "n_prompt", "own", "pool",
+               "disk", "approx", "computed", "minimum", "prefill_ms", "ttft_ms", compare ? "  exact_ms   mean_kl top1" : "");
 
     struct logits_acc acc = {DJ_FNV_OFFSET, NULL};
     uint64_t ids_hash = DJ_FNV_OFFSET;
@@ -474,6 +567,17 @@ int cmd_replay(int argc, char **argv) {
                 n_active--;
                 continue;
             }
+            if (restart_each && n_rows > rows_at_restart) { /* a turn ran since the last (re)start */
+                const int64_t t0 = dj_time_us();
+                if (restart(model_path, &ep, &m, &e, rs, n_paths, &etot)) goto done;
+                t_restart_us += dj_time_us() - t0;
+                n_restarts++;
+                rows_at_restart = n_rows;
+                if (!persist_on) { /* the pool's blocks are gone and none went to disk */
+                    free(chains.v);
+                    chains = (struct hset){0};
+                }
+            }
             free(r->toks);
             r->toks = NULL;
             if (vocab_tokenize(m->vocab, r->tr->prompt, r->tr->prompt_len, true, true, &r->toks, &r->n) != DJ_OK) {
@@ -487,7 +591,8 @@ int cmd_replay(int argc, char **argv) {
             if (L >= n && n > 0) L = n - 1;
             if (dedup_on) {
                 uint64_t c = KV_CHAIN_ROOT;
-                while ((P / bs + 1) * bs < n && hset_has(&chains, c = kv_hash_chain(c, toks + P, bs))) P += bs;
+                while ((P / bs + 1) * bs <= n && hset_has(&chains, c = kv_hash_chain(c, toks + P, bs))) P += bs;
+                if (P >= n && n > 0) P = n - 1; /* the last block is taken, its last row computed */
             }
             r->n_min = n - (L > P ? L : P);
             r->turn_lhash = DJ_FNV_OFFSET;
@@ -566,7 +671,7 @@ int cmd_replay(int argc, char **argv) {
     const double wall_ms = (double)(dj_time_us() - t_start) / 1000.0;
 
     /* ---- totals ---- */
-    size_t tot_prompt = 0, tot_own = 0, tot_pool = 0, tot_comp = 0, tot_min = 0, tot_gen = 0, tot_parked = 0;
+    size_t tot_prompt = 0, tot_own = 0, tot_pool = 0, tot_disk = 0, tot_comp = 0, tot_min = 0, tot_gen = 0, tot_parked = 0;
     size_t tot_approx = 0, tot_blend = 0, tot_probed = 0;
     double tot_prefill = 0, tot_decode = 0, tot_prefill_x = 0;
     /* --compare-exact: [0] every turn, [1] the turns that reused something approximately */
@@ -582,6 +687,7 @@ int cmd_replay(int argc, char **argv) {
         tot_prompt += t->n_prompt;
         tot_own += t->n_reused_own;
         tot_pool += t->n_reused_pool;
+        tot_disk += t->n_reused_disk;
         tot_comp += t->n_computed;
         tot_min += rows[k].n_min;
         tot_gen += t->n_gen;
@@ -604,12 +710,13 @@ int cmd_replay(int argc, char **argv) {
     }
     double ttft_med = percentile(ttft, n_rows, 0.5), ttft_p90 = percentile(ttft, n_rows, 0.9);
     free(ttft);
-    struct kv_pool_stats ps;
+    struct kv_pool_stats ps; /* capacity, block bytes, pins at the end: the last engine's */
     engine_pool_stats(e, &ps);
-    uint32_t peak_alloc, peak_pinned;
-    engine_peak_blocks(e, &peak_alloc, &peak_pinned);
-    struct llama_opt_stats os;
-    engine_get_stats(e, &os);
+    engine_totals_add(&etot, e);
+    const uint32_t peak_alloc = etot.peak_alloc, peak_pinned = etot.peak_pinned;
+    const struct llama_opt_stats os = etot.os;
+    ps.evicted = etot.evicted;
+    ps.cow_copies = etot.cow_copies;
     if (json) {
         printf("{\"model\": ");
         json_str(stdout, model_path);
@@ -621,11 +728,11 @@ int cmd_replay(int argc, char **argv) {
             printf("%s\n  {\"session\": ", k ? "," : "");
             json_str(stdout, rs[rows[k].sess].tr->session);
             printf(", \"turn\": %zu, \"n_prompt\": %zu, \"n_reused\": %zu, \"n_reused_own\": %zu, "
-                   "\"n_reused_pool\": %zu, \"n_reused_disk\": 0, \"n_reused_approx\": %zu, \"n_blend\": %zu, "
+                   "\"n_reused_pool\": %zu, \"n_reused_disk\": %zu, \"n_reused_approx\": %zu, \"n_blend\": %zu, "
                    "\"n_probed\": %zu, \"n_computed\": %zu, \"n_min_computed\": %zu, "
                    "\"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"t_decode_ms\": %.3f",
                    rows[k].turn, t->n_prompt, t->n_reused_own + t->n_reused_pool + t->n_reused_approx,
-                   t->n_reused_own, t->n_reused_pool, t->n_reused_approx, t->n_blend, t->n_probed, t->n_computed,
+                   t->n_reused_own, t->n_reused_pool, t->n_reused_disk, t->n_reused_approx, t->n_blend, t->n_probed, t->n_computed,
                    rows[k].n_min, t->n_gen, t->t_prefill_ms, t->t_ttft_ms, t->t_decode_ms);
             printf(", \"t_queue_ms\": %.3f, \"logits_hash\": \"%016" PRIx64 "\"", t->t_queue_ms, rows[k].logits_hash);
             if (ex)
@@ -635,8 +742,8 @@ int cmd_replay(int argc, char **argv) {
             printf("}");
         }
         printf("],\n \"totals\": {\"sessions\": %zu, \"turns\": %zu, \"n_prompt\": %zu, \"n_reused\": %zu, "
-               "\"n_reused_own\": %zu, \"n_reused_pool\": %zu, \"n_reused_approx\": %zu, \"n_blend\": %zu, "
-               "\"n_probed\": %zu, \"n_computed\": %zu, \"n_min_computed\": %zu, "
+               "\"n_reused_own\": %zu, \"n_reused_pool\": %zu, \"n_reused_disk\": %zu, \"n_reused_approx\": %zu, "
+               "\"n_blend\": %zu, \"n_probed\": %zu, \"n_computed\": %zu, \"n_min_computed\": %zu, "
                "\"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"t_decode_ms\": %.3f, \"t_wall_ms\": %.3f, "
                "\"ttft_median_ms\": %.3f, \"ttft_p90_ms\": %.3f, \"kv_block_bytes\": %zu, \"kv_blocks_capacity\": %u, "
                "\"kv_blocks_peak\": %u, \"kv_blocks_pinned_peak\": %u, \"kv_blocks_pinned_end\": %u, "
@@ -644,14 +751,18 @@ int cmd_replay(int argc, char **argv) {
                "\"dedup_blocks_total\": %" PRIu64 ", \"dedup_blocks_hit\": %" PRIu64 ", \"canon_entries_total\": %"
                PRIu64 ", \"canon_entries_deduped\": %" PRIu64 ", \"canon_bytes_saved\": %" PRIu64
                "},\n \"logits_hash\": \"%016" PRIx64 "\", \"ids_hash\": \"%016" PRIx64 "\"",
-               n_paths, n_rows, tot_prompt, tot_own + tot_pool + tot_approx, tot_own, tot_pool, tot_approx, tot_blend,
-               tot_probed, tot_comp, tot_min, tot_gen,
+               n_paths, n_rows, tot_prompt, tot_own + tot_pool + tot_approx, tot_own, tot_pool, tot_disk, tot_approx,
+               tot_blend, tot_probed, tot_comp, tot_min, tot_gen,
                tot_prefill, tot_decode, wall_ms, ttft_med, ttft_p90, ps.block_bytes, ps.capacity, peak_alloc,
                peak_pinned, ps.pinned, ps.evicted, ps.cow_copies, tot_parked, os.dedup_blocks_total,
                os.dedup_blocks_hit, os.canon_entries_total, os.canon_entries_deduped, os.canon_bytes_saved, acc.hash,
                ids_hash);
+        printf(",\n \"persist\": %s, \"persist_loads\": %" PRIu64 ", \"persist_saves\": %" PRIu64
+               ", \"restart_each_turn\": %s, \"restarts\": %zu, \"t_restart_ms\": %.3f",
+               persist_on ? "true" : "false", os.persist_loads, os.persist_saves, restart_each ? "true" : "false",
+               n_restarts, (double)t_restart_us / 1000.0);
         printf(",\n \"parallel\": %zu, \"n_forward_passes\": %llu, \"sessions\": [", (size_t)parallel,
-               (unsigned long long)engine_n_forward(e));
+               (unsigned long long)etot.n_forward);
         for (size_t i = 0; i < n_paths; i++) {
             printf("%s\n  {\"session\": ", i ? "," : "");
             json_str(stdout, rs[i].tr->session);
@@ -673,10 +784,13 @@ int cmd_replay(int argc, char **argv) {
         }
         printf("}\n");
     } else {
-        printf("\n%zu sessions, %zu turns: %zu prompt tokens, reused %zu (own %zu, pool %zu, approx %zu), computed "
-               "%zu (exact minimum %zu)\n",
-               n_paths, n_rows, tot_prompt, tot_own + tot_pool + tot_approx, tot_own, tot_pool, tot_approx, tot_comp,
-               tot_min);
+        printf("\n%zu sessions, %zu turns: %zu prompt tokens, reused %zu (own %zu, pool %zu of which %zu from disk, "
+               "approx %zu), computed %zu (exact minimum %zu)\n",
+               n_paths, n_rows, tot_prompt, tot_own + tot_pool + tot_approx, tot_own, tot_pool, tot_disk, tot_approx,
+               tot_comp, tot_min);
+        if (restart_each)
+            printf("%zu restarts (engine and model destroyed and loaded again) took %.1f ms in all\n", n_restarts,
+                   (double)t_restart_us / 1000.0);
         if (tot_probed)
             printf("Tier 2: %zu positions probed, %zu candidates recomputed after the probe\n", tot_probed, tot_blend);
         printf("prefill %.1f ms, decode %.1f ms, wall %.1f ms; TTFT median %.1f ms, p90 %.1f ms\n", tot_prefill,

@@ -4,8 +4,10 @@
  * It runs as one request on the serving engine (src/engine): sampling, stop
  * strings and end-of-generation go through the same code as the server's.
  * Output: the generated text on stdout (streamed), a prefill/decode speed line
- * on stderr; with --json one object (DESIGN.md §5) with prompt_ids, ids, text,
- * n_prompt, n_gen, t_prefill_ms, t_decode_ms, finish_reason,
+ * on stderr (with the prompt positions reused from the persistent KV store when
+ * --kv-dir or LLAMA_OPT_PERSIST_* turn it on: a fresh engine has nothing else to
+ * reuse); with --json one object (DESIGN.md §5) with prompt_ids, ids, text,
+ * n_prompt, n_reused, n_reused_disk, n_computed, n_gen, t_prefill_ms, t_decode_ms, finish_reason,
  * n_forward_passes (batched passes while generating) and logits_hash — FNV-1a 64 over
  * the raw float32 bits of every logits vector the run produced, in order
  * (row 0 = logits at the last prompt position, row s = after feeding generated
@@ -43,6 +45,8 @@ static void run_usage(FILE *f) {
             "  --typical-p P     locally typical sampling (default 1 = off)\n"
             "  --stop STR        stop before the first occurrence of STR (repeatable; not printed)\n"
             "  --ignore-eos      keep generating after an end-of-generation token\n"
+            CLI_KV_TYPE_HELP
+            CLI_KV_DIR_USAGE
             "  LLAMA_OPT_* variables configure the engine (docs/CONFIG.md).\n"
             "  --json            print one JSON object instead of the text\n"
             "  --dump-logits F   write every logits vector as float32 LE rows to F\n"
@@ -141,7 +145,8 @@ static void run_on_done(void *ud, const struct dj_turn_result *r) {
 
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL, *dump = NULL;
-    double n_gen = 64, n_ctx = 0, n_threads = 1, ubatch = 512, seed = 0;
+    double n_gen = 64, n_ctx = 0, n_threads = 1, ubatch = 512, seed = 0, kv_dir_gib = 0;
+    const char *kv_dir = NULL;
     bool json = false, ignore_eos = false;
     const char *grammar_file = NULL, *schema_file = NULL, *trigger = NULL, *tools_file = NULL, *tool_choice = NULL,
                *tool_format = NULL;
@@ -149,9 +154,15 @@ int cmd_run(int argc, char **argv) {
     size_t n_stops = 0;
     struct dj_sampler_params sp = sampler_default_params();
     sp.temp = 0.0f;
+    uint32_t ctk = kv_type_default(), ctv = kv_type_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v;
+        bool ok;
+        if (cli_kv_type_opt("run", argc, argv, &i, &ctk, &ctv, &ok)) {
+            if (!ok) return 1;
+            continue;
+        }
 #define NUM(name, lo, hi, dst)                                                            \
     else if (!strcmp(a, name)) {                                                          \
         const char *s = cli_value("run", argc, argv, &i);                                 \
@@ -183,6 +194,8 @@ int cmd_run(int argc, char **argv) {
             if (!(tool_choice = cli_value("run", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--grammar-trigger")) {
             if (!(trigger = cli_value("run", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--kv-dir")) {
+            if (!(kv_dir = cli_value("run", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -211,6 +224,7 @@ int cmd_run(int argc, char **argv) {
         NUM("--presence-penalty", -100, 100, sp.presence_penalty)
         NUM("--penalty-last-n", 0, 1e6, sp.penalty_last_n)
         NUM("--seed", 0, 1.8e19, seed)
+        NUM("--kv-dir-max-gib", 0, 1 << 20, kv_dir_gib)
         else {
             run_usage(stderr);
             return cli_error("run", "unknown argument '%s'", a);
@@ -255,10 +269,14 @@ int cmd_run(int argc, char **argv) {
     struct dj_logits_processor proc;
     struct dj_toolcall_grammar tcg = {0};
     struct dj_engine_params ep = engine_default_params();
+    ep.kv_type_k = ctk;
+    ep.kv_type_v = ctv;
     if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
         cli_error("run", "%s", dj_last_error());
         goto done;
     }
+    if (cli_kv_dir("run", kv_dir, &ep.opt)) goto done; /* --kv-dir wins over the environment */
+    ep.persist_max_bytes = (uint64_t)(kv_dir_gib * 1073741824.0);
     if (model_load(model_path, &m) != DJ_OK) {
         cli_error("run", "%s", dj_last_error());
         goto done;
@@ -387,9 +405,13 @@ int cmd_run(int argc, char **argv) {
     }
     const double ms_p = rs.r.t_queue_ms + rs.r.t_prefill_ms, ms_d = rs.r.t_decode_ms;
     const size_t n_ids = rs.n_ids;
-    fprintf(stderr, "\ndeja run: prefill %zu tokens in %.1f ms (%.1f t/s), decode %zu tokens in %.1f ms (%.1f t/s), %d threads\n",
-            np, ms_p, ms_p > 0 ? (double)np * 1000.0 / ms_p : 0.0, n_ids, ms_d,
-            ms_d > 0 && n_ids > 1 ? (double)(n_ids - 1) * 1000.0 / ms_d : 0.0, ep.n_threads);
+    /* t/s over the prompt as a whole: positions restored from --kv-dir make it look faster, and
+     * the reuse figures say by how much */
+    const size_t n_reused = rs.r.n_reused_own + rs.r.n_reused_pool + rs.r.n_reused_approx;
+    fprintf(stderr, "\ndeja run: prefill %zu tokens in %.1f ms (%.1f t/s; %zu reused, %zu of them from --kv-dir, %zu "
+            "computed), decode %zu tokens in %.1f ms (%.1f t/s), %d threads\n",
+            np, ms_p, ms_p > 0 ? (double)np * 1000.0 / ms_p : 0.0, n_reused, rs.r.n_reused_disk, rs.r.n_computed,
+            n_ids, ms_d, ms_d > 0 && n_ids > 1 ? (double)(n_ids - 1) * 1000.0 / ms_d : 0.0, ep.n_threads);
     if (json) {
         struct llama_opt_stats os;
         engine_get_stats(e, &os);
@@ -399,11 +421,12 @@ int cmd_run(int argc, char **argv) {
         for (size_t i = 0; i < n_ids; i++) printf(i ? ", %d" : "%d", rs.ids[i]);
         printf("], \"text\": ");
         json_str(stdout, rs.text ? rs.text : "", rs.text_len);
-        printf(", \"n_prompt\": %zu, \"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"t_decode_ms\": %.3f, "
+        printf(", \"n_prompt\": %zu, \"n_reused\": %zu, \"n_reused_disk\": %zu, \"n_computed\": %zu, "
+               "\"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"t_decode_ms\": %.3f, "
                "\"finish_reason\": \"%s\", \"n_forward_passes\": %llu, \"schema_tokens_total\": %llu, "
                "\"schema_tokens_skipped\": %llu, \"schema_tokens_inferred\": %llu, \"n_drafted\": %zu, "
                "\"grammar_complete\": %s, \"logits_hash\": \"%016" PRIx64 "\"}\n",
-               np, n_ids, ms_p, ms_d, n_gen > 0 ? engine_finish_name(rs.r.finish) : "length",
+               np, n_reused, rs.r.n_reused_disk, rs.r.n_computed, n_ids, ms_p, ms_d, n_gen > 0 ? engine_finish_name(rs.r.finish) : "length",
                (unsigned long long)(engine_n_forward(e) - rs.fwd_first), (unsigned long long)os.schema_tokens_total,
                (unsigned long long)os.schema_tokens_skipped, (unsigned long long)os.schema_tokens_inferred,
                rs.r.n_drafted, gp ? (gproc_complete(gp) ? "true" : "false") : "null", rs.lhash);

@@ -32,9 +32,7 @@ static void serve_usage(FILE *f) {
             "  --parallel N        requests generating at once (default: as many as the KV budget holds)\n"
             "  --kv-budget MIB     KV cache memory (default: half the available memory)\n"
             CLI_KV_TYPE_HELP
-            "  --kv-dir DIR        keep sealed KV blocks on disk in DIR and restore them in later sessions and\n"
-            "                      after restarts (= LLAMA_OPT_PERSIST_ENABLED=1 LLAMA_OPT_PERSIST_DIR=DIR; off by default)\n"
-            "  --kv-dir-max-gib G  disk budget of --kv-dir, least recently used blocks evicted (default 0: none)\n"
+            CLI_KV_DIR_USAGE
             "  --api-key KEY       require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (all endpoints but /health)\n"
             "  --alias NAME        the model id reported by /v1/models (default: the file name)\n"
             "  --body-max BYTES    request body limit (default 8 MiB; larger: HTTP 413)\n"
@@ -137,13 +135,9 @@ int cmd_serve(int argc, char **argv) {
         free(tmpl);
         return cli_error("serve", "%s", dj_last_error());
     }
-    if (kv_dir) { /* --kv-dir wins over the environment */
-        if (strlen(kv_dir) >= sizeof p.engine.opt.persist_dir) {
-            free(tmpl);
-            return cli_error("serve", "--kv-dir: the path is longer than %zu bytes", sizeof p.engine.opt.persist_dir - 1);
-        }
-        p.engine.opt.persist_enabled = true;
-        snprintf(p.engine.opt.persist_dir, sizeof p.engine.opt.persist_dir, "%s", kv_dir);
+    if (cli_kv_dir("serve", kv_dir, &p.engine.opt)) { /* --kv-dir wins over the environment */
+        free(tmpl);
+        return 1;
     }
     p.engine.kv_budget_auto = p.engine.kv_budget_mib == 0 && getenv("LLAMA_OPT_DEDUP_POOL_MAX") == NULL;
     struct dj_server *s = NULL;

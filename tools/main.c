@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "deja.h"
 #include "kv/pool.h"
+#include "opt/opt.h"
 
 struct subcommand {
     const char *name;
@@ -81,6 +82,15 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
         return NULL;
     }
     return buf;
+}
+
+int cli_kv_dir(const char *cmd, const char *kv_dir, struct llama_opt_config *opt) {
+    if (!kv_dir) return 0;
+    if (strlen(kv_dir) >= sizeof opt->persist_dir)
+        return cli_error(cmd, "--kv-dir: the path is longer than %zu bytes", sizeof opt->persist_dir - 1);
+    opt->persist_enabled = true;
+    snprintf(opt->persist_dir, sizeof opt->persist_dir, "%s", kv_dir);
+    return 0;
 }
 
 int main(int argc, char **argv) {

@@ -280,6 +280,7 @@ void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out) {
     out->precompute_rope_hits = e->ctx->rope_hits; /* counted by the forward pass */
 }
 void engine_pool_stats(const struct dj_engine *e, struct kv_pool_stats *out) { kv_pool_get_stats(e->pool, out); }
+bool engine_persist_on(const struct dj_engine *e) { return e->store != NULL; }
 uint32_t engine_block_size(const struct dj_engine *e) { return e->block_size; }
 uint32_t engine_n_ctx(const struct dj_engine *e) { return e->ctx->p.n_ctx; }
 uint64_t engine_n_forward(const struct dj_engine *e) { return e->n_forward; }

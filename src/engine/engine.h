@@ -283,6 +283,9 @@ void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out);
 void engine_pool_stats(const struct dj_engine *e, struct kv_pool_stats *out);
 /* Most blocks allocated / pinned at the end of any step so far. */
 void engine_peak_blocks(const struct dj_engine *e, uint32_t *allocated, uint32_t *pinned);
+/* true when the persistent KV store is open (opt.persist_enabled with a directory, the
+ * pool on, and the store opened: engine_create only warns when it cannot be). */
+bool engine_persist_on(const struct dj_engine *e);
 uint32_t engine_block_size(const struct dj_engine *e);
 uint32_t engine_n_ctx(const struct dj_engine *e);
 /* Batched forward passes run so far, and the tokens they held. */

@@ -163,8 +163,10 @@ static struct result replay(const char *model, const char *const *traces, int n_
         char *cut = strstr(out, "\"parallel\"");
         if (cut) *cut = 0;
     }
-    r.logits = json_string(out, "logits_hash");
-    r.ids = json_string(out, "ids_hash");
+    /* the top-level hashes, after the totals: each turn has its own logits_hash before them */
+    const char *top = out ? strstr(out, "\"totals\"") : NULL;
+    r.logits = top ? json_string(top, "logits_hash") : NULL;
+    r.ids = top ? json_string(top, "ids_hash") : NULL;
     r.computed = total(out, "n_computed");
     r.min_computed = total(out, "n_min_computed");
     r.reused = total(out, "n_reused");
