@@ -22,7 +22,10 @@
  *  - run 1 on a fresh --kv-dir: nothing from disk; run 2: n_reused_disk > 0,
  *    the same text, ids and logits_hash as a run with persistence off; the
  *    stderr summary says how many positions came from --kv-dir; the environment
- *    route too; --kv-dir-max-gib smaller than one block: nothing is kept.
+ *    route too; --kv-dir-max-gib smaller than one block: nothing is kept;
+ *  - -ctk/-ctv q8_0: logits unlike the f32 cache's, the same in a second process
+ *    restoring from a q8_0 store on the same directory (f32 blocks there are another
+ *    key); a quantized type on stories260K (head size 8) and an unknown type: refused.
  */
 #include <dirent.h>
 #include <stdbool.h>
@@ -333,8 +336,35 @@ static void test_run(const char *shared) {
     same_run(&cold, &s2, "tiny budget");
     CHECKF(s2.disk == 0 && count_blocks(kv_small) == 0, "a budget below one block kept %zu blocks, reused %llu",
            count_blocks(kv_small), s2.disk);
-    (void)shared;
-    struct runres *all[] = {&cold, &r1, &r2, &e1, &e2, &s1, &s2};
+    /* -ctk/-ctv q8_0: its own cold result (not f32's), restored bitwise from a q8_0 --kv-dir; the
+     * f32 blocks of the first directory are not taken (another key) */
+    struct runres q_cold = run_json("-ctk q8_0 -ctv q8_0 (no --kv-dir)", "-ctk", "q8_0", "-ctv", "q8_0");
+    CHECKF(strcmp(q_cold.logits, cold.logits) != 0, "q8_0 cache: logits_hash equals the f32 cache's");
+    char *qa[] = {(char *)deja_bin, "run", "-m", (char *)codelm, "-f", pf, "-n", "16", "-t", "2", "--json", "-ctk", "q8_0",
+                  "-ctv", "q8_0", "--kv-dir", kv, NULL};
+    struct runres q[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&q[i], 0, sizeof q[i]);
+        CHECK(run(qa, &q[i].out) == 0);
+        const char *obj = strstr(q[i].out, "{\"prompt_ids\"");
+        q[i].logits = obj ? json_string(obj, "logits_hash") : strdup("?");
+        q[i].disk = num_after(q[i].out, "{\"prompt_ids\"", "n_reused_disk");
+        CHECKF(q[i].logits && !strcmp(q[i].logits, q_cold.logits), "q8_0 run %d: logits_hash %s != %s", i,
+               q[i].logits, q_cold.logits);
+    }
+    CHECKF(q[0].disk == 0 && q[1].disk == r2.disk, "q8_0 runs on the f32 runs' directory: disk %llu then %llu",
+           q[0].disk, q[1].disk);
+    free(q[0].out);
+    free(q[0].logits);
+    free(q[1].out);
+    free(q[1].logits);
+    rc = RUN(&out, "run", "-m", (char *)test_shared_path(shared, "models/stories260K.gguf"), "-p", "x", "-ctk", "q4_0");
+    CHECKF(rc != 0 && strstr(out, "q4_0") && strstr(out, "head size"), "q4_0 on stories260K: rc %d:\n%s", rc, out);
+    free(out);
+    rc = RUN(&out, "run", "-m", (char *)codelm, "-p", "x", "-ctv", "q5_1");
+    CHECKF(rc != 0 && strstr(out, "not a K/V cache type"), "-ctv q5_1: rc %d:\n%s", rc, out);
+    free(out);
+    struct runres *all[] = {&cold, &r1, &r2, &e1, &e2, &s1, &s2, &q_cold};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) runres_free(all[i]);
 }
 
