@@ -42,24 +42,17 @@ bool dj_kernels_init_avx512(struct dj_kernels *k);
     } while (0)
 
 /* Defines fname, a kv_rows_to_f32 (kernels.h) that converts each row with the ISA file's
- * f16fn / q8fn / q4fn dequantizers (called directly: no table lookup per row), bf16 by a
- * shift, f32 by a copy. */
-#define DJ_KV_ROWS_TO_F32(fname, f16fn, q8fn, q4fn)                                            \
+ * f16fn / bf16fn / q8fn / q4fn dequantizers (called directly: no table lookup per row), f32
+ * by a copy. */
+#define DJ_KV_ROWS_TO_F32(fname, f16fn, bf16fn, q8fn, q4fn)                                    \
     static void fname(uint32_t type, const void *src, size_t stride, int64_t nr, int64_t n, float *dst) { \
         const uint8_t *s_ = src;                                                              \
         for (int64_t r_ = 0; r_ < nr; r_++, s_ += stride, dst += n) {                         \
             switch (type) {                                                                   \
             case DJ_TYPE_F16: f16fn(s_, dst, n); break;                                       \
+            case DJ_TYPE_BF16: bf16fn(s_, dst, n); break;                                     \
             case DJ_TYPE_Q8_0: q8fn(s_, dst, n); break;                                       \
             case DJ_TYPE_Q4_0: q4fn(s_, dst, n); break;                                       \
-            case DJ_TYPE_BF16:                                                                \
-                for (int64_t i_ = 0; i_ < n; i_++) {                                          \
-                    uint16_t h_;                                                              \
-                    memcpy(&h_, s_ + 2 * i_, 2);                                              \
-                    const uint32_t u_ = (uint32_t)h_ << 16;                                   \
-                    memcpy(dst + i_, &u_, 4);                                                 \
-                }                                                                             \
-                break;                                                                        \
             default: memcpy(dst, s_, (size_t)n * sizeof(float)); break;                       \
             }                                                                                 \
         }                                                                                     \

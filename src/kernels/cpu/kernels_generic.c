@@ -328,7 +328,7 @@ static void attn_values_generic_n(int64_t hd, int nr, const float *const *w, con
 
 /* ---- the table ------------------------------------------------------------------------ */
 
-DJ_KV_ROWS_TO_F32(kv_rows_to_f32_generic, dequant_f16, dequant_q8_0, dequant_q4_0)
+DJ_KV_ROWS_TO_F32(kv_rows_to_f32_generic, dequant_f16, dequant_bf16, dequant_q8_0, dequant_q4_0)
 
 void dj_kernels_init_generic(struct dj_kernels *k) {
     memset(k, 0, sizeof *k);
