@@ -937,16 +937,5 @@ bool dj_kernels_init_avx2(struct dj_kernels *k) {
 
 #else /* not x86 */
 #include "kernels/cpu/cpu_internal.h"
-static void dequant_bf16(const void *xv, float *y, int64_t n) { /* bf16 -> f32: the bits shifted up */
-    const uint16_t *x = xv;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_si256((__m256i *)(y + i),
-                            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i))), 16));
-    for (; i < n; i++) y[i] = dj_bf16_to_f32(x[i]);
-}
-
-DJ_KV_ROWS_TO_F32(kv_rows_to_f32_avx2, dequant_f16, dequant_bf16, dequant_q8_0, dequant_q4_0)
-
 bool dj_kernels_init_avx2(struct dj_kernels *k) { (void)k; return false; }
 #endif

@@ -1568,17 +1568,5 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
 
 #else /* not x86 */
 #include "kernels/cpu/cpu_internal.h"
-/* q4_0 rows: the AVX2 table's dequantizer (this table inherits it) is not visible here */
-static void dequant_q4_0_ref(const void *x, float *y, int64_t n) { dj_ref_dequantize_row(DJ_TYPE_Q4_0, x, y, n); }
-static void dequant_bf16(const void *xv, float *y, int64_t n) { /* bf16 -> f32: the bits shifted up */
-    const uint16_t *x = xv;
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_epi32(y + i, m, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i)), 16));
-    }
-}
-
-DJ_KV_ROWS_TO_F32(kv_rows_to_f32_avx512, dequant_f16, dequant_bf16, dequant_q8_0, dequant_q4_0_ref)
-
 bool dj_kernels_init_avx512(struct dj_kernels *k) { (void)k; return false; }
 #endif
