@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ggml_type.h"
 #include "kernels/kernels.h"
 
 void dj_kernels_init_generic(struct dj_kernels *k);
@@ -47,7 +48,14 @@ bool dj_kernels_init_avx512(struct dj_kernels *k);
 #define DJ_KV_ROWS_TO_F32(fname, f16fn, bf16fn, q8fn, q4fn)                                    \
     static void fname(uint32_t type, const void *src, size_t stride, int64_t nr, int64_t n, float *dst) { \
         const uint8_t *s_ = src;                                                              \
+        const size_t row_ = (size_t)n * dj_type_info(type)->bytes / dj_type_info(type)->blck; \
+        /* the rows are one head's slices, stride apart: converted one by one, their cache      \
+         * misses came one after another; prefetched 8 rows ahead they overlap */               \
+        for (int64_t r_ = 0; r_ < nr && r_ < 8; r_++)                                         \
+            for (size_t b_ = 0; b_ < row_; b_ += 64) __builtin_prefetch(s_ + (size_t)r_ * stride + b_); \
         for (int64_t r_ = 0; r_ < nr; r_++, s_ += stride, dst += n) {                         \
+            if (r_ + 8 < nr)                                                                  \
+                for (size_t b_ = 0; b_ < row_; b_ += 64) __builtin_prefetch(s_ + 8 * stride + b_); \
             switch (type) {                                                                   \
             case DJ_TYPE_F16: f16fn(s_, dst, n); break;                                       \
             case DJ_TYPE_BF16: bf16fn(s_, dst, n); break;                                     \
