@@ -52,7 +52,7 @@ struct kv_pool_params {
 };
 
 /* The K/V type of engines and contexts unless told otherwise (-ctk/-ctv). */
-#define DJ_KV_TYPE_DEFAULT 0 /* f32 */
+#define DJ_KV_TYPE_DEFAULT 1 /* f16 (DJ_TYPE_F16), as llama.cpp; docs/CONFIG.md says why */
 
 /* The type engine_default_params and ctx_default_params give K and V:
  * DJ_KV_TYPE_DEFAULT, or DJ_KV_TYPE=f16|bf16|q8_0|q4_0|f32 from the environment (for
