@@ -1536,8 +1536,20 @@ static void attn_softmax_avx512(float *s, int64_t n) {
     }
 }
 
-/* q4_0 rows: the AVX2 table's dequantizer (this table inherits it) is not visible here */
-static void dequant_q4_0_ref(const void *x, float *y, int64_t n) { dj_ref_dequantize_row(DJ_TYPE_Q4_0, x, y, n); }
+/* q4_0: element j < 16 of a block is the low nibble of qs[j], element 16 + j the high one;
+ * (q - 8) * d, one float product per element as the reference */
+static void dequant_q4_0(const void *xv, float *y, int64_t n) {
+    const struct dj_block_q4_0 *x = xv;
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (int64_t ib = 0; ib < n / DJ_QK4_0; ib++, y += DJ_QK4_0) {
+        const __m512 d = _mm512_set1_ps(f16_to_f32((const uint8_t *)&x[ib].d));
+        const __m128i q = _mm_loadu_si128((const __m128i *)x[ib].qs);
+        const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lo), eight)), d));
+        _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(hi), eight)), d));
+    }
+}
 static void dequant_bf16(const void *xv, float *y, int64_t n) { /* bf16 -> f32: the bits shifted up */
     const uint16_t *x = xv;
     for (int64_t i = 0; i < n; i += 16) {
@@ -1546,7 +1558,7 @@ static void dequant_bf16(const void *xv, float *y, int64_t n) { /* bf16 -> f32: 
     }
 }
 
-DJ_KV_ROWS_TO_F32(kv_rows_to_f32_avx512, dequant_f16, dequant_bf16, dequant_q8_0, dequant_q4_0_ref)
+DJ_KV_ROWS_TO_F32(kv_rows_to_f32_avx512, dequant_f16, dequant_bf16, dequant_q8_0, dequant_q4_0)
 
 bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->name = "avx512-vnni";
@@ -1554,6 +1566,7 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     DJ_KERNELS_SET_MATMUL_DOT(k);
     k->w[DJ_TYPE_F16].dequantize_row = dequant_f16;
     k->w[DJ_TYPE_Q8_0].dequantize_row = dequant_q8_0;
+    k->w[DJ_TYPE_Q4_0].dequantize_row = dequant_q4_0;
     DJ_KERNELS_SET_PACKED(k);
     pk_pf = dj_kernels_prefetch_distance(pk_pf);
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
