@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_kvdir.h"
 #include "test_json.h"
 #include "test_run.h"
 
@@ -68,27 +69,7 @@ static size_t later_turns_without_disk(const char *doc) {
 }
 
 /* Block files (*.kvb) under dir/<key>/, 0 when dir does not exist. */
-static size_t count_blocks(const char *dir) {
-    size_t n = 0;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' || !strcmp(de->d_name, "ids")) continue;
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
-        DIR *k = opendir(sub);
-        if (!k) continue;
-        struct dirent *f;
-        while ((f = readdir(k))) {
-            size_t len = strlen(f->d_name);
-            n += len > 4 && !strcmp(f->d_name + len - 4, ".kvb");
-        }
-        closedir(k);
-    }
-    closedir(d);
-    return n;
-}
+static size_t count_blocks(const char *dir) { return test_kv_block_files(dir, NULL, 0); }
 
 static void unset_persist_env(void) {
     unsetenv("LLAMA_OPT_PERSIST_ENABLED");

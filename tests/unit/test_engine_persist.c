@@ -29,6 +29,7 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "test.h"
+#include "test_kvdir.h"
 #include "test_engine.h"
 #include "test_run.h"
 
@@ -79,28 +80,7 @@ static uint64_t scenario(bool persist, uint32_t block_size, bool dedup, uint64_t
 }
 
 /* The block files (<dir>/<key>/<chain>.kvb) under dir, in paths[]. */
-static size_t block_files(char paths[][512], size_t max) {
-    size_t n = 0;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' || !strcmp(de->d_name, "ids")) continue;
-        char sub[256];
-        snprintf(sub, sizeof sub, "%.63s/%.180s", dir, de->d_name);
-        DIR *s = opendir(sub);
-        if (!s) continue;
-        struct dirent *fe;
-        while ((fe = readdir(s)) && n < max) {
-            const size_t l = strlen(fe->d_name);
-            if (l > 4 && l < 200 && !strcmp(fe->d_name + l - 4, ".kvb"))
-                snprintf(paths[n++], 512, "%.255s/%.200s", sub, fe->d_name);
-        }
-        closedir(s);
-    }
-    closedir(d);
-    return n;
-}
+static size_t block_files(char paths[][512], size_t max) { return test_kv_block_files(dir, paths, max); }
 
 static void flip_byte(const char *path, long off) {
     FILE *f = fopen(path, "r+b");
