@@ -126,15 +126,8 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     const struct llama_opt_config *cfg = &p->opt;
     if (cfg->block_size == 0) return dj_fail(DJ_ERR_INVALID, "engine: block size 0");
     const size_t n_embd_kv = (size_t)hp->n_head_kv * hp->head_dim;
-    for (int i = 0; i < 2; i++) {
-        const uint32_t t = i ? p->kv_type_v : p->kv_type_k;
-        if (!kv_type_supported(t))
-            return dj_fail(DJ_ERR_UNSUPPORTED, "%s cache type %s is not one of f32, f16, bf16, q8_0, q4_0",
-                           i ? "V" : "K", dj_type_info(t) && dj_type_info(t)->name ? dj_type_info(t)->name : "(unknown)");
-        if (hp->head_dim % dj_type_info(t)->blck)
-            return dj_fail(DJ_ERR_UNSUPPORTED, "%s cache type %s needs a head size that is a multiple of %u; this model's is %u",
-                           i ? "V" : "K", dj_type_info(t)->name, dj_type_info(t)->blck, hp->head_dim);
-    }
+    enum dj_status st = kv_type_check(p->kv_type_k, p->kv_type_v, hp->head_dim);
+    if (st) return st;
     const size_t block_bytes = cfg->block_size * engine_kv_bytes_per_token(m, p->kv_type_k, p->kv_type_v);
     const uint32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
     uint64_t max_blocks = cfg->dedup_pool_max;
@@ -181,7 +174,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     pthread_cond_init(&e->cv, NULL);
     struct kv_pool_params pp = {hp->n_layer, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks,
                                 p->kv_type_k, p->kv_type_v};
-    enum dj_status st = kv_pool_create(&pp, &e->pool);
+    st = kv_pool_create(&pp, &e->pool);
     if (st) {
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);

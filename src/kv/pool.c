@@ -45,6 +45,20 @@ uint32_t kv_type_default(void) {
     return (uint32_t)t;
 }
 
+enum dj_status kv_type_check(uint32_t type_k, uint32_t type_v, uint32_t head_dim) {
+    for (int i = 0; i < 2; i++) {
+        const uint32_t t = i ? type_v : type_k;
+        const struct dj_type_info *ti = dj_type_info(t);
+        if (!kv_type_supported(t))
+            return dj_fail(DJ_ERR_UNSUPPORTED, "%s cache type %s is not one of f32, f16, bf16, q8_0, q4_0",
+                           i ? "V" : "K", ti && ti->name ? ti->name : "(unknown)");
+        if (head_dim % ti->blck)
+            return dj_fail(DJ_ERR_UNSUPPORTED, "%s cache type %s needs a head size that is a multiple of %u; this model's is %u",
+                           i ? "V" : "K", ti->name, ti->blck, head_dim);
+    }
+    return DJ_OK;
+}
+
 size_t kv_row_bytes(uint32_t type, size_t n) {
     const struct dj_type_info *ti = dj_type_info(type);
     return n / ti->blck * ti->bytes;

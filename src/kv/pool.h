@@ -64,6 +64,10 @@ int kv_type_parse(const char *name);
 
 /* True for the K/V element types a pool can hold: f32, f16, bf16, q8_0, q4_0. */
 bool kv_type_supported(uint32_t type);
+/* K and V cache types for a model of this head size: DJ_OK, or DJ_ERR_UNSUPPORTED
+ * with a message naming the type (not one a pool can hold, or a quantized type whose
+ * blocks would straddle two heads). */
+enum dj_status kv_type_check(uint32_t type_k, uint32_t type_v, uint32_t head_dim);
 /* Bytes of a row of n elements of a K/V type (n a multiple of its block). */
 size_t kv_row_bytes(uint32_t type, size_t n);
 

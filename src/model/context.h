@@ -75,9 +75,7 @@ struct dj_context {
     float *ff_g;   /* (ub, n_ff) */
     float *ff_u;   /* (ub, n_ff) */
     float *scores; /* (n_threads, att_tile, GQA group, n_ctx) attention scores per thread */
-    uint32_t type_k, type_v;  /* K/V element types (the pool's) */
-    size_t k_head, v_head;    /* bytes of one head's part of a K (V) row */
-    size_t k_row, v_row;      /* bytes of a K (V) row */
+    size_t k_head, v_head;    /* bytes of one head's part of a K (V) row (types: p.type_k/v) */
     float *kvt;    /* (n_threads, 2, block_size, head_dim): one block of one head's K and V rows
                       as floats, for K/V types other than f32 */
     float *krow;   /* (n_kv*hd) a stored K row as floats (probe) */

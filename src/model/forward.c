@@ -307,9 +307,9 @@ static void attn_task(void *arg, int ith, int nth) {
             const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il);
             const float *kb = (const float *)kraw + (size_t)hk * hd;
             size_t kstride = stride;
-            if (c->type_k != DJ_TYPE_F32) { /* the block's rows of this head as floats, then as f32 */
+            if (c->p.type_k != DJ_TYPE_F32) { /* the block's rows of this head as floats, then as f32 */
                 const int64_t nr = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
-                kv_tile_to_f32(c, c->type_k, kraw, c->k_row, c->k_head, hk, nr, kt);
+                kv_tile_to_f32(c, c->p.type_k, kraw, kv_pool_k_row_bytes(c->pool), c->k_head, hk, nr, kt);
                 kb = kt;
                 kstride = (size_t)hd;
             }
@@ -330,9 +330,9 @@ static void attn_task(void *arg, int ith, int nth) {
             const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il);
             const float *vb = (const float *)vraw + (size_t)hk * hd;
             size_t vstride = stride;
-            if (c->type_v != DJ_TYPE_F32) {
+            if (c->p.type_v != DJ_TYPE_F32) {
                 const int64_t n_rows = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
-                kv_tile_to_f32(c, c->type_v, vraw, c->v_row, c->v_head, hk, n_rows, vt);
+                kv_tile_to_f32(c, c->p.type_v, vraw, kv_pool_v_row_bytes(c->pool), c->v_head, hk, n_rows, vt);
                 vb = vt;
                 vstride = (size_t)hd;
             }
@@ -449,7 +449,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
             }
             void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
             if (pr && il == pr->il) {
-                kv_row_to_f32(c->type_k, krow, c->krow, (size_t)KV);
+                kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)KV);
                 double d2 = 0.0;
                 for (int64_t i = 0; i < KV; i++) {
                     const double d = (double)c->k[t * KV + i] - (double)c->krow[i];
@@ -457,8 +457,8 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
                 }
                 pr->dev[t] = d2;
             }
-            kv_row_from_f32(c->type_k, c->k + t * KV, krow, (size_t)KV);
-            kv_row_from_f32(c->type_v, c->v + t * KV, kv_seq_v(seq[t], il, pos[t], c->block_size), (size_t)KV);
+            kv_row_from_f32(c->p.type_k, c->k + t * KV, krow, (size_t)KV);
+            kv_row_from_f32(c->p.type_v, c->v + t * KV, kv_seq_v(seq[t], il, pos[t], c->block_size), (size_t)KV);
         }
         if (pr && il == pr->il) return;
         struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
@@ -643,22 +643,13 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         p.type_v = kv_pool_params(p.pool)->type_v;
         c->p = p;
     }
-    for (int i = 0; i < 2; i++) { /* a quantized K/V block must not straddle two heads */
-        const uint32_t t = i ? p.type_v : p.type_k;
-        if (!kv_type_supported(t) || hd % dj_type_info(t)->blck) {
-            free(c);
-            return dj_fail(DJ_ERR_UNSUPPORTED, "%s cache type %s: %s", i ? "V" : "K",
-                           dj_type_info(t) && dj_type_info(t)->name ? dj_type_info(t)->name : "(unknown)",
-                           kv_type_supported(t) ? "the model's head size is not a multiple of its block"
-                                                : "not one of f32, f16, bf16, q8_0, q4_0");
-        }
+    enum dj_status tst = kv_type_check(p.type_k, p.type_v, (uint32_t)hd);
+    if (tst) {
+        free(c);
+        return tst;
     }
-    c->type_k = p.type_k;
-    c->type_v = p.type_v;
     c->k_head = kv_row_bytes(p.type_k, hd);
     c->v_head = kv_row_bytes(p.type_v, hd);
-    c->k_row = kv_row_bytes(p.type_k, KV);
-    c->v_row = kv_row_bytes(p.type_v, KV);
     if (p.pool) {
         const struct kv_pool_params *pp = kv_pool_params(p.pool);
         if (pp->n_layer != hp->n_layer || pp->n_embd_kv != KV) {
@@ -697,7 +688,8 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     if (c->att_tile > ATT_TILE_MAX) c->att_tile = ATT_TILE_MAX;
     if (c->att_tile < 1) c->att_tile = 1;
     c->scores = malloc((size_t)p.n_threads * (size_t)c->att_tile * row_bytes);
-    if (p.type_k != DJ_TYPE_F32 || p.type_v != DJ_TYPE_F32)
+    const bool f32_kv = p.type_k == DJ_TYPE_F32 && p.type_v == DJ_TYPE_F32;
+    if (!f32_kv)
         c->kvt = malloc((size_t)p.n_threads * 2 * p.block_size * hd * sizeof(float));
     c->krow = malloc(KV * sizeof(float));
     c->act = malloc(ub * c->wrow_stride * sizeof(float)); /* the widest activation row is F32 */
@@ -709,7 +701,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->rope_cap = p.rope_table_max < p.n_ctx ? p.rope_table_max : p.n_ctx; /* the table itself grows in rope_row */
     c->tpool = threadpool_create(p.n_threads);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
-        !c->scores || (!c->kvt && (p.type_k != DJ_TYPE_F32 || p.type_v != DJ_TYPE_F32)) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->tpool) {
+        !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->tpool) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
