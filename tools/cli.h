@@ -8,8 +8,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct llama_opt_config;
+struct dj_spec_params;
+struct dj_spec_counts;
 
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -46,5 +49,25 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len);
     "                      after restarts (= LLAMA_OPT_PERSIST_ENABLED=1 LLAMA_OPT_PERSIST_DIR=DIR; off by default)\n" \
     "  --kv-dir-max-gib G  disk budget of --kv-dir, least recently used blocks evicted (default 0: none)\n"
 int cli_kv_dir(const char *cmd, const char *kv_dir, struct llama_opt_config *opt);
+
+/* Speculative decoding options, the same for run, replay and serve: --spec, --no-spec,
+ * --spec-sources LIST, --draft-max N, --draft-exit-layer N|auto, --spec-fixed.  Returns
+ * true if argv[*i] is one of them; *ok then tells whether it was read into *sp (else a
+ * message was printed). */
+bool cli_spec_opt(const char *cmd, int argc, char **argv, int *i, struct dj_spec_params *sp, bool *ok);
+#define CLI_SPEC_HELP                                                                                        \
+    "  --spec              speculative decoding, exact: drafts from prompt lookup and the output memo are\n"  \
+    "                      verified in the batched pass (= --spec-sources lookup,memo; docs/SPECULATIVE.md)\n" \
+    "  --spec-sources L    draft sources, comma-separated: lookup, memo, exit, all, none\n"                 \
+    "  --no-spec           no speculative drafts (grammar drafts follow LLAMA_OPT_SCHEMA_SKIP_ENABLED)\n"     \
+    "  --draft-max N       tokens drafted per step at most (default 16)\n"                                    \
+    "  --draft-exit-layer L  early-exit drafts from the first L layers (source exit; default auto)\n"         \
+    "  --spec-fixed        always draft the longest proposal (no adaptive policy; for measurements)\n"
+/* The draft counters as one JSON object (no newline): sources, totals, tokens per pass
+ * ((n_gen - 1) / n_passes: the first token comes from the prompt pass), per source and by draft position. */
+void cli_spec_json(FILE *f, const struct dj_spec_params *sp, const struct dj_spec_counts *c, size_t n_gen,
+                   uint64_t n_passes);
+/* One line for people: "spec: drafted D accepted A (x %); lookup a/d, memo a/d ...; T tokens/pass". */
+void cli_spec_line(FILE *f, const struct dj_spec_counts *c, size_t n_gen, uint64_t n_passes);
 
 #endif

@@ -30,6 +30,7 @@
 #include "sample/sampler.h"
 #include "sample/schema_skip.h"
 #include "sample/toolcall.h"
+#include "spec/spec.h"
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -47,6 +48,7 @@ static void run_usage(FILE *f) {
             "  --ignore-eos      keep generating after an end-of-generation token\n"
             CLI_KV_TYPE_HELP
             CLI_KV_DIR_USAGE
+            CLI_SPEC_HELP
             "  LLAMA_OPT_* variables configure the engine (docs/CONFIG.md).\n"
             "  --json            print one JSON object instead of the text\n"
             "  --dump-logits F   write every logits vector as float32 LE rows to F\n"
@@ -155,11 +157,12 @@ int cmd_run(int argc, char **argv) {
     struct dj_sampler_params sp = sampler_default_params();
     sp.temp = 0.0f;
     uint32_t ctk = kv_type_default(), ctv = kv_type_default();
+    struct dj_spec_params spec = spec_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v;
         bool ok;
-        if (cli_kv_type_opt("run", argc, argv, &i, &ctk, &ctv, &ok)) {
+        if (cli_kv_type_opt("run", argc, argv, &i, &ctk, &ctv, &ok) || cli_spec_opt("run", argc, argv, &i, &spec, &ok)) {
             if (!ok) return 1;
             continue;
         }
@@ -271,6 +274,7 @@ int cmd_run(int argc, char **argv) {
     struct dj_engine_params ep = engine_default_params();
     ep.kv_type_k = ctk;
     ep.kv_type_v = ctv;
+    ep.spec = spec;
     if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
         cli_error("run", "%s", dj_last_error());
         goto done;
@@ -412,6 +416,11 @@ int cmd_run(int argc, char **argv) {
             "computed), decode %zu tokens in %.1f ms (%.1f t/s), %d threads\n",
             np, ms_p, ms_p > 0 ? (double)np * 1000.0 / ms_p : 0.0, n_reused, rs.r.n_reused_disk, rs.r.n_computed,
             n_ids, ms_d, ms_d > 0 && n_ids > 1 ? (double)(n_ids - 1) * 1000.0 / ms_d : 0.0, ep.n_threads);
+    const uint64_t n_passes = engine_n_forward(e) - rs.fwd_first;
+    if (spec.sources || rs.r.n_drafted) {
+        cli_spec_line(stderr, &rs.r.spec, n_ids, n_passes);
+        fprintf(stderr, "spec: one more row costs %.3f of a one-row pass (measured)\n", engine_spec_beta(e, 1));
+    }
     if (json) {
         struct llama_opt_stats os;
         engine_get_stats(e, &os);
@@ -425,11 +434,13 @@ int cmd_run(int argc, char **argv) {
                "\"n_gen\": %zu, \"t_prefill_ms\": %.3f, \"t_decode_ms\": %.3f, "
                "\"finish_reason\": \"%s\", \"n_forward_passes\": %llu, \"schema_tokens_total\": %llu, "
                "\"schema_tokens_skipped\": %llu, \"schema_tokens_inferred\": %llu, \"n_drafted\": %zu, "
-               "\"grammar_complete\": %s, \"logits_hash\": \"%016" PRIx64 "\"}\n",
+               "\"grammar_complete\": %s, \"logits_hash\": \"%016" PRIx64 "\", \"spec\": ",
                np, n_reused, rs.r.n_reused_disk, rs.r.n_computed, n_ids, ms_p, ms_d, n_gen > 0 ? engine_finish_name(rs.r.finish) : "length",
                (unsigned long long)(engine_n_forward(e) - rs.fwd_first), (unsigned long long)os.schema_tokens_total,
                (unsigned long long)os.schema_tokens_skipped, (unsigned long long)os.schema_tokens_inferred,
                rs.r.n_drafted, gp ? (gproc_complete(gp) ? "true" : "false") : "null", rs.lhash);
+        cli_spec_json(stdout, &spec, &rs.r.spec, n_ids, n_passes);
+        printf("}\n");
     } else {
         putchar('\n');
     }

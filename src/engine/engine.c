@@ -39,6 +39,7 @@ struct dj_engine_params engine_default_params(void) {
     p.n_threads = 1;
     p.opt = llama_opt_config_default();
     p.kv_type_k = p.kv_type_v = kv_type_default();
+    p.spec = spec_default_params();
     return p;
 }
 
@@ -196,6 +197,13 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
         return st;
     }
     if (cfg->persist_enabled) engine_open_store(e);
+    if (e->p.spec.draft_max > DJ_FEED_MAX - 1) e->p.spec.draft_max = DJ_FEED_MAX - 1;
+    spec_policy_init(&e->pol);
+    if ((p->spec.sources & DJ_SPEC_BIT(DJ_SPEC_MEMO)) && cfg->memo_enabled && cfg->memo_trie_max > 0 &&
+        !(e->memo = spec_memo_create(cfg->memo_trie_max))) {
+        engine_destroy(e);
+        return dj_fail(DJ_ERR_NOMEM, "out of memory creating the output memo (%u nodes)", cfg->memo_trie_max);
+    }
     e->logits = malloc((size_t)hp->n_vocab * sizeof(float));
     e->work = malloc((size_t)hp->n_vocab * sizeof(float));
     e->top = malloc(100 * sizeof *e->top);
@@ -214,6 +222,7 @@ void engine_destroy(struct dj_engine *e) {
     while (e->sessions) engine_session_destroy(e->sessions);
     ctx_free(e->ctx); /* its own sequence lives in the pool: free the context first */
     kv_pool_destroy(e->pool);
+    spec_memo_destroy(e->memo);
     free(e->logits);
     free(e->work);
     free(e->top);
@@ -636,3 +645,12 @@ done:
     free(old);
     return st;
 }
+
+void engine_spec_counts(const struct dj_engine *e, struct dj_spec_counts *out, uint32_t *memo_nodes,
+                        uint32_t *memo_records) {
+    if (out) *out = e->spec_tot;
+    if (memo_nodes) *memo_nodes = spec_memo_n_nodes(e->memo);
+    if (memo_records) *memo_records = spec_memo_n_records(e->memo);
+}
+
+double engine_spec_beta(const struct dj_engine *e, size_t n_rows) { return spec_policy_beta(&e->pol, n_rows); }

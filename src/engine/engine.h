@@ -99,6 +99,7 @@
 #include "opt/opt.h"
 #include "sample/processor.h"
 #include "sample/sampler.h"
+#include "spec/spec.h"
 
 struct dj_engine_params {
     uint32_t n_ctx;       /* most positions of one sequence; 0 = the model's training context */
@@ -117,6 +118,9 @@ struct dj_engine_params {
     uint32_t kv_type_k, kv_type_v; /* K/V cache element types (enum dj_ggml_type: f32, f16, bf16, q8_0,
                                       q4_0; -ctk/-ctv); engine_default_params: kv_type_default() */
     struct llama_opt_config opt; /* block size, dedup/diff switches, stats */
+    struct dj_spec_params spec;  /* speculative decoding (draft sources, spec/spec.h); default off.
+                                    The memo source also needs opt.memo_enabled (bounded by
+                                    opt.memo_trie_max nodes) */
     FILE *stats_out;      /* where opt-stats lines go when opt.stats_enabled; NULL = stderr */
 };
 
@@ -173,8 +177,9 @@ struct dj_turn_result {
     size_t n_probed;       /* Tier 2: candidates run through the probe (layer 0, layer-1 K/V) */
     size_t n_gen;          /* tokens generated (sampled + forced, the end token included) */
     size_t n_forced;       /* emitted without a forward pass for their position (the processor forced them) */
-    size_t n_drafted;      /* processor drafts fed for verification */
+    size_t n_drafted;      /* draft tokens fed for verification (every source) */
     size_t n_draft_accepted; /* drafts the sampler confirmed (each saved a pass) */
+    struct dj_spec_counts spec; /* the same per draft source, and by draft position */
     size_t n_parked;       /* idle sequences parked under memory pressure while it ran */
     double t_queue_ms;     /* submit to admission */
     double t_prefill_ms;   /* admission to the prompt's logits */
@@ -290,6 +295,12 @@ uint32_t engine_block_size(const struct dj_engine *e);
 uint32_t engine_n_ctx(const struct dj_engine *e);
 /* Batched forward passes run so far, and the tokens they held. */
 uint64_t engine_n_forward(const struct dj_engine *e);
+/* Draft counters of every request so far (spec/spec.h), the output memo's
+ * size, and the policy's cost model: one more row in a pass of n_rows rows
+ * costs *beta of it (measured). */
+void engine_spec_counts(const struct dj_engine *e, struct dj_spec_counts *out, uint32_t *memo_nodes,
+                        uint32_t *memo_records);
+double engine_spec_beta(const struct dj_engine *e, size_t n_rows);
 /* Parks every idle sequence (drops their pins; sealed blocks stay cached). */
 void engine_park_idle(struct dj_engine *e);
 /* KV bytes per position (K and V, every layer, in the types given) of a model. */

@@ -21,6 +21,16 @@ enum { DJ_FEED_MAX = 64 }; /* tokens one completion feeds in one step (sampled +
 
 struct dj_req;
 
+/* A proposal that was not drafted, compared with the tokens generated after
+ * it (the policy learns the source's acceptance without paying for it). */
+struct spec_shadow {
+    dj_token tok[DJ_FEED_MAX];
+    size_t n, pos0;  /* tok[j] predicts output position pos0 + j */
+    size_t n_match;  /* matched so far */
+    uint32_t bucket;
+    bool on;
+};
+
 struct dj_session {
     struct dj_engine *e;
     struct kv_seq seq;
@@ -47,6 +57,14 @@ struct dj_comp {
     size_t n_draft;          /* the last n_draft of feed are drafts, verified after the step */
     size_t n_forced;
     size_t n_drafted, n_draft_accepted;
+    /* speculation (spec/spec.h): the completion's context for prompt lookup and the memo,
+     * the source of the draft in flight, shadow proposals being compared with the output */
+    struct spec_lookup lk;
+    bool lk_on;
+    enum dj_spec_src draft_src;
+    uint32_t draft_bucket;
+    struct spec_shadow shadow[DJ_SPEC_N_SRC];
+    struct dj_spec_counts sc;
     enum dj_finish finish;   /* DJ_FINISH_NONE while running */
     int stop_index;
     double t_done_ms;
@@ -92,6 +110,11 @@ struct dj_engine {
     uint32_t peak_allocated, peak_pinned;
     struct dj_session *sessions; /* doubly linked list */
     uint64_t n_step, n_forward, n_forward_tok;
+    /* speculation */
+    struct spec_memo *memo;        /* the output memo (NULL: the memo source is off) */
+    struct spec_policy pol;
+    struct dj_spec_counts spec_tot;
+    size_t n_rows_last;            /* rows of the last decode pass (the policy's cost model) */
 
     /* requests (engine thread) */
     struct dj_req *waiting, *running; /* singly linked, in order */

@@ -34,6 +34,7 @@
 #include "engine/engine_internal.h"
 #include "kv/diff.h"
 #include "kv/hash.h"
+#include "spec/spec.h"
 
 /* One sequence's tokens in the step's batch. */
 struct step_ent {
@@ -79,6 +80,7 @@ static void req_free(struct dj_engine *e, struct dj_req *q) {
         sampler_free(c->smp);
         detok_destroy(c->detok);
         stop_free(&c->stop);
+        spec_lookup_free(&c->lk);
         if (i > 0 && c->proc_ud && q->proc.free) q->proc.free(c->proc_ud);
         free(c->gen);
     }
@@ -300,6 +302,13 @@ static void req_finish(struct dj_engine *e, struct dj_req *q) {
         r.n_forced = c->n_forced;
         r.n_drafted = c->n_drafted;
         r.n_draft_accepted = c->n_draft_accepted;
+        r.spec = c->sc;
+        spec_counts_add(&e->spec_tot, &c->sc);
+        /* the output memo learns what finished completions wrote (the sequence's tokens:
+         * the forced ones when teacher-forced); a cache salt keeps its outputs private */
+        if (e->memo && q->root == KV_CHAIN_ROOT && c->n_gen > 0 &&
+            (c->finish == DJ_FINISH_STOP || c->finish == DJ_FINISH_LENGTH))
+            spec_memo_record(e->memo, q->p.force ? q->p.force : c->gen, c->n_gen);
         r.t_queue_ms = ms_between(q->t_submit, q->t_admit ? q->t_admit : now);
         r.t_ttft_ms = ms_between(q->t_submit, q->t_first);
         r.t_decode_ms = c->t_done_ms;
@@ -365,6 +374,102 @@ static bool text_append(struct dj_engine *e, size_t *n, const char *s, size_t le
     return true;
 }
 
+/* ---- speculation (spec/spec.h) -------------------------------------------- */
+
+static uint32_t lookup_bucket(uint32_t match) { return match >= 8 ? 3 : match >= 4 ? 2 : match >= 2 ? 1 : 0; }
+static uint32_t memo_bucket(uint32_t match, float prob) {
+    return prob >= 0.8f && match >= 4 ? 3 : match >= 4 ? 2 : match >= 2 ? 1 : 0;
+}
+
+/* The token the sequence continues with at output position pos (tok, or the
+ * forced one when teacher-forced) goes into the lookup context, and every
+ * shadow proposal is compared with it. */
+static void spec_note_token(struct dj_engine *e, struct dj_req *q, struct dj_comp *c, size_t pos, dj_token tok) {
+    (void)q;
+    if (spec_lookup_append(&c->lk, &tok, 1) != DJ_OK) {
+        c->lk_on = false; /* speculation is an optimization: without memory it stops */
+        return;
+    }
+    for (int s = 0; s < DJ_SPEC_N_SRC; s++) {
+        struct spec_shadow *sh = &c->shadow[s];
+        if (!sh->on || pos < sh->pos0) continue;
+        const size_t j = pos - sh->pos0;
+        if (j != sh->n_match) { /* not contiguous (cannot happen: tokens come in order) */
+            sh->on = false;
+            continue;
+        }
+        if (tok == sh->tok[j] && ++sh->n_match < sh->n) continue;
+        spec_policy_observe(&e->pol, (enum dj_spec_src)s, sh->bucket, sh->n, sh->n_match);
+        sh->on = false;
+    }
+}
+
+/* Chooses the draft of completion ci for the next step from the speculative
+ * sources (prompt lookup, the output memo) into out: at most cap tokens.
+ * Every proposal, drafted or not, becomes its source's shadow (unless one is
+ * pending): the policy learns each position's acceptance from the tokens
+ * generated, including positions past what was drafted.  Returns the draft
+ * length. */
+static size_t spec_choose(struct dj_engine *e, struct dj_req *q, struct dj_comp *c, dj_token *out, size_t cap) {
+    const struct dj_spec_params *sp = &e->p.spec;
+    if (cap > sp->draft_max) cap = sp->draft_max;
+    if (cap == 0 || !c->lk_on) return 0;
+    dj_token buf[2][DJ_FEED_MAX];
+    struct spec_proposal pr[2];
+    size_t n_pr = 0;
+    uint32_t match;
+    if (sp->sources & DJ_SPEC_BIT(DJ_SPEC_LOOKUP)) {
+        size_t n = spec_lookup_draft(&c->lk, buf[n_pr], cap, &match);
+        if (n) {
+            pr[n_pr] = (struct spec_proposal){DJ_SPEC_LOOKUP, lookup_bucket(match), buf[n_pr], n};
+            n_pr++;
+        }
+    }
+    if (e->memo && q->root == KV_CHAIN_ROOT) {
+        float prob;
+        e->stats.memo_lookups++;
+        size_t n = spec_memo_draft(e->memo, c->lk.tok, c->lk.n, buf[n_pr], cap, &match, &prob);
+        if (n) {
+            e->stats.memo_hits++;
+            pr[n_pr] = (struct spec_proposal){DJ_SPEC_MEMO, memo_bucket(match, prob), buf[n_pr], n};
+            n_pr++;
+        }
+    }
+    size_t best = SIZE_MAX, best_k = 0;
+    double best_gain = 1.0;
+    for (size_t i = 0; i < n_pr; i++) {
+        c->sc.proposed[pr[i].src]++;
+        size_t k;
+        double gain;
+        if (sp->adaptive) {
+            k = spec_policy_length(&e->pol, &pr[i], e->n_rows_last ? e->n_rows_last : 1, cap, &gain);
+        } else {
+            k = pr[i].n;
+            gain = (double)k; /* the longest */
+        }
+        if (k > 0 && (best == SIZE_MAX || gain > best_gain)) {
+            best = i;
+            best_k = k;
+            best_gain = gain;
+        }
+    }
+    for (size_t i = 0; i < n_pr; i++) {
+        struct spec_shadow *sh = &c->shadow[pr[i].src];
+        if (sh->on) continue; /* the drafted one too: its positions past the draft are measured */
+        memcpy(sh->tok, pr[i].tok, pr[i].n * sizeof *sh->tok);
+        sh->n = pr[i].n;
+        sh->pos0 = c->n_gen;
+        sh->n_match = 0;
+        sh->bucket = pr[i].bucket;
+        sh->on = true;
+    }
+    if (best == SIZE_MAX) return 0;
+    memcpy(out, pr[best].tok, best_k * sizeof *out);
+    c->draft_src = pr[best].src;
+    c->draft_bucket = pr[best].bucket;
+    return best_k;
+}
+
 /* Records one generated token of completion c: processor and sampler
  * history, stop conditions, the text, the on_token event.  Returns false
  * when the completion is finished (or failed). */
@@ -384,6 +489,7 @@ static bool emit(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_token to
     const size_t pos = c->n_gen;
     c->gen[c->n_gen++] = tok;
     if (forced) c->n_forced++;
+    if (c->lk_on) spec_note_token(e, q, c, pos, q->p.force ? q->p.force[pos] : tok);
     if (q->has_proc && (!q->proc.active || q->proc.active(c->proc_ud))) e->stats.schema_tokens_total++;
     if (!q->t_first) q->t_first = dj_time_us();
     if (q->has_proc && q->proc.accept && q->proc.accept(c->proc_ud, tok) != DJ_OK) {
@@ -470,8 +576,7 @@ static void queue_feed(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_to
     c->n_feed = 0;
     c->n_draft = 0;
     c->feed[c->n_feed++] = q->p.force ? q->p.force[c->n_gen - 1] : tok;
-    if (!q->has_proc || !e->cfg.schema_skip_enabled) return;
-    if (q->proc.forced) {
+    if (q->has_proc && e->cfg.schema_skip_enabled && q->proc.forced) {
         dj_token f[DJ_FEED_MAX];
         size_t nf;
         while (c->n_feed < DJ_FEED_MAX && (nf = q->proc.forced(c->proc_ud, f, DJ_FEED_MAX - c->n_feed)) > 0) {
@@ -488,19 +593,30 @@ static void queue_feed(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_to
     }
     /* fed positions after this step: every generated token but none past max_gen - 1 */
     const size_t room = q->max_gen - 1 > c->n_gen ? q->max_gen - 1 - c->n_gen : 0;
-    if (q->proc.draft && !q->p.force && room > 0 && c->n_feed < DJ_FEED_MAX) {
-        size_t cap = DJ_FEED_MAX - c->n_feed;
-        if (cap > room) cap = room;
-        const size_t nd = q->proc.draft(c->proc_ud, c->feed + c->n_feed, cap);
-        for (size_t i = 0; i < nd && i < cap; i++)
+    if (room == 0 || c->n_feed >= DJ_FEED_MAX) return;
+    size_t cap = DJ_FEED_MAX - c->n_feed;
+    if (cap > room) cap = room;
+    size_t nd = 0;
+    if (q->has_proc && e->cfg.schema_skip_enabled && q->proc.draft && !q->p.force) {
+        nd = q->proc.draft(c->proc_ud, c->feed + c->n_feed, cap);
+        if (nd > cap) nd = cap;
+        for (size_t i = 0; i < nd; i++)
             if (c->feed[c->n_feed + i] < 0 || (uint32_t)c->feed[c->n_feed + i] >= V) {
                 req_fail(q, DJ_ERR_INVALID, "logits processor drafted a token outside the vocabulary");
                 return;
             }
-        c->n_draft = nd < cap ? nd : cap;
-        c->n_feed += c->n_draft;
-        c->n_drafted += c->n_draft;
+        c->draft_src = DJ_SPEC_GRAMMAR;
+        c->draft_bucket = 0;
     }
+    /* a forced string's tokens are the strongest evidence there is; else the speculative sources */
+    if (nd == 0 && e->p.spec.sources) nd = spec_choose(e, q, c, c->feed + c->n_feed, cap);
+    if (nd == 0) return;
+    c->n_draft = nd;
+    c->n_feed += nd;
+    c->n_drafted += nd;
+    c->sc.drafted[c->draft_src] += nd;
+    c->sc.rounds[c->draft_src]++;
+    for (size_t j = 0; j < nd; j++) c->sc.pos_drafted[j < DJ_SPEC_POS_MAX ? j : DJ_SPEC_POS_MAX - 1]++;
 }
 
 /* Samples the next token of completion ci from its logits row and queues
@@ -529,12 +645,19 @@ static void verify_drafts(struct dj_engine *e, struct dj_req *q, uint32_t ci, co
     const size_t pos0 = s->seq.n_pos - nd; /* where d[0] was written */
     c->n_feed = 0;
     c->n_draft = 0;
+    const enum dj_spec_src src = c->draft_src;
     for (size_t j = 0; j <= nd; j++) {
         dj_token tok;
         const bool live = sample_emit(e, q, ci, rows + j * V, &tok);
-        if (live && j < nd && tok == d[j]) {
+        /* teacher forcing (the simulation of a model that writes the forced text): the
+         * sequence continues with the forced token, so that is what a draft must match */
+        const dj_token next = q->p.force && live ? q->p.force[c->n_gen - 1] : tok;
+        if (live && j < nd && next == d[j]) {
             c->n_draft_accepted++;
-            e->stats.schema_tokens_inferred++;
+            c->sc.accepted[src]++;
+            c->sc.pos_accepted[j < DJ_SPEC_POS_MAX ? j : DJ_SPEC_POS_MAX - 1]++;
+            if (src == DJ_SPEC_GRAMMAR) e->stats.schema_tokens_inferred++;
+            if (src == DJ_SPEC_MEMO) e->stats.memo_tokens_skipped++;
             continue;
         }
         if (pos0 + j < s->seq.n_pos) {
@@ -574,6 +697,12 @@ static void prompt_done(struct dj_engine *e, struct dj_req *q, const float *logi
             return;
         }
     }
+    /* the speculative sources read the completion's context: prompt, then output */
+    if (e->p.spec.sources & (DJ_SPEC_BIT(DJ_SPEC_LOOKUP) | DJ_SPEC_BIT(DJ_SPEC_MEMO)))
+        for (uint32_t i = 0; i < q->n_comp; i++) {
+            struct dj_comp *c = &q->comp[i];
+            c->lk_on = spec_lookup_append(&c->lk, q->prompt, q->p.n_prompt) == DJ_OK;
+        }
     for (uint32_t i = 0; i < q->n_comp; i++) next_token(e, q, i, logits);
 }
 
@@ -783,9 +912,22 @@ size_t engine_step(struct dj_engine *e) {
             }
         }
         struct dj_batch b = {nt, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out};
+        const int64_t t0 = dj_time_us();
         enum dj_status st = n_out > e->b_logits_rows
                                 ? dj_fail(DJ_ERR_NOMEM, "out of memory for %zu logits rows", n_out)
                                 : ctx_forward(e->ctx, &b, e->b_logits);
+        /* the speculation policy's cost model: passes of decode rows (and drafts) only */
+        size_t n_plain = 0;
+        bool any_prefill = false;
+        for (size_t k = 0; k < n_ent; k++) {
+            const struct step_ent *en = &e->ent[k];
+            if (en->prefill) any_prefill = true;
+            else n_plain += en->n - en->req->comp[en->comp].n_draft;
+        }
+        if (!st && !any_prefill) {
+            spec_policy_time(&e->pol, nt, (double)(dj_time_us() - t0) / 1000.0);
+            e->n_rows_last = n_plain;
+        }
         e->n_forward++;
         e->n_forward_tok += nt;
         for (size_t k = 0; k < n_ent; k++) {
