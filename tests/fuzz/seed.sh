@@ -29,6 +29,8 @@
 #                   each after its options byte (family | tools | reasoning)
 #                   and a split-seed byte
 #   fuzz_kv_record  hand-built KV store records (see its section below)
+#   fuzz_spec       the node-bound byte 64 or 200, then the first 4 KB of a few traces
+#                   (as op/length/token bytes: real text repeats, which the sources index)
 #   fuzz_jinja      every chat template in golden/chat_templates/templates/ (the
 #                   50 real templates of the golden renders), twice: after the
 #                   options byte 1 (a plain chat) and 6 (a tool loop with tools
@@ -393,6 +395,16 @@ if [ "$name" = fuzz_kv_record ]; then
     kv_record 2 1 88 1 2 > "$corpus/record_bad_checksum.bin"
 fi
 # ---- fuzz_kv_record (end) ----
+
+# ---- fuzz_spec (begin) ----
+if [ "$name" = fuzz_spec ]; then
+    for f in "$shared"/traces/tau_airline__0.jsonl "$shared"/traces/openhands_mock__CodeActSWEAgent_test_edits.jsonl; do
+        [ -f "$f" ] || continue
+        { byte 64; head -c 4096 "$f"; } > "$corpus/$(basename "$f").64"
+        { byte 200; head -c 4096 "$f"; } > "$corpus/$(basename "$f").200"
+    done
+fi
+# ---- fuzz_spec (end) ----
 
 exit 0
 
