@@ -67,6 +67,7 @@
 #include "engine/trace.h"
 #include "kv/diff.h"
 #include "kv/hash.h"
+#include "spec/spec.h"
 
 static void replay_usage(FILE *f) {
     fprintf(f,
@@ -86,6 +87,11 @@ static void replay_usage(FILE *f) {
             CLI_KV_DIR_USAGE
             "  --restart-each-turn  destroy and re-create the engine and the model before every turn (but\n"
             "                    the first): nothing in memory survives, only what --kv-dir holds (round-robin only)\n"
+            CLI_SPEC_HELP
+            "  --teacher-force   generate each turn's recorded response (the trace's \"response\", tokenized;\n"
+            "                    at most -n tokens, default then 1024) instead of the model's own tokens: a\n"
+            "                    simulation of a model that writes what the recorded agent wrote, to measure\n"
+            "                    speculative drafts against real outputs (turns without a response generate 1 token)\n"
             "  --json            one JSON object instead of the per-turn lines\n"
             "  --compare-exact   (with LLAMA_OPT_DIFF_MODE=approx) also run exact reuse and report the\n"
             "                    KL divergence and top-1 agreement of every generated step\n"
@@ -162,7 +168,7 @@ static bool hset_add(struct hset *h, uint64_t x) {
 /* ---- engine counters, summed over the engines of a --restart-each-turn run ------ */
 
 struct engine_totals {
-    uint64_t evicted, cow_copies, n_forward;
+    uint64_t evicted, cow_copies, n_forward, n_forward_prefill;
     uint32_t peak_alloc, peak_pinned; /* the largest of any engine */
     struct llama_opt_stats os;        /* the fields the report prints, summed */
 };
@@ -178,6 +184,7 @@ static void engine_totals_add(struct engine_totals *t, const struct dj_engine *e
     t->evicted += ps.evicted;
     t->cow_copies += ps.cow_copies;
     t->n_forward += engine_n_forward(e);
+    t->n_forward_prefill += engine_n_forward_prefill(e);
     if (pa > t->peak_alloc) t->peak_alloc = pa;
     if (pp > t->peak_pinned) t->peak_pinned = pp;
     t->os.dedup_blocks_total += os.dedup_blocks_total;
@@ -207,6 +214,9 @@ struct rsess {
     struct dj_turn_result res;
     uint64_t lhash, ihash; /* this session's logits and ids, all its turns in order */
     uint64_t turn_lhash;   /* this turn's logits */
+    size_t g;              /* tokens this turn generates */
+    dj_token *resp;        /* --teacher-force: the recorded response's tokens (n_resp) */
+    size_t n_resp;
 };
 
 struct turn_row {
@@ -388,7 +398,8 @@ int cmd_replay(int argc, char **argv) {
     size_t n_paths = 0;
     double n_gen = 32, n_ctx = 0, n_threads = 1, ubatch = 512, max_turns = 0, max_chars = 0, budget = 0;
     double parallel = 0, n_batch = 0, kv_dir_gib = 0;
-    bool json = false, compare = false, no_chunk = false, restart_each = false;
+    bool json = false, compare = false, no_chunk = false, restart_each = false, teacher = false, n_gen_set = false;
+    struct dj_spec_params spec = spec_default_params();
     int rc = 1;
     paths = calloc((size_t)argc, sizeof *paths);
     if (!paths) return cli_error("replay", "out of memory");
@@ -397,7 +408,8 @@ int cmd_replay(int argc, char **argv) {
         const char *a = argv[i];
         double v;
         bool ok;
-        if (cli_kv_type_opt("replay", argc, argv, &i, &ctk, &ctv, &ok)) {
+        if (cli_kv_type_opt("replay", argc, argv, &i, &ctk, &ctv, &ok) ||
+            cli_spec_opt("replay", argc, argv, &i, &spec, &ok)) {
             if (!ok) goto out_args;
             continue;
         }
@@ -418,6 +430,12 @@ int cmd_replay(int argc, char **argv) {
             n_paths++;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--teacher-force")) {
+            teacher = true;
+        } else if (!strcmp(a, "-n")) {
+            const char *s = cli_value("replay", argc, argv, &i);
+            if (!s || !parse_num("-n", s, 1, 1e7, &n_gen)) goto out_args;
+            n_gen_set = true;
         } else if (!strcmp(a, "--compare-exact")) {
             compare = true;
         } else if (!strcmp(a, "--no-chunked-prefill")) {
@@ -429,7 +447,6 @@ int cmd_replay(int argc, char **argv) {
         }
         NUM("--parallel", 1, 1e6, parallel)
         NUM("--n-batch", 1, 1e6, n_batch)
-        NUM("-n", 1, 1e7, n_gen)
         NUM("-c", 1, 1e8, n_ctx)
         NUM("-t", 1, 1024, n_threads)
         NUM("--ubatch", 1, 1e6, ubatch)
@@ -464,6 +481,8 @@ int cmd_replay(int argc, char **argv) {
     struct dj_engine_params ep = engine_default_params();
     ep.kv_type_k = ctk;
     ep.kv_type_v = ctv;
+    ep.spec = spec;
+    if (teacher && !n_gen_set) n_gen = 1024;
     if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
         cli_error("replay", "%s", dj_last_error());
         goto done;
@@ -485,6 +504,10 @@ int cmd_replay(int argc, char **argv) {
     ep.chunked_prefill = !no_chunk;
     if (compare && parallel > 0) {
         cli_error("replay", "--compare-exact runs the sessions round-robin; drop --parallel");
+        goto done;
+    }
+    if (teacher && compare) {
+        cli_error("replay", "--teacher-force and --compare-exact both choose the generated tokens; give one");
         goto done;
     }
     if (restart_each && (parallel > 0 || compare)) {
@@ -586,6 +609,20 @@ int cmd_replay(int argc, char **argv) {
             }
             const dj_token *toks = r->toks;
             const size_t n = r->n;
+            const dj_token *force = NULL;
+            r->g = G;
+            if (teacher) {
+                free(r->resp);
+                r->resp = NULL;
+                r->n_resp = 0;
+                if (r->tr->response && vocab_tokenize(m->vocab, r->tr->response, r->tr->response_len, false, true,
+                                                      &r->resp, &r->n_resp) != DJ_OK) {
+                    cli_error("replay", "%s:%zu: response: %s", r->tr->path, r->tr->line_no, dj_last_error());
+                    goto done;
+                }
+                r->g = r->n_resp == 0 ? 1 : r->n_resp < G ? r->n_resp : G;
+                if (r->n_resp) force = r->resp;
+            }
             /* the exact minimum (see the top of the file) */
             size_t L = diff_on ? diff_common_prefix(r->held, r->n_held, toks, n) : 0, P = 0;
             if (L >= n && n > 0) L = n - 1;
@@ -602,7 +639,8 @@ int cmd_replay(int argc, char **argv) {
                 struct dj_request_params rp = engine_default_request();
                 rp.prompt = toks;
                 rp.n_prompt = n;
-                rp.max_tokens = G;
+                rp.max_tokens = r->g;
+                rp.force = force;
                 rp.ignore_eos = true;
                 rp.session = r->s;
                 rp.on_token = par_on_token;
@@ -621,6 +659,8 @@ int cmd_replay(int argc, char **argv) {
             struct dj_turn_result trx;
             struct compare cmp = {&acc, ref, 0, 0, 0, 0, 0};
             struct dj_turn_params tpa = tp;
+            tpa.n_gen = r->g;
+            tpa.force = force;
             acc.sess = r;
             if (ex) { /* the exact twin first; the approximate engine is fed its tokens */
                 struct dj_turn_params tpx = {.n_gen = tp.n_gen, .on_logits = on_ref_logits, .ud = &cmp};
@@ -638,9 +678,9 @@ int cmd_replay(int argc, char **argv) {
                 cli_error("replay", "%s:%zu: turn of %zu tokens: %s", r->tr->path, r->tr->line_no, n, dj_last_error());
                 goto done;
             }
-            r->n_ids = G;
-            for (size_t k = 0; k < G; k++) ids_hash = dj_fnv1a_u32(ids_hash, (uint32_t)r->ids[k]);
-            if (finish_turn(r, i, ex ? ids_x : r->ids, G, bs, dedup_on, &chains, &rows, &n_rows, &cap_rows, json,
+            r->n_ids = r->g;
+            for (size_t k = 0; k < r->g; k++) ids_hash = dj_fnv1a_u32(ids_hash, (uint32_t)r->ids[k]);
+            if (finish_turn(r, i, ex ? ids_x : force ? force : r->ids, r->g, bs, dedup_on, &chains, &rows, &n_rows, &cap_rows, json,
                             ex ? &cmp : NULL, ex ? &trx : NULL))
                 goto done;
         }
@@ -651,12 +691,13 @@ int cmd_replay(int argc, char **argv) {
                 if (!r->busy || !r->done) continue;
                 r->busy = false;
                 n_inflight--;
-                if (r->res.finish == DJ_FINISH_ERROR || r->n_ids != G) {
+                if (r->res.finish == DJ_FINISH_ERROR || r->n_ids != r->g) {
                     cli_error("replay", "%s:%zu: turn of %zu tokens: %s", r->tr->path, r->tr->line_no, r->n,
                               r->res.error[0] ? r->res.error : "ended early");
                     goto done;
                 }
-                if (finish_turn(r, i, r->ids, G, bs, dedup_on, &chains, &rows, &n_rows, &cap_rows, json, NULL, NULL))
+                if (finish_turn(r, i, teacher && r->n_resp ? r->resp : r->ids, r->g, bs, dedup_on, &chains, &rows,
+                                &n_rows, &cap_rows, json, NULL, NULL))
                     goto done;
             }
         }
@@ -674,6 +715,7 @@ int cmd_replay(int argc, char **argv) {
     size_t tot_prompt = 0, tot_own = 0, tot_pool = 0, tot_disk = 0, tot_comp = 0, tot_min = 0, tot_gen = 0, tot_parked = 0;
     size_t tot_approx = 0, tot_blend = 0, tot_probed = 0;
     double tot_prefill = 0, tot_decode = 0, tot_prefill_x = 0;
+    struct dj_spec_counts tot_spec = {0};
     /* --compare-exact: [0] every turn, [1] the turns that reused something approximately */
     double q_kl[2] = {0, 0}, q_kl_max[2] = {0, 0};
     size_t q_top1[2] = {0, 0}, q_steps[2] = {0, 0}, q_turns[2] = {0, 0};
@@ -691,6 +733,7 @@ int cmd_replay(int argc, char **argv) {
         tot_comp += t->n_computed;
         tot_min += rows[k].n_min;
         tot_gen += t->n_gen;
+        spec_counts_add(&tot_spec, &t->spec);
         tot_parked += t->n_parked;
         tot_prefill += t->t_prefill_ms;
         tot_decode += t->t_decode_ms;
@@ -715,6 +758,8 @@ int cmd_replay(int argc, char **argv) {
     engine_totals_add(&etot, e);
     const uint32_t peak_alloc = etot.peak_alloc, peak_pinned = etot.peak_pinned;
     const struct llama_opt_stats os = etot.os;
+    /* passes that only decoded (--parallel mixes prompt chunks into decode passes: those count as prefill) */
+    const uint64_t n_prefill_passes = etot.n_forward_prefill;
     ps.evicted = etot.evicted;
     ps.cow_copies = etot.cow_copies;
     if (json) {
@@ -735,6 +780,8 @@ int cmd_replay(int argc, char **argv) {
                    t->n_reused_own, t->n_reused_pool, t->n_reused_disk, t->n_reused_approx, t->n_blend, t->n_probed, t->n_computed,
                    rows[k].n_min, t->n_gen, t->t_prefill_ms, t->t_ttft_ms, t->t_decode_ms);
             printf(", \"t_queue_ms\": %.3f, \"logits_hash\": \"%016" PRIx64 "\"", t->t_queue_ms, rows[k].logits_hash);
+            if (spec.sources || t->n_drafted)
+                printf(", \"n_drafted\": %zu, \"n_draft_accepted\": %zu", t->n_drafted, t->n_draft_accepted);
             if (ex)
                 printf(", \"exact_prefill_ms\": %.3f, \"kl_mean\": %.6e, \"kl_max\": %.6e, \"top1_agree\": %zu",
                        rows[k].t_exact_prefill_ms, rows[k].n_steps ? rows[k].kl_sum / (double)rows[k].n_steps : 0.0,
@@ -761,8 +808,11 @@ int cmd_replay(int argc, char **argv) {
                ", \"restart_each_turn\": %s, \"restarts\": %zu, \"t_restart_ms\": %.3f",
                persist_on ? "true" : "false", os.persist_loads, os.persist_saves, restart_each ? "true" : "false",
                n_restarts, (double)t_restart_us / 1000.0);
-        printf(",\n \"parallel\": %zu, \"n_forward_passes\": %llu, \"sessions\": [", (size_t)parallel,
-               (unsigned long long)etot.n_forward);
+        printf(",\n \"teacher_force\": %s, \"spec\": ", teacher ? "true" : "false");
+        cli_spec_json(stdout, &spec, &tot_spec, tot_gen > n_rows ? tot_gen - n_rows + 1 : 1, etot.n_forward - n_prefill_passes);
+        printf(",\n \"parallel\": %zu, \"n_forward_passes\": %llu, \"n_decode_passes\": %llu, \"sessions\": [",
+               (size_t)parallel, (unsigned long long)etot.n_forward,
+               (unsigned long long)(etot.n_forward - n_prefill_passes));
         for (size_t i = 0; i < n_paths; i++) {
             printf("%s\n  {\"session\": ", i ? "," : "");
             json_str(stdout, rs[i].tr->session);
@@ -799,6 +849,11 @@ int cmd_replay(int argc, char **argv) {
                "parked; budget %u blocks\n",
                ps.block_bytes / 1024, peak_alloc, (double)peak_alloc * (double)ps.block_bytes / 1048576.0,
                peak_pinned, ps.evicted, tot_parked, ps.capacity);
+        printf("decode: %zu tokens in %.1f ms (%.1f t/s)%s\n", tot_gen, tot_decode,
+               tot_decode > 0 ? (double)tot_gen * 1000.0 / tot_decode : 0.0,
+               teacher ? ", teacher-forced to the recorded responses (a simulation)" : "");
+        if (spec.sources || tot_spec.drafted[DJ_SPEC_GRAMMAR])
+            cli_spec_line(stdout, &tot_spec, tot_gen > n_rows ? tot_gen - n_rows + 1 : 1, etot.n_forward - n_prefill_passes);
         printf("logits_hash %016" PRIx64 "  ids_hash %016" PRIx64 "\n", acc.hash, ids_hash);
         if (ex) {
             printf("approx vs exact (teacher-forced): prefill %.1f ms vs %.1f ms\n", tot_prefill, tot_prefill_x);
@@ -819,6 +874,7 @@ done:
             free(rs[i].held);
             free(rs[i].toks);
             free(rs[i].ids);
+            free(rs[i].resp);
         }
     free(rs);
     free(rows);

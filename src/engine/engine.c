@@ -654,3 +654,5 @@ void engine_spec_counts(const struct dj_engine *e, struct dj_spec_counts *out, u
 }
 
 double engine_spec_beta(const struct dj_engine *e, size_t n_rows) { return spec_policy_beta(&e->pol, n_rows); }
+
+uint64_t engine_n_forward_prefill(const struct dj_engine *e) { return e->n_forward_prefill; }

@@ -295,6 +295,8 @@ uint32_t engine_block_size(const struct dj_engine *e);
 uint32_t engine_n_ctx(const struct dj_engine *e);
 /* Batched forward passes run so far, and the tokens they held. */
 uint64_t engine_n_forward(const struct dj_engine *e);
+/* Of those, the passes that held a prompt chunk (the rest only decoded). */
+uint64_t engine_n_forward_prefill(const struct dj_engine *e);
 /* Draft counters of every request so far (spec/spec.h), the output memo's
  * size, and the policy's cost model: one more row in a pass of n_rows rows
  * costs *beta of it (measured). */

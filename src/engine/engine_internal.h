@@ -110,6 +110,7 @@ struct dj_engine {
     uint32_t peak_allocated, peak_pinned;
     struct dj_session *sessions; /* doubly linked list */
     uint64_t n_step, n_forward, n_forward_tok;
+    uint64_t n_forward_prefill; /* passes that held a prompt chunk */
     /* speculation */
     struct spec_memo *memo;        /* the output memo (NULL: the memo source is off) */
     struct spec_policy pol;

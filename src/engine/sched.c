@@ -924,6 +924,7 @@ size_t engine_step(struct dj_engine *e) {
             if (en->prefill) any_prefill = true;
             else n_plain += en->n - en->req->comp[en->comp].n_draft;
         }
+        e->n_forward_prefill += any_prefill;
         if (!st && !any_prefill) {
             spec_policy_time(&e->pol, nt, (double)(dj_time_us() - t0) / 1000.0);
             e->n_rows_last = n_plain;

@@ -225,6 +225,7 @@ static enum dj_status int_field(struct jp *j, const char *key, long long *out) {
 void trace_turn_free(struct trace_turn *t) {
     free(t->session);
     free(t->text);
+    free(t->response);
     memset(t, 0, sizeof *t);
 }
 
@@ -258,7 +259,15 @@ enum dj_status trace_parse_line(const char *line, size_t len, const char *where,
             if (!strcmp(key, "keep")) st = int_field(&j, "keep", &t.keep);
             else if (!strcmp(key, "turn")) st = int_field(&j, "turn", &t.turn);
             else if (!strcmp(key, "n_chars")) st = int_field(&j, "n_chars", &t.n_chars);
-            else if (!strcmp(key, "text") || !strcmp(key, "session")) {
+            else if (!strcmp(key, "response") && j.end - j.p >= 4 && !memcmp(j.p, "null", 4)) {
+                if (t.response) st = dj_fail(DJ_ERR_FORMAT, "%s:%zu: \"response\" appears twice", where, line_no);
+                else st = skip_value(&j, 1);
+            } else if (!strcmp(key, "response")) {
+                if (t.response) st = dj_fail(DJ_ERR_FORMAT, "%s:%zu: \"response\" appears twice", where, line_no);
+                else if (j.p < j.end && *j.p != '"')
+                    st = dj_fail(DJ_ERR_FORMAT, "%s:%zu: \"response\" is not a string or null", where, line_no);
+                else st = parse_string(&j, &t.response, &t.response_len);
+            } else if (!strcmp(key, "text") || !strcmp(key, "session")) {
                 char **dst = !strcmp(key, "text") ? &t.text : &t.session;
                 size_t n;
                 if (*dst) st = dj_fail(DJ_ERR_FORMAT, "%s:%zu: \"%s\" appears twice", where, line_no, key);
@@ -334,6 +343,7 @@ void trace_close(struct trace *t) {
     free(t->path);
     free(t->data);
     free(t->session);
+    free(t->response);
     free(t->prompt);
     free(t);
 }
@@ -401,6 +411,10 @@ enum dj_status trace_next(struct trace *t, bool *done) {
             t->session = strdup(b ? b + 1 : t->path);
         }
     }
+    free(t->response);
+    t->response = tt.response; /* NULL when null or absent */
+    t->response_len = tt.response_len;
+    tt.response = NULL;
     trace_turn_free(&tt);
     t->n_turns++;
     *done = false;

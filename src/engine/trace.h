@@ -30,6 +30,8 @@ struct trace_turn {
     long long n_chars;  /* "n_chars", or -1 */
     char *text;         /* "text" (required), UTF-8, text_len bytes + NUL */
     size_t text_len;
+    char *response;     /* "response": the recorded reply, response_len bytes + NUL; NULL when null or absent */
+    size_t response_len;
 };
 
 /* Parses one line (len bytes, no newline needed).  where/line_no name it in
@@ -54,6 +56,8 @@ struct trace {
     size_t prompt_len, prompt_cap, prompt_cp;
     long long n_chars;  /* the last line's "n_chars" (checked), or -1 when it had none */
     size_t n_turns;     /* turns read so far */
+    char *response;     /* the current turn's recorded reply (NULL: unknown), response_len bytes + NUL */
+    size_t response_len;
 };
 
 /* Reads the whole file.  DJ_ERR_IO with the path and errno text on failure. */
