@@ -21,6 +21,8 @@
  * Also: with n_exit = n_layer the logits are ctx_forward's; a batch whose
  * tokens all resume at L runs only layers >= L (RoPE table hits: 2 per token
  * per layer run); bad n_exit and bad start layers give DJ_ERR_INVALID.
+ * Last, `deja perplexity --exit-scan --json` (the measurement for choosing L)
+ * runs and reports every exit layer, and its perplexity is unchanged by it.
  */
 #include <stdint.h>
 
@@ -28,6 +30,7 @@
 #include "core/hash.h"
 #include "model/context.h"
 #include "test.h"
+#include "test_run.h"
 
 enum { N_SEQ = 3, PRE = 21, K = 4, MAX_LEN = PRE + 2 * (K + 2) + 2, N_CTX = 128 };
 
@@ -289,13 +292,39 @@ static void check_model(const char *path, uint32_t kv_type) {
     model_free(m);
 }
 
+/* The count of non-overlapping occurrences of needle in hay. */
+static int count_of(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* `deja perplexity --exit-scan` on stories260K (5 layers): a row per exit layer 1..4, the same PPL as without. */
+static void check_exit_scan_cli(const char *shared) {
+    const char *model = test_shared_path(shared, "models/stories260K.gguf");
+    const char *text = test_shared_path(shared, "golden/codelm/codelm_ppl_text.txt");
+    char *plain = NULL, *scan = NULL;
+    int rc = RUN(&plain, "perplexity", "-m", (char *)model, "-f", (char *)text, "-c", "64", "--chunks", "2", "--json");
+    CHECKF(rc == 0, "perplexity: %s", plain);
+    rc = RUN(&scan, "perplexity", "-m", (char *)model, "-f", (char *)text, "-c", "64", "--chunks", "2", "--json",
+             "--exit-scan", "--exit-k", "3");
+    CHECKF(rc == 0 && strstr(scan, "\"exit_scan\": {\"k\": 3, \"n_layer\": 5") && count_of(scan, "\"L\": ") == 4,
+           "perplexity --exit-scan: %s", scan);
+    const char *p0 = strstr(plain, "{\"ppl\": "), *p1 = strstr(scan, "{\"ppl\": ");
+    CHECKF(p0 && p1 && !strncmp(p0, p1, 20), "--exit-scan changed the perplexity: %s / %s", plain, scan);
+    free(plain);
+    free(scan);
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) return 2;
+    if (argc < 3) return 2;
+    deja_bin = argv[2];
     const char *models[2] = {test_shared_path(argv[1], "models/stories260K.gguf"),
                              test_shared_path(argv[1], "models/codelm-15m-f16.gguf")};
     for (int i = 0; i < 2; i++) {
         check_model(models[i], kv_type_default());
         if (kv_type_default() != DJ_TYPE_F32) check_model(models[i], DJ_TYPE_F32);
     }
+    check_exit_scan_cli(argv[1]);
     TEST_END();
 }
