@@ -45,7 +45,13 @@ struct ctx_att_tile {
 };
 
 /* Tokens of several sequences evaluated in one forward pass (ctx_forward):
- * token i is tok[i] at position pos[i] of sequence seq[i]. */
+ * token i is tok[i] at position pos[i] of sequence seq[i].
+ *
+ * Resume (early-exit self-speculation): a token whose layers [0, s) already
+ * ran (ctx_forward_exit wrote their K/V rows and gave its hidden row) starts
+ * at layer start_layer[i] = s from hidden row i and skips the layers below;
+ * it gets bitwise the K/V rows and logits of a token that ran them all.  The
+ * last two fields may be left out (zero): every token starts at layer 0. */
 struct dj_batch {
     size_t n_tok;
     const dj_token *tok;        /* (n_tok) */
@@ -53,6 +59,9 @@ struct dj_batch {
     struct kv_seq *const *seq;  /* (n_tok) sequences of the context's pool */
     size_t n_out;
     const uint32_t *out;        /* (n_out) batch indices whose logits are wanted, increasing */
+    const uint32_t *start_layer; /* (n_tok) first layer each token runs, < n_layer; NULL: all 0 */
+    const float *hidden;        /* (n_tok, n_embd) row i: the residual stream entering layer start_layer[i]
+                                   (rows of tokens starting at 0 unread); needed when any start > 0 */
 };
 
 struct dj_context {
@@ -85,6 +94,11 @@ struct dj_context {
     uint32_t *out; /* (ub) ubatch rows whose logits are computed */
     struct kv_seq **tseq;       /* (ub) sequence of each token of the ubatch */
     struct ctx_att_tile *tiles; /* (ub) attention work tiles of the ubatch */
+    /* a ubatch whose tokens start at different layers, sorted by start (forward.c ubatch_order) */
+    uint32_t *perm;             /* (ub) slot -> ubatch index */
+    uint32_t *inv;              /* (ub) ubatch index -> slot */
+    uint32_t *ppos;             /* (ub) positions by slot */
+    struct kv_seq **pseq;       /* (ub) sequences by slot */
     size_t wrow_stride; /* the largest K (row length) of any weight */
     const struct dj_kernels *kern; /* the CPU's kernel table, chosen once */
     /* RoPE table (forward.c rope_row), filled lazily up to the highest position seen:
@@ -127,8 +141,27 @@ enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, 
  * or room for n_out * n_vocab floats, the rows of b->out in order.
  * Invariant (DESIGN.md §3): a token's logits and K/V are bitwise the same
  * whatever else shares its batch or ubatch (tests/model/test_batch.c).
- * DJ_ERR_INVALID (a message) for a malformed batch; nothing is computed then. */
+ * DJ_ERR_INVALID (a message) for a malformed batch; nothing is computed then.
+ * With b->start_layer, a token starting at layer s > 0 runs layers [s, n_layer)
+ * from b->hidden's row (its K/V rows of layers < s must hold what those layers
+ * write: ctx_forward_exit wrote them); tokens of any start may share a batch.
+ * A ubatch whose tokens all start at s reads no weights of layers < s; one
+ * without start layers costs what it did before they existed. */
 enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float *logits);
+
+/* Early exit (the draft of self-speculative decoding, sharing the model's K/V):
+ * ctx_forward's batch rules and checks, but only layers [0, n_exit) run,
+ * writing those layers' K/V rows at the tokens' positions (rows of layers
+ * >= n_exit untouched; the caller prepared the rows and advances nothing).
+ * hidden: NULL, or room for n_tok * n_embd floats: every token's residual
+ * stream after layer n_exit-1, in batch order (what a later ctx_forward
+ * resuming at start_layer n_exit takes).  logits: NULL, or room for n_out *
+ * n_vocab: output(output_norm(hidden row)) of the b->out rows — the early-exit
+ * logits; with n_exit == n_layer bitwise ctx_forward's.  b->start_layer may
+ * be given (each < n_exit).  DJ_ERR_INVALID (a message) unless 1 <= n_exit <=
+ * n_layer or for a malformed batch; nothing is computed then. */
+enum dj_status ctx_forward_exit(struct dj_context *c, const struct dj_batch *b, uint32_t n_exit, float *hidden,
+                                float *logits);
 
 /* Recomputes n tokens at positions pos[0..n) (strictly increasing) that the
  * current sequence already holds (Tier-2 reuse after an edit: the rows were

@@ -410,23 +410,92 @@ static int64_t ubatch_tiles(struct dj_context *c, const uint32_t *pos, struct kv
     return nt;
 }
 
+/* Which layers a ubatch runs (ctx_forward_exit, and ctx_forward's resume):
+ * NULL in forward_ubatch means every token runs every layer from the embedding. */
+struct ub_span {
+    const uint32_t *start; /* (n) first layer of each token, or NULL: all 0 */
+    const float *hidden;   /* (n, n_embd) the residual stream entering layer start[t]; rows with start 0 unread */
+    uint32_t n_run;        /* layers [0, n_run) run (tokens starting later run from their start) */
+    float *hidden_out;     /* (n, n_embd) or NULL: each token's residual stream after layer n_run-1 */
+};
+
+/* Orders the ubatch's tokens for a span with start layers: c->perm[j] is the
+ * token in slot j, the tokens sorted by start layer, stably (insertion sort:
+ * n <= n_ubatch, and the starts are nearly always sorted already).  Then the
+ * tokens that run layer il are the slots [0, m(il)): a layer runs on a prefix
+ * of rows, with the code of the plain pass, and a layer no token runs reads no
+ * weights.  A sequence's tokens may come out of position order (a token that
+ * starts at 0 after tokens that resume at L); nothing needs that order but the
+ * attention tiles, which ubatch_tiles then cuts apart.  Returns whether the
+ * order is the identity (the usual case: every token starts at the same layer),
+ * when the caller's arrays are used as they are; else fills c->ppos, c->pseq
+ * and c->inv (token -> slot). */
+static bool ubatch_order(struct dj_context *c, const uint32_t *start, const uint32_t *pos,
+                         struct kv_seq *const *seq, int64_t n) {
+    bool ident = true;
+    for (int64_t t = 0; t < n; t++) {
+        int64_t j = t;
+        while (j > 0 && start[c->perm[j - 1]] > start[t]) {
+            c->perm[j] = c->perm[j - 1];
+            j--;
+        }
+        c->perm[j] = (uint32_t)t;
+        if (j != t) ident = false;
+    }
+    if (ident) return true;
+    for (int64_t j = 0; j < n; j++) {
+        c->ppos[j] = pos[c->perm[j]];
+        c->pseq[j] = seq[c->perm[j]];
+        c->inv[c->perm[j]] = (uint32_t)j;
+    }
+    return false;
+}
+
 /* Forward pass of one ubatch of n tokens, token t at position pos[t] of
  * sequence seq[t] (their KV rows exist; a sequence's tokens in increasing
  * positions).  logits (if not NULL) get the n_out rows out[0..n_out)
- * (increasing ubatch indices), in order.  With pr: stops at layer pr->il
- * after measuring and storing its K/V rows. */
+ * (increasing ubatch indices), in order: the output matrix on the final norm
+ * of the residual stream after the last layer run.  With pr: stops at layer
+ * pr->il after measuring and storing its K/V rows.  With sp: runs the layers
+ * sp says, tokens with start layer s > 0 from sp->hidden (their K/V rows of
+ * layers < s untouched); every token's rows are computed with the arithmetic
+ * of the plain pass, so a resumed token gets the bits it gets unresumed. */
 static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
-                           struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out, float *logits,
-                           const struct probe *pr) {
+                           struct kv_seq *const *seq, int64_t n_ub, const uint32_t *out, int64_t n_out, float *logits,
+                           const struct probe *pr, const struct ub_span *sp) {
     const struct dj_model *m = c->model;
     const struct dj_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd,
                   F = hp->n_ff;
-    const int64_t n_tiles = ubatch_tiles(c, pos, seq, n);
+    const uint32_t n_run = sp ? sp->n_run : hp->n_layer;
+    const uint32_t *start = sp ? sp->start : NULL;
+    const uint32_t *inv = NULL; /* token -> row of c->x, when the rows are not in batch order */
+    int64_t n_act = n_ub;       /* rows [0, n_act) run the current layer */
+    if (start) {
+        if (!ubatch_order(c, start, pos, seq, n_ub)) {
+            pos = c->ppos;
+            seq = c->pseq;
+            inv = c->inv;
+        }
+        for (int64_t j = 0; j < n_ub; j++) {
+            const uint32_t t = inv ? c->perm[j] : (uint32_t)j;
+            if (start[t] == 0) embed_row(c, &m->tok_embd, toks[t], c->x + j * E);
+            else memcpy(c->x + j * E, sp->hidden + (size_t)t * E, (size_t)E * sizeof(float));
+        }
+        n_act = 0;
+    } else {
+        for (int64_t t = 0; t < n_ub; t++) embed_row(c, &m->tok_embd, toks[t], c->x + t * E);
+    }
+    int64_t n_tiles = start ? 0 : ubatch_tiles(c, pos, seq, n_ub);
 
-    for (int64_t t = 0; t < n; t++) embed_row(c, &m->tok_embd, toks[t], c->x + t * E);
-
-    for (uint32_t il = 0; il < hp->n_layer; il++) {
+    for (uint32_t il = 0; il < n_run; il++) {
+        if (start && n_act < n_ub) { /* tokens that start at this layer join */
+            const int64_t n0 = n_act;
+            while (n_act < n_ub && start[inv ? c->perm[n_act] : (uint32_t)n_act] <= il) n_act++;
+            if (n_act == 0) continue;
+            if (n_act != n0) n_tiles = ubatch_tiles(c, pos, seq, n_act);
+        }
+        const int64_t n = n_act; /* the layer's rows: the whole ubatch without start layers */
         const struct dj_layer *L = &m->layers[il];
         for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm.data, E, hp->rms_eps);
         const struct dj_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
@@ -478,9 +547,16 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     }
 
+    if (sp && sp->hidden_out) {
+        if (inv)
+            for (int64_t t = 0; t < n_ub; t++)
+                memcpy(sp->hidden_out + t * E, c->x + (int64_t)inv[t] * E, (size_t)E * sizeof(float));
+        else
+            memcpy(sp->hidden_out, c->x, (size_t)(n_ub * E) * sizeof(float));
+    }
     if (!logits || n_out == 0) return;
     for (int64_t r = 0; r < n_out; r++)
-        rmsnorm(c->xn + r * E, c->x + (int64_t)out[r] * E, m->output_norm.data, E, hp->rms_eps);
+        rmsnorm(c->xn + r * E, c->x + (int64_t)(inv ? inv[out[r]] : out[r]) * E, m->output_norm.data, E, hp->rms_eps);
     ctx_matmul(c, &m->output, c->xn, n_out, logits);
 }
 
@@ -510,10 +586,25 @@ static enum dj_status check_batch(const struct dj_context *c, const struct dj_ba
     return DJ_OK;
 }
 
-enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float *logits) {
-    enum dj_status st = check_batch(c, b);
-    if (st) return st;
-    const size_t V = c->model->hp.n_vocab;
+/* Start layers of a batch (ctx_forward's resume): each below n_run, and the
+ * hidden rows there when any token starts past layer 0. */
+static enum dj_status check_start(const struct dj_batch *b, uint32_t n_run, const char *what) {
+    if (!b->start_layer) return DJ_OK;
+    for (size_t i = 0; i < b->n_tok; i++) {
+        if (b->start_layer[i] >= n_run)
+            return dj_fail(DJ_ERR_INVALID, "%s: token %zu starts at layer %u, past the last layer run (%u)", what, i,
+                           b->start_layer[i], n_run - 1);
+        if (b->start_layer[i] > 0 && !b->hidden)
+            return dj_fail(DJ_ERR_INVALID, "%s: token %zu starts at layer %u but the batch has no hidden rows", what, i,
+                           b->start_layer[i]);
+    }
+    return DJ_OK;
+}
+
+/* The batch in ubatches of n_ubatch tokens, in batch order; n_run layers. */
+static void forward_batch(struct dj_context *c, const struct dj_batch *b, uint32_t n_run, float *hidden, float *logits) {
+    const size_t V = c->model->hp.n_vocab, E = c->model->hp.n_embd;
+    const bool plain = !b->start_layer && !hidden && n_run == c->model->hp.n_layer;
     size_t r = 0; /* next output row */
     for (size_t done = 0; done < b->n_tok;) {
         const size_t nb = b->n_tok - done < c->p.n_ubatch ? b->n_tok - done : c->p.n_ubatch;
@@ -522,11 +613,33 @@ enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float
             c->out[r1 - r] = b->out[r1] - (uint32_t)done;
             r1++;
         }
+        const struct ub_span sp = {b->start_layer ? b->start_layer + done : NULL,
+                                   b->hidden ? b->hidden + done * E : NULL, n_run, hidden ? hidden + done * E : NULL};
         forward_ubatch(c, b->tok + done, b->pos + done, b->seq + done, (int64_t)nb, c->out, (int64_t)(r1 - r),
-                       logits ? logits + r * V : NULL, NULL);
+                       logits ? logits + r * V : NULL, NULL, plain ? NULL : &sp);
         r = r1;
         done += nb;
     }
+}
+
+enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float *logits) {
+    enum dj_status st = check_batch(c, b);
+    if (!st) st = check_start(b, c->model->hp.n_layer, "forward");
+    if (st) return st;
+    forward_batch(c, b, c->model->hp.n_layer, NULL, logits);
+    return DJ_OK;
+}
+
+enum dj_status ctx_forward_exit(struct dj_context *c, const struct dj_batch *b, uint32_t n_exit, float *hidden,
+                                float *logits) {
+    const uint32_t n_layer = c->model->hp.n_layer;
+    if (n_exit < 1 || n_exit > n_layer)
+        return dj_fail(DJ_ERR_INVALID, "forward_exit: exit after %u layers of a model of %u (1 .. %u)", n_exit,
+                       n_layer, n_layer);
+    enum dj_status st = check_batch(c, b);
+    if (!st) st = check_start(b, n_exit, "forward_exit");
+    if (st) return st;
+    forward_batch(c, b, n_exit, hidden, logits);
     return DJ_OK;
 }
 
@@ -560,7 +673,7 @@ enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, 
             c->pos[t] = (uint32_t)(c->seq->n_pos + t);
             c->tseq[t] = c->seq;
         }
-        forward_ubatch(c, toks + done, c->pos, c->tseq, (int64_t)nb, c->out, n_out, out, NULL);
+        forward_ubatch(c, toks + done, c->pos, c->tseq, (int64_t)nb, c->out, n_out, out, NULL, NULL);
         kv_seq_advance(c->seq, nb);
         done += nb;
     }
@@ -601,7 +714,7 @@ static enum dj_status forward_at(struct dj_context *c, const char *what, const d
         for (size_t t = 0; t < nb; t++) c->tseq[t] = c->seq;
         c->out[0] = (uint32_t)(nb - 1);
         forward_ubatch(c, toks + done, pos + done, c->tseq, (int64_t)nb, c->out, last ? 1 : 0, last ? logits : NULL,
-                       dev ? &pr : NULL);
+                       dev ? &pr : NULL, NULL);
         done += nb;
     }
     return DJ_OK;
@@ -697,11 +810,16 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->out = malloc(ub * sizeof *c->out);
     c->tseq = malloc(ub * sizeof *c->tseq);
     c->tiles = malloc(ub * sizeof *c->tiles);
+    c->perm = malloc(ub * sizeof *c->perm);
+    c->inv = malloc(ub * sizeof *c->inv);
+    c->ppos = malloc(ub * sizeof *c->ppos);
+    c->pseq = malloc(ub * sizeof *c->pseq);
     c->kern = dj_kernels();
     c->rope_cap = p.rope_table_max < p.n_ctx ? p.rope_table_max : p.n_ctx; /* the table itself grows in rope_row */
     c->tpool = threadpool_create(p.n_threads);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
-        !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->tpool) {
+        !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->perm ||
+        !c->inv || !c->ppos || !c->pseq || !c->tpool) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
@@ -730,6 +848,10 @@ void ctx_free(struct dj_context *c) {
     free(c->out);
     free(c->tseq);
     free(c->tiles);
+    free(c->perm);
+    free(c->inv);
+    free(c->ppos);
+    free(c->pseq);
     free(c->rope_tab);
     free(c);
 }
