@@ -17,7 +17,13 @@
  *
  * Every per-token computation reads only that token's row and the KV cache,
  * with a fixed order of operations, so results are independent of how the
- * prompt is split into ubatches and of the thread count (DESIGN.md §3).
+ * prompt is split into ubatches and of the thread count (DESIGN.md §3). *
+ * Early exit and resume (self-speculative drafts sharing the K/V): a pass may
+ * stop after layer n_exit (ctx_forward_exit: the norm and output matrix then
+ * read that layer's residual stream), and a token may start at a later layer
+ * from a saved residual stream (dj_batch.start_layer/hidden).  The ubatch's
+ * rows are then sorted by start layer, so each layer runs the same code on a
+ * prefix of rows; by the same per-row independence the bits do not change.
  */
 #include <math.h>
 #include <stdlib.h>
