@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "spec/spec.h"
 #include "core/status.h"
 #include "model/model.h"
 #include "opt/opt.h"
@@ -33,6 +34,8 @@ static void serve_usage(FILE *f) {
             "  --kv-budget MIB     KV cache memory (default: half the available memory)\n"
             CLI_KV_TYPE_HELP
             CLI_KV_DIR_USAGE
+            CLI_SPEC_HELP
+            "                      (serve: --spec is the default; --no-spec turns it off)\n"
             "  --api-key KEY       require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (all endpoints but /health)\n"
             "  --alias NAME        the model id reported by /v1/models (default: the file name)\n"
             "  --body-max BYTES    request body limit (default 8 MiB; larger: HTTP 413)\n"
@@ -57,6 +60,9 @@ static bool num(const char *s, double lo, double hi, double *out) {
 
 int cmd_serve(int argc, char **argv) {
     struct dj_server_params p = server_default_params();
+    /* speculation on by default (docs/BENCHMARKS.md: it pays on agent traces; the adaptive
+     * policy stops drafting where nothing is accepted) */
+    p.engine.spec.sources = DJ_SPEC_BIT(DJ_SPEC_LOOKUP) | DJ_SPEC_BIT(DJ_SPEC_MEMO);
     const char *model = NULL, *kv_dir = NULL;
     char *tmpl = NULL;
     double v, shutdown_ms = 5000;
@@ -71,7 +77,8 @@ int cmd_serve(int argc, char **argv) {
         continue;                                                                               \
     }
         bool ok;
-        if (cli_kv_type_opt("serve", argc, argv, &i, &p.engine.kv_type_k, &p.engine.kv_type_v, &ok)) {
+        if (cli_kv_type_opt("serve", argc, argv, &i, &p.engine.kv_type_k, &p.engine.kv_type_v, &ok) ||
+            cli_spec_opt("serve", argc, argv, &i, &p.engine.spec, &ok)) {
             if (!ok) {
                 free(tmpl);
                 return 1;

@@ -198,6 +198,21 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     }
     if (cfg->persist_enabled) engine_open_store(e);
     if (e->p.spec.draft_max > DJ_FEED_MAX - 1) e->p.spec.draft_max = DJ_FEED_MAX - 1;
+    if (e->p.spec.draft_max == 0) e->p.spec.draft_max = 16;
+    if (p->spec.sources & DJ_SPEC_BIT(DJ_SPEC_EXIT)) {
+        if (hp->n_layer < 2) {
+            dj_log(DJ_LOG_WARN, "early-exit drafts need at least 2 layers (the model has %u): source exit off",
+                   hp->n_layer);
+            e->p.spec.sources &= ~DJ_SPEC_BIT(DJ_SPEC_EXIT);
+        } else if (p->spec.exit_layer >= hp->n_layer) {
+            engine_destroy(e);
+            return dj_fail(DJ_ERR_INVALID, "--draft-exit-layer %u: the model has %u layers (1 .. %u, or auto)",
+                           p->spec.exit_layer, hp->n_layer, hp->n_layer - 1);
+        } else if (p->spec.exit_layer) {
+            e->exit_layer = p->spec.exit_layer;
+            engine_exit_fracs(e, e->exit_layer, &e->exit_a, &e->exit_h);
+        }
+    }
     spec_policy_init(&e->pol);
     if ((p->spec.sources & DJ_SPEC_BIT(DJ_SPEC_MEMO)) && cfg->memo_enabled && cfg->memo_trie_max > 0 &&
         !(e->memo = spec_memo_create(cfg->memo_trie_max))) {
@@ -656,3 +671,21 @@ void engine_spec_counts(const struct dj_engine *e, struct dj_spec_counts *out, u
 double engine_spec_beta(const struct dj_engine *e, size_t n_rows) { return spec_policy_beta(&e->pol, n_rows); }
 
 uint64_t engine_n_forward_prefill(const struct dj_engine *e) { return e->n_forward_prefill; }
+
+static double weight_bytes(const struct dj_weight *w) { return w->data ? (double)w->row_bytes * (double)w->ne1 : 0.0; }
+
+void engine_exit_fracs(const struct dj_engine *e, uint32_t L, double *a, double *h) {
+    const struct dj_model *m = e->model;
+    double below = 0.0, all = 0.0;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        const struct dj_layer *y = &m->layers[il];
+        const double b = weight_bytes(&y->wq) + weight_bytes(&y->wk) + weight_bytes(&y->wv) + weight_bytes(&y->wo) +
+                         weight_bytes(&y->w_gate) + weight_bytes(&y->w_up) + weight_bytes(&y->w_down);
+        all += b;
+        if (il < L) below += b;
+    }
+    const double head = weight_bytes(&m->output);
+    all += head;
+    *a = all > 0 ? below / all : 0.0;
+    *h = all > 0 ? head / all : 0.0;
+}

@@ -65,6 +65,9 @@ struct dj_comp {
     uint32_t draft_bucket;
     struct spec_shadow shadow[DJ_SPEC_N_SRC];
     struct dj_spec_counts sc;
+    uint32_t exit_k;         /* early-exit drafts to make before the next step (exit_drafts) */
+    uint32_t exit_idle;      /* steps since the exit source last drafted (a probe after SPEC_EXIT_PROBE) */
+    float *xh;               /* (DJ_FEED_MAX, n_embd) hidden rows at the exit layer of the fed tokens */
     enum dj_finish finish;   /* DJ_FINISH_NONE while running */
     int stop_index;
     double t_done_ms;
@@ -116,6 +119,12 @@ struct dj_engine {
     struct spec_policy pol;
     struct dj_spec_counts spec_tot;
     size_t n_rows_last;            /* rows of the last decode pass (the policy's cost model) */
+    uint32_t exit_layer;           /* early-exit drafts run layers [0, exit_layer); 0: not chosen yet (auto) */
+    double exit_a, exit_h;         /* weight bytes of layers < exit_layer, of the output matrix: fractions of all */
+    uint64_t n_forward_exit;       /* early-exit draft passes */
+    uint32_t *b_start;             /* (b_xcap) the step's start layers, when drafts resume at the exit layer */
+    float *b_hidden;               /* (b_xcap, n_embd) their hidden rows */
+    size_t b_xcap;
 
     /* requests (engine thread) */
     struct dj_req *waiting, *running; /* singly linked, in order */
@@ -147,6 +156,9 @@ struct dj_engine {
 void engine_drop_requests(struct dj_engine *e);
 
 /* engine.c */
+/* Weight bytes of layers < L and of the output matrix, as fractions of every layer's and
+ * the output matrix's (the early-exit cost model, spec_policy_length_exit). */
+void engine_exit_fracs(const struct dj_engine *e, uint32_t L, double *a, double *h);
 void session_truncate(struct dj_session *s, size_t n);
 bool engine_park_one(struct dj_engine *e, const struct dj_session *keep);
 enum dj_status engine_new_session(struct dj_engine *e, bool anon, struct dj_session **out);

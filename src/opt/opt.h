@@ -18,7 +18,7 @@
  *
  * Every variable is described once, in a table (llama_opt_config_var): name,
  * type, range, tier, CMake option, one line of documentation, and whether
- * anything reads it yet (10 of the 24 are parsed ahead of their features; a
+ * anything reads it yet (8 of the 24 are parsed ahead of their features; a
  * non-default value of one of them is warned about, docs/CONFIG.md lists them).  The loader, the
  * tests and docs/CONFIG.md are checked against that table.  An invalid value
  * (not a bool/number, out of range, unknown enum name, too long) is rejected

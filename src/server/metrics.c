@@ -65,8 +65,10 @@ void metrics_observe_done(struct dj_metrics *m, const struct dj_turn_result *r) 
     }
     m->predicted += r->n_gen;
     m->forced += r->n_forced;
-    m->drafted += r->n_drafted;
-    m->draft_accepted += r->n_draft_accepted;
+    for (int i = 0; i < DJ_SPEC_N_SRC; i++) {
+        m->drafted[i] += r->spec.drafted[i];
+        m->draft_accepted[i] += r->spec.accepted[i];
+    }
     m->predicted_seconds += r->t_decode_ms / 1000.0;
     if ((unsigned)r->finish < sizeof m->finished / sizeof m->finished[0]) m->finished[r->finish]++;
     hist_observe(&m->e2e, E2E_LE, (r->t_queue_ms + r->t_prefill_ms + r->t_decode_ms) / 1000.0);
@@ -191,9 +193,14 @@ char *metrics_render(struct dj_metrics *mm) {
            (double)m.computed);
     scalar(&o, "tokens_grammar_skipped_total", "counter",
            "Generated tokens a grammar forced, emitted without a forward pass of their own.", (double)m.forced);
-    scalar(&o, "draft_tokens_total", "counter", "Draft tokens fed for verification.", (double)m.drafted);
-    scalar(&o, "draft_tokens_accepted_total", "counter", "Draft tokens the sampler confirmed.",
-           (double)m.draft_accepted);
+    head(&o, "draft_tokens_total", "counter", "Draft tokens fed for verification, by draft source.");
+    for (int i = 0; i < DJ_SPEC_N_SRC; i++)
+        put(&o, "deja_draft_tokens_total{source=\"%s\"} %llu\n", spec_src_name((enum dj_spec_src)i),
+            (unsigned long long)m.drafted[i]);
+    head(&o, "draft_tokens_accepted_total", "counter", "Draft tokens the sampler confirmed (each saved a pass), by source.");
+    for (int i = 0; i < DJ_SPEC_N_SRC; i++)
+        put(&o, "deja_draft_tokens_accepted_total{source=\"%s\"} %llu\n", spec_src_name((enum dj_spec_src)i),
+            (unsigned long long)m.draft_accepted[i]);
 
     static const char *const kinds[] = {"completions", "chat", "responses", "messages", "other"};
     head(&o, "requests_total", "counter", "HTTP requests by API.");

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "spec/spec.h"
 #include "kv/pool.h"
 #include "opt/opt.h"
 
@@ -47,7 +48,8 @@ struct dj_metrics {
     uint64_t requests[6];       /* by kind: completions, chat, responses, messages, other, errors */
     uint64_t http_status[6];    /* 2xx .. 5xx by first digit (index 2..5) */
     uint64_t prompt_tokens, cached_own, cached_pool, cached_disk, cached_approx, computed;
-    uint64_t predicted, forced, drafted, draft_accepted;
+    uint64_t predicted, forced;
+    uint64_t drafted[DJ_SPEC_N_SRC], draft_accepted[DJ_SPEC_N_SRC]; /* by draft source (spec/spec.h) */
     uint64_t finished[5];       /* by enum dj_finish */
     uint64_t busy_rejected;     /* 503 when the queue is full */
     double prompt_seconds, predicted_seconds;

@@ -99,3 +99,44 @@ size_t spec_policy_length(const struct spec_policy *p, const struct spec_proposa
     *gain = best;
     return best_k;
 }
+
+/* Relative cost of k exit drafts and their verification (spec.h). */
+static double exit_cost(size_t k, double beta, double a, double h) {
+    return (double)(k + 1) * a + (double)k * h + (1.0 - a) * (1.0 + beta * (double)k);
+}
+
+size_t spec_policy_length_exit(const struct spec_policy *p, size_t n_rows, size_t cap, double a, double h,
+                               double *gain) {
+    *gain = 1.0;
+    const double beta = spec_policy_beta(p, n_rows);
+    double reach = 1.0, e = 0.0, best = 1.0;
+    size_t best_k = 0;
+    for (size_t k = 1; k <= cap; k++) {
+        reach *= spec_policy_alpha(p, DJ_SPEC_EXIT, 0, k - 1);
+        e += reach;
+        const double g = (1.0 + e) / exit_cost(k, beta, a, h);
+        if (g > best) {
+            best = g;
+            best_k = k;
+        }
+        if (reach < 1e-4) break;
+    }
+    if (best < SPEC_MIN_GAIN) return 0;
+    *gain = best;
+    return best_k;
+}
+
+double spec_exit_gain(double alpha, double beta, double a, double h, size_t cap, size_t *k) {
+    double reach = 1.0, e = 0.0, best = 0.0;
+    *k = 0;
+    for (size_t j = 1; j <= cap; j++) {
+        reach *= alpha;
+        e += reach;
+        const double g = (1.0 + e) / exit_cost(j, beta, a, h);
+        if (g > best) {
+            best = g;
+            *k = j;
+        }
+    }
+    return best;
+}

@@ -155,6 +155,17 @@ void spec_policy_time(struct spec_policy *p, size_t n_rows, double t_ms);
  * Its expected gain: *gain = (1 + E_k) / (1 + beta k) (1 at k = 0). */
 size_t spec_policy_length(const struct spec_policy *p, const struct spec_proposal *pr, size_t n_rows, size_t cap,
                           double *gain);
+/* The same for an early-exit draft (source exit, which has no tokens before
+ * it runs): its cost is the k + 1 exit passes through the first L layers
+ * (fraction a of a full pass's weights) with the output matrix for k of them
+ * (fraction h), then the verification pass resuming at layer L (1 - a, plus
+ * beta per extra row).  Returns 0 when it does not pay. */
+size_t spec_policy_length_exit(const struct spec_policy *p, size_t n_rows, size_t cap, double a, double h,
+                               double *gain);
+/* The best expected gain of drafting 1 .. cap tokens with a constant
+ * per-token acceptance alpha at those costs (for choosing the exit layer;
+ * below 1 when drafting does not pay); *k its length. */
+double spec_exit_gain(double alpha, double beta, double a, double h, size_t cap, size_t *k);
 /* P(position j accepted | j - 1 were), as the policy estimates it now. */
 double spec_policy_alpha(const struct spec_policy *p, enum dj_spec_src src, uint32_t bucket, size_t j);
 /* The marginal cost of one row relative to a pass of n_rows rows. */

@@ -63,6 +63,8 @@ struct rq {
     const char *salt;
 };
 
+static uint32_t exit_layer; /* 0: auto */
+
 static struct dj_engine *mk(const struct dj_model *m, unsigned sources, bool adaptive) {
     struct dj_engine_params ep = engine_default_params();
     ep.n_ctx = 2048;
@@ -71,6 +73,7 @@ static struct dj_engine *mk(const struct dj_model *m, unsigned sources, bool ada
     ep.spec.sources = sources;
     ep.spec.adaptive = adaptive;
     ep.spec.draft_max = 12;
+    ep.spec.exit_layer = exit_layer;
     struct dj_engine *e = NULL;
     CHECKF(engine_create(m, &ep, &e) == DJ_OK, "%s", dj_last_error());
     return e;
@@ -161,13 +164,16 @@ static void run_spec(const struct dj_model *m, const struct rq *q, size_t nq, co
         CHECKF(acc[DJ_SPEC_LOOKUP] > 0, "sources %#x: no lookup draft accepted", sources);
     if (sources & DJ_SPEC_BIT(DJ_SPEC_MEMO))
         CHECKF(acc[DJ_SPEC_MEMO] > 0, "sources %#x: no memo draft accepted", sources);
+    /* early exit drafts on codelm do not pay (docs/SPECULATIVE.md): the adaptive policy only probes */
+    if ((sources & DJ_SPEC_BIT(DJ_SPEC_EXIT)) && !adaptive)
+        CHECKF(acc[DJ_SPEC_EXIT] > 0, "sources %#x: no early-exit draft accepted", sources);
     if (!batched) CHECKF(passes < plain, "sources %#x: %llu passes, plain %llu", sources, (unsigned long long)passes,
                          (unsigned long long)plain);
-    printf("sources %-11s %-8s %-7s: %d/%zu requests bitwise equal to plain; drafted %llu, accepted lookup %llu memo "
-           "%llu; %llu passes (all %llu)%s\n",
-           sources == 6 ? "lookup,memo" : sources == 2 ? "lookup" : "memo", adaptive ? "adaptive" : "fixed",
-           batched ? "batched" : "alone", n_same, nq, (unsigned long long)drafted,
-           (unsigned long long)acc[DJ_SPEC_LOOKUP], (unsigned long long)acc[DJ_SPEC_MEMO],
+    printf("sources %-16s %-8s %-7s: %d/%zu requests bitwise equal to plain; drafted %llu, accepted lookup %llu memo "
+           "%llu exit %llu; %llu passes (all %llu)%s\n",
+           sources == 6 ? "lookup,memo" : sources == 2 ? "lookup" : sources == 4 ? "memo" : sources == 8 ? "exit" : "lookup,memo,exit",
+           adaptive ? "adaptive" : "fixed", batched ? "batched" : "alone", n_same, nq, (unsigned long long)drafted,
+           (unsigned long long)acc[DJ_SPEC_LOOKUP], (unsigned long long)acc[DJ_SPEC_MEMO], (unsigned long long)acc[DJ_SPEC_EXIT],
            (unsigned long long)passes, (unsigned long long)(engine_n_forward(e) - f0), batched ? "" : " alone");
     engine_destroy(e);
 }
@@ -306,12 +312,15 @@ int main(int argc, char **argv) {
     static struct out ref[N_REQ];
     uint64_t ref_passes[N_REQ];
     run_plain(m, qq, N_REQ, ref, ref_passes);
-    const unsigned L = DJ_SPEC_BIT(DJ_SPEC_LOOKUP), M = DJ_SPEC_BIT(DJ_SPEC_MEMO);
-    const unsigned sets[3] = {L, M, L | M};
-    for (int s = 0; s < 3; s++)
+    const unsigned L = DJ_SPEC_BIT(DJ_SPEC_LOOKUP), M = DJ_SPEC_BIT(DJ_SPEC_MEMO), X = DJ_SPEC_BIT(DJ_SPEC_EXIT);
+    const unsigned sets[5] = {L, M, L | M, X, L | M | X};
+    for (int s = 0; s < 5; s++)
         for (int adaptive = 0; adaptive < 2; adaptive++)
-            for (int batched = 0; batched < 2; batched++)
+            for (int batched = 0; batched < 2; batched++) {
+                /* early exit: an explicit layer (fixed), and auto (the calibration) */
+                exit_layer = adaptive ? 0 : 5;
                 run_spec(m, qq, N_REQ, ref, ref_passes, sets[s], adaptive, batched);
+            }
     test_forced(m, &qq[0], &ref[0]);
     test_memo_salt_bound(m, &qq[1]);
     free(ta);

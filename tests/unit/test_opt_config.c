@@ -318,7 +318,7 @@ static void test_stats(void) {
 
 /* The 10 that src/ does not read yet (grep for the fields: only src/opt touches them). */
 static const char *const not_impl[] = {
-    "LLAMA_OPT_MEMO_ENABLED",        "LLAMA_OPT_MEMO_TRIE_MAX",     "LLAMA_OPT_ATTN_PRUNE_ENABLED",
+    "LLAMA_OPT_ATTN_PRUNE_ENABLED",
     "LLAMA_OPT_ATTN_PRUNE_WINDOW",   "LLAMA_OPT_ATTN_PRUNE_THRESHOLD", "LLAMA_OPT_SPARSE_ATTN_ENABLED",
     "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_NOOP_ENABLED",
     "LLAMA_OPT_ALGEBRAIC_ENABLED"};
@@ -365,7 +365,7 @@ static size_t count_lines(const char *s, const char *needle) {
 }
 
 static void test_not_implemented(void) {
-    /* the table says exactly these 10 are not implemented */
+    /* the table says exactly these 8 are not implemented */
     size_t n_false = 0;
     for (size_t i = 0; llama_opt_config_var(i); i++) {
         const struct llama_opt_var *v = llama_opt_config_var(i);
@@ -374,7 +374,7 @@ static void test_not_implemented(void) {
         CHECKF(listed == !v->implemented, "%s: implemented = %d", v->name, v->implemented);
         n_false += !v->implemented;
     }
-    CHECK(n_false == 10 && N_NOT_IMPL == 10);
+    CHECK(n_false == 8 && N_NOT_IMPL == 8);
 
     /* defaults: nothing to warn about */
     struct llama_opt_config c = llama_opt_config_default();
@@ -392,9 +392,9 @@ static void test_not_implemented(void) {
     /* implemented variables and default values are never listed; the list is in table order */
     struct fake_env e = {{"LLAMA_OPT_BLOCK_SIZE", "LLAMA_OPT_DEDUP_ENABLED", "LLAMA_OPT_DIFF_MODE", "LLAMA_OPT_STATS",
                           "LLAMA_OPT_NOOP_ENABLED", "LLAMA_OPT_CANON_ENABLED", "LLAMA_OPT_ATTN_PRUNE_THRESHOLD",
-                          "LLAMA_OPT_MEMO_ENABLED", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_SPARSE_ATTN_ENABLED"},
+                          "LLAMA_OPT_ATTN_PRUNE_ENABLED", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_SPARSE_ATTN_ENABLED"},
                          {"32", "0", "approx", "1", LLAMA_OPT_NOOP ? "on" : "off", LLAMA_OPT_KV_CANON ? "0" : "1",
-                          "0.001", LLAMA_OPT_MEMO ? "0" : "1", "/tmp/kv", LLAMA_OPT_SPARSE_ATTN ? "0" : "1"},
+                          "0.001", LLAMA_OPT_ATTN_PRUNE ? "0" : "1", "/tmp/kv", LLAMA_OPT_SPARSE_ATTN ? "0" : "1"},
                          10};
     c = llama_opt_config_default();
     CHECK(llama_opt_config_load(&c, fake_get, &e) == DJ_OK);
@@ -402,7 +402,7 @@ static void test_not_implemented(void) {
     const size_t n = llama_opt_config_not_implemented(&c, out, 8);
     CHECKF(n == 2, "%zu listed", n);
     if (n == 2) {
-        CHECK(strcmp(out[0]->name, "LLAMA_OPT_MEMO_ENABLED") == 0);
+        CHECK(strcmp(out[0]->name, "LLAMA_OPT_ATTN_PRUNE_ENABLED") == 0);
         CHECK(strcmp(out[1]->name, "LLAMA_OPT_SPARSE_ATTN_ENABLED") == 0);
     }
     CHECK(llama_opt_config_not_implemented(&c, out, 1) == 2); /* the count, whatever the room */
@@ -411,8 +411,8 @@ static void test_not_implemented(void) {
     char buf[64];
     CHECK(llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_PERSIST_DIR"), buf, sizeof buf) == 7 &&
           strcmp(buf, "/tmp/kv") == 0);
-    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_MEMO_ENABLED"), buf, sizeof buf);
-    CHECK(strcmp(buf, LLAMA_OPT_MEMO ? "0" : "1") == 0);
+    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_ATTN_PRUNE_ENABLED"), buf, sizeof buf);
+    CHECK(strcmp(buf, LLAMA_OPT_ATTN_PRUNE ? "0" : "1") == 0);
     llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_DIFF_MODE"), buf, sizeof buf);
     CHECK(strcmp(buf, "approx") == 0);
     llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_BLOCK_SIZE"), buf, sizeof buf);
@@ -424,7 +424,7 @@ static void test_not_implemented(void) {
     size_t printed = 0;
     char *err = capture_stderr(llama_opt_config_warn_not_implemented, &c, &printed);
     CHECKF(printed == 2 && count_lines(err, "not implemented yet, has no effect") == 2, "first warning: %s", err);
-    CHECKF(strstr(err, "LLAMA_OPT_MEMO_ENABLED=") && strstr(err, "LLAMA_OPT_SPARSE_ATTN_ENABLED=") &&
+    CHECKF(strstr(err, "LLAMA_OPT_ATTN_PRUNE_ENABLED=") && strstr(err, "LLAMA_OPT_SPARSE_ATTN_ENABLED=") &&
                !strstr(err, "LLAMA_OPT_PERSIST_DIR"),
            "first warning: %s", err);
     free(err);
@@ -463,16 +463,16 @@ static void test_commands(void) {
     snprintf(model, sizeof model, "%s", test_shared_path(shared, "models/stories260K.gguf"));
     snprintf(text, sizeof text, "%s", test_shared_path(shared, "vocab/ggml-vocab-llama-spm.gguf.inp"));
     char *out = NULL;
-    setenv("LLAMA_OPT_MEMO_TRIE_MAX", "7", 1);
+    setenv("LLAMA_OPT_ATTN_PRUNE_WINDOW", "7", 1);
     int rc = RUN(&out, "bench", "-m", model, "-p", "8", "-n", "2", "-r", "1");
-    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_MEMO_TRIE_MAX=7: not implemented yet, has no effect") == 1,
+    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_ATTN_PRUNE_WINDOW=7: not implemented yet, has no effect") == 1,
            "bench: rc %d: %s", rc, out);
     free(out);
     rc = RUN(&out, "perplexity", "-m", model, "-f", text, "-c", "32", "--chunks", "1");
-    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_MEMO_TRIE_MAX=7: not implemented yet, has no effect") == 1,
+    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_ATTN_PRUNE_WINDOW=7: not implemented yet, has no effect") == 1,
            "perplexity: rc %d: %s", rc, out);
     free(out);
-    unsetenv("LLAMA_OPT_MEMO_TRIE_MAX");
+    unsetenv("LLAMA_OPT_ATTN_PRUNE_WINDOW");
     setenv("LLAMA_OPT_DEDUP_POOL_MAX", "lots", 1);
     rc = RUN(&out, "bench", "-m", model, "-p", "8", "-n", "2", "-r", "1");
     CHECKF(rc == 1 && strstr(out, "LLAMA_OPT_DEDUP_POOL_MAX='lots'"), "bench: rc %d: %s", rc, out);
