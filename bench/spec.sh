@@ -31,6 +31,8 @@
 #        MODES: space-separated subset of the modes above (default: all available;
 #          "server" stands for every server-ngram-* mode)
 #        OUT: folder for the raw outputs and results.tsv (default: a temporary one)
+#        SUMMARY_ONLY=1: run nothing, only summarize the runs already in OUT (e.g. of
+#          an interrupted run; pass the same prompts for their manifest)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 DEJA=${DEJA:-$HERE/../build/bin/deja}
@@ -128,6 +130,7 @@ EOF
 }
 
 for f in "${PROMPTS[@]}"; do
+    [ -n "${SUMMARY_ONLY:-}" ] && break
     name=$(basename "$f" .prompt.txt)
     mkdir -p "$OUT/$name"
     for ((r = 0; r < R; r++)); do
@@ -196,7 +199,8 @@ def gm(v):
     v = [x for x in v if x and x > 0]
     return math.exp(sum(map(math.log, v)) / len(v)) if v else None
 
-names = sorted(d for d in os.listdir(out) if os.path.isdir(os.path.join(out, d)))
+names = sorted(d for d in os.listdir(out) if os.path.isdir(os.path.join(out, d))
+               and all(os.path.exists(os.path.join(out, d, f"{m}.{R - 1}.err")) for m in modes))
 rows, res, checks = [], {}, []
 raw = open(os.path.join(out, "results.tsv"), "w")
 raw.write("prompt\tclass\tmode\trep\ttok_s\tdrafted\taccepted\n")
