@@ -55,6 +55,8 @@ int cli_kv_dir(const char *cmd, const char *kv_dir, struct llama_opt_config *opt
  * true if argv[*i] is one of them; *ok then tells whether it was read into *sp (else a
  * message was printed). */
 bool cli_spec_opt(const char *cmd, int argc, char **argv, int *i, struct dj_spec_params *sp, bool *ok);
+/* Warns about speculation options that have no effect in the final settings. */
+void cli_spec_check(const char *cmd, const struct dj_spec_params *sp);
 #define CLI_SPEC_HELP                                                                                        \
     "  --spec              speculative decoding, exact: drafts from prompt lookup and the output memo are\n"  \
     "                      verified in the batched pass (= --spec-sources lookup,memo; docs/SPECULATIVE.md)\n" \

@@ -10,6 +10,8 @@
 #include "core/status.h"
 #include "spec/spec.h"
 
+static bool exit_layer_given; /* --draft-exit-layer seen (for cli_spec_check) */
+
 bool cli_spec_opt(const char *cmd, int argc, char **argv, int *i, struct dj_spec_params *sp, bool *ok) {
     const char *a = argv[*i];
     *ok = true;
@@ -38,6 +40,7 @@ bool cli_spec_opt(const char *cmd, int argc, char **argv, int *i, struct dj_spec
         }
         return true;
     }
+    if (!strcmp(a, "--draft-exit-layer")) exit_layer_given = true;
     if (!strcmp(a, "--draft-exit-layer") && !strcmp(v, "auto")) {
         sp->exit_layer = 0;
         return true;
@@ -55,6 +58,14 @@ bool cli_spec_opt(const char *cmd, int argc, char **argv, int *i, struct dj_spec
     if (!strcmp(a, "--draft-max")) sp->draft_max = (uint32_t)n;
     else sp->exit_layer = (uint32_t)n;
     return true;
+}
+
+void cli_spec_check(const char *cmd, const struct dj_spec_params *sp) {
+    if (exit_layer_given && !(sp->sources & DJ_SPEC_BIT(DJ_SPEC_EXIT)))
+        dj_log(DJ_LOG_WARN, "%s: --draft-exit-layer has no effect without the exit source (--spec-sources ...,exit)",
+               cmd);
+    if (!sp->sources && (!sp->adaptive || sp->draft_max != spec_default_params().draft_max))
+        dj_log(DJ_LOG_WARN, "%s: --draft-max and --spec-fixed have no effect with speculation off (--spec)", cmd);
 }
 
 static void sources_str(FILE *f, unsigned bits) {

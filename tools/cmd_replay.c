@@ -482,6 +482,7 @@ int cmd_replay(int argc, char **argv) {
     ep.kv_type_k = ctk;
     ep.kv_type_v = ctv;
     ep.spec = spec;
+    cli_spec_check("replay", &spec);
     if (teacher && !n_gen_set) n_gen = 1024;
     if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
         cli_error("replay", "%s", dj_last_error());

@@ -275,6 +275,7 @@ int cmd_run(int argc, char **argv) {
     ep.kv_type_k = ctk;
     ep.kv_type_v = ctv;
     ep.spec = spec;
+    cli_spec_check("run", &spec);
     if (llama_opt_config_from_env(&ep.opt) != DJ_OK) {
         cli_error("run", "%s", dj_last_error());
         goto done;

@@ -137,6 +137,7 @@ int cmd_serve(int argc, char **argv) {
         free(tmpl);
         return cli_error("serve", "no model given (-m MODEL)");
     }
+    cli_spec_check("serve", &p.engine.spec);
     if (p.engine.n_running_max == 0) p.queue_max = 0; /* no --parallel: the KV budget is the only limit */
     if (llama_opt_config_from_env(&p.engine.opt) != DJ_OK) {
         free(tmpl);
