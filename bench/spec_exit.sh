@@ -24,6 +24,7 @@ BIG=${BIG-/tmp/m/1b-q4_0.gguf}
 THREADS=${THREADS:-2}; R=${R:-2}; K=${K:-4}; N_SMALL=${N_SMALL:-256}; N_BIG=${N_BIG:-32}
 DJ=$(mktemp /tmp/dj_spec_exit.XXXXXX)
 cp "$BUILD/bin/deja" "$DJ"
+chmod +x "$DJ"
 P=$(mktemp /tmp/dj_spec_exit_prompt.XXXXXX)
 trap 'rm -f "$DJ" "$P"' EXIT
 if [ -n "${PROMPT:-}" ]; then cp "$PROMPT" "$P"

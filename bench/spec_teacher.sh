@@ -38,6 +38,7 @@ mkdir -p "$OUT"
 if [ -z "${TRACES:-}" ]; then TRACES=$(ls "$SHARED"/traces/*.jsonl); fi
 DJ=$(mktemp /tmp/dj_spec_teacher_deja.XXXXXX)
 cp "$BUILD/bin/deja" "$DJ"
+chmod +x "$DJ"
 trap 'rm -f "$DJ"' EXIT
 args=()
 for t in $TRACES; do args+=(--trace "$t"); done
