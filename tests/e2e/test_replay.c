@@ -104,6 +104,7 @@ struct result {
     char *logits, *ids;
     char *sessions; /* the "sessions" array: each trace's own hashes */
     unsigned long long computed, min_computed, pool_hits, evicted, parked, pinned_end, reused;
+    unsigned long long drafted, accepted, gen; /* speculation (the "spec" object), tokens generated */
     int rc;
 };
 
@@ -115,6 +116,7 @@ static void result_free(struct result *r) {
 
 /* Runs `deja replay --json` with env "diff dedup" switches and extra args. */
 static const char *parallel_args; /* NULL, or "N" for --parallel N (with --n-batch 16) */
+static const char *const *extra_args; /* NULL, or more arguments (NULL-terminated) */
 
 static struct result replay(const char *model, const char *const *traces, int n_traces, bool diff, bool dedup,
                             const char *block, const char *ubatch, const char *budget, const char *n_gen) {
@@ -149,6 +151,7 @@ static struct result replay(const char *model, const char *const *traces, int n_
         argv[a++] = "--n-batch";
         argv[a++] = "16";
     }
+    for (int i = 0; extra_args && extra_args[i] && a < 38; i++) argv[a++] = (char *)extra_args[i];
     argv[a++] = "--json";
     argv[a] = NULL;
     char *out = NULL;
@@ -174,6 +177,9 @@ static struct result replay(const char *model, const char *const *traces, int n_
     r.evicted = total(out, "kv_blocks_evicted");
     r.parked = total(out, "sessions_parked");
     r.pinned_end = total(out, "kv_blocks_pinned_end");
+    r.drafted = total(out, "drafted");
+    r.accepted = total(out, "accepted");
+    r.gen = total(out, "n_gen");
     CHECK(r.logits && r.ids);
     if (!r.logits) r.logits = strdup("?");
     if (!r.ids) r.ids = strdup("?");
@@ -209,6 +215,54 @@ static void check_parallel(const char *model, const char *const *traces, int n_t
     same_sessions(cold, &t, "parallel 3, tiny budget");
     result_free(&t);
     parallel_args = NULL;
+}
+
+static void same(const struct result *base, const struct result *r, const char *what);
+
+/* replay --teacher-force (each turn generates its recorded response) with and without
+ * --spec: the same hashes (round-robin and --parallel 2), drafts accepted, and the
+ * responses' lengths generated (a null response: one token). */
+static void check_spec(const char *model) {
+    char path[2][600];
+    for (int k = 0; k < 2; k++) {
+        snprintf(path[k], sizeof path[k], "%s/spec%d.jsonl", tmpdir, k);
+        FILE *f = fopen(path[k], "w");
+        if (!f) {
+            CHECKF(0, "cannot write %s", path[k]);
+            return;
+        }
+        const char *ask = k ? "Please repeat exactly: the quick brown fox jumps over the lazy dog 12345 times"
+                            : "Copy this line: def add(a, b):\\n    return a + b  # sum";
+        const char *ans = k ? "the quick brown fox jumps over the lazy dog 12345 times<|im_end|>"
+                            : "def add(a, b):\\n    return a + b  # sum<|im_end|>";
+        fprintf(f, "{\"keep\": 0, \"text\": \"<|im_start|>user\\n%s<|im_end|>\\n<|im_start|>assistant\\n\", \"response\": \"%s\"}\n",
+                ask, ans);
+        fprintf(f, "{\"keep\": 0, \"text\": \"<|im_start|>user\\n%s once more<|im_end|>\\n<|im_start|>assistant\\n\", "
+                   "\"response\": \"%s\"}\n", ask, ans);
+        fprintf(f, "{\"keep\": 0, \"text\": \"<|im_start|>user\\nthanks<|im_end|>\\n<|im_start|>assistant\\n\", "
+                   "\"response\": null}\n");
+        fclose(f);
+    }
+    const char *traces[] = {path[0], path[1]};
+    const char *off[] = {"--teacher-force", "--no-spec", NULL}, *on[] = {"--teacher-force", "--spec", NULL};
+    extra_args = off;
+    struct result base = replay(model, traces, 2, true, true, "16", "512", NULL, "200");
+    extra_args = on;
+    struct result r = replay(model, traces, 2, true, true, "16", "512", NULL, "200");
+    same(&base, &r, "teacher-forced --spec");
+    CHECKF(r.accepted > 0 && r.accepted < r.drafted && base.drafted == 0, "--spec: %llu of %llu drafts accepted",
+           r.accepted, r.drafted);
+    CHECKF(r.gen == base.gen && r.gen > 40 && r.gen < 100, "%llu tokens generated (teacher-forced)", r.gen);
+    parallel_args = "2";
+    struct result p = replay(model, traces, 2, true, true, "16", "512", NULL, "200");
+    same_sessions(&base, &p, "teacher-forced --spec --parallel 2");
+    parallel_args = NULL;
+    extra_args = NULL;
+    printf("  teacher-forced: %llu tokens, --spec accepted %llu of %llu drafts, same hashes\n", r.gen, r.accepted,
+           r.drafted);
+    result_free(&base);
+    result_free(&r);
+    result_free(&p);
 }
 
 static void same(const struct result *base, const struct result *r, const char *what) {
@@ -290,6 +344,7 @@ int main(int argc, char **argv) {
         CHECK(tiny.evicted > 0 && tiny.parked > 0 && tiny.pinned_end == 0);
         check_approx(stories, traces, 3, &cold);
         check_parallel(stories, traces, 3, &cold, "6", "2.5");
+        check_spec(test_shared_path(shared, "models/codelm-15m-f16.gguf"));
         result_free(&cold);
         result_free(&all);
         result_free(&tiny);
@@ -339,6 +394,7 @@ int main(int argc, char **argv) {
     struct result cu7 = replay(codelm, ctraces, 3, true, true, "64", "7", "20", "4");
     same(&ccold, &cu7, "codelm ubatch 7, 20 MiB budget");
     check_parallel(codelm, ctraces, 3, &ccold, "4", "8");
+    check_spec(codelm);
     struct result cfs[] = {ccold, call, cu7};
     for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) result_free(&cfs[i]);
 

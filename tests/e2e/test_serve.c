@@ -1,7 +1,8 @@
 /*
  * test_serve.c — `deja serve` over real sockets on a free loopback port:
  * health, models, completions (the same text as `deja run`, streamed and
- * not, prefix reuse reported as cached_tokens, n = 2), 4 concurrent streams
+ * not, prefix reuse reported as cached_tokens, n = 2; speculation, on by
+ * default, drafted from the output memo), 4 concurrent streams
  * equal to sequential runs with the same seeds, a disconnected stream is
  * cancelled (with --parallel 1 the next request does not wait behind it),
  * a full queue answers 503 + Retry-After,
@@ -397,6 +398,13 @@ int main(int argc, char **argv) {
     free(out);
     json_decref(rj);
     free(run_out);
+    /* speculation is on by default: the repeats above drafted the first answer from the output
+     * memo, and every answer still equals deja run's (plain decoding) */
+    CHECK(http(s.port, "GET", "/metrics", NULL, NULL, &out) == 200);
+    const char *mk = "deja_draft_tokens_accepted_total{source=\"memo\"} ";
+    const char *mm = out ? strstr(out, mk) : NULL;
+    CHECKF(mm && atoll(mm + strlen(mk)) > 0, "/metrics: no memo draft accepted: %s", mm ? mm : "(missing)");
+    free(out);
     /* n = 2 with a seed: two choices, reproducible */
     const char *req2 = "{\"prompt\": \"import\", \"max_tokens\": 12, \"temperature\": 1.0, \"seed\": 5, \"n\": 2}";
     char *out2 = NULL;

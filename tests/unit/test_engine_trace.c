@@ -55,6 +55,15 @@ static void test_line(void) {
     for (int i = 0; i < 100; i++) strcat(deep, "[");
     CHECK(!parses(deep) && strstr(dj_last_error(), "deep"));
     CHECK(parses("  {\"keep\": 0, \"text\": \"\"}  \r"));
+    /* the recorded response (replay --teacher-force): a string, or null / absent = unknown */
+    const char *rl = "{\"keep\": 0, \"text\": \"a\", \"response\": \"x\\ny\"}";
+    CHECK(trace_parse_line(rl, strlen(rl), "x.jsonl", 1, &t) == DJ_OK && t.response && t.response_len == 3 &&
+          !memcmp(t.response, "x\ny", 3));
+    trace_turn_free(&t);
+    CHECK(trace_parse_line(line, strlen(line), "x.jsonl", 1, &t) == DJ_OK && t.response == NULL);
+    trace_turn_free(&t);
+    CHECK(!parses("{\"keep\": 0, \"text\": \"\", \"response\": 5}") && strstr(dj_last_error(), "response"));
+    CHECK(!parses("{\"keep\": 0, \"text\": \"\", \"response\": \"a\", \"response\": null}"));
 }
 
 /* Every prefix and many byte flips of a real line: no crash, no read past it. */
