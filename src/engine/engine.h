@@ -66,6 +66,13 @@
  *   prompts, up to n_batch tokens a step (chunked prefill: a long prompt
  *   takes several steps and the others keep decoding meanwhile).
  *
+ * Speculative decoding (dj_engine_params.spec; docs/SPECULATIVE.md): after a
+ * sampled token a completion may feed a draft (prompt lookup, the output
+ * memo, early exit; a grammar's forced strings) in the same step; each
+ * draft position's logits are sampled exactly as without drafts and the
+ * drafts the sampler confirms are kept, the rest rolled back before any
+ * block is sealed — tokens and logits are bitwise those of plain decoding.
+ *
  * A request without a session is matched to the idle engine-owned sequence
  * with the longest common prefix (agents send no session id), or a fresh
  * one; then steps 1-2 above (own prefix, pool blocks) and Tier 2 apply as

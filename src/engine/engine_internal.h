@@ -152,8 +152,34 @@ struct dj_engine {
     atomic_size_t n_pending;
 };
 
+/* One sequence's tokens in the step's batch. */
+struct step_ent {
+    struct dj_req *req;
+    uint32_t comp;   /* completion index (prefill: 0) */
+    size_t i0, n;    /* batch rows */
+    bool prefill;
+    int64_t out;     /* logits row, or -1 */
+};
+
 /* sched.c: frees every queued and running request without callbacks. */
 void engine_drop_requests(struct dj_engine *e);
+/* Makes n more positions of s writable, parking idle sequences while memory is short. */
+enum dj_status engine_prepare_rows(struct dj_engine *e, struct dj_req *q, struct dj_session *s, size_t n);
+
+/* draft.c (speculative decoding; docs/SPECULATIVE.md) */
+/* The token the completion's sequence continues with at output position pos: into its
+ * lookup context; every shadow proposal is compared with it. */
+void engine_spec_note_token(struct dj_engine *e, struct dj_comp *c, size_t pos, dj_token tok);
+/* The draft after the completion's sampled (and forced) tokens, into out (at most cap):
+ * returns its length; or 0 with c->exit_k set when early exit is to draft next step. */
+size_t engine_spec_choose(struct dj_engine *e, struct dj_req *q, struct dj_comp *c, dj_token *out, size_t cap);
+/* Runs the early-exit drafts the completions asked for (before a step's batch). */
+void engine_exit_drafts(struct dj_engine *e);
+/* The step's start layers and hidden rows for completions verifying exit drafts: false
+ * when there are none (or *oom). */
+bool engine_exit_rows(struct dj_engine *e, size_t nt, size_t n_ent, bool *oom);
+/* --draft-exit-layer auto: picks e->exit_layer by measurement on session s's prompt. */
+void engine_exit_calibrate(struct dj_engine *e, struct dj_session *s);
 
 /* engine.c */
 /* Weight bytes of layers < L and of the output matrix, as fractions of every layer's and

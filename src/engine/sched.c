@@ -9,8 +9,11 @@
  *      pick a sequence (named session, or the idle engine-owned one with
  *      the longest common prefix, or a new one), reuse its own prefix and
  *      pool blocks (engine_reuse_prompt);
- *   4. build one batch: every decoding completion's tokens to feed (the
- *      sampled one plus any a logits processor forced), then prefill chunks
+ *   4. (draft.c) run the early-exit draft passes completions asked for;
+ *      build one batch: every decoding completion's tokens to feed (the
+ *      sampled one, any a logits processor forced, then its draft — the
+ *      grammar's, prompt lookup's, the output memo's or early exit's, as
+ *      draft.c chose), then prefill chunks
  *      of admitted prompts in admission order up to n_batch tokens; make the
  *      rows writable (parking idle sequences if memory runs short);
  *   5. ctx_forward; advance the sequences and their histories;
@@ -18,6 +21,8 @@
  *      is done (forking the sequence for n > 1), or the next token of a
  *      decoding completion: processor mask, sample at output position
  *      n_gen (the counter-based draw), logprobs, stop checks, on_token;
+ *      a completion that fed a draft samples each draft position the same
+ *      way and keeps the drafts the sampler confirms (verify_drafts);
  *   7. seal full blocks; finish what is done (on_done), release sequences.
  *
  * Exactness: a token's logits do not depend on the batch (ctx_forward's
@@ -35,15 +40,6 @@
 #include "kv/diff.h"
 #include "kv/hash.h"
 #include "spec/spec.h"
-
-/* One sequence's tokens in the step's batch. */
-struct step_ent {
-    struct dj_req *req;
-    uint32_t comp;   /* completion index (prefill: 0) */
-    size_t i0, n;    /* batch rows */
-    bool prefill;
-    int64_t out;     /* logits row, or -1 */
-};
 
 const char *engine_finish_name(enum dj_finish f) {
     switch (f) {
@@ -375,123 +371,6 @@ static bool text_append(struct dj_engine *e, size_t *n, const char *s, size_t le
     return true;
 }
 
-/* ---- speculation (spec/spec.h) -------------------------------------------- */
-
-enum { SPEC_EXIT_PROBE = 64 }; /* steps without an exit draft before a one-token probe */
-
-static uint32_t lookup_bucket(uint32_t match) { return match >= 8 ? 3 : match >= 4 ? 2 : match >= 2 ? 1 : 0; }
-static uint32_t memo_bucket(uint32_t match, float prob) {
-    return prob >= 0.8f && match >= 4 ? 3 : match >= 4 ? 2 : match >= 2 ? 1 : 0;
-}
-
-/* The token the sequence continues with at output position pos (tok, or the
- * forced one when teacher-forced) goes into the lookup context, and every
- * shadow proposal is compared with it. */
-static void spec_note_token(struct dj_engine *e, struct dj_req *q, struct dj_comp *c, size_t pos, dj_token tok) {
-    (void)q;
-    if (spec_lookup_append(&c->lk, &tok, 1) != DJ_OK) {
-        c->lk_on = false; /* speculation is an optimization: without memory it stops */
-        return;
-    }
-    for (int s = 0; s < DJ_SPEC_N_SRC; s++) {
-        struct spec_shadow *sh = &c->shadow[s];
-        if (!sh->on || pos < sh->pos0) continue;
-        const size_t j = pos - sh->pos0;
-        if (j != sh->n_match) { /* not contiguous (cannot happen: tokens come in order) */
-            sh->on = false;
-            continue;
-        }
-        if (tok == sh->tok[j] && ++sh->n_match < sh->n) continue;
-        spec_policy_observe(&e->pol, (enum dj_spec_src)s, sh->bucket, sh->n, sh->n_match);
-        sh->on = false;
-    }
-}
-
-/* Chooses the draft of completion ci for the next step from the speculative
- * sources (prompt lookup, the output memo) into out: at most cap tokens.
- * Every proposal, drafted or not, becomes its source's shadow (unless one is
- * pending): the policy learns each position's acceptance from the tokens
- * generated, including positions past what was drafted.  Returns the draft
- * length. */
-static size_t spec_choose(struct dj_engine *e, struct dj_req *q, struct dj_comp *c, dj_token *out, size_t cap) {
-    const struct dj_spec_params *sp = &e->p.spec;
-    if (cap > sp->draft_max) cap = sp->draft_max;
-    if (cap == 0) return 0;
-    dj_token buf[2][DJ_FEED_MAX];
-    struct spec_proposal pr[2];
-    size_t n_pr = 0;
-    uint32_t match;
-    if (c->lk_on && (sp->sources & DJ_SPEC_BIT(DJ_SPEC_LOOKUP))) {
-        size_t n = spec_lookup_draft(&c->lk, buf[n_pr], cap, &match);
-        if (n) {
-            pr[n_pr] = (struct spec_proposal){DJ_SPEC_LOOKUP, lookup_bucket(match), buf[n_pr], n};
-            n_pr++;
-        }
-    }
-    if (c->lk_on && e->memo && q->root == KV_CHAIN_ROOT) {
-        float prob;
-        e->stats.memo_lookups++;
-        size_t n = spec_memo_draft(e->memo, c->lk.tok, c->lk.n, buf[n_pr], cap, &match, &prob);
-        if (n) {
-            e->stats.memo_hits++;
-            pr[n_pr] = (struct spec_proposal){DJ_SPEC_MEMO, memo_bucket(match, prob), buf[n_pr], n};
-            n_pr++;
-        }
-    }
-    size_t best = SIZE_MAX, best_k = 0;
-    double best_gain = 1.0;
-    for (size_t i = 0; i < n_pr; i++) {
-        c->sc.proposed[pr[i].src]++;
-        size_t k;
-        double gain;
-        if (sp->adaptive) {
-            k = spec_policy_length(&e->pol, &pr[i], e->n_rows_last ? e->n_rows_last : 1, cap, &gain);
-        } else {
-            k = pr[i].n;
-            gain = (double)k; /* the longest */
-        }
-        if (k > 0 && (best == SIZE_MAX || gain > best_gain)) {
-            best = i;
-            best_k = k;
-            best_gain = gain;
-        }
-    }
-    for (size_t i = 0; i < n_pr; i++) {
-        struct spec_shadow *sh = &c->shadow[pr[i].src];
-        if (sh->on) continue; /* the drafted one too: its positions past the draft are measured */
-        memcpy(sh->tok, pr[i].tok, pr[i].n * sizeof *sh->tok);
-        sh->n = pr[i].n;
-        sh->pos0 = c->n_gen;
-        sh->n_match = 0;
-        sh->bucket = pr[i].bucket;
-        sh->on = true;
-    }
-    /* early exit: proposes no tokens until its passes run (exit_drafts, next step); only for a
-     * plain sampled token (no forced ones fed with it) and without a logits processor, whose
-     * mask holds for the current position only */
-    if ((sp->sources & DJ_SPEC_BIT(DJ_SPEC_EXIT)) && e->exit_layer && !q->has_proc && c->n_feed == 1) {
-        double gain;
-        size_t k = sp->adaptive ? spec_policy_length_exit(&e->pol, e->n_rows_last ? e->n_rows_last : 1, cap,
-                                                          e->exit_a, e->exit_h, &gain)
-                                : cap;
-        if (!sp->adaptive) gain = (double)cap - 0.5; /* the longest: a token proposal of full length wins */
-        if (k == 0 && ++c->exit_idle >= SPEC_EXIT_PROBE) { /* keep measuring a source that stopped */
-            k = 1;
-            gain = 1e9;
-        }
-        if (k > 0 && (best == SIZE_MAX || gain > best_gain)) {
-            c->exit_k = (uint32_t)k;
-            c->exit_idle = 0;
-            return 0;
-        }
-    }
-    if (best == SIZE_MAX) return 0;
-    memcpy(out, pr[best].tok, best_k * sizeof *out);
-    c->draft_src = pr[best].src;
-    c->draft_bucket = pr[best].bucket;
-    return best_k;
-}
-
 /* Records one generated token of completion c: processor and sampler
  * history, stop conditions, the text, the on_token event.  Returns false
  * when the completion is finished (or failed). */
@@ -511,7 +390,7 @@ static bool emit(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_token to
     const size_t pos = c->n_gen;
     c->gen[c->n_gen++] = tok;
     if (forced) c->n_forced++;
-    if (c->lk_on) spec_note_token(e, q, c, pos, q->p.force ? q->p.force[pos] : tok);
+    if (c->lk_on) engine_spec_note_token(e, c, pos, q->p.force ? q->p.force[pos] : tok);
     if (q->has_proc && (!q->proc.active || q->proc.active(c->proc_ud))) e->stats.schema_tokens_total++;
     if (!q->t_first) q->t_first = dj_time_us();
     if (q->has_proc && q->proc.accept && q->proc.accept(c->proc_ud, tok) != DJ_OK) {
@@ -632,7 +511,7 @@ static void queue_feed(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_to
         c->draft_bucket = 0;
     }
     /* a forced string's tokens are the strongest evidence there is; else the speculative sources */
-    if (nd == 0 && e->p.spec.sources) nd = spec_choose(e, q, c, c->feed + c->n_feed, cap);
+    if (nd == 0 && e->p.spec.sources) nd = engine_spec_choose(e, q, c, c->feed + c->n_feed, cap);
     if (nd == 0) return;
     c->n_draft = nd;
     c->n_feed += nd;
@@ -694,71 +573,6 @@ static void verify_drafts(struct dj_engine *e, struct dj_req *q, uint32_t ci, co
     }
 }
 
-/* --draft-exit-layer auto: the exit layer is chosen once per engine, by
- * measurement on the first prompt that reaches it: its last (up to 32)
- * positions are run again in a scratch copy of the sequence (copy on write:
- * the session's rows are not touched), through the full model and through
- * the first L layers for L = n_layer/4, /2, 3/4; the agreement of each early
- * exit's argmax with the full model's is the acceptance estimate, and the
- * layer with the best expected gain at that acceptance and its cost
- * (spec_exit_gain) is kept.  Failing that (a short prompt, no memory): n_layer/2. */
-static void exit_calibrate(struct dj_engine *e, struct dj_session *s) {
-    const uint32_t N = e->model->hp.n_layer;
-    const size_t V = e->model->hp.n_vocab, n = s->seq.n_pos;
-    const size_t m = n > 33 ? 32 : n > 1 ? n - 1 : 0;
-    uint32_t best = N / 2 ? N / 2 : 1;
-    double best_gain = -1.0, best_agree = 0.0;
-    struct kv_seq tmp;
-    kv_seq_init(&tmp, e->pool);
-    float *lg = m >= 4 ? malloc(m * V * sizeof *lg) : NULL;
-    dj_token *am = m >= 4 ? malloc(m * sizeof *am) : NULL;
-    uint32_t *pos = m >= 4 ? malloc(m * sizeof *pos) : NULL, *out = m >= 4 ? malloc(m * sizeof *out) : NULL;
-    struct kv_seq **seq = m >= 4 ? malloc(m * sizeof *seq) : NULL;
-    if (lg && am && pos && out && seq && n <= s->hist.n_tok && kv_seq_clone(&tmp, &s->seq) == DJ_OK) {
-        kv_seq_truncate(&tmp, n - m);
-        if (kv_seq_prepare(&tmp, m) == DJ_OK) {
-            for (size_t t = 0; t < m; t++) {
-                pos[t] = (uint32_t)(n - m + t);
-                out[t] = (uint32_t)t;
-                seq[t] = &tmp;
-            }
-            struct dj_batch b = {m, s->hist.tok + n - m, pos, seq, m, out, NULL, NULL};
-            bool ok = ctx_forward(e->ctx, &b, lg) == DJ_OK;
-            for (size_t t = 0; ok && t < m; t++) am[t] = sampler_argmax(lg + t * V, V);
-            const uint32_t cand[3] = {N / 4, N / 2, 3 * N / 4};
-            for (int ci = 0; ok && ci < 3; ci++) {
-                const uint32_t L = cand[ci];
-                if (L < 1 || L >= N || (ci > 0 && L == cand[ci - 1])) continue;
-                if (ctx_forward_exit(e->ctx, &b, L, NULL, lg) != DJ_OK) break;
-                size_t agree = 0;
-                for (size_t t = 0; t < m; t++) agree += sampler_argmax(lg + t * V, V) == am[t];
-                double a, h;
-                engine_exit_fracs(e, L, &a, &h);
-                size_t k;
-                const double alpha = (double)agree / (double)m;
-                const double g = spec_exit_gain(alpha, e->pol.beta_default, a, h, e->p.spec.draft_max, &k);
-                dj_log(DJ_LOG_INFO, "early exit: layer %u of %u agrees with the full model on %zu of %zu positions; "
-                       "expected gain %.3f (k = %zu)", L, N, agree, m, g, k);
-                if (g > best_gain) {
-                    best_gain = g;
-                    best = L;
-                    best_agree = alpha;
-                }
-            }
-        }
-    }
-    kv_seq_free(&tmp);
-    free(lg);
-    free(am);
-    free(pos);
-    free(out);
-    free(seq);
-    e->exit_layer = best;
-    engine_exit_fracs(e, best, &e->exit_a, &e->exit_h);
-    dj_log(DJ_LOG_INFO, "early exit: drafts from the first %u of %u layers (agreement %.2f on the calibration prompt)",
-           best, N, best_agree);
-}
-
 /* The prompt's logits are ready: fork the further completions (their
  * sequences share the prompt's blocks, copy on write), then every
  * completion samples its first token. */
@@ -787,7 +601,7 @@ static void prompt_done(struct dj_engine *e, struct dj_req *q, const float *logi
         }
     }
     if ((e->p.spec.sources & DJ_SPEC_BIT(DJ_SPEC_EXIT)) && !e->exit_layer && e->model->hp.n_layer > 1)
-        exit_calibrate(e, s0);
+        engine_exit_calibrate(e, s0);
     /* the speculative sources read the completion's context: prompt, then output */
     if (e->p.spec.sources & (DJ_SPEC_BIT(DJ_SPEC_LOOKUP) | DJ_SPEC_BIT(DJ_SPEC_MEMO)))
         for (uint32_t i = 0; i < q->n_comp; i++) {
@@ -887,7 +701,7 @@ static bool batch_reserve(struct dj_engine *e, size_t n_tok, size_t n_ent) {
 
 /* Makes n more positions of s writable, parking idle sequences while memory
  * is short. */
-static enum dj_status prepare_rows(struct dj_engine *e, struct dj_req *q, struct dj_session *s, size_t n) {
+enum dj_status engine_prepare_rows(struct dj_engine *e, struct dj_req *q, struct dj_session *s, size_t n) {
     enum dj_status st;
     while ((st = kv_seq_prepare(&s->seq, n)) == DJ_ERR_NOMEM && engine_park_one(e, s)) q->r.n_parked++;
     return st;
@@ -900,136 +714,6 @@ static void add_rows(struct dj_engine *e, size_t *nt, struct dj_session *s, cons
         e->b_seq[*nt] = &s->seq;
         (*nt)++;
     }
-}
-
-/* ---- early-exit drafts ------------------------------------------------------ */
-
-/* Runs the early-exit drafts asked for in the last step (exit_k of a
- * completion): round r feeds every such completion's token r (round 0 the
- * sampled token, then the drafts) through layers [0, exit_layer) at its
- * position — writing those layers' K/V rows into the completion's own
- * sequence, shared with the full model — and samples the next draft from the
- * early-exit logits with the completion's sampler at that output position
- * (greedy: the argmax; sampled: the same counter-based draw plain decoding
- * will make there, so a close distribution gives the same token).  The last
- * round (the last draft's own rows) needs no logits.  The step's batched
- * pass then verifies the drafts, every fed token resuming at exit_layer from
- * the hidden row kept here (c->xh).  Any failure drops the drafts: the step
- * decodes the sampled token plainly. */
-static void exit_drafts(struct dj_engine *e) {
-    size_t n_x = 0, kmax = 0;
-    for (struct dj_req *q = e->running; q; q = q->next)
-        for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++) {
-            struct dj_comp *c = &q->comp[i];
-            if (!c->exit_k) continue;
-            if (c->finish != DJ_FINISH_NONE || c->n_feed != 1 || c->n_draft ||
-                prepare_rows(e, q, c->s, (size_t)c->exit_k + 1) != DJ_OK ||
-                (!c->xh && !(c->xh = malloc((size_t)DJ_FEED_MAX * e->model->hp.n_embd * sizeof *c->xh)))) {
-                c->exit_k = 0;
-                continue;
-            }
-            n_x++;
-            if (c->exit_k > kmax) kmax = c->exit_k;
-        }
-    if (n_x == 0) return;
-    const size_t E = e->model->hp.n_embd, V = e->model->hp.n_vocab;
-    struct dj_comp **cs = malloc(n_x * sizeof *cs);
-    dj_token *tok = malloc(n_x * sizeof *tok);
-    uint32_t *pos = malloc(n_x * sizeof *pos), *out = malloc(n_x * sizeof *out);
-    struct kv_seq **seq = malloc(n_x * sizeof *seq);
-    float *hid = malloc(n_x * E * sizeof *hid), *lg = malloc(n_x * V * sizeof *lg);
-    size_t n = 0;
-    bool ok = cs && tok && pos && out && seq && hid && lg;
-    for (struct dj_req *q = e->running; ok && q; q = q->next)
-        for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++)
-            if (q->comp[i].exit_k) cs[n++] = &q->comp[i];
-    for (size_t r = 0; ok && r <= kmax; r++) {
-        size_t nb = 0, n_out = 0;
-        for (size_t k = 0; k < n_x; k++) {
-            struct dj_comp *c = cs[k];
-            if (c->exit_k < r) continue;
-            tok[nb] = c->feed[r];
-            pos[nb] = (uint32_t)(c->s->seq.n_pos + r);
-            seq[nb] = &c->s->seq;
-            if (r < c->exit_k) out[n_out++] = (uint32_t)nb;
-            nb++;
-        }
-        struct dj_batch b = {nb, tok, pos, seq, n_out, out, NULL, NULL};
-        if (ctx_forward_exit(e->ctx, &b, e->exit_layer, hid, n_out ? lg : NULL) != DJ_OK) {
-            dj_log(DJ_LOG_WARN, "early-exit draft pass failed (%s); decoding without drafts", dj_last_error());
-            ok = false;
-            break;
-        }
-        e->n_forward_exit++;
-        size_t row = 0, o = 0;
-        for (size_t k = 0; k < n_x; k++) {
-            struct dj_comp *c = cs[k];
-            if (c->exit_k < r) continue;
-            memcpy(c->xh + r * E, hid + row * E, E * sizeof *hid);
-            if (r < c->exit_k) c->feed[1 + r] = sampler_sample(c->smp, lg + (o++) * V, c->n_gen + r);
-            row++;
-        }
-    }
-    for (size_t k = 0; k < n; k++) {
-        struct dj_comp *c = cs[k];
-        const size_t nd = ok ? c->exit_k : 0;
-        c->exit_k = 0;
-        if (!nd) continue;
-        c->draft_src = DJ_SPEC_EXIT;
-        c->n_draft = nd;
-        c->n_feed = 1 + nd;
-        c->n_drafted += nd;
-        c->sc.drafted[DJ_SPEC_EXIT] += nd;
-        c->sc.proposed[DJ_SPEC_EXIT]++;
-        c->sc.rounds[DJ_SPEC_EXIT]++;
-        for (size_t j = 0; j < nd; j++) c->sc.pos_drafted[j < DJ_SPEC_POS_MAX ? j : DJ_SPEC_POS_MAX - 1]++;
-    }
-    if (!ok) /* nothing was drafted: the remaining exit_k were cleared above (n counted them) */
-        for (struct dj_req *q = e->running; q; q = q->next)
-            for (uint32_t i = 0; i < q->n_comp; i++) q->comp[i].exit_k = 0;
-    free(cs);
-    free(tok);
-    free(pos);
-    free(out);
-    free(seq);
-    free(hid);
-    free(lg);
-}
-
-/* Fills the step's start layers and hidden rows when a completion verifies
- * early-exit drafts (its fed tokens resume at the exit layer).  Returns false
- * when there are none (the batch then has no start layers), or with *oom set
- * when the arrays cannot grow (the caller fails the step's requests). */
-static bool exit_rows(struct dj_engine *e, size_t nt, size_t n_ent, bool *oom) {
-    bool any = false;
-    *oom = false;
-    for (size_t k = 0; k < n_ent && !any; k++) {
-        const struct step_ent *en = &e->ent[k];
-        const struct dj_comp *c = &en->req->comp[en->comp];
-        any = !en->prefill && c->n_draft && c->draft_src == DJ_SPEC_EXIT;
-    }
-    if (!any) return false;
-    const size_t E = e->model->hp.n_embd;
-    if (nt > e->b_xcap) {
-        uint32_t *st = realloc(e->b_start, nt * 2 * sizeof *st);
-        if (st) e->b_start = st;
-        float *h = st ? realloc(e->b_hidden, nt * 2 * E * sizeof *h) : NULL;
-        if (!h) {
-            *oom = true;
-            return false;
-        }
-        e->b_hidden = h;
-        e->b_xcap = nt * 2;
-    }
-    memset(e->b_start, 0, nt * sizeof *e->b_start);
-    for (size_t k = 0; k < n_ent; k++) {
-        const struct step_ent *en = &e->ent[k];
-        const struct dj_comp *c = &en->req->comp[en->comp];
-        if (en->prefill || !c->n_draft || c->draft_src != DJ_SPEC_EXIT) continue;
-        for (size_t j = 0; j < en->n; j++) e->b_start[en->i0 + j] = e->exit_layer;
-        memcpy(e->b_hidden + en->i0 * E, c->xh, en->n * E * sizeof *e->b_hidden);
-    }
-    return true;
 }
 
 size_t engine_step(struct dj_engine *e) {
@@ -1068,7 +752,7 @@ size_t engine_step(struct dj_engine *e) {
     }
 
     /* early-exit drafts first: the batch below verifies them */
-    if (e->exit_layer) exit_drafts(e);
+    if (e->exit_layer) engine_exit_drafts(e);
 
     /* 4. the batch: decode tokens first, then prefill chunks */
     size_t nt = 0, n_ent = 0, n_out = 0;
@@ -1090,7 +774,7 @@ size_t engine_step(struct dj_engine *e) {
                     req_fail(q, DJ_ERR_NOMEM, "out of memory building a batch");
                     break;
                 }
-                enum dj_status st = prepare_rows(e, q, c->s, c->n_feed);
+                enum dj_status st = engine_prepare_rows(e, q, c->s, c->n_feed);
                 if (st) {
                     req_fail(q, st, dj_last_error());
                     break;
@@ -1112,7 +796,7 @@ size_t engine_step(struct dj_engine *e) {
             req_fail(q, DJ_ERR_NOMEM, "out of memory building a batch");
             continue;
         }
-        enum dj_status st = prepare_rows(e, q, s, chunk);
+        enum dj_status st = engine_prepare_rows(e, q, s, chunk);
         if (st) {
             req_fail(q, st, dj_last_error());
             continue;
@@ -1137,7 +821,7 @@ size_t engine_step(struct dj_engine *e) {
         }
         struct dj_batch b = {nt, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out, NULL, NULL};
         bool x_oom = false;
-        if (e->exit_layer && exit_rows(e, nt, n_ent, &x_oom)) {
+        if (e->exit_layer && engine_exit_rows(e, nt, n_ent, &x_oom)) {
             b.start_layer = e->b_start;
             b.hidden = e->b_hidden;
         }
