@@ -77,18 +77,25 @@ double spec_policy_beta(const struct spec_policy *p, size_t n_rows) {
     return b / (a + b * (double)(n_rows ? n_rows : 1));
 }
 
-size_t spec_policy_length(const struct spec_policy *p, const struct spec_proposal *pr, size_t n_rows, size_t cap,
-                          double *gain) {
+/* Relative cost of k drafts and their verification: one pass of 1 + k rows, or
+ * with exit (a, h = exit[0], exit[1]) the k + 1 exit passes first and a
+ * verification resuming at the exit layer (spec.h). */
+static double draft_cost(size_t k, double beta, const double *exit) {
+    if (!exit) return 1.0 + beta * (double)k;
+    return (double)(k + 1) * exit[0] + (double)k * exit[1] + (1.0 - exit[0]) * (1.0 + beta * (double)k);
+}
+
+/* The k in 1..kmax maximizing (1 + E_k) / cost(k) for arm (src, bucket); 0 unless
+ * its gain reaches SPEC_MIN_GAIN. */
+static size_t best_length(const struct spec_policy *p, enum dj_spec_src src, uint32_t bucket, size_t kmax,
+                          double beta, const double *exit, double *gain) {
     *gain = 1.0;
-    size_t kmax = pr->n < cap ? pr->n : cap;
-    if (kmax == 0) return 0;
-    const double beta = spec_policy_beta(p, n_rows);
     double reach = 1.0, e = 0.0, best = 1.0;
     size_t best_k = 0;
     for (size_t k = 1; k <= kmax; k++) {
-        reach *= spec_policy_alpha(p, pr->src, pr->bucket, k - 1);
+        reach *= spec_policy_alpha(p, src, bucket, k - 1);
         e += reach;
-        const double g = (1.0 + e) / (1.0 + beta * (double)k);
+        const double g = (1.0 + e) / draft_cost(k, beta, exit);
         if (g > best) {
             best = g;
             best_k = k;
@@ -100,30 +107,15 @@ size_t spec_policy_length(const struct spec_policy *p, const struct spec_proposa
     return best_k;
 }
 
-/* Relative cost of k exit drafts and their verification (spec.h). */
-static double exit_cost(size_t k, double beta, double a, double h) {
-    return (double)(k + 1) * a + (double)k * h + (1.0 - a) * (1.0 + beta * (double)k);
+size_t spec_policy_length(const struct spec_policy *p, const struct spec_proposal *pr, size_t n_rows, size_t cap,
+                          double *gain) {
+    return best_length(p, pr->src, pr->bucket, pr->n < cap ? pr->n : cap, spec_policy_beta(p, n_rows), NULL, gain);
 }
 
 size_t spec_policy_length_exit(const struct spec_policy *p, size_t n_rows, size_t cap, double a, double h,
                                double *gain) {
-    *gain = 1.0;
-    const double beta = spec_policy_beta(p, n_rows);
-    double reach = 1.0, e = 0.0, best = 1.0;
-    size_t best_k = 0;
-    for (size_t k = 1; k <= cap; k++) {
-        reach *= spec_policy_alpha(p, DJ_SPEC_EXIT, 0, k - 1);
-        e += reach;
-        const double g = (1.0 + e) / exit_cost(k, beta, a, h);
-        if (g > best) {
-            best = g;
-            best_k = k;
-        }
-        if (reach < 1e-4) break;
-    }
-    if (best < SPEC_MIN_GAIN) return 0;
-    *gain = best;
-    return best_k;
+    const double exit[2] = {a, h};
+    return best_length(p, DJ_SPEC_EXIT, 0, cap, spec_policy_beta(p, n_rows), exit, gain);
 }
 
 double spec_exit_gain(double alpha, double beta, double a, double h, size_t cap, size_t *k) {
@@ -132,7 +124,7 @@ double spec_exit_gain(double alpha, double beta, double a, double h, size_t cap,
     for (size_t j = 1; j <= cap; j++) {
         reach *= alpha;
         e += reach;
-        const double g = (1.0 + e) / exit_cost(j, beta, a, h);
+        const double g = (1.0 + e) / draft_cost(j, beta, (const double[2]){a, h});
         if (g > best) {
             best = g;
             *k = j;

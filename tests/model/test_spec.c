@@ -79,7 +79,8 @@ static struct dj_engine *mk(const struct dj_model *m, unsigned sources, bool ada
     return e;
 }
 
-static void submit(struct dj_engine *e, const struct rq *q, struct out *o, uint64_t seed_delta) {
+static void submit_forced(struct dj_engine *e, const struct rq *q, struct out *o, uint64_t seed_delta,
+                          const dj_token *force) {
     memset(o, 0, sizeof *o);
     o->lhash = DJ_FNV_OFFSET;
     struct dj_request_params rp = engine_default_request();
@@ -95,7 +96,12 @@ static void submit(struct dj_engine *e, const struct rq *q, struct out *o, uint6
     rp.on_done = on_done;
     rp.on_logits = on_logits;
     rp.ud = o;
+    rp.force = force;
     CHECKF(engine_submit(e, &rp, NULL) == DJ_OK, "%s", dj_last_error());
+}
+
+static void submit(struct dj_engine *e, const struct rq *q, struct out *o, uint64_t seed_delta) {
+    submit_forced(e, q, o, seed_delta, NULL);
 }
 
 static bool same(const struct out *a, const struct out *b, uint32_t n_comp) {
@@ -188,20 +194,7 @@ static void test_forced(const struct dj_model *m, const struct rq *q, const stru
     static struct out a, b;
     for (int pass = 0; pass < 2; pass++) {
         struct dj_engine *e = mk(m, pass ? DJ_SPEC_BIT(DJ_SPEC_LOOKUP) : 0, false);
-        struct out *o = pass ? &b : &a;
-        memset(o, 0, sizeof *o);
-        o->lhash = DJ_FNV_OFFSET;
-        struct dj_request_params rp = engine_default_request();
-        rp.prompt = q->prompt;
-        rp.n_prompt = q->n;
-        rp.max_tokens = q->max_tokens;
-        rp.ignore_eos = true;
-        rp.force = force;
-        rp.on_token = on_token;
-        rp.on_done = on_done;
-        rp.on_logits = on_logits;
-        rp.ud = o;
-        CHECK(engine_submit(e, &rp, NULL) == DJ_OK);
+        submit_forced(e, q, pass ? &b : &a, 0, force);
         engine_run_all(e);
         engine_destroy(e);
     }
