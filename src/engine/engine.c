@@ -246,6 +246,8 @@ void engine_destroy(struct dj_engine *e) {
     free(e->b_out);
     free(e->b_seq);
     free(e->b_logits);
+    free(e->b_start);
+    free(e->b_hidden);
     free(e->ent);
     free(e->text);
     free(e->cancels);
