@@ -1,7 +1,8 @@
 /*
  * test_cli_model.c — end-to-end tests of the model commands: `deja run`
  * (greedy ids and dumped logits against golden/, logits_hash invariant
- * across ubatch sizes and thread counts), `deja perplexity` against
+ * across ubatch sizes and thread counts; --spec leaves ids and logits
+ * unchanged), `deja perplexity` against
  * llama.cpp's figure, `deja synth` for llama/qwen2/qwen3, and their errors.
  */
 #include <math.h>
@@ -127,6 +128,50 @@ static void test_run_golden(const char *shared) {
     free(doc);
 }
 
+/* deja run --spec: the same ids and logits hash as plain decoding, greedy and seeded, fewer
+ * forward passes, and the "spec" object with per-source and per-position counts; bad
+ * speculation options are errors with a message. */
+static void test_run_spec(const char *shared) {
+    const char *model = test_shared_path(shared, "models/codelm-15m-f16.gguf");
+    char prompt[2048];
+    const char *code = "def parse(line):\n    key, value = line.split('=', 1)\n    return key.strip(), value.strip()\n\n";
+    snprintf(prompt, sizeof prompt, "%s%s%s", code, code, code);
+    const char *temps[2][4] = {{"--temp", "0", "--seed", "0"}, {"--temp", "0.7", "--seed", "11"}};
+    for (int t = 0; t < 2; t++) {
+        char *o1 = NULL, *o2 = NULL;
+        int rc1 = RUN(&o1, "run", "-m", (char *)model, "-p", prompt, "-n", "40", "--ignore-eos", "--json",
+                      (char *)temps[t][0], (char *)temps[t][1], (char *)temps[t][2], (char *)temps[t][3]);
+        int rc2 = RUN(&o2, "run", "-m", (char *)model, "-p", prompt, "-n", "40", "--ignore-eos", "--json", "--spec",
+                      "--spec-fixed", (char *)temps[t][0], (char *)temps[t][1], (char *)temps[t][2], (char *)temps[t][3]);
+        char *h1 = field(o1, "logits_hash"), *h2 = field(o2, "logits_hash");
+        const char *i1 = strstr(o1, "\"ids\""), *i2 = strstr(o2, "\"ids\"");
+        char *p1 = field(o1, "n_forward_passes"), *p2 = field(o2, "n_forward_passes");
+        char *acc = field(o2, "accepted");
+        CHECKF(rc1 == 0 && rc2 == 0 && h1 && h2 && !strcmp(h1, h2) && i1 && i2 &&
+                   !strncmp(i1, i2, (size_t)(strstr(i1, "]") - i1)),
+               "temp %s: --spec changed the output:\n%s\n%s", temps[t][1], o1, o2);
+        CHECKF(p1 && p2 && acc && atoi(acc) > 0 && atoi(p2) < atoi(p1) && strstr(o2, "\"sources\": \"lookup,memo\"") &&
+                   strstr(o2, "\"by_position\": [[") && strstr(o2, "\"lookup\": {\"proposed\": "),
+               "temp %s: %s", temps[t][1], o2);
+        free(h1);
+        free(h2);
+        free(p1);
+        free(p2);
+        free(acc);
+        free(o1);
+        free(o2);
+    }
+    char *out = NULL;
+    CHECK(RUN(&out, "run", "-m", (char *)model, "-p", "x", "--spec-sources", "lookup,bogus") == 1 &&
+          strstr(out, "unknown draft source 'bogus'"));
+    free(out);
+    CHECK(RUN(&out, "run", "-m", (char *)model, "-p", "x", "--spec-sources", "exit", "--draft-exit-layer", "8") == 1 &&
+          strstr(out, "--draft-exit-layer 8: the model has 8 layers"));
+    free(out);
+    CHECK(RUN(&out, "run", "-m", (char *)model, "-p", "x", "--draft-max", "0") == 1 && strstr(out, "--draft-max"));
+    free(out);
+}
+
 static void test_perplexity(const char *shared) {
     char *out = NULL;
     int rc = RUN(&out, "perplexity", "-m", (char *)test_shared_path(shared, "models/stories260K.gguf"), "-f",
@@ -227,6 +272,7 @@ int main(int argc, char **argv) {
     deja_bin = argv[2];
     if (!mkdtemp(tmpdir)) return 2;
     test_run_golden(argv[1]);
+    test_run_spec(argv[1]);
     test_perplexity(argv[1]);
     test_synth(argv[1]);
     test_errors(argv[1]);
