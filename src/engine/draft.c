@@ -47,8 +47,9 @@ void engine_spec_note_token(struct dj_engine *e, struct dj_comp *c, size_t pos, 
     }
 }
 
-/* Chooses the draft of completion ci for the next step from the speculative
- * sources (prompt lookup, the output memo) into out: at most cap tokens.
+/* Chooses the draft of completion c for the next step from the speculative
+ * sources (prompt lookup and the output memo into out, at most cap tokens;
+ * or early exit, whose tokens exist only after its passes: c->exit_k).
  * Every proposal, drafted or not, becomes its source's shadow (unless one is
  * pending): the policy learns each position's acceptance from the tokens
  * generated, including positions past what was drafted.  Returns the draft
@@ -128,10 +129,8 @@ size_t engine_spec_choose(struct dj_engine *e, struct dj_req *q, struct dj_comp 
     if (best == SIZE_MAX) return 0;
     memcpy(out, pr[best].tok, best_k * sizeof *out);
     c->draft_src = pr[best].src;
-    c->draft_bucket = pr[best].bucket;
     return best_k;
 }
-
 
 /* --draft-exit-layer auto: the exit layer is chosen once per engine, by
  * measurement on the first prompt that reaches it: its last (up to 32)

@@ -62,7 +62,6 @@ struct dj_comp {
     struct spec_lookup lk;
     bool lk_on;
     enum dj_spec_src draft_src;
-    uint32_t draft_bucket;
     struct spec_shadow shadow[DJ_SPEC_N_SRC];
     struct dj_spec_counts sc;
     uint32_t exit_k;         /* early-exit drafts to make before the next step (exit_drafts) */

@@ -508,7 +508,6 @@ static void queue_feed(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_to
                 return;
             }
         c->draft_src = DJ_SPEC_GRAMMAR;
-        c->draft_bucket = 0;
     }
     /* a forced string's tokens are the strongest evidence there is; else the speculative sources */
     if (nd == 0 && e->p.spec.sources) nd = engine_spec_choose(e, q, c, c->feed + c->n_feed, cap);
