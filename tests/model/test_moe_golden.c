@@ -21,8 +21,16 @@
  * one batch is bitwise equal to token by token, ubatches of 3 / 5 / 7 / 64, with 1
  * and 2 threads — the experts run over sub-batches of the tokens that chose them,
  * whose composition changes with the split.
+ *
+ * Loader errors: copies of qwen3moe-tiny.gguf with one thing patched in place
+ * (expert_used_count 0 or 9, expert_count 1000, a renamed expert tensor, a 3-D
+ * expert tensor with two dimensions swapped) are refused with a message naming
+ * the file and the key or tensor.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "model/context.h"
 #include "sample/sampler.h"
@@ -238,6 +246,63 @@ static void check_invariance(const char *shared, const char *name) {
     model_free(m);
 }
 
+/* The model at src with its bytes patched: the first occurrence of `find` (len n)
+ * gets `repl` (n bytes) at offset `at` from its start; written to dst. */
+static bool patch_copy(const char *src, const char *dst, const char *find, size_t n, size_t at, const void *repl,
+                       size_t n_repl) {
+    size_t len = 0;
+    char *b = test_read_file(src, &len);
+    if (!b) return false;
+    char *p = memmem(b, len, find, n);
+    bool ok = p && (size_t)(p - b) + at + n_repl <= len;
+    if (ok) {
+        memcpy(p + at, repl, n_repl);
+        FILE *f = fopen(dst, "wb");
+        ok = f && fwrite(b, 1, len, f) == len;
+        if (f) ok = (fclose(f) == 0) && ok;
+    }
+    free(b);
+    return ok;
+}
+
+static void expect_refused(const char *path, enum dj_status want, const char *what, const char *needle) {
+    struct dj_model *m = NULL;
+    enum dj_status st = model_load(path, &m);
+    CHECKF(st == want, "%s: status %d, expected %d", what, st, want);
+    CHECKF(st != DJ_OK && strstr(dj_last_error(), needle) && strstr(dj_last_error(), path), "%s: message '%s'", what,
+           dj_last_error());
+    if (st == DJ_OK) printf("%s: loaded\n", what);
+    else printf("%s: %s\n", what, dj_last_error());
+    model_free(m);
+}
+
+static void check_loader_errors(const char *shared) {
+    char src[512], dst[] = "/tmp/deja_test_moe_XXXXXX.gguf";
+    snprintf(src, sizeof src, "%s", test_shared_path(shared, "golden/moe/qwen3moe-tiny.gguf"));
+    int fd = mkstemps(dst, 5);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    /* a u32 key: the name, then its type (4 bytes), then the value */
+    static const char used[] = "qwen3moe.expert_used_count", count[] = "qwen3moe.expert_count";
+    const uint32_t v0 = 0, v9 = 9, v1000 = 1000;
+    CHECK(patch_copy(src, dst, used, strlen(used), strlen(used) + 4, &v0, 4));
+    expect_refused(dst, DJ_ERR_FORMAT, "expert_used_count 0", "qwen3moe.expert_used_count");
+    CHECK(patch_copy(src, dst, used, strlen(used), strlen(used) + 4, &v9, 4));
+    expect_refused(dst, DJ_ERR_FORMAT, "expert_used_count 9 of 8", "qwen3moe.expert_used_count");
+    CHECK(patch_copy(src, dst, count, strlen(count), strlen(count) + 4, &v1000, 4));
+    expect_refused(dst, DJ_ERR_FORMAT, "expert_count 1000", "qwen3moe.expert_count");
+    static const char up[] = "blk.1.ffn_up_exps.weight";
+    CHECK(patch_copy(src, dst, up, strlen(up), strlen(up) - 1, "x", 1));
+    expect_refused(dst, DJ_ERR_NOT_FOUND, "ffn_up_exps renamed", "blk.1.ffn_up_exps.weight");
+    /* tensor info: the name, n_dims (4 bytes), then ne as u64: [32, 64, 8] -> [64, 32, 8] */
+    static const char down[] = "blk.2.ffn_down_exps.weight";
+    const uint64_t swapped[2] = {64, 32};
+    CHECK(patch_copy(src, dst, down, strlen(down), strlen(down) + 4, swapped, sizeof swapped));
+    expect_refused(dst, DJ_ERR_FORMAT, "ffn_down_exps [64, 32, 8]", "blk.2.ffn_down_exps.weight");
+    unlink(dst);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     check_model(argv[1], "qwen3moe-tiny", 1e-3f, false);
@@ -246,5 +311,6 @@ int main(int argc, char **argv) {
     check_invariance(argv[1], "qwen3moe-tiny");
     check_invariance(argv[1], "qwen3moe-tiny-f16");
     check_invariance(argv[1], "mixtral-tiny");
+    check_loader_errors(argv[1]);
     TEST_END();
 }
