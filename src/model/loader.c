@@ -122,8 +122,12 @@ struct dj_weight model_expert(const struct dj_weight *w, uint32_t n_expert, uint
     DJ_ASSERT(w->data && n_expert > 0 && e < n_expert && w->ne1 % n_expert == 0);
     struct dj_weight v = *w;
     v.ne1 = w->ne1 / n_expert;
-    v.data = (const uint8_t *)w->data + (size_t)e * (size_t)v.ne1 * w->row_bytes;
-    v.packed = NULL;
+    const size_t off = (size_t)e * (size_t)v.ne1 * w->row_bytes;
+    v.data = (const uint8_t *)w->data + off;
+    /* model_repack packs an expert tensor only when a slab is whole 16-row groups:
+     * then the packed copy of expert e starts at the same offset */
+    DJ_ASSERT(!w->packed || v.ne1 % 16 == 0);
+    v.packed = w->packed ? (uint8_t *)w->packed + off : NULL;
     return v;
 }
 
@@ -423,8 +427,9 @@ static enum dj_status bind_tensors(struct dj_model *m) {
 
 /* ---- the weights' copies -----------------------------------------------------
  *
- * At load every matrix the forward pass multiplies by (each layer's seven and
- * the output) is copied out of the file mapping into one anonymous mapping with
+ * At load every matrix the forward pass multiplies by (each layer's seven — MoE:
+ * four and the three expert tensors, see repack_list — and the output; not the
+ * small router) is copied out of the file mapping into one anonymous mapping with
  * transparent huge pages asked: in the kernel table's repacked layout where it
  * has one for the type (kernels.h: pack — Q8_0, Q4_0, Q4_K on AVX-512: decode
  * then streams it without transposing), as it is otherwise.  Huge pages: the
@@ -460,19 +465,24 @@ static void pack_task(void *arg, int i, int n) {
     (void)n;
 }
 
-/* The matrices to copy, in a fixed order: the output, then each layer's. */
+/* The matrices to copy, in a fixed order: the output, then each layer's.  An
+ * expert tensor is copied as one matrix of n_expert slabs when a slab is whole
+ * 16-row groups: expert e's packed rows then start e * rows * row_bytes into the
+ * copy, as in the file (model_expert); otherwise it stays in the file mapping. */
 static size_t repack_list(struct dj_model *m, struct dj_weight **out) {
     size_t n = 0;
+    const uint32_t NE = m->hp.n_expert;
     for (uint32_t il = 0; il <= m->hp.n_layer; il++) {
         struct dj_layer *L = il ? &m->layers[il - 1] : NULL;
-        struct dj_weight *lw[7] = {&m->output};
-        const size_t n_lw = L ? 7 : 1;
+        struct dj_weight *lw[10] = {&m->output};
+        const size_t n_lw = L ? 10 : 1;
         if (L) {
-            struct dj_weight *x[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            struct dj_weight *x[10] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                                       &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
             memcpy(lw, x, sizeof x);
         }
         for (size_t i = 0; i < n_lw; i++)
-            if (lw[i]->data) {
+            if (lw[i]->data && (i < 7 || (lw[i]->ne1 / NE) % 16 == 0)) {
                 if (out) out[n] = lw[i];
                 n++;
             }

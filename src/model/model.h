@@ -81,7 +81,8 @@ struct dj_layer {
     /* MoE layers (n_expert > 0; the dense three above are then absent).  The expert
      * tensors are 3-D [ne0, ne1, n_expert] in the file: n_expert contiguous slabs of
      * ne1 rows, bound here as one matrix of ne1 * n_expert rows (ne1 of the weight);
-     * model_expert gives expert e's slab as a matrix of its own.  Not repacked. */
+     * model_expert gives expert e's slab as a matrix of its own.  Repacked (model_repack)
+     * when a slab is whole 16-row groups, else read from the file mapping. */
     struct dj_weight ffn_gate_inp;       /* (n_expert, n_embd) router, usually f32 */
     struct dj_weight ffn_gate_exps;      /* (n_expert * n_ff_exp, n_embd); optional for llama */
     struct dj_weight ffn_up_exps;        /* (n_expert * n_ff_exp, n_embd) */
@@ -129,8 +130,8 @@ enum dj_status qwen3_load_hparams(struct dj_model *m);
 enum dj_status qwen3moe_load_hparams(struct dj_model *m);
 
 /* Expert e (< n_expert) of a bound 3-D expert tensor w as a matrix of its own:
- * rows [e * w->ne1 / n_expert, (e + 1) * w->ne1 / n_expert) of w, read from
- * the file's layout (packed NULL). */
+ * rows [e * w->ne1 / n_expert, (e + 1) * w->ne1 / n_expert) of w, with its part
+ * of w's packed copy when w has one. */
 struct dj_weight model_expert(const struct dj_weight *w, uint32_t n_expert, uint32_t e);
 
 /* Binds tensor `name` (expected ne0 x ne1; ne1 = 1 for vectors) into *w.

@@ -26,6 +26,12 @@
  * (expert_used_count 0 or 9, expert_count 1000, a renamed expert tensor, a 3-D
  * expert tensor with two dimensions swapped) are refused with a message naming
  * the file and the key or tensor.
+ *
+ * Repacked experts: qwen3moe-tiny quantized by `deja quantize` to q8_0 and q4_0
+ * (the router stays F32): where the kernel table repacks the type, the expert
+ * tensors hold a packed copy (slabs of 32 rows: whole 16-row groups) and the
+ * logits equal those of the file's layout (DJ_REPACK=0) bitwise, in one batch and
+ * token by token, and are batch invariant.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -36,6 +42,8 @@
 #include "sample/sampler.h"
 #include "test.h"
 #include "test_json.h"
+#include "test_run.h"
+#include "kernels/kernels.h"
 
 enum { N_STEPS = 32 };
 
@@ -325,8 +333,54 @@ static void check_loader_errors(const char *shared) {
     unlink(dst);
 }
 
+static void check_repacked(const char *shared) {
+    char dir[] = "/tmp/deja_test_moe_q_XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char src[512];
+    snprintf(src, sizeof src, "%s", test_shared_path(shared, "golden/moe/qwen3moe-tiny.gguf"));
+    static const dj_token toks[] = {2006, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100, 1200, 1300};
+    const size_t n = sizeof toks / sizeof toks[0];
+    const char *qtypes[] = {"q8_0", "q4_0"};
+    for (int q = 0; q < 2; q++) {
+        char path[600], *out = NULL;
+        snprintf(path, sizeof path, "%s/qwen3moe-%s.gguf", dir, qtypes[q]);
+        int rc = RUN(&out, "quantize", src, path, (char *)qtypes[q]);
+        CHECKF(rc == 0, "quantize %s: %s", qtypes[q], out);
+        free(out);
+        struct dj_model *m = NULL, *m0 = NULL;
+        CHECKF(model_load(path, &m) == DJ_OK, "%s", dj_last_error());
+        setenv("DJ_REPACK", "0", 1);
+        CHECKF(model_load(path, &m0) == DJ_OK, "%s", dj_last_error());
+        unsetenv("DJ_REPACK");
+        if (m && m0) {
+            const struct dj_weight *up = &m->layers[1].ffn_up_exps;
+            CHECKF(!up->packed == !dj_kernels()->w[up->type].pack, "%s experts (%s): %s", qtypes[q],
+                   dj_type_name(up->type), up->packed ? "packed by a table without pack" : "not packed");
+            CHECK(m->layers[0].ffn_gate_inp.type == DJ_TYPE_F32 && m0->layers[2].ffn_down_exps.packed == NULL);
+            const size_t bytes = n * m->hp.n_vocab * sizeof(float);
+            float *base = eval(m0, toks, n, (uint32_t)n, 1), *a = eval(m, toks, n, (uint32_t)n, 2),
+                  *b = eval(m, toks, n, 1, 1), *c3 = eval(m, toks, n, 3, 2);
+            CHECKF(base && a && !memcmp(a, base, bytes), "%s: repacked differs from the file's layout (one batch)",
+                   qtypes[q]);
+            CHECKF(base && b && !memcmp(b, base, bytes), "%s: repacked token by token differs", qtypes[q]);
+            CHECKF(base && c3 && !memcmp(c3, base, bytes), "%s: repacked in ubatches of 3 differs", qtypes[q]);
+            printf("qwen3moe-tiny %s: experts %s; one batch, token by token, ubatches of 3 bitwise equal to the "
+                   "file's layout\n", qtypes[q], up->packed ? "repacked" : "in the file's layout (no pack)");
+            free(base);
+            free(a);
+            free(b);
+            free(c3);
+        }
+        model_free(m);
+        model_free(m0);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) return 2;
+    if (argc < 3) return 2;
+    deja_bin = argv[2];
     check_model(argv[1], "qwen3moe-tiny", 1e-3f, false);
     check_model(argv[1], "qwen3moe-tiny-f16", 2e-2f, true);
     check_model(argv[1], "mixtral-tiny", 1e-3f, false);
@@ -334,5 +388,6 @@ int main(int argc, char **argv) {
     check_invariance(argv[1], "qwen3moe-tiny-f16");
     check_invariance(argv[1], "mixtral-tiny");
     check_loader_errors(argv[1]);
+    check_repacked(argv[1]);
     TEST_END();
 }
