@@ -352,7 +352,8 @@ int cmd_bench(int argc, char **argv) {
     double gbs = tg_m * (double)weight_bytes / 1e9;
     uint32_t ftype_n[DJ_TYPE_COUNT] = {0};
     uint32_t main_type = DJ_TYPE_F32;
-    for (uint32_t il = 0; il < m->hp.n_layer; il++) ftype_n[m->layers[il].w_gate.type]++;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) /* MoE: the experts' type */
+        ftype_n[m->hp.n_expert ? m->layers[il].ffn_up_exps.type : m->layers[il].w_gate.type]++;
     for (int t = 0; t < DJ_TYPE_COUNT; t++)
         if (ftype_n[t] > ftype_n[main_type]) main_type = (uint32_t)t;
     if (json) {

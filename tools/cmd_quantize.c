@@ -2,10 +2,11 @@
  * cmd_quantize.c — `deja quantize IN OUT TYPE` (q8_0, q4_0, q4_k_m), the type
  * choices of llama.cpp's llama-quantize without an importance matrix, so the
  * files and their perplexities compare:
- *   - 2-D weights take the base type; 1-D tensors (norms, biases) stay F32;
+ *   - 2-D and 3-D (MoE expert) weights take the base type; 1-D tensors (norms,
+ *     biases) and MoE routers (ffn_gate_inp.weight) stay as they are;
  *   - output.weight (or token_embd.weight when the embeddings are tied) is
  *     Q6_K unless the base type is Q8_0;
- *   - q4_k_m: attn_v.weight and ffn_down.weight of the layers llama.cpp's
+ *   - q4_k_m: attn_v.weight and ffn_down(_exps).weight of the layers llama.cpp's
  *     use_more_bits() picks (the first and last eighth, and every third in
  *     between) are Q6_K;
  *   - a row length the block size does not divide falls back to a type whose
@@ -118,7 +119,7 @@ int cmd_quantize(int argc, char **argv) {
     for (size_t i = 0; i < nt; i++) {
         const struct gguf_tensor *t = gguf_tensor(in, i);
         n_attn_v += ends_with(&t->name, "attn_v.weight");
-        n_ffn_down += ends_with(&t->name, "ffn_down.weight");
+        n_ffn_down += ends_with(&t->name, "ffn_down.weight") || ends_with(&t->name, "ffn_down_exps.weight");
         if (t->ne[0] > max_k) max_k = t->ne[0];
     }
     rows = malloc((size_t)n_threads * (size_t)max_k * sizeof(float));
@@ -132,18 +133,18 @@ int cmd_quantize(int argc, char **argv) {
         char name[256];
         snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 255 ? t->name.len : 255), t->name.ptr);
         uint32_t type = t->type;
-        bool matrix = t->n_dims >= 2 && ends_with(&t->name, ".weight");
+        bool matrix = t->n_dims >= 2 && ends_with(&t->name, ".weight") && !ends_with(&t->name, "ffn_gate_inp.weight");
         if (matrix) {
             type = base;
             if (str_is(&t->name, "output.weight") || (!has_output && str_is(&t->name, "token_embd.weight"))) {
                 if (base != DJ_TYPE_Q8_0) type = DJ_TYPE_Q6_K;
             } else if (k_m && ends_with(&t->name, "attn_v.weight")) {
                 if (use_more_bits(i_attn_v, n_attn_v)) type = DJ_TYPE_Q6_K;
-            } else if (k_m && ends_with(&t->name, "ffn_down.weight")) {
+            } else if (k_m && (ends_with(&t->name, "ffn_down.weight") || ends_with(&t->name, "ffn_down_exps.weight"))) {
                 if (use_more_bits(i_ffn_down, n_ffn_down)) type = DJ_TYPE_Q6_K;
             }
             i_attn_v += ends_with(&t->name, "attn_v.weight");
-            i_ffn_down += ends_with(&t->name, "ffn_down.weight");
+            i_ffn_down += ends_with(&t->name, "ffn_down.weight") || ends_with(&t->name, "ffn_down_exps.weight");
             size_t rb;
             if (!dj_row_bytes(type, t->ne[0], &rb)) type = dj_row_bytes(DJ_TYPE_Q8_0, t->ne[0], &rb) ? DJ_TYPE_Q8_0 : DJ_TYPE_F16;
             if (t->type != DJ_TYPE_F32 && t->type != DJ_TYPE_F16 && t->type != DJ_TYPE_BF16) {

@@ -81,8 +81,18 @@ struct dj_context {
     float *k;      /* (ub, n_kv*hd) */
     float *v;      /* (ub, n_kv*hd) */
     float *att;    /* (ub, n_head*hd) */
-    float *ff_g;   /* (ub, n_ff) */
-    float *ff_u;   /* (ub, n_ff) */
+    float *ff_g;   /* (ub, max(n_ff, n_ff_exp)) */
+    float *ff_u;   /* (ub, max(n_ff, n_ff_exp)) */
+    /* MoE layers (forward.c moe_ffn; NULL for a dense model) */
+    float *moe_z;     /* (ub, n_expert) router logits, then probabilities */
+    int32_t *moe_sel; /* (ub, n_expert_used) the experts of each token, in selection order */
+    float *moe_w;     /* (ub, n_expert_used) their weights */
+    uint32_t *moe_rows; /* (ub) the ubatch rows of one expert's tokens */
+    float *moe_xin;   /* (ub, n_embd) those tokens' normed rows, gathered */
+    float *moe_y;     /* (ub, n_embd) the expert's output for them */
+    float *moe_o;     /* (ub, n_expert_used, n_embd) each token's expert outputs, by selection slot */
+    int32_t *moe_trace; /* tests: NULL, or (n_layer, n_ubatch, n_expert_used) set by the caller; each
+                           MoE layer writes the experts of ubatch row t there (the last ubatch's) */
     float *scores; /* (n_threads, att_tile, GQA group, n_ctx) attention scores per thread */
     size_t k_head, v_head;    /* bytes of one head's part of a K (V) row (types: p.type_k/v) */
     float *kvt;    /* (n_threads, 2, block_size, head_dim): one block of one head's K and V rows

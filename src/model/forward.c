@@ -1,5 +1,5 @@
 /*
- * forward.c — the decoder forward pass shared by llama, qwen2 and qwen3, and
+ * forward.c — the decoder forward pass shared by llama, qwen2, qwen3 and qwen3moe, and
  * the inference context (KV cache, scratch, thread pool).
  *
  * Per ubatch of n tokens at positions p0 .. p0+n-1:
@@ -12,7 +12,8 @@
  *     att = softmax(q K^T / sqrt(hd)) V over positions 0..p (causal, GQA)
  *     x += Wo att
  *     xn = rmsnorm(x) * ffn_norm
- *     x += W_down (silu(W_gate xn) * W_up xn)
+ *     x += W_down (silu(W_gate xn) * W_up xn)          MoE: the weighted sum of the
+ *                                                   chosen experts' (moe_ffn)
  *   logits = W_out (rmsnorm(x) * output_norm)           (only the rows asked for)
  *
  * Every per-token computation reads only that token's row and the KV cache,
@@ -393,6 +394,109 @@ static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_
     c->kern->w[w->type].dequantize_row((const uint8_t *)w->data + (size_t)tok * w->row_bytes, dst, w->ne0);
 }
 
+/* ---- Mixture of Experts --------------------------------------------------------
+ *
+ * As llama.cpp's build_moe_ffn for qwen3moe and Mixtral (golden/moe/README.md):
+ *
+ *   z = ffn_gate_inp h                          (n_expert router logits)
+ *   p = softmax(z)                              (ggml: max subtracted, sum in double)
+ *   S = the n_expert_used largest p, iterative argmax, the lowest id on a tie
+ *       (llama.cpp's argsort order; its routing files list S in this order)
+ *   w_s = p_S[s] / sum_S p                      (sum in double, rounded once, as ggml_sum_rows)
+ *   out = w_0 o_0 + w_1 o_1 + ...               (k-1 adds in selection order, as llama.cpp's
+ *                                                explicit ggml_add chain), o_s = swiglu_{S[s]}(h)
+ *
+ * Batch invariance (DESIGN.md §3): the routing of a token reads its own row
+ * only.  The experts run expert by expert over the tokens that chose them: the
+ * rows gathered into a sub-batch go through the same matmul path, whose every
+ * element is the one dot product of its (row, token) pair whatever the batch
+ * (kernels.h), so o_s of a token does not depend on who else chose the expert;
+ * each token's sum then runs in its own selection order.  A single token reads
+ * only its n_expert_used experts' weights.
+ */
+
+/* The experts of one token from its router logits z (n_expert; overwritten by the
+ * probabilities): ids into sel and weights into w (k each), in selection order. */
+static void moe_route(float *z, int64_t n_expert, int64_t k, int32_t *sel, float *w) {
+    float mx = -INFINITY;
+    for (int64_t e = 0; e < n_expert; e++) mx = z[e] > mx ? z[e] : mx;
+    double sum = 0.0;
+    for (int64_t e = 0; e < n_expert; e++) {
+        z[e] = expf(z[e] - mx);
+        sum += (double)z[e];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t e = 0; e < n_expert; e++) z[e] *= inv;
+    double wsum = 0.0;
+    for (int64_t s = 0; s < k; s++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < n_expert; e++) {
+            bool taken = false;
+            for (int64_t r = 0; r < s; r++) taken |= sel[r] == (int32_t)e;
+            if (!taken && (best < 0 || z[e] > z[best])) best = e; /* strict: the lowest id on a tie */
+        }
+        sel[s] = (int32_t)best;
+        w[s] = z[best];
+        wsum += (double)w[s];
+    }
+    const float ws = (float)wsum;
+    for (int64_t s = 0; s < k; s++) w[s] /= ws;
+}
+
+/* x += MoE(xn) for the layer's n rows (c->xn: the ffn-normed rows; clobbered). */
+static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n) {
+    const struct dj_hparams *hp = &c->model->hp;
+    const int64_t E = hp->n_embd, NE = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
+    ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
+    for (int64_t t = 0; t < n; t++) moe_route(c->moe_z + t * NE, NE, K, c->moe_sel + t * K, c->moe_w + t * K);
+    if (c->moe_trace)
+        memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
+    for (uint32_t e = 0; e < (uint32_t)NE; e++) {
+        int64_t n_e = 0; /* the tokens that chose e, in ubatch order */
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t s = 0; s < K; s++)
+                if (c->moe_sel[t * K + s] == (int32_t)e) {
+                    c->moe_rows[n_e] = (uint32_t)(t * K + s);
+                    memcpy(c->moe_xin + n_e * E, c->xn + t * E, (size_t)E * sizeof(float));
+                    n_e++;
+                }
+        if (n_e == 0) continue; /* its weights are not read */
+        const struct dj_weight up = model_expert(&L->ffn_up_exps, (uint32_t)NE, e);
+        const struct dj_weight down = model_expert(&L->ffn_down_exps, (uint32_t)NE, e);
+        if (L->ffn_gate_exps.data) {
+            const struct dj_weight gate = model_expert(&L->ffn_gate_exps, (uint32_t)NE, e);
+            const struct dj_weight *gate_up[2] = {&gate, &up};
+            float *const gate_up_out[2] = {c->ff_g, c->ff_u};
+            ctx_matmul_n(c, gate_up, gate_up_out, 2, c->moe_xin, n_e);
+            for (int64_t i = 0; i < n_e * F; i++) {
+                const float g = c->ff_g[i];
+                c->ff_g[i] = g / (1.0f + expf(-g)) * c->ff_u[i];
+            }
+        } else { /* llama without ffn_gate_exps: down(silu(up x)) */
+            ctx_matmul(c, &up, c->moe_xin, n_e, c->ff_u);
+            for (int64_t i = 0; i < n_e * F; i++) {
+                const float u = c->ff_u[i];
+                c->ff_g[i] = u / (1.0f + expf(-u));
+            }
+        }
+        ctx_matmul(c, &down, c->ff_g, n_e, c->moe_y);
+        for (int64_t r = 0; r < n_e; r++)
+            memcpy(c->moe_o + (size_t)c->moe_rows[r] * E, c->moe_y + r * E, (size_t)E * sizeof(float));
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const float *w = c->moe_w + t * K, *o = c->moe_o + (size_t)t * K * E;
+        float *x = c->x + t * E;
+        for (int64_t i = 0; i < E; i++) {
+            float acc = w[0] * o[i];
+            for (int64_t s = 1; s < K; s++) {
+                const float ws = w[s] * o[s * E + i];
+                acc = acc + ws;
+            }
+            x[i] += acc;
+        }
+    }
+}
+
 /* What a probe pass (ctx_probe_k) does at its last layer. */
 struct probe {
     uint32_t il;  /* layers < il run whole; layer il only computes K and V */
@@ -542,6 +646,10 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
 
         for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
+        if (hp->n_expert) {
+            moe_ffn(c, il, L, n);
+            continue;
+        }
         const struct dj_weight *gate_up[2] = {&L->w_gate, &L->w_up};
         float *const gate_up_out[2] = {c->ff_g, c->ff_u};
         ctx_matmul_n(c, gate_up, gate_up_out, 2, c->xn, n);
@@ -791,7 +899,8 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     kv_seq_init(&c->own_seq, c->pool);
     c->seq = &c->own_seq;
     size_t wide = E > Q ? E : Q;
-    c->wrow_stride = E > F ? E : F;
+    const size_t FF = F > hp->n_ff_exp ? F : hp->n_ff_exp, NE = hp->n_expert, NK = hp->n_expert_used;
+    c->wrow_stride = E > FF ? E : FF;
     if (Q > c->wrow_stride) c->wrow_stride = Q;
     c->x = malloc(ub * E * sizeof(float));
     c->xn = malloc(ub * wide * sizeof(float));
@@ -799,8 +908,18 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->k = malloc(ub * KV * sizeof(float));
     c->v = malloc(ub * KV * sizeof(float));
     c->att = malloc(ub * Q * sizeof(float));
-    c->ff_g = malloc(ub * F * sizeof(float));
-    c->ff_u = malloc(ub * F * sizeof(float));
+    c->ff_g = malloc(ub * FF * sizeof(float));
+    c->ff_u = malloc(ub * FF * sizeof(float));
+    const bool moe = NE > 0;
+    if (moe) {
+        c->moe_z = malloc(ub * NE * sizeof(float));
+        c->moe_sel = malloc(ub * NK * sizeof(int32_t));
+        c->moe_w = malloc(ub * NK * sizeof(float));
+        c->moe_rows = malloc(ub * sizeof(uint32_t)); /* a token chooses an expert once */
+        c->moe_xin = malloc(ub * E * sizeof(float));
+        c->moe_y = malloc(ub * E * sizeof(float));
+        c->moe_o = malloc(ub * NK * E * sizeof(float));
+    }
     /* attention tiles of up to 8 tokens, fewer where a thread's score rows would pass 8 MiB */
     const size_t row_bytes = (size_t)(hp->n_head / hp->n_head_kv) * p.n_ctx * sizeof(float);
     c->att_tile = (int64_t)((8u << 20) / row_bytes);
@@ -825,7 +944,8 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->tpool = threadpool_create(p.n_threads);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
         !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->perm ||
-        !c->inv || !c->ppos || !c->pseq || !c->tpool) {
+        !c->inv || !c->ppos || !c->pseq || !c->tpool ||
+        (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_rows || !c->moe_xin || !c->moe_y || !c->moe_o))) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
@@ -846,6 +966,13 @@ void ctx_free(struct dj_context *c) {
     free(c->att);
     free(c->ff_g);
     free(c->ff_u);
+    free(c->moe_z);
+    free(c->moe_sel);
+    free(c->moe_w);
+    free(c->moe_rows);
+    free(c->moe_xin);
+    free(c->moe_y);
+    free(c->moe_o);
     free(c->scores);
     free(c->kvt);
     free(c->krow);

@@ -37,12 +37,14 @@
 #define HP_LAYER_MAX 4096u
 #define HP_CTX_MAX 2147483647u /* positions are uint32; int32 arithmetic on them must not wrap */
 #define HP_ROT_MAX 512u        /* rope() keeps n_rot/2 cos/sin pairs on the stack */
+#define HP_EXPERT_MAX 512u     /* experts a layer (real models: 8 to 384); moe_ffn's per-token tables */
 
 const char *model_arch_name(enum dj_arch a) {
     switch (a) {
     case DJ_ARCH_LLAMA: return "llama";
     case DJ_ARCH_QWEN2: return "qwen2";
     case DJ_ARCH_QWEN3: return "qwen3";
+    case DJ_ARCH_QWEN3MOE: return "qwen3moe";
     }
     return "?";
 }
@@ -88,6 +90,45 @@ enum dj_status model_bind(struct dj_model *m, struct dj_weight *w, const char *n
     w->ne1 = ne1;
     w->row_bytes = t->nbytes / (size_t)ne1;
     return DJ_OK;
+}
+
+enum dj_status model_bind_3d(struct dj_model *m, struct dj_weight *w, const char *name, int64_t ne0, int64_t ne1,
+                             int64_t ne2, bool required) {
+    const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (!required) return DJ_OK;
+        return dj_fail(DJ_ERR_NOT_FOUND, "%s: tensor '%s' is missing (architecture %s)", gguf_name(m->gguf), name,
+                       m->arch_name);
+    }
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2)
+        return dj_fail(DJ_ERR_FORMAT, "%s: tensor '%s' has %u dimensions [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                       gguf_name(m->gguf), name, t->n_dims, (long long)t->ne[0],
+                       (long long)(t->n_dims > 1 ? t->ne[1] : 1), (long long)(t->n_dims > 2 ? t->ne[2] : 1),
+                       (long long)ne0, (long long)ne1, (long long)ne2);
+    DJ_ASSERT(ne0 > 0 && ne1 > 0 && ne2 > 0);
+    if (!weight_type_supported(t->type))
+        return dj_fail(DJ_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which deja does not support for weights",
+                       gguf_name(m->gguf), name, dj_type_name(t->type));
+    w->data = t->data;
+    w->type = t->type;
+    w->ne0 = ne0;
+    w->ne1 = ne1 * ne2; /* no overflow: the reader checked the product */
+    w->row_bytes = t->nbytes / (size_t)w->ne1;
+    return DJ_OK;
+}
+
+struct dj_weight model_expert(const struct dj_weight *w, uint32_t n_expert, uint32_t e) {
+    DJ_ASSERT(w->data && n_expert > 0 && e < n_expert && w->ne1 % n_expert == 0);
+    struct dj_weight v = *w;
+    v.ne1 = w->ne1 / n_expert;
+    const size_t off = (size_t)e * (size_t)v.ne1 * w->row_bytes;
+    v.data = (const uint8_t *)w->data + off;
+    /* model_repack packs an expert tensor only when a slab is whole 16-row groups:
+     * then the packed copy of expert e starts at the same offset */
+    DJ_ASSERT(!w->packed || v.ne1 % 16 == 0);
+    v.packed = w->packed ? (uint8_t *)w->packed + off : NULL;
+    return v;
 }
 
 /* "<arch>.<key>" as u32/f32; missing → default (if has_default) or an error. */
@@ -216,6 +257,35 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
                    "linear, llama3)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
 }
 
+/* expert_count / expert_used_count and the expert width: qwen3moe's
+ * expert_feed_forward_length (absent: feed_forward_length / expert_used_count,
+ * as llama.cpp), llama's feed_forward_length (with experts it is the width of
+ * one expert).  qwen3moe without experts is refused; the other dense
+ * architectures ignore the keys. */
+static enum dj_status load_moe_hparams(struct dj_model *m) {
+    struct dj_hparams *hp = &m->hp;
+    enum dj_status st;
+    if (hp->arch != DJ_ARCH_LLAMA && hp->arch != DJ_ARCH_QWEN3MOE) return DJ_OK;
+    if ((st = hp_u32(m, "expert_count", &hp->n_expert, hp->arch == DJ_ARCH_LLAMA, 0)) ||
+        (st = hp_u32(m, "expert_used_count", &hp->n_expert_used, hp->n_expert == 0, 0)))
+        return st;
+    if (hp->n_expert == 0 && hp->arch == DJ_ARCH_LLAMA) {
+        hp->n_expert_used = 0;
+        return DJ_OK;
+    }
+    if ((st = hp_range(m, "expert_count", hp->n_expert, 1, HP_EXPERT_MAX)) ||
+        (st = hp_range(m, "expert_used_count", hp->n_expert_used, 1, hp->n_expert)))
+        return st;
+    if (hp->arch == DJ_ARCH_QWEN3MOE) {
+        if ((st = hp_u32(m, "expert_feed_forward_length", &hp->n_ff_exp, true, hp->n_ff / hp->n_expert_used)) ||
+            (st = hp_range(m, "expert_feed_forward_length", hp->n_ff_exp, 1, HP_DIM_MAX)))
+            return st;
+    } else {
+        hp->n_ff_exp = hp->n_ff;
+    }
+    return DJ_OK;
+}
+
 static enum dj_status load_common_hparams(struct dj_model *m) {
     struct dj_hparams *hp = &m->hp;
     enum dj_status st;
@@ -240,7 +310,7 @@ static enum dj_status load_common_hparams(struct dj_model *m) {
     if (v_len != hp->head_dim)
         return dj_fail(DJ_ERR_UNSUPPORTED, "%s: hyperparameter '%s.attention.value_length' is %u but key_length is "
                        "%u; deja needs them equal", gguf_name(m->gguf), m->arch_name, v_len, hp->head_dim);
-    if ((st = check_hparams(m))) return st;
+    if ((st = check_hparams(m)) || (st = load_moe_hparams(m))) return st;
     return load_rope_scaling(m);
 }
 
@@ -316,7 +386,9 @@ static enum dj_status bind_tensors(struct dj_model *m) {
     }
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers) return dj_fail(DJ_ERR_NOMEM, "out of memory binding %u layers", hp->n_layer);
-    bool bias = hp->arch == DJ_ARCH_QWEN2, qk_norm = hp->arch == DJ_ARCH_QWEN3;
+    bool bias = hp->arch == DJ_ARCH_QWEN2, qk_norm = hp->arch == DJ_ARCH_QWEN3 || hp->arch == DJ_ARCH_QWEN3MOE;
+    const bool moe = hp->n_expert > 0;
+    const int64_t FE = hp->n_ff_exp, NE = hp->n_expert;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         struct dj_layer *L = &m->layers[il];
         char n[96];
@@ -334,9 +406,20 @@ static enum dj_status bind_tensors(struct dj_model *m) {
         BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 1, qk_norm);
         BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 1, qk_norm);
         BIND(ffn_norm, "ffn_norm.weight", E, 1, true);
-        BIND(w_gate, "ffn_gate.weight", E, hp->n_ff, true);
-        BIND(w_up, "ffn_up.weight", E, hp->n_ff, true);
-        BIND(w_down, "ffn_down.weight", hp->n_ff, E, true);
+        if (moe) { /* llama.cpp: ffn_gate_exps is optional for llama (then an expert is down(silu(up x))) */
+            BIND(ffn_gate_inp, "ffn_gate_inp.weight", E, NE, true);
+#define BIND3(field, suffix, ne0, ne1, req)                                                \
+    snprintf(n, sizeof n, "blk.%u.%s", il, suffix);                                        \
+    if ((st = model_bind_3d(m, &L->field, n, ne0, ne1, NE, req))) return st;
+            BIND3(ffn_gate_exps, "ffn_gate_exps.weight", E, FE, hp->arch != DJ_ARCH_LLAMA);
+            BIND3(ffn_up_exps, "ffn_up_exps.weight", E, FE, true);
+            BIND3(ffn_down_exps, "ffn_down_exps.weight", FE, E, true);
+#undef BIND3
+        } else {
+            BIND(w_gate, "ffn_gate.weight", E, hp->n_ff, true);
+            BIND(w_up, "ffn_up.weight", E, hp->n_ff, true);
+            BIND(w_down, "ffn_down.weight", hp->n_ff, E, true);
+        }
 #undef BIND
     }
     return DJ_OK;
@@ -344,8 +427,9 @@ static enum dj_status bind_tensors(struct dj_model *m) {
 
 /* ---- the weights' copies -----------------------------------------------------
  *
- * At load every matrix the forward pass multiplies by (each layer's seven and
- * the output) is copied out of the file mapping into one anonymous mapping with
+ * At load every matrix the forward pass multiplies by (each layer's seven — MoE:
+ * four and the three expert tensors, see repack_list — and the output; not the
+ * small router) is copied out of the file mapping into one anonymous mapping with
  * transparent huge pages asked: in the kernel table's repacked layout where it
  * has one for the type (kernels.h: pack — Q8_0, Q4_0, Q4_K on AVX-512: decode
  * then streams it without transposing), as it is otherwise.  Huge pages: the
@@ -381,19 +465,24 @@ static void pack_task(void *arg, int i, int n) {
     (void)n;
 }
 
-/* The matrices to copy, in a fixed order: the output, then each layer's. */
+/* The matrices to copy, in a fixed order: the output, then each layer's.  An
+ * expert tensor is copied as one matrix of n_expert slabs when a slab is whole
+ * 16-row groups: expert e's packed rows then start e * rows * row_bytes into the
+ * copy, as in the file (model_expert); otherwise it stays in the file mapping. */
 static size_t repack_list(struct dj_model *m, struct dj_weight **out) {
     size_t n = 0;
+    const uint32_t NE = m->hp.n_expert;
     for (uint32_t il = 0; il <= m->hp.n_layer; il++) {
         struct dj_layer *L = il ? &m->layers[il - 1] : NULL;
-        struct dj_weight *lw[7] = {&m->output};
-        const size_t n_lw = L ? 7 : 1;
+        struct dj_weight *lw[10] = {&m->output};
+        const size_t n_lw = L ? 10 : 1;
         if (L) {
-            struct dj_weight *x[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            struct dj_weight *x[10] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                                       &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
             memcpy(lw, x, sizeof x);
         }
         for (size_t i = 0; i < n_lw; i++)
-            if (lw[i]->data) {
+            if (lw[i]->data && (i < 7 || (lw[i]->ne1 / NE) % 16 == 0)) {
                 if (out) out[n] = lw[i];
                 n++;
             }
@@ -463,8 +552,10 @@ enum dj_status model_load(const char *path, struct dj_model **out) {
     if (!strcmp(m->arch_name, "llama")) st = llama_load_hparams(m);
     else if (!strcmp(m->arch_name, "qwen2")) st = qwen2_load_hparams(m);
     else if (!strcmp(m->arch_name, "qwen3")) st = qwen3_load_hparams(m);
+    else if (!strcmp(m->arch_name, "qwen3moe")) st = qwen3moe_load_hparams(m);
     else {
-        st = dj_fail(DJ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (deja supports llama, qwen2, qwen3)",
+        st = dj_fail(DJ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (deja supports llama, qwen2, qwen3, "
+                     "qwen3moe)",
                      path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }

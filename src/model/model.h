@@ -8,6 +8,12 @@
  *            llama3-style rope scaling when the metadata has it
  *   qwen2  — QKV biases, NeoX RoPE
  *   qwen3  — per-head q_norm / k_norm, NeoX RoPE
+ *   qwen3moe — qwen3 attention with a Mixture-of-Experts FFN (Qwen3-30B-A3B)
+ *   llama with expert_count > 0 — Mixtral: the llama decoder with an MoE FFN
+ *
+ * MoE FFN (forward.c: moe_ffn): router ffn_gate_inp, softmax over all experts,
+ * the expert_used_count most probable, weights renormalized to sum 1, their
+ * SwiGLU outputs summed in selection order.
  *
  * Ownership: the model owns the GGUF mapping (weights point into it) and the
  * vocab (and rope_freqs_buf).  A dj_model is read-only after loading and may be shared by
@@ -24,7 +30,7 @@
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3 };
+enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE };
 enum dj_rope_type { DJ_ROPE_NORM, DJ_ROPE_NEOX };
 
 struct dj_hparams {
@@ -36,7 +42,10 @@ struct dj_hparams {
     uint32_t n_head;
     uint32_t n_head_kv;
     uint32_t head_dim;   /* attention.key_length, default n_embd / n_head */
-    uint32_t n_ff;
+    uint32_t n_ff;       /* dense FFN width (llama with experts: = n_ff_exp) */
+    uint32_t n_expert;      /* expert_count; 0 = a dense model */
+    uint32_t n_expert_used; /* expert_used_count: experts a token runs (1 .. n_expert) */
+    uint32_t n_ff_exp;      /* width of one expert (qwen3moe: expert_feed_forward_length) */
     uint32_t n_rot;      /* rope.dimension_count, default head_dim */
     float rms_eps;
     float rope_freq_base;
@@ -69,6 +78,15 @@ struct dj_layer {
     struct dj_weight ffn_norm;           /* (n_embd), f32 */
     struct dj_weight w_gate, w_up;       /* (n_ff, n_embd) */
     struct dj_weight w_down;             /* (n_embd, n_ff) */
+    /* MoE layers (n_expert > 0; the dense three above are then absent).  The expert
+     * tensors are 3-D [ne0, ne1, n_expert] in the file: n_expert contiguous slabs of
+     * ne1 rows, bound here as one matrix of ne1 * n_expert rows (ne1 of the weight);
+     * model_expert gives expert e's slab as a matrix of its own.  Repacked (model_repack)
+     * when a slab is whole 16-row groups, else read from the file mapping. */
+    struct dj_weight ffn_gate_inp;       /* (n_expert, n_embd) router, usually f32 */
+    struct dj_weight ffn_gate_exps;      /* (n_expert * n_ff_exp, n_embd); optional for llama */
+    struct dj_weight ffn_up_exps;        /* (n_expert * n_ff_exp, n_embd) */
+    struct dj_weight ffn_down_exps;      /* (n_expert * n_embd, n_ff_exp) */
 };
 
 struct dj_model {
@@ -109,11 +127,21 @@ void model_llama3_rope_freqs(const struct dj_hparams *hp, float *out);
 enum dj_status llama_load_hparams(struct dj_model *m);
 enum dj_status qwen2_load_hparams(struct dj_model *m);
 enum dj_status qwen3_load_hparams(struct dj_model *m);
+enum dj_status qwen3moe_load_hparams(struct dj_model *m);
+
+/* Expert e (< n_expert) of a bound 3-D expert tensor w as a matrix of its own:
+ * rows [e * w->ne1 / n_expert, (e + 1) * w->ne1 / n_expert) of w, with its part
+ * of w's packed copy when w has one. */
+struct dj_weight model_expert(const struct dj_weight *w, uint32_t n_expert, uint32_t e);
 
 /* Binds tensor `name` (expected ne0 x ne1; ne1 = 1 for vectors) into *w.
  * Absent + required → DJ_ERR_NOT_FOUND naming the tensor; wrong shape or an
  * unsupported type → DJ_ERR_FORMAT / DJ_ERR_UNSUPPORTED. */
 enum dj_status model_bind(struct dj_model *m, struct dj_weight *w, const char *name, int64_t ne0, int64_t ne1,
                           bool required);
+/* model_bind for a 3-D tensor [ne0, ne1, ne2] (exactly three dimensions), bound as
+ * a matrix of ne1 * ne2 rows of ne0. */
+enum dj_status model_bind_3d(struct dj_model *m, struct dj_weight *w, const char *name, int64_t ne0, int64_t ne1,
+                             int64_t ne2, bool required);
 
 #endif

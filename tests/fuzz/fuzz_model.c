@@ -37,7 +37,10 @@ static bool small_enough(const struct dj_model *m) {
     const uint64_t kv = (uint64_t)hp->n_head_kv * hp->head_dim, q = (uint64_t)hp->n_head * hp->head_dim;
     /* per token and layer: the matrices' multiply-adds; the file bounds them too, but a
      * tensor may be listed under two names at one offset, so count from the shapes */
-    const uint64_t per_layer = (uint64_t)hp->n_embd * (q + 2 * kv) + q * hp->n_embd + 3ull * hp->n_embd * hp->n_ff;
+    const uint64_t ffn = hp->n_expert ? (uint64_t)hp->n_embd * hp->n_expert +
+                                            3ull * hp->n_expert_used * hp->n_embd * hp->n_ff_exp
+                                      : 3ull * hp->n_embd * hp->n_ff; /* MoE: the router and the chosen experts */
+    const uint64_t per_layer = (uint64_t)hp->n_embd * (q + 2 * kv) + q * hp->n_embd + ffn;
     return hp->n_layer * per_layer + (uint64_t)hp->n_vocab * hp->n_embd <= (8u << 20) &&
            (uint64_t)hp->n_layer * kv <= (1u << 16);
 }
