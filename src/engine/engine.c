@@ -681,8 +681,12 @@ void engine_exit_fracs(const struct dj_engine *e, uint32_t L, double *a, double 
     double below = 0.0, all = 0.0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const struct dj_layer *y = &m->layers[il];
-        const double b = weight_bytes(&y->wq) + weight_bytes(&y->wk) + weight_bytes(&y->wv) + weight_bytes(&y->wo) +
-                         weight_bytes(&y->w_gate) + weight_bytes(&y->w_up) + weight_bytes(&y->w_down);
+        double b = weight_bytes(&y->wq) + weight_bytes(&y->wk) + weight_bytes(&y->wv) + weight_bytes(&y->wo) +
+                   weight_bytes(&y->w_gate) + weight_bytes(&y->w_up) + weight_bytes(&y->w_down);
+        if (m->hp.n_expert) /* a token reads the router and its n_expert_used experts */
+            b += weight_bytes(&y->ffn_gate_inp) + (weight_bytes(&y->ffn_gate_exps) + weight_bytes(&y->ffn_up_exps) +
+                                                   weight_bytes(&y->ffn_down_exps)) *
+                                                      (double)m->hp.n_expert_used / (double)m->hp.n_expert;
         all += b;
         if (il < L) below += b;
     }
