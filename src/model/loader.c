@@ -45,6 +45,7 @@ const char *model_arch_name(enum dj_arch a) {
     case DJ_ARCH_QWEN2: return "qwen2";
     case DJ_ARCH_QWEN3: return "qwen3";
     case DJ_ARCH_QWEN3MOE: return "qwen3moe";
+    case DJ_ARCH_DEEPSEEK2: return "deepseek2";
     }
     return "?";
 }
@@ -178,6 +179,17 @@ static enum dj_status hp_range(const struct dj_model *m, const char *key, uint32
     return DJ_OK;
 }
 
+enum dj_status model_hp_u32(struct dj_model *m, const char *key, uint32_t *out, bool has_default, uint32_t def) {
+    return hp_u32(m, key, out, has_default, def);
+}
+enum dj_status model_hp_f32(struct dj_model *m, const char *key, float *out, float def) {
+    return hp_f32(m, key, out, def);
+}
+bool model_hp_has(const struct dj_model *m, const char *key) { return hp_has(m, key); }
+enum dj_status model_hp_range(const struct dj_model *m, const char *key, uint32_t v, uint32_t lo, uint32_t hi) {
+    return hp_range(m, key, v, lo, hi);
+}
+
 /* Every derived quantity the context and the forward pass rely on: nothing
  * below divides by zero, overflows a size or indexes past rope()'s tables. */
 static enum dj_status check_hparams(struct dj_model *m) {
@@ -253,8 +265,28 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
             return hp_bad(m, "rope.scaling.original_context_length", "is 0; it must be at least 1");
         return DJ_OK;
     }
+    if (stype.len == 4 && !memcmp(stype.ptr, "yarn", 4)) {
+        /* as llama.cpp's deepseek2: beta_fast 32, beta_slow 1 (not read from the file) */
+        hp->rope_yarn = true;
+        if ((st = hp_f32(m, "rope.scaling.factor", &hp->rope_factor, 1.0f)) ||
+            (st = hp_u32(m, "rope.scaling.original_context_length", &hp->rope_orig_ctx, true, hp->n_ctx_train)) ||
+            (st = hp_f32(m, "rope.scaling.yarn_log_multiplier", &hp->yarn_log_mul, 0.0f)))
+            return st;
+        if (!isfinite(hp->rope_factor) || hp->rope_factor < 1)
+            return hp_bad(m, "rope.scaling.factor", "is %g; it must be a finite number >= 1", (double)hp->rope_factor);
+        if (hp->rope_orig_ctx == 0)
+            return hp_bad(m, "rope.scaling.original_context_length", "is 0; it must be at least 1");
+        if (!isfinite(hp->yarn_log_mul))
+            return hp_bad(m, "rope.scaling.yarn_log_multiplier", "is not finite");
+        const float nd = (float)hp->n_rot, pi = 3.14159265358979323846f;
+        const float lo = floorf(nd * logf((float)hp->rope_orig_ctx / (32.0f * 2 * pi)) / (2 * logf(hp->rope_freq_base)));
+        const float hi = ceilf(nd * logf((float)hp->rope_orig_ctx / (1.0f * 2 * pi)) / (2 * logf(hp->rope_freq_base)));
+        hp->yarn_low = lo > 0 ? lo : 0;
+        hp->yarn_high = hi < nd - 1 ? hi : nd - 1;
+        return DJ_OK;
+    }
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' (%s) is not supported (deja supports none, "
-                   "linear, llama3)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
+                   "linear, llama3, yarn)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
 }
 
 /* expert_count / expert_used_count and the expert width: qwen3moe's
@@ -265,7 +297,7 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
 static enum dj_status load_moe_hparams(struct dj_model *m) {
     struct dj_hparams *hp = &m->hp;
     enum dj_status st;
-    if (hp->arch != DJ_ARCH_LLAMA && hp->arch != DJ_ARCH_QWEN3MOE) return DJ_OK;
+    if (hp->arch != DJ_ARCH_LLAMA && hp->arch != DJ_ARCH_QWEN3MOE) return DJ_OK; /* deepseek2: deepseek2.c */
     if ((st = hp_u32(m, "expert_count", &hp->n_expert, hp->arch == DJ_ARCH_LLAMA, 0)) ||
         (st = hp_u32(m, "expert_used_count", &hp->n_expert_used, hp->n_expert == 0, 0)))
         return st;
@@ -307,11 +339,12 @@ static enum dj_status load_common_hparams(struct dj_model *m) {
         return st;
     uint32_t v_len;
     if ((st = hp_u32(m, "attention.value_length", &v_len, true, hp->head_dim))) return st;
-    if (v_len != hp->head_dim)
+    if (v_len != hp->head_dim && hp->arch != DJ_ARCH_DEEPSEEK2) /* deepseek2: deepseek2_load_mla */
         return dj_fail(DJ_ERR_UNSUPPORTED, "%s: hyperparameter '%s.attention.value_length' is %u but key_length is "
                        "%u; deja needs them equal", gguf_name(m->gguf), m->arch_name, v_len, hp->head_dim);
     if ((st = check_hparams(m)) || (st = load_moe_hparams(m))) return st;
-    return load_rope_scaling(m);
+    if ((st = load_rope_scaling(m))) return st;
+    return hp->arch == DJ_ARCH_DEEPSEEK2 ? deepseek2_load_mla(m) : DJ_OK;
 }
 
 /* llama.cpp's convert_hf_to_gguf.py writes these as rope_freqs for Llama 3
@@ -386,6 +419,7 @@ static enum dj_status bind_tensors(struct dj_model *m) {
     }
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers) return dj_fail(DJ_ERR_NOMEM, "out of memory binding %u layers", hp->n_layer);
+    if (hp->arch == DJ_ARCH_DEEPSEEK2) return deepseek2_bind_layers(m);
     bool bias = hp->arch == DJ_ARCH_QWEN2, qk_norm = hp->arch == DJ_ARCH_QWEN3 || hp->arch == DJ_ARCH_QWEN3MOE;
     const bool moe = hp->n_expert > 0;
     const int64_t FE = hp->n_ff_exp, NE = hp->n_expert;
@@ -553,9 +587,10 @@ enum dj_status model_load(const char *path, struct dj_model **out) {
     else if (!strcmp(m->arch_name, "qwen2")) st = qwen2_load_hparams(m);
     else if (!strcmp(m->arch_name, "qwen3")) st = qwen3_load_hparams(m);
     else if (!strcmp(m->arch_name, "qwen3moe")) st = qwen3moe_load_hparams(m);
+    else if (!strcmp(m->arch_name, "deepseek2")) st = deepseek2_load_hparams(m);
     else {
         st = dj_fail(DJ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (deja supports llama, qwen2, qwen3, "
-                     "qwen3moe)",
+                     "qwen3moe, deepseek2)",
                      path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }
@@ -591,6 +626,7 @@ void model_free(struct dj_model *m) {
     if (m->packed_arena) munmap(m->packed_arena, m->packed_arena_bytes);
     free(m->layers);
     free(m->rope_freqs_buf);
+    free(m->mla_buf);
     free(m->path);
     free(m);
 }

@@ -10,6 +10,8 @@
  *   qwen3  — per-head q_norm / k_norm, NeoX RoPE
  *   qwen3moe — qwen3 attention with a Mixture-of-Experts FFN (Qwen3-30B-A3B)
  *   llama with expert_count > 0 — Mixtral: the llama decoder with an MoE FFN
+ *   deepseek2 — Multi-head Latent Attention (absorbed; the K/V cache holds [c | k_pe]),
+ *            YaRN rope, leading dense layers, MoE with shared experts (deepseek2.c)
  *
  * MoE FFN (forward.c: moe_ffn): router ffn_gate_inp, softmax over all experts,
  * the expert_used_count most probable, weights renormalized to sum 1, their
@@ -30,7 +32,7 @@
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE };
+enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE, DJ_ARCH_DEEPSEEK2 };
 enum dj_rope_type { DJ_ROPE_NORM, DJ_ROPE_NEOX };
 
 struct dj_hparams {
@@ -56,6 +58,20 @@ struct dj_hparams {
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     uint32_t rope_orig_ctx;
     float rope_linear_scale; /* rope.scaling.factor with type "linear"; 1 = none */
+    /* YaRN (rope.scaling.type "yarn", deepseek2): rope_factor, rope_orig_ctx, corr dims */
+    bool rope_yarn;
+    float yarn_low, yarn_high; /* ggml_rope_yarn_corr_dims with beta_fast 32, beta_slow 1 */
+    float yarn_log_mul;        /* rope.scaling.yarn_log_multiplier (= 0.1 mscale_all_dim) */
+    /* deepseek2 (MLA).  head_dim = kv_lora + qk_rope (the K cache row), n_head_kv = 1 */
+    bool mla;
+    uint32_t q_lora, kv_lora, qk_nope, v_head; /* qk_rope = n_rot */
+    float kq_scale;            /* mscale^2 / sqrt(qk_nope + qk_rope) */
+    uint32_t n_layer_dense;    /* leading_dense_block_count */
+    uint32_t n_expert_shared;  /* expert_shared_count */
+    uint32_t gating;           /* 1 softmax, 2 sigmoid */
+    bool exp_norm;             /* expert_weights_norm */
+    float exp_scale;           /* expert_weights_scale; 0 = none */
+    uint32_t n_group, n_group_used; /* expert_group_count / _used_count; 0/1 = no groups */
 };
 
 /* A weight matrix: rows of ne0 elements (the reduction dimension K), ne1 rows. */
@@ -87,6 +103,17 @@ struct dj_layer {
     struct dj_weight ffn_gate_exps;      /* (n_expert * n_ff_exp, n_embd); optional for llama */
     struct dj_weight ffn_up_exps;        /* (n_expert * n_ff_exp, n_embd) */
     struct dj_weight ffn_down_exps;      /* (n_expert * n_embd, n_ff_exp) */
+    /* deepseek2 (MLA); wq is attn_q when there is no q LoRA */
+    struct dj_weight wq_a;               /* (q_lora, n_embd) */
+    struct dj_weight q_a_norm;           /* (q_lora) */
+    struct dj_weight wq_b;               /* (n_head*(nope+rope), q_lora) */
+    struct dj_weight wkv_a;              /* (kv_lora+rope, n_embd) attn_kv_a_mqa */
+    struct dj_weight kv_a_norm;          /* (kv_lora) */
+    struct dj_weight wk_b;               /* (n_head * kv_lora, nope): head h = slab h, model_expert */
+    struct dj_weight wv_b;               /* (n_head * v_head, kv_lora) */
+    struct dj_weight exp_probs_b;        /* (n_expert) selection bias, optional */
+    struct dj_weight ffn_gate_shexp, ffn_up_shexp; /* (n_ff_exp*n_shared, n_embd) */
+    struct dj_weight ffn_down_shexp;     /* (n_embd, n_ff_exp*n_shared) */
 };
 
 struct dj_model {
@@ -106,6 +133,7 @@ struct dj_model {
                                      when the file has no rope_freqs tensor; NULL otherwise */
     struct dj_layer *layers;      /* n_layer */
     char arch_name[32];
+    float *mla_buf;               /* owned: legacy attn_kv_b split into wk_b / wv_b (f32), or NULL */
     char *path;                   /* owned: the file it was loaded from (the persistent KV
                                      store keys its blocks by the file's content hash) */
 };
@@ -128,6 +156,16 @@ enum dj_status llama_load_hparams(struct dj_model *m);
 enum dj_status qwen2_load_hparams(struct dj_model *m);
 enum dj_status qwen3_load_hparams(struct dj_model *m);
 enum dj_status qwen3moe_load_hparams(struct dj_model *m);
+enum dj_status deepseek2_load_hparams(struct dj_model *m);
+/* deepseek2.c: after the common hparams: MLA, YaRN and MoE keys; then each layer's tensors */
+enum dj_status deepseek2_load_mla(struct dj_model *m);
+enum dj_status deepseek2_bind_layers(struct dj_model *m);
+
+/* loader.c's helpers for "<arch>.<key>" hyperparameters (architecture files) */
+enum dj_status model_hp_u32(struct dj_model *m, const char *key, uint32_t *out, bool has_default, uint32_t def);
+enum dj_status model_hp_f32(struct dj_model *m, const char *key, float *out, float def);
+bool model_hp_has(const struct dj_model *m, const char *key);
+enum dj_status model_hp_range(const struct dj_model *m, const char *key, uint32_t v, uint32_t lo, uint32_t hi);
 
 /* Expert e (< n_expert) of a bound 3-D expert tensor w as a matrix of its own:
  * rows [e * w->ne1 / n_expert, (e + 1) * w->ne1 / n_expert) of w, with its part
