@@ -84,6 +84,7 @@ struct dj_context {
     float *ff_g;   /* (ub, max(n_ff, n_ff_exp)) */
     float *ff_u;   /* (ub, max(n_ff, n_ff_exp)) */
     /* MoE layers (forward.c moe_ffn; NULL for a dense model) */
+    float *mla_a, *mla_b; /* (ub, max(q_lora, kv_lora, v_head, nope)) MLA per-head gathers (forward.c) */
     float *moe_z;     /* (ub, n_expert) router logits, then probabilities */
     int32_t *moe_sel; /* (ub, n_expert_used) the experts of each token, in selection order */
     float *moe_w;     /* (ub, n_expert_used) their weights */

@@ -178,6 +178,19 @@ static void rope_cos_sin(const struct dj_model *m, float pos, float *cs, float *
     const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
     const float *ff = (const float *)m->rope_freqs.data;
     float theta = pos;
+    if (hp->rope_yarn) { /* ggml rope_yarn, ext_factor 1; cos/sin unscaled (golden/moe/README.md) */
+        const float inv = 1.0f / hp->rope_factor;
+        for (int i = 0; i < n_rot / 2; i++) {
+            const float y = ((float)i - hp->yarn_low) / fmaxf(0.001f, hp->yarn_high - hp->yarn_low);
+            const float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+            const float extrap = ff ? theta / ff[i] : theta, interp = inv * extrap;
+            const float t = interp * (1.0f - ramp) + extrap * ramp;
+            cs[i] = cosf(t);
+            sn[i] = sinf(t);
+            theta *= theta_scale;
+        }
+        return;
+    }
     for (int i = 0; i < n_rot / 2; i++) {
         float t = hp->rope_linear_scale * (ff ? theta / ff[i] : theta);
         cs[i] = cosf(t);
@@ -244,8 +257,10 @@ static const float *rope_row(struct dj_context *c, uint32_t pos) {
 
 void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t delta) {
     /* R(p + delta) = R(delta) R(p): rotating by delta moves a K row from p to p + delta;
-     * delta may be negative or past any table: always on the fly */
-    rope(m, k, n_heads, (float)delta);
+     * delta may be negative or past any table: always on the fly.  MLA: the rope part is the
+     * row's tail [kv_lora, kv_lora + rope) of its one head */
+    if (m->hp.mla) rope(m, k + m->hp.kv_lora, 1, (float)delta);
+    else rope(m, k, n_heads, (float)delta);
 }
 
 /* ---- K/V rows in the cache's type ------------------------------------------------ */
@@ -443,12 +458,81 @@ static void moe_route(float *z, int64_t n_expert, int64_t k, int32_t *sel, float
     for (int64_t s = 0; s < k; s++) w[s] /= ws;
 }
 
+/* deepseek2's routing (golden/moe/README.md): p = softmax(z) or sigmoid(z); the
+ * selection score s = p + exp_probs_b (bias: NULL = none); with expert groups, only
+ * the n_group_used groups with the largest sum of their two best s compete; the
+ * n_expert_used largest s in order (lowest id on a tie), weighted by p; then
+ * optionally w /= max(sum w, 6.103515625e-5) and w *= expert_weights_scale. */
+static void moe_route_ds(const struct dj_hparams *hp, float *z, const float *bias, int32_t *sel, float *w) {
+    const int64_t NE = hp->n_expert, K = hp->n_expert_used;
+    if (hp->gating == 2) {
+        for (int64_t e = 0; e < NE; e++) z[e] = 1.0f / (1.0f + expf(-z[e]));
+    } else {
+        float mx = -INFINITY;
+        for (int64_t e = 0; e < NE; e++) mx = z[e] > mx ? z[e] : mx;
+        double sum = 0.0;
+        for (int64_t e = 0; e < NE; e++) {
+            z[e] = expf(z[e] - mx);
+            sum += (double)z[e];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int64_t e = 0; e < NE; e++) z[e] *= inv;
+    }
+    float s[512]; /* NE <= 512 (loader) */
+    for (int64_t e = 0; e < NE; e++) s[e] = bias ? z[e] + bias[e] : z[e];
+    if (hp->n_group > 1) {
+        const int64_t G = hp->n_group, per = NE / G;
+        float gs[512];
+        bool keep[512];
+        for (int64_t g = 0; g < G; g++) {
+            int64_t a = -1, b = -1;
+            for (int64_t e = g * per; e < (g + 1) * per; e++) {
+                if (a < 0 || s[e] > s[a]) { b = a; a = e; }
+                else if (b < 0 || s[e] > s[b]) b = e;
+            }
+            gs[g] = s[a] + s[b];
+            keep[g] = false;
+        }
+        for (uint32_t u = 0; u < hp->n_group_used; u++) {
+            int64_t best = -1;
+            for (int64_t g = 0; g < G; g++)
+                if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+            keep[best] = true;
+        }
+        for (int64_t e = 0; e < NE; e++)
+            if (!keep[e / per]) s[e] = -INFINITY;
+    }
+    for (int64_t k = 0; k < K; k++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < NE; e++) {
+            bool taken = false;
+            for (int64_t r = 0; r < k; r++) taken |= sel[r] == (int32_t)e;
+            if (!taken && (best < 0 || s[e] > s[best])) best = e;
+        }
+        sel[k] = (int32_t)best;
+        w[k] = z[best];
+    }
+    if (hp->exp_norm) {
+        double sum = 0.0;
+        for (int64_t k = 0; k < K; k++) sum += (double)w[k];
+        float ws = (float)sum;
+        if (ws < 6.103515625e-5f) ws = 6.103515625e-5f;
+        for (int64_t k = 0; k < K; k++) w[k] /= ws;
+    }
+    if (hp->exp_scale != 0.0f && hp->exp_scale != 1.0f)
+        for (int64_t k = 0; k < K; k++) w[k] *= hp->exp_scale;
+}
+
 /* x += MoE(xn) for the layer's n rows (c->xn: the ffn-normed rows; clobbered). */
 static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n) {
     const struct dj_hparams *hp = &c->model->hp;
     const int64_t E = hp->n_embd, NE = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
-    for (int64_t t = 0; t < n; t++) moe_route(c->moe_z + t * NE, NE, K, c->moe_sel + t * K, c->moe_w + t * K);
+    if (hp->arch == DJ_ARCH_DEEPSEEK2)
+        for (int64_t t = 0; t < n; t++)
+            moe_route_ds(hp, c->moe_z + t * NE, L->exp_probs_b.data, c->moe_sel + t * K, c->moe_w + t * K);
+    else
+        for (int64_t t = 0; t < n; t++) moe_route(c->moe_z + t * NE, NE, K, c->moe_sel + t * K, c->moe_w + t * K);
     if (c->moe_trace)
         memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
     for (uint32_t e = 0; e < (uint32_t)NE; e++) {
@@ -483,6 +567,20 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
         for (int64_t r = 0; r < n_e; r++)
             memcpy(c->moe_o + (size_t)c->moe_rows[r] * E, c->moe_y + r * E, (size_t)E * sizeof(float));
     }
+    /* deepseek2's shared experts: one plain SwiGLU of n_ff_exp * n_shared, added to the
+     * experts' sum before the residual (llama.cpp: ggml_add(moe_out, ffn_shexp)) */
+    const bool shexp = L->ffn_up_shexp.data != NULL;
+    if (shexp) {
+        const int64_t FS = L->ffn_up_shexp.ne1;
+        const struct dj_weight *gate_up[2] = {&L->ffn_gate_shexp, &L->ffn_up_shexp};
+        float *const gate_up_out[2] = {c->ff_g, c->ff_u};
+        ctx_matmul_n(c, gate_up, gate_up_out, 2, c->xn, n);
+        for (int64_t i = 0; i < n * FS; i++) {
+            const float g = c->ff_g[i];
+            c->ff_g[i] = g / (1.0f + expf(-g)) * c->ff_u[i];
+        }
+        ctx_matmul(c, &L->ffn_down_shexp, c->ff_g, n, c->moe_y);
+    }
     for (int64_t t = 0; t < n; t++) {
         const float *w = c->moe_w + t * K, *o = c->moe_o + (size_t)t * K * E;
         float *x = c->x + t * E;
@@ -492,7 +590,7 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
                 const float ws = w[s] * o[s * E + i];
                 acc = acc + ws;
             }
-            x[i] += acc;
+            x[i] += shexp ? acc + c->moe_y[t * E + i] : acc;
         }
     }
 }
@@ -502,6 +600,137 @@ struct probe {
     uint32_t il;  /* layers < il run whole; layer il only computes K and V */
     double *dev;  /* per token: squared L2 distance of the fresh K row to the stored one */
 };
+
+/* ---- Multi-head Latent Attention (deepseek2) -------------------------------------
+ *
+ * Absorbed, as llama.cpp runs the split layout (golden/moe/README.md):
+ *
+ *   q = Wq xn  or  Wq_b rms(Wq_a xn)            (n_head x [q_nope (nope) | q_pe (rope)])
+ *   [c_raw | k_pe] = Wkv_a xn;  c = rms(c_raw)  (kv_lora + rope: the one K row cached)
+ *   NORM rope (YaRN) on each q_pe and on k_pe
+ *   q~_h = K_b[h]^T q_nope_h                    (kv_lora; wk_b's slab h, model_expert)
+ *   s_h(t, s) = kq_scale * [q~_h | q_pe_h] . [c(s) | k_pe(s)]
+ *   o~_h = sum_s softmax(s_h) c(s);  o_h = V_b[h] o~_h;  out = Wo concat_h(o_h)
+ *
+ * KV cache: the pool's K row of a token and layer is [c | k_pe], n_embd_kv =
+ * kv_lora + rope floats (DeepSeek-V2/V3: 512 + 64 = 576, 2,304 bytes in f32), one
+ * row shared by all heads; uncompressed MHA would keep n_head (nope + rope) + n_head
+ * v_head (V3: 128 x 192 + 128 x 128 = 40,960 floats).  The pool allocates a V row of
+ * the same width that MLA never reads (written as zeros): the pool's geometry has one
+ * width for K and V; that doubles the bytes until the pool learns a V-less layer.
+ * Only an f32 cache is supported for now (ctx_create refuses the others).
+ *
+ * Scores and values go through the same kernels as GQA (attn_scores over the
+ * kv_lora + rope row, attn_values_n over its first kv_lora elements), block by block
+ * in position order, one (tile, head) per work item: a token's bits do not depend
+ * on the batch, the ubatch split or the thread count. */
+static void mla_attn_task(void *arg, int ith, int nth) {
+    const struct attn_job *j = arg;
+    struct dj_context *c = j->c;
+    const struct dj_hparams *hp = &c->model->hp;
+    const int H = (int)hp->n_head, D = (int)hp->head_dim, R = (int)hp->kv_lora;
+    const size_t stride = c->n_embd_kv, bs = c->block_size, n_ctx = c->p.n_ctx;
+    float *sc = c->scores + (size_t)ith * (size_t)c->att_tile * (size_t)H * n_ctx; /* tile rows of n_ctx */
+    const long n_items = (long)j->n_tiles * H;
+    for (long item = ith; item < n_items; item += nth) {
+        const int64_t t0 = j->tiles[item / H].t0, t1 = j->tiles[item / H].t1;
+        const uint32_t *table = j->seq[t0]->table;
+        const int h = (int)(item % H);
+        const int64_t max_keys = (int64_t)j->pos[t1 - 1] + 1;
+        for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
+            const float *kb = (const float *)kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il);
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t n_keys = (int64_t)j->pos[t] + 1;
+                if (p0 >= n_keys) continue;
+                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+                c->kern->attn_scores(D, c->q + ((size_t)t * H + h) * D, kb, stride, nb, hp->kq_scale,
+                                     sc + (size_t)(t - t0) * n_ctx + p0);
+            }
+        }
+        for (int64_t t = t0; t < t1; t++) c->kern->attn_softmax(sc + (size_t)(t - t0) * n_ctx, (int64_t)j->pos[t] + 1);
+        for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
+            const float *vb = (const float *)kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il); /* c: K's head */
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t n_keys = (int64_t)j->pos[t] + 1;
+                if (p0 >= n_keys) continue;
+                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+                const float *wr[1] = {sc + (size_t)(t - t0) * n_ctx + p0};
+                float *orow[1] = {c->att + ((size_t)t * H + h) * R};
+                c->kern->attn_values_n(R, 1, wr, vb, stride, nb, orow, p0 > 0);
+            }
+        }
+    }
+}
+
+/* The attention half of an MLA layer on c->xn (attn-normed rows): stores the K rows,
+ * adds Wo's output to c->x.  Returns false when a probe (pr) stops here. */
+static bool mla_layer(struct dj_context *c, uint32_t il, const struct dj_layer *L, const uint32_t *pos,
+                      struct kv_seq *const *seq, int64_t n, int64_t n_tiles, const struct probe *pr) {
+    const struct dj_model *m = c->model;
+    const struct dj_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->kv_lora, N = hp->qk_nope, P = hp->n_rot, VH = hp->v_head,
+                  D = R + P, QW = N + P, QL = hp->q_lora;
+    float *qraw = c->att; /* (n, H, QW); free until the attention writes it */
+    if (L->wq.data) {
+        ctx_matmul(c, &L->wq, c->xn, n, qraw);
+    } else {
+        ctx_matmul(c, &L->wq_a, c->xn, n, c->mla_a);
+        for (int64_t t = 0; t < n; t++) rmsnorm(c->mla_a + t * QL, c->mla_a + t * QL, L->q_a_norm.data, QL, hp->rms_eps);
+        ctx_matmul(c, &L->wq_b, c->mla_a, n, qraw);
+    }
+    ctx_matmul(c, &L->wkv_a, c->xn, n, c->k);
+    for (int64_t t = 0; t < n; t++) {
+        float *k = c->k + t * D;
+        rmsnorm(k, k, L->kv_a_norm.data, R, hp->rms_eps);
+        float csb[512];
+        const float *cs = rope_row(c, pos[t]);
+        if (cs) {
+            c->rope_hits += 2;
+        } else {
+            rope_cos_sin(m, (float)pos[t], csb, csb + P / 2);
+            cs = csb;
+        }
+        rope_rotate(m, k + R, 1, cs);
+        for (int64_t h = 0; h < H; h++) rope_rotate(m, qraw + (t * H + h) * QW + N, 1, cs);
+        void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
+        if (pr && il == pr->il) {
+            kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)D);
+            double d2 = 0.0;
+            for (int64_t i = 0; i < D; i++) {
+                const double d = (double)k[i] - (double)c->krow[i];
+                d2 += d * d;
+            }
+            pr->dev[t] = d2;
+        }
+        kv_row_from_f32(c->p.type_k, k, krow, (size_t)D);
+        memset(kv_seq_v(seq[t], il, pos[t], c->block_size), 0, kv_pool_v_row_bytes(c->pool)); /* unused */
+    }
+    if (pr && il == pr->il) return false;
+    /* q~_h = K_b[h]^T q_nope_h, head by head over the ubatch; [q~ | q_pe] rows into c->q */
+    for (int64_t h = 0; h < H; h++) {
+        for (int64_t t = 0; t < n; t++) memcpy(c->mla_a + t * N, qraw + (t * H + h) * QW, (size_t)N * sizeof(float));
+        const struct dj_weight kb = model_expert(&L->wk_b, (uint32_t)H, (uint32_t)h);
+        ctx_matmul(c, &kb, c->mla_a, n, c->mla_b);
+        for (int64_t t = 0; t < n; t++) {
+            float *q = c->q + (t * H + h) * D;
+            memcpy(q, c->mla_b + t * R, (size_t)R * sizeof(float));
+            memcpy(q + R, qraw + (t * H + h) * QW + N, (size_t)P * sizeof(float));
+        }
+    }
+    struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
+    threadpool_run(c->tpool, mla_attn_task, &aj);
+    /* o_h = V_b[h] o~_h into c->q as (n, H * VH), then Wo */
+    for (int64_t h = 0; h < H; h++) {
+        for (int64_t t = 0; t < n; t++) memcpy(c->mla_a + t * R, c->att + (t * H + h) * R, (size_t)R * sizeof(float));
+        const struct dj_weight vb = model_expert(&L->wv_b, (uint32_t)H, (uint32_t)h);
+        ctx_matmul(c, &vb, c->mla_a, n, c->mla_b);
+        for (int64_t t = 0; t < n; t++)
+            memcpy(c->q + t * H * VH + h * VH, c->mla_b + t * VH, (size_t)VH * sizeof(float));
+    }
+    ctx_matmul(c, &L->wo, c->q, n, c->xn);
+    for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
+    return true;
+}
 
 /* Cuts the ubatch into attention tiles: runs of at most att_tile consecutive
  * tokens of one sequence with increasing positions.  Returns how many. */
@@ -608,45 +837,48 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
         const int64_t n = n_act; /* the layer's rows: the whole ubatch without start layers */
         const struct dj_layer *L = &m->layers[il];
         for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm.data, E, hp->rms_eps);
-        const struct dj_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        float *const qkv_out[3] = {c->q, c->k, c->v};
-        ctx_matmul_n(c, qkv, qkv_out, 3, c->xn, n);
-        add_bias(c->q, &L->bq, n, Q);
-        add_bias(c->k, &L->bk, n, KV);
-        add_bias(c->v, &L->bv, n, KV);
-        head_norm(c->q, &L->q_norm, n, (int)hp->n_head, (int)hd, hp->rms_eps);
-        head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
-        for (int64_t t = 0; t < n; t++) {
-            const float *cs = rope_row(c, pos[t]); /* one precomputed cos/sin row for q and k */
-            if (cs) {
-                rope_rotate(m, c->q + t * Q, (int)hp->n_head, cs);
-                rope_rotate(m, c->k + t * KV, (int)hp->n_head_kv, cs);
-                c->rope_hits += 2;
-            } else {
-                rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t]);
-                rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t]);
-            }
-            void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
-            if (pr && il == pr->il) {
-                kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)KV);
-                double d2 = 0.0;
-                for (int64_t i = 0; i < KV; i++) {
-                    const double d = (double)c->k[t * KV + i] - (double)c->krow[i];
-                    d2 += d * d;
+        if (hp->mla) {
+            if (!mla_layer(c, il, L, pos, seq, n, n_tiles, pr)) return;
+        } else {
+            const struct dj_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+            float *const qkv_out[3] = {c->q, c->k, c->v};
+            ctx_matmul_n(c, qkv, qkv_out, 3, c->xn, n);
+            add_bias(c->q, &L->bq, n, Q);
+            add_bias(c->k, &L->bk, n, KV);
+            add_bias(c->v, &L->bv, n, KV);
+            head_norm(c->q, &L->q_norm, n, (int)hp->n_head, (int)hd, hp->rms_eps);
+            head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
+            for (int64_t t = 0; t < n; t++) {
+                const float *cs = rope_row(c, pos[t]); /* one precomputed cos/sin row for q and k */
+                if (cs) {
+                    rope_rotate(m, c->q + t * Q, (int)hp->n_head, cs);
+                    rope_rotate(m, c->k + t * KV, (int)hp->n_head_kv, cs);
+                    c->rope_hits += 2;
+                } else {
+                    rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t]);
+                    rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t]);
                 }
-                pr->dev[t] = d2;
+                void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
+                if (pr && il == pr->il) {
+                    kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)KV);
+                    double d2 = 0.0;
+                    for (int64_t i = 0; i < KV; i++) {
+                        const double d = (double)c->k[t * KV + i] - (double)c->krow[i];
+                        d2 += d * d;
+                    }
+                    pr->dev[t] = d2;
+                }
+                kv_row_from_f32(c->p.type_k, c->k + t * KV, krow, (size_t)KV);
+                kv_row_from_f32(c->p.type_v, c->v + t * KV, kv_seq_v(seq[t], il, pos[t], c->block_size), (size_t)KV);
             }
-            kv_row_from_f32(c->p.type_k, c->k + t * KV, krow, (size_t)KV);
-            kv_row_from_f32(c->p.type_v, c->v + t * KV, kv_seq_v(seq[t], il, pos[t], c->block_size), (size_t)KV);
+            if (pr && il == pr->il) return;
+            struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
+            threadpool_run(c->tpool, attn_task, &aj);
+            ctx_matmul(c, &L->wo, c->att, n, c->xn);
+            for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
         }
-        if (pr && il == pr->il) return;
-        struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
-        threadpool_run(c->tpool, attn_task, &aj);
-        ctx_matmul(c, &L->wo, c->att, n, c->xn);
-        for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
-
         for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
-        if (hp->n_expert) {
+        if (L->ffn_gate_inp.data) {
             moe_ffn(c, il, L, n);
             continue;
         }
@@ -871,6 +1103,10 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         c->p = p;
     }
     enum dj_status tst = kv_type_check(p.type_k, p.type_v, (uint32_t)hd);
+    if (!tst && hp->mla && (p.type_k != DJ_TYPE_F32 || p.type_v != DJ_TYPE_F32))
+        tst = dj_fail(DJ_ERR_UNSUPPORTED, "context: %s's Multi-head Latent Attention cache supports only f32 K/V "
+                      "rows for now (asked: K %s, V %s)", model_arch_name(hp->arch), dj_type_name(p.type_k),
+                      dj_type_name(p.type_v));
     if (tst) {
         free(c);
         return tst;
@@ -899,7 +1135,9 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     kv_seq_init(&c->own_seq, c->pool);
     c->seq = &c->own_seq;
     size_t wide = E > Q ? E : Q;
-    const size_t FF = F > hp->n_ff_exp ? F : hp->n_ff_exp, NE = hp->n_expert, NK = hp->n_expert_used;
+    size_t FF = F > hp->n_ff_exp ? F : hp->n_ff_exp;
+    const size_t NE = hp->n_expert, NK = hp->n_expert_used, FS = (size_t)hp->n_ff_exp * hp->n_expert_shared;
+    if (FS > FF) FF = FS;
     c->wrow_stride = E > FF ? E : FF;
     if (Q > c->wrow_stride) c->wrow_stride = Q;
     c->x = malloc(ub * E * sizeof(float));
@@ -910,6 +1148,14 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->att = malloc(ub * Q * sizeof(float));
     c->ff_g = malloc(ub * FF * sizeof(float));
     c->ff_u = malloc(ub * FF * sizeof(float));
+    if (hp->mla) {
+        size_t w = hp->q_lora;
+        if (hp->kv_lora > w) w = hp->kv_lora;
+        if (hp->v_head > w) w = hp->v_head;
+        if (hp->qk_nope > w) w = hp->qk_nope;
+        c->mla_a = malloc(ub * w * sizeof(float));
+        c->mla_b = malloc(ub * w * sizeof(float));
+    }
     const bool moe = NE > 0;
     if (moe) {
         c->moe_z = malloc(ub * NE * sizeof(float));
@@ -945,7 +1191,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
         !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->perm ||
         !c->inv || !c->ppos || !c->pseq || !c->tpool ||
-        (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_rows || !c->moe_xin || !c->moe_y || !c->moe_o))) {
+        (hp->mla && (!c->mla_a || !c->mla_b)) || (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_rows || !c->moe_xin || !c->moe_y || !c->moe_o))) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
@@ -966,6 +1212,8 @@ void ctx_free(struct dj_context *c) {
     free(c->att);
     free(c->ff_g);
     free(c->ff_u);
+    free(c->mla_a);
+    free(c->mla_b);
     free(c->moe_z);
     free(c->moe_sel);
     free(c->moe_w);
