@@ -16,6 +16,8 @@
  *    logits_steps.f32 row s, argmax(row s) == greedy[s].
  * Batch invariance: p0 + its greedy ids in one batch is bitwise equal to token by
  * token, ubatches of 3 / 5 / 7 / 64, 1 and 2 threads.
+ * Loader errors: copies of deepseek2-v3-tiny with a key or tensor renamed, or
+ * expert_gating_func 3, are refused with a message naming the file and the key or tensor.
  * K/V types: an MLA context with a cache type other than f32 is refused with a
  * message naming the architecture.
  */
@@ -238,6 +240,60 @@ static void check_invariance(const char *shared, const char *name) {
     model_free(m);
 }
 
+/* The model at src with its bytes patched: the first occurrence of `find` (len n)
+ * gets `repl` (n bytes) at offset `at` from its start; written to dst. */
+static bool patch_copy(const char *src, const char *dst, const char *find, size_t n, size_t at, const void *repl,
+                       size_t n_repl) {
+    size_t len = 0;
+    char *b = test_read_file(src, &len);
+    if (!b) return false;
+    char *p = memmem(b, len, find, n);
+    bool ok = p && (size_t)(p - b) + at + n_repl <= len;
+    if (ok) {
+        memcpy(p + at, repl, n_repl);
+        FILE *f = fopen(dst, "wb");
+        ok = f && fwrite(b, 1, len, f) == len;
+        if (f) ok = (fclose(f) == 0) && ok;
+    }
+    free(b);
+    return ok;
+}
+
+static void expect_refused(const char *path, enum dj_status want, const char *what, const char *needle) {
+    struct dj_model *m = NULL;
+    enum dj_status st = model_load(path, &m);
+    CHECKF(st == want, "%s: status %d, expected %d", what, st, want);
+    CHECKF(st != DJ_OK && strstr(dj_last_error(), needle) && strstr(dj_last_error(), path), "%s: message '%s'", what,
+           dj_last_error());
+    if (st == DJ_OK) printf("%s: loaded\n", what);
+    else printf("%s: %s\n", what, dj_last_error());
+    model_free(m);
+}
+
+static void check_loader_errors(const char *shared) {
+    char src[512], dst[] = "/tmp/deja_test_mla_XXXXXX.gguf";
+    snprintf(src, sizeof src, "%s", test_shared_path(shared, "golden/moe/deepseek2-v3-tiny.gguf"));
+    int fd = mkstemps(dst, 5);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    static const char kvl[] = "deepseek2.attention.kv_lora_rank", vml[] = "deepseek2.attention.value_length_mla",
+                      gat[] = "deepseek2.expert_gating_func", kb[] = "blk.1.attn_k_b.weight",
+                      qa[] = "blk.2.attn_q_a.weight";
+    const uint32_t v3 = 3;
+    CHECK(patch_copy(src, dst, kvl, strlen(kvl), strlen(kvl) - 1, "x", 1));
+    expect_refused(dst, DJ_ERR_NOT_FOUND, "kv_lora_rank missing", "deepseek2.attention.kv_lora_rank");
+    CHECK(patch_copy(src, dst, vml, strlen(vml), strlen(vml) - 1, "x", 1));
+    expect_refused(dst, DJ_ERR_FORMAT, "key_length_mla without value_length_mla", "value_length_mla");
+    CHECK(patch_copy(src, dst, gat, strlen(gat), strlen(gat) + 4, &v3, 4));
+    expect_refused(dst, DJ_ERR_FORMAT, "expert_gating_func 3", "deepseek2.expert_gating_func");
+    CHECK(patch_copy(src, dst, kb, strlen(kb), strlen(kb) - 1, "x", 1));
+    expect_refused(dst, DJ_ERR_NOT_FOUND, "attn_k_b renamed", "blk.1.attn_k_b.weight");
+    CHECK(patch_copy(src, dst, qa, strlen(qa), strlen(qa) - 1, "x", 1));
+    expect_refused(dst, DJ_ERR_NOT_FOUND, "attn_q_a renamed", "blk.2.attn_q_a.weight");
+    unlink(dst);
+}
+
 static void check_kv_types(const char *shared) {
     struct dj_model *m = NULL;
     CHECKF(model_load(test_shared_path(shared, "golden/moe/deepseek2-lite-tiny.gguf"), &m) == DJ_OK, "%s",
@@ -264,5 +320,6 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) check_model(argv[1], names[i], 1e-3f, false);
     for (int i = 0; i < 3; i++) check_invariance(argv[1], names[i]);
     check_kv_types(argv[1]);
+    check_loader_errors(argv[1]);
     TEST_END();
 }
