@@ -265,8 +265,9 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
             return hp_bad(m, "rope.scaling.original_context_length", "is 0; it must be at least 1");
         return DJ_OK;
     }
-    if (stype.len == 4 && !memcmp(stype.ptr, "yarn", 4)) {
-        /* as llama.cpp's deepseek2: beta_fast 32, beta_slow 1 (not read from the file) */
+    if (stype.len == 4 && !memcmp(stype.ptr, "yarn", 4) && hp->arch == DJ_ARCH_DEEPSEEK2) {
+        /* only deepseek2's YaRN for now (other architectures scale cos/sin differently);
+         * as llama.cpp's deepseek2: beta_fast 32, beta_slow 1 (not read from the file) */
         hp->rope_yarn = true;
         if ((st = hp_f32(m, "rope.scaling.factor", &hp->rope_factor, 1.0f)) ||
             (st = hp_u32(m, "rope.scaling.original_context_length", &hp->rope_orig_ctx, true, hp->n_ctx_train)) ||
@@ -286,7 +287,7 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
         return DJ_OK;
     }
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' (%s) is not supported (deja supports none, "
-                   "linear, llama3, yarn)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
+                   "linear, llama3; yarn for deepseek2)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
 }
 
 /* expert_count / expert_used_count and the expert width: qwen3moe's
