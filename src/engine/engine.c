@@ -127,6 +127,14 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     const struct llama_opt_config *cfg = &p->opt;
     if (cfg->block_size == 0) return dj_fail(DJ_ERR_INVALID, "engine: block size 0");
     const size_t n_embd_kv = (size_t)hp->n_head_kv * hp->head_dim;
+    struct dj_engine_params pm = *p;
+    if (hp->mla && (p->kv_type_k != DJ_TYPE_F32 || p->kv_type_v != DJ_TYPE_F32)) {
+        /* as ctx_create: MLA reads only f32 K/V so far; the f16 default must not stop it */
+        dj_log(DJ_LOG_WARN, "%s: Multi-head Latent Attention supports only an f32 K/V cache so far; using f32 "
+               "instead of K %s, V %s", model_arch_name(hp->arch), dj_type_name(p->kv_type_k), dj_type_name(p->kv_type_v));
+        pm.kv_type_k = pm.kv_type_v = DJ_TYPE_F32;
+    }
+    p = &pm;
     enum dj_status st = kv_type_check(p->kv_type_k, p->kv_type_v, hp->head_dim);
     if (st) return st;
     const size_t block_bytes = cfg->block_size * engine_kv_bytes_per_token(m, p->kv_type_k, p->kv_type_v);

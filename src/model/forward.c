@@ -618,7 +618,8 @@ struct probe {
  * v_head (V3: 128 x 192 + 128 x 128 = 40,960 floats).  The pool allocates a V row of
  * the same width that MLA never reads (written as zeros): the pool's geometry has one
  * width for K and V; that doubles the bytes until the pool learns a V-less layer.
- * Only an f32 cache is supported for now (ctx_create refuses the others).
+ * Only an f32 cache is supported for now (ctx_create and engine_create use f32, with a warning,
+ * when another type is asked: the default is f16).
  *
  * Scores and values go through the same kernels as GQA (attn_scores over the
  * kv_lora + rope row, attn_values_n over its first kv_lora elements), block by block
@@ -1100,6 +1101,13 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     if (p.pool) {
         p.type_k = kv_pool_params(p.pool)->type_k;
         p.type_v = kv_pool_params(p.pool)->type_v;
+        c->p = p;
+    } else if (hp->mla && (p.type_k != DJ_TYPE_F32 || p.type_v != DJ_TYPE_F32)) {
+        /* the default cache type is f16: an MLA model gets f32 (the only type its attention reads
+         * so far) with a warning, rather than failing to start */
+        dj_log(DJ_LOG_WARN, "%s: Multi-head Latent Attention supports only an f32 K/V cache so far; using f32 "
+               "instead of K %s, V %s", model_arch_name(hp->arch), dj_type_name(p.type_k), dj_type_name(p.type_v));
+        p.type_k = p.type_v = DJ_TYPE_F32;
         c->p = p;
     }
     enum dj_status tst = kv_type_check(p.type_k, p.type_v, (uint32_t)hd);
