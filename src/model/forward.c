@@ -430,30 +430,41 @@ static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_
  * only its n_expert_used experts' weights.
  */
 
-/* The experts of one token from its router logits z (n_expert; overwritten by the
- * probabilities): ids into sel and weights into w (k each), in selection order. */
-static void moe_route(float *z, int64_t n_expert, int64_t k, int32_t *sel, float *w) {
+/* z = softmax(z) over n router logits: max-subtracted, summed in double, in id order. */
+static void route_softmax(float *z, int64_t n) {
     float mx = -INFINITY;
-    for (int64_t e = 0; e < n_expert; e++) mx = z[e] > mx ? z[e] : mx;
+    for (int64_t e = 0; e < n; e++) mx = z[e] > mx ? z[e] : mx;
     double sum = 0.0;
-    for (int64_t e = 0; e < n_expert; e++) {
+    for (int64_t e = 0; e < n; e++) {
         z[e] = expf(z[e] - mx);
         sum += (double)z[e];
     }
     const float inv = (float)(1.0 / sum);
-    for (int64_t e = 0; e < n_expert; e++) z[e] *= inv;
-    double wsum = 0.0;
+    for (int64_t e = 0; e < n; e++) z[e] *= inv;
+}
+
+/* The k largest of score[0..n) by iterative argmax (llama.cpp's order: descending
+ * score, the lowest id on a tie) into sel; w[s] = p[sel[s]]. */
+static void route_top_k(const float *score, const float *p, int64_t n, int64_t k, int32_t *sel, float *w) {
     for (int64_t s = 0; s < k; s++) {
         int64_t best = -1;
-        for (int64_t e = 0; e < n_expert; e++) {
+        for (int64_t e = 0; e < n; e++) {
             bool taken = false;
             for (int64_t r = 0; r < s; r++) taken |= sel[r] == (int32_t)e;
-            if (!taken && (best < 0 || z[e] > z[best])) best = e; /* strict: the lowest id on a tie */
+            if (!taken && (best < 0 || score[e] > score[best])) best = e; /* strict: the lowest id on a tie */
         }
         sel[s] = (int32_t)best;
-        w[s] = z[best];
-        wsum += (double)w[s];
+        w[s] = p[best];
     }
+}
+
+/* The experts of one token from its router logits z (n_expert; overwritten by the
+ * probabilities): ids into sel and weights into w (k each), in selection order. */
+static void moe_route(float *z, int64_t n_expert, int64_t k, int32_t *sel, float *w) {
+    route_softmax(z, n_expert);
+    route_top_k(z, z, n_expert, k, sel, w);
+    double wsum = 0.0;
+    for (int64_t s = 0; s < k; s++) wsum += (double)w[s];
     const float ws = (float)wsum;
     for (int64_t s = 0; s < k; s++) w[s] /= ws;
 }
@@ -465,19 +476,10 @@ static void moe_route(float *z, int64_t n_expert, int64_t k, int32_t *sel, float
  * optionally w /= max(sum w, 6.103515625e-5) and w *= expert_weights_scale. */
 static void moe_route_ds(const struct dj_hparams *hp, float *z, const float *bias, int32_t *sel, float *w) {
     const int64_t NE = hp->n_expert, K = hp->n_expert_used;
-    if (hp->gating == 2) {
+    if (hp->gating == 2)
         for (int64_t e = 0; e < NE; e++) z[e] = 1.0f / (1.0f + expf(-z[e]));
-    } else {
-        float mx = -INFINITY;
-        for (int64_t e = 0; e < NE; e++) mx = z[e] > mx ? z[e] : mx;
-        double sum = 0.0;
-        for (int64_t e = 0; e < NE; e++) {
-            z[e] = expf(z[e] - mx);
-            sum += (double)z[e];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (int64_t e = 0; e < NE; e++) z[e] *= inv;
-    }
+    else
+        route_softmax(z, NE);
     float s[512]; /* NE <= 512 (loader) */
     for (int64_t e = 0; e < NE; e++) s[e] = bias ? z[e] + bias[e] : z[e];
     if (hp->n_group > 1) {
@@ -502,16 +504,7 @@ static void moe_route_ds(const struct dj_hparams *hp, float *z, const float *bia
         for (int64_t e = 0; e < NE; e++)
             if (!keep[e / per]) s[e] = -INFINITY;
     }
-    for (int64_t k = 0; k < K; k++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < NE; e++) {
-            bool taken = false;
-            for (int64_t r = 0; r < k; r++) taken |= sel[r] == (int32_t)e;
-            if (!taken && (best < 0 || s[e] > s[best])) best = e;
-        }
-        sel[k] = (int32_t)best;
-        w[k] = z[best];
-    }
+    route_top_k(s, z, NE, K, sel, w);
     if (hp->exp_norm) {
         double sum = 0.0;
         for (int64_t k = 0; k < K; k++) sum += (double)w[k];
