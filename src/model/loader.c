@@ -60,15 +60,22 @@ static bool weight_type_supported(uint32_t t) {
     }
 }
 
+/* The tensor `name` for binding into *w (cleared): *t = NULL when it is absent and
+ * not required (DJ_OK: w stays empty); DJ_ERR_NOT_FOUND when absent and required. */
+static enum dj_status bind_find(struct dj_model *m, struct dj_weight *w, const char *name, bool required,
+                                const struct gguf_tensor **t) {
+    *t = gguf_find_tensor(m->gguf, name);
+    memset(w, 0, sizeof *w);
+    if (*t || !required) return DJ_OK;
+    return dj_fail(DJ_ERR_NOT_FOUND, "%s: tensor '%s' is missing (architecture %s)", gguf_name(m->gguf), name,
+                   m->arch_name);
+}
+
 enum dj_status model_bind(struct dj_model *m, struct dj_weight *w, const char *name, int64_t ne0, int64_t ne1,
                           bool required) {
-    const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
-    memset(w, 0, sizeof *w);
-    if (!t) {
-        if (!required) return DJ_OK;
-        return dj_fail(DJ_ERR_NOT_FOUND, "%s: tensor '%s' is missing (architecture %s)", gguf_name(m->gguf), name,
-                       m->arch_name);
-    }
+    const struct gguf_tensor *t;
+    enum dj_status st = bind_find(m, w, name, required, &t);
+    if (st || !t) return st;
     for (uint32_t d = 0; d < t->n_dims; d++)
         if (t->ne[d] == 0)
             return dj_fail(DJ_ERR_FORMAT, "%s: tensor '%s' has a zero dimension (shape [%lld, %lld, %lld, %lld])",
@@ -95,13 +102,9 @@ enum dj_status model_bind(struct dj_model *m, struct dj_weight *w, const char *n
 
 enum dj_status model_bind_3d(struct dj_model *m, struct dj_weight *w, const char *name, int64_t ne0, int64_t ne1,
                              int64_t ne2, bool required) {
-    const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
-    memset(w, 0, sizeof *w);
-    if (!t) {
-        if (!required) return DJ_OK;
-        return dj_fail(DJ_ERR_NOT_FOUND, "%s: tensor '%s' is missing (architecture %s)", gguf_name(m->gguf), name,
-                       m->arch_name);
-    }
+    const struct gguf_tensor *t;
+    enum dj_status st = bind_find(m, w, name, required, &t);
+    if (st || !t) return st;
     if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2)
         return dj_fail(DJ_ERR_FORMAT, "%s: tensor '%s' has %u dimensions [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
                        gguf_name(m->gguf), name, t->n_dims, (long long)t->ne[0],
