@@ -128,12 +128,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     if (cfg->block_size == 0) return dj_fail(DJ_ERR_INVALID, "engine: block size 0");
     const size_t n_embd_kv = (size_t)hp->n_head_kv * hp->head_dim;
     struct dj_engine_params pm = *p;
-    if (hp->mla && (p->kv_type_k != DJ_TYPE_F32 || p->kv_type_v != DJ_TYPE_F32)) {
-        /* as ctx_create: MLA reads only f32 K/V so far; the f16 default must not stop it */
-        dj_log(DJ_LOG_WARN, "%s: Multi-head Latent Attention supports only an f32 K/V cache so far; using f32 "
-               "instead of K %s, V %s", model_arch_name(hp->arch), dj_type_name(p->kv_type_k), dj_type_name(p->kv_type_v));
-        pm.kv_type_k = pm.kv_type_v = DJ_TYPE_F32;
-    }
+    model_kv_types(m, &pm.kv_type_k, &pm.kv_type_v);
     p = &pm;
     enum dj_status st = kv_type_check(p->kv_type_k, p->kv_type_v, hp->head_dim);
     if (st) return st;

@@ -203,6 +203,12 @@ void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t d
 /* A row of n K/V elements: f32 -> the pool type (f32 copies; f16/bf16 round to nearest
  * even; q8_0/q4_0 ggml's reference quantizers) and back (exact).  The same bytes and
  * floats on every kernel table. */
+/* The K/V cache types a model runs with when asked for *type_k / *type_v: the same,
+ * except that an MLA model (deepseek2) reads only f32 rows so far — it gets f32 and a
+ * warning, rather than failing to start with the f16 default.  ctx_create (own pool)
+ * and engine_create apply it. */
+void model_kv_types(const struct dj_model *m, uint32_t *type_k, uint32_t *type_v);
+
 void kv_row_from_f32(uint32_t type, const float *x, void *y, size_t n);
 void kv_row_to_f32(uint32_t type, const void *x, float *y, size_t n);
 

@@ -1074,6 +1074,13 @@ enum dj_status ctx_probe_k(struct dj_context *c, const dj_token *toks, const uin
 
 /* ---- context lifetime ---------------------------------------------------------- */
 
+void model_kv_types(const struct dj_model *m, uint32_t *type_k, uint32_t *type_v) {
+    if (!m->hp.mla || (*type_k == DJ_TYPE_F32 && *type_v == DJ_TYPE_F32)) return;
+    dj_log(DJ_LOG_WARN, "%s: Multi-head Latent Attention supports only an f32 K/V cache so far; using f32 instead of "
+           "K %s, V %s", model_arch_name(m->hp.arch), dj_type_name(*type_k), dj_type_name(*type_v));
+    *type_k = *type_v = DJ_TYPE_F32;
+}
+
 enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, struct dj_context **out) {
     const struct dj_hparams *hp = &m->hp;
     if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
@@ -1095,12 +1102,8 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         p.type_k = kv_pool_params(p.pool)->type_k;
         p.type_v = kv_pool_params(p.pool)->type_v;
         c->p = p;
-    } else if (hp->mla && (p.type_k != DJ_TYPE_F32 || p.type_v != DJ_TYPE_F32)) {
-        /* the default cache type is f16: an MLA model gets f32 (the only type its attention reads
-         * so far) with a warning, rather than failing to start */
-        dj_log(DJ_LOG_WARN, "%s: Multi-head Latent Attention supports only an f32 K/V cache so far; using f32 "
-               "instead of K %s, V %s", model_arch_name(hp->arch), dj_type_name(p.type_k), dj_type_name(p.type_v));
-        p.type_k = p.type_v = DJ_TYPE_F32;
+    } else {
+        model_kv_types(m, &p.type_k, &p.type_v);
         c->p = p;
     }
     enum dj_status tst = kv_type_check(p.type_k, p.type_v, (uint32_t)hd);
