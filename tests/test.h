@@ -9,6 +9,7 @@
 #ifndef DJ_TEST_H
 #define DJ_TEST_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,28 @@ static inline char *test_read_file(const char *path, size_t *len) {
     fclose(f);
     if (p) { p[n] = '\0'; if (len) *len = (size_t)n; }
     return p;
+}
+
+/* n_expect float32 values of a golden logits file (little-endian, as written on x86-64),
+ * malloc'd; NULL when the file is missing or has another size. */
+static inline float *test_read_f32(const char *path, size_t n_expect) {
+    size_t len = 0;
+    char *b = test_read_file(path, &len);
+    if (!b || len != n_expect * sizeof(float)) {
+        free(b);
+        return NULL;
+    }
+    return (float *)b;
+}
+
+/* max |a[i] - b[i]|; a NaN on either side gives NaN. */
+static inline float test_max_abs_diff(const float *a, const float *b, size_t n) {
+    float d = 0;
+    for (size_t i = 0; i < n; i++) {
+        float e = fabsf(a[i] - b[i]);
+        if (!(e <= d)) d = e; /* NaN propagates */
+    }
+    return d;
 }
 
 #endif

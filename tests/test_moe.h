@@ -22,25 +22,6 @@
 
 enum { N_STEPS = 32 };
 
-static float *read_f32(const char *path, size_t n_expect) {
-    size_t len = 0;
-    char *b = test_read_file(path, &len);
-    if (!b || len != n_expect * sizeof(float)) {
-        free(b);
-        return NULL;
-    }
-    return (float *)b;
-}
-
-static float max_abs_diff(const float *a, const float *b, size_t n) {
-    float d = 0;
-    for (size_t i = 0; i < n; i++) {
-        float e = fabsf(a[i] - b[i]);
-        if (!(e <= d)) d = e; /* NaN propagates */
-    }
-    return d;
-}
-
 /* The n floats of "key": [a, b, ...] (top1_top2_gap). */
 static size_t json_f32_array(const char *doc, const char *key, float *out, size_t n) {
     char pat[128];
@@ -113,9 +94,9 @@ static void check_model(const char *shared, const char *name, float tol, bool f1
         free(ours);
 
         snprintf(rel, sizeof rel, "golden/moe/%s.p%d.logits_prompt.f32", name, i);
-        float *ref_prompt = read_f32(test_shared_path(shared, rel), np * V);
+        float *ref_prompt = test_read_f32(test_shared_path(shared, rel), np * V);
         snprintf(rel, sizeof rel, "golden/moe/%s.p%d.logits_steps.f32", name, i);
-        float *ref_steps = read_f32(test_shared_path(shared, rel), (N_STEPS + 1) * V);
+        float *ref_steps = test_read_f32(test_shared_path(shared, rel), (N_STEPS + 1) * V);
         CHECKF(ref_prompt && ref_steps, "%s p%d: logits files", name, i);
 
         struct dj_context *c = NULL;
@@ -131,7 +112,7 @@ static void check_model(const char *shared, const char *name, float tol, bool f1
         CHECK(ctx_decode(c, (const dj_token *)ptoks, np, lp, true) == DJ_OK);
         c->moe_trace = NULL;
         for (size_t r = 0; r < np; r++) {
-            float d = max_abs_diff(lp + r * V, ref_prompt + r * V, V);
+            float d = test_max_abs_diff(lp + r * V, ref_prompt + r * V, V);
             if (d > worst_prompt || d != d) worst_prompt = d;
             CHECKF(d <= tol, "%s p%d prompt row %zu: max |logit diff| %g > %g", name, i, r, d, tol);
         }
@@ -147,7 +128,7 @@ static void check_model(const char *shared, const char *name, float tol, bool f1
         int mismatches = 0;
         for (int s = 0; s <= N_STEPS; s++) {
             if (s > 0) CHECK(ctx_decode(c, &greedy[s - 1], 1, row, false) == DJ_OK);
-            float d = max_abs_diff(row, ref_steps + (size_t)s * V, V);
+            float d = test_max_abs_diff(row, ref_steps + (size_t)s * V, V);
             if (d > worst_steps || d != d) worst_steps = d;
             CHECKF(d <= tol, "%s p%d step %d: max |logit diff| %g > %g", name, i, s, d, tol);
             if (s == N_STEPS || (f16 && gap[s] < 2 * tol)) continue;

@@ -22,25 +22,6 @@
 #include "test.h"
 #include "test_json.h"
 
-static float *read_f32(const char *path, size_t n_expect) {
-    size_t len = 0;
-    char *b = test_read_file(path, &len);
-    if (!b || len != n_expect * sizeof(float)) {
-        free(b);
-        return NULL;
-    }
-    return (float *)b;
-}
-
-static float max_abs_diff(const float *a, const float *b, size_t n) {
-    float d = 0;
-    for (size_t i = 0; i < n; i++) {
-        float e = fabsf(a[i] - b[i]);
-        if (!(e <= d)) d = e; /* NaN propagates */
-    }
-    return d;
-}
-
 static void check_model(const char *shared, const char *model_rel, const char *dir, int n_prompts, bool steps,
                         float tol) {
     struct dj_model *m = NULL;
@@ -71,8 +52,8 @@ static void check_model(const char *shared, const char *model_rel, const char *d
 
         float *ref_steps = NULL, *ref_last = NULL;
         snprintf(rel, sizeof rel, "golden/%s/p%d.f32kv.%s", dir, i, steps ? "logits_steps.f32" : "logits_last.f32");
-        if (steps) ref_steps = read_f32(test_shared_path(shared, rel), 64 * V);
-        else ref_last = read_f32(test_shared_path(shared, rel), V);
+        if (steps) ref_steps = test_read_f32(test_shared_path(shared, rel), 64 * V);
+        else ref_last = test_read_f32(test_shared_path(shared, rel), V);
         CHECKF(ref_steps || ref_last, "%s", rel);
 
         struct dj_context *c = NULL;
@@ -85,7 +66,7 @@ static void check_model(const char *shared, const char *model_rel, const char *d
             if (s > 0) CHECK(ctx_decode(c, &greedy[s - 1], 1, logits, false) == DJ_OK);
             const float *ref = steps ? ref_steps + (size_t)s * V : (s == 0 ? ref_last : NULL);
             if (ref) {
-                float d = max_abs_diff(logits, ref, V);
+                float d = test_max_abs_diff(logits, ref, V);
                 if (d > worst || d != d) worst = d;
                 CHECKF(d <= tol, "%s p%d step %d: max |logit diff| %g > %g", dir, i, s, d, tol);
             }
