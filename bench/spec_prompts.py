@@ -56,17 +56,23 @@ def unescape(s):
     return s.replace("\\n", "\n").replace("\\t", "\t").replace('\\"', '"').replace("\\\\", "\\")
 
 
+def echo_words(prompt, response, n=8):
+    """(matched, total) whitespace-token n-grams of the (JSON-unescaped) response that occur
+    in the (JSON-unescaped) prompt."""
+    pw = set(ngrams(unescape(prompt).split(), n))
+    rw = ngrams(unescape(response).split(), n)
+    return sum(1 for g in rw if g in pw), len(rw)
+
+
 def echo(prompt, response, n=8, nc=32):
-    """(matched, total) whitespace-token n-grams and (matched, total) character nc-grams of
-    the response that occur in the prompt, both JSON-unescaped."""
+    """echo_words, and (matched, total) character nc-grams of the response that occur in
+    the prompt, both JSON-unescaped."""
+    mw, tw = echo_words(prompt, response, n)
     prompt, response = unescape(prompt), unescape(response)
-    pw = set(ngrams(prompt.split(), n))
-    rw = ngrams(response.split(), n)
-    mw = sum(1 for g in rw if g in pw)
     pc = {prompt[i:i + nc] for i in range(len(prompt) - nc + 1)}
     rc = [response[i:i + nc] for i in range(len(response) - nc + 1)]
     mc = sum(1 for g in rc if g in pc)
-    return mw, len(rw), mc, len(rc)
+    return mw, tw, mc, len(rc)
 
 
 class Counter:

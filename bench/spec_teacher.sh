@@ -17,7 +17,7 @@
 # off/on and the speedup, acceptance per source, tokens per decode pass, and whether the
 # logits/ids hashes of the two runs are equal (they must be: exactness).  A trace is
 # "edit-heavy" when at least 15 % of its responses' whitespace 8-grams occur in its prompts
-# (bench/spec_prompts.py measures the same thing).
+# (bench/spec_prompts.py's echo_words, the measure of its prompt set's classes).
 #
 # usage: bench/spec_teacher.sh [BUILD_DIR] [SHARED_DIR]
 # env:   MAX_CHARS (24000: a trace stops at its first longer prompt)  THREADS (2)
@@ -49,28 +49,22 @@ echo "  off: deja replay ${common[*]:0:12} ... --no-spec"
 echo "  on:  deja replay ${common[*]:0:12} ... $SPEC"
 # shellcheck disable=SC2086
 "$DJ" replay "${common[@]}" $SPEC > "$OUT/on.json" 2> "$OUT/on.err"
-python3 - "$OUT" "$SHARED" $TRACES <<'EOF'
-import json, math, re, sys
-out, shared, traces = sys.argv[1], sys.argv[2], sys.argv[3:]
+python3 - "$(dirname "$0")" "$OUT" "$SHARED" $TRACES <<'EOF'
+import json, math, sys
+bench, out, shared, traces = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 off = json.load(open(out + "/off.json"))
 on = json.load(open(out + "/on.json"))
 
+sys.path.insert(0, bench)
+from spec_prompts import echo_words, prompts_of  # the same measure as the prompt set's classes
+
 def echo_share(path):
     """Share of the recorded responses' whitespace 8-grams found in the prompts."""
-    prompt, grams, hit = "", 0, 0
-    for line in open(path):
-        t = json.loads(line)
-        prompt = prompt[:t["keep"]] + t["text"]
-        r = t.get("response")
-        if not r:
-            continue
-        norm = lambda s: s.replace('\\n', '\n').replace('\\"', '"')
-        w, p = norm(r).split(), set()
-        pw = norm(prompt).split()
-        p = {tuple(pw[i:i + 8]) for i in range(len(pw) - 7)}
-        for i in range(len(w) - 7):
-            grams += 1
-            hit += tuple(w[i:i + 8]) in p
+    hit = grams = 0
+    for _, prompt, response in prompts_of(path):
+        if response:
+            m, t = echo_words(prompt, response)
+            hit, grams = hit + m, grams + t
     return hit / grams if grams else 0.0
 
 cls = {}
