@@ -25,6 +25,16 @@ static uint32_t memo_bucket(uint32_t match, float prob) {
     return prob >= 0.8f && match >= 4 ? 3 : match >= 4 ? 2 : match >= 2 ? 1 : 0;
 }
 
+void engine_feed_draft(struct dj_comp *c, enum dj_spec_src src, size_t nd) {
+    c->draft_src = src;
+    c->n_draft = nd;
+    c->n_feed += nd;
+    c->n_drafted += nd;
+    c->sc.drafted[src] += nd;
+    c->sc.rounds[src]++;
+    for (size_t j = 0; j < nd; j++) c->sc.pos_drafted[j < DJ_SPEC_POS_MAX ? j : DJ_SPEC_POS_MAX - 1]++;
+}
+
 /* The token the sequence continues with at output position pos (tok, or the
  * forced one when teacher-forced) goes into the lookup context, and every
  * shadow proposal is compared with it. */
@@ -128,7 +138,7 @@ size_t engine_spec_choose(struct dj_engine *e, struct dj_req *q, struct dj_comp 
     }
     if (best == SIZE_MAX) return 0;
     memcpy(out, pr[best].tok, best_k * sizeof *out);
-    c->draft_src = pr[best].src;
+    engine_feed_draft(c, pr[best].src, best_k);
     return best_k;
 }
 
@@ -271,14 +281,8 @@ void engine_exit_drafts(struct dj_engine *e) {
         const size_t nd = ok ? c->exit_k : 0;
         c->exit_k = 0;
         if (!nd) continue;
-        c->draft_src = DJ_SPEC_EXIT;
-        c->n_draft = nd;
-        c->n_feed = 1 + nd;
-        c->n_drafted += nd;
-        c->sc.drafted[DJ_SPEC_EXIT] += nd;
         c->sc.proposed[DJ_SPEC_EXIT]++;
-        c->sc.rounds[DJ_SPEC_EXIT]++;
-        for (size_t j = 0; j < nd; j++) c->sc.pos_drafted[j < DJ_SPEC_POS_MAX ? j : DJ_SPEC_POS_MAX - 1]++;
+        engine_feed_draft(c, DJ_SPEC_EXIT, nd);
     }
     if (!ok) /* nothing was drafted: the remaining exit_k were cleared above (n counted them) */
         for (struct dj_req *q = e->running; q; q = q->next)

@@ -169,8 +169,12 @@ enum dj_status engine_prepare_rows(struct dj_engine *e, struct dj_req *q, struct
 /* The token the completion's sequence continues with at output position pos: into its
  * lookup context; every shadow proposal is compared with it. */
 void engine_spec_note_token(struct dj_engine *e, struct dj_comp *c, size_t pos, dj_token tok);
-/* The draft after the completion's sampled (and forced) tokens, into out (at most cap):
- * returns its length; or 0 with c->exit_k set when early exit is to draft next step. */
+/* Appends nd draft tokens of source src (already in c->feed after the real ones) to
+ * what c feeds this step, and counts them. */
+void engine_feed_draft(struct dj_comp *c, enum dj_spec_src src, size_t nd);
+/* The draft after the completion's sampled (and forced) tokens, into out (at most cap),
+ * fed (engine_feed_draft): returns its length; or 0 with c->exit_k set when early exit
+ * is to draft next step. */
 size_t engine_spec_choose(struct dj_engine *e, struct dj_req *q, struct dj_comp *c, dj_token *out, size_t cap);
 /* Runs the early-exit drafts the completions asked for (before a step's batch). */
 void engine_exit_drafts(struct dj_engine *e);

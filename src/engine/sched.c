@@ -507,17 +507,13 @@ static void queue_feed(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_to
                 req_fail(q, DJ_ERR_INVALID, "logits processor drafted a token outside the vocabulary");
                 return;
             }
-        c->draft_src = DJ_SPEC_GRAMMAR;
+        if (nd) {
+            engine_feed_draft(c, DJ_SPEC_GRAMMAR, nd);
+            return;
+        }
     }
     /* a forced string's tokens are the strongest evidence there is; else the speculative sources */
-    if (nd == 0 && e->p.spec.sources) nd = engine_spec_choose(e, q, c, c->feed + c->n_feed, cap);
-    if (nd == 0) return;
-    c->n_draft = nd;
-    c->n_feed += nd;
-    c->n_drafted += nd;
-    c->sc.drafted[c->draft_src] += nd;
-    c->sc.rounds[c->draft_src]++;
-    for (size_t j = 0; j < nd; j++) c->sc.pos_drafted[j < DJ_SPEC_POS_MAX ? j : DJ_SPEC_POS_MAX - 1]++;
+    if (e->p.spec.sources) engine_spec_choose(e, q, c, c->feed + c->n_feed, cap);
 }
 
 /* Samples the next token of completion ci from its logits row and queues
@@ -825,9 +821,9 @@ size_t engine_step(struct dj_engine *e) {
             b.hidden = e->b_hidden;
         }
         const int64_t t0 = dj_time_us();
-        enum dj_status st = n_out > e->b_logits_rows || x_oom
-                                ? dj_fail(DJ_ERR_NOMEM, "out of memory for %zu logits rows", n_out)
-                                : ctx_forward(e->ctx, &b, e->b_logits);
+        enum dj_status st = n_out > e->b_logits_rows ? dj_fail(DJ_ERR_NOMEM, "out of memory for %zu logits rows", n_out)
+                             : x_oom ? dj_fail(DJ_ERR_NOMEM, "out of memory for the early-exit rows of %zu tokens", nt)
+                                     : ctx_forward(e->ctx, &b, e->b_logits);
         /* the speculation policy's cost model: passes of decode rows (and drafts) only */
         size_t n_plain = 0;
         bool any_prefill = false;
