@@ -761,6 +761,8 @@ int cmd_replay(int argc, char **argv) {
     const struct llama_opt_stats os = etot.os;
     /* passes that only decoded (--parallel mixes prompt chunks into decode passes: those count as prefill) */
     const uint64_t n_prefill_passes = etot.n_forward_prefill;
+    /* the spec counters' tokens-per-pass: every turn's first token comes from its prompt pass */
+    const size_t spec_n_gen = tot_gen > n_rows ? tot_gen - n_rows + 1 : 1;
     ps.evicted = etot.evicted;
     ps.cow_copies = etot.cow_copies;
     if (json) {
@@ -810,7 +812,7 @@ int cmd_replay(int argc, char **argv) {
                persist_on ? "true" : "false", os.persist_loads, os.persist_saves, restart_each ? "true" : "false",
                n_restarts, (double)t_restart_us / 1000.0);
         printf(",\n \"teacher_force\": %s, \"spec\": ", teacher ? "true" : "false");
-        cli_spec_json(stdout, &spec, &tot_spec, tot_gen > n_rows ? tot_gen - n_rows + 1 : 1, etot.n_forward - n_prefill_passes);
+        cli_spec_json(stdout, &spec, &tot_spec, spec_n_gen, etot.n_forward - n_prefill_passes);
         printf(",\n \"parallel\": %zu, \"n_forward_passes\": %llu, \"n_decode_passes\": %llu, \"sessions\": [",
                (size_t)parallel, (unsigned long long)etot.n_forward,
                (unsigned long long)(etot.n_forward - n_prefill_passes));
@@ -854,7 +856,7 @@ int cmd_replay(int argc, char **argv) {
                tot_decode > 0 ? (double)tot_gen * 1000.0 / tot_decode : 0.0,
                teacher ? ", teacher-forced to the recorded responses (a simulation)" : "");
         if (spec.sources || tot_spec.drafted[DJ_SPEC_GRAMMAR])
-            cli_spec_line(stdout, &tot_spec, tot_gen > n_rows ? tot_gen - n_rows + 1 : 1, etot.n_forward - n_prefill_passes);
+            cli_spec_line(stdout, &tot_spec, spec_n_gen, etot.n_forward - n_prefill_passes);
         printf("logits_hash %016" PRIx64 "  ids_hash %016" PRIx64 "\n", acc.hash, ids_hash);
         if (ex) {
             printf("approx vs exact (teacher-forced): prefill %.1f ms vs %.1f ms\n", tot_prefill, tot_prefill_x);

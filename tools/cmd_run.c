@@ -437,7 +437,7 @@ int cmd_run(int argc, char **argv) {
                "\"schema_tokens_skipped\": %llu, \"schema_tokens_inferred\": %llu, \"n_drafted\": %zu, "
                "\"grammar_complete\": %s, \"logits_hash\": \"%016" PRIx64 "\", \"spec\": ",
                np, n_reused, rs.r.n_reused_disk, rs.r.n_computed, n_ids, ms_p, ms_d, n_gen > 0 ? engine_finish_name(rs.r.finish) : "length",
-               (unsigned long long)(engine_n_forward(e) - rs.fwd_first), (unsigned long long)os.schema_tokens_total,
+               (unsigned long long)n_passes, (unsigned long long)os.schema_tokens_total,
                (unsigned long long)os.schema_tokens_skipped, (unsigned long long)os.schema_tokens_inferred,
                rs.r.n_drafted, gp ? (gproc_complete(gp) ? "true" : "false") : "null", rs.lhash);
         cli_spec_json(stdout, &spec, &rs.r.spec, n_ids, n_passes);
