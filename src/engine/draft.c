@@ -222,6 +222,29 @@ void engine_exit_calibrate(struct dj_engine *e, struct dj_session *s) {
  * pass then verifies the drafts, every fed token resuming at exit_layer from
  * the hidden row kept here (c->xh).  Any failure drops the drafts: the step
  * decodes the sampled token plainly. */
+/* Room for n rows in the early-exit batch arrays (kept by the engine: no allocation
+ * per step once grown).  false on OOM (the arrays stay as they were). */
+static bool exit_scratch_reserve(struct dj_engine *e, size_t n) {
+    if (n <= e->xs.cap) return true;
+    const size_t E = e->model->hp.n_embd, V = e->model->hp.n_vocab;
+#define GROW(f, per)                                                         \
+    do {                                                                     \
+        void *p_ = realloc(e->xs.f, n * (per) * sizeof *e->xs.f);            \
+        if (!p_) return false;                                               \
+        e->xs.f = p_;                                                        \
+    } while (0)
+    GROW(cs, 1);
+    GROW(tok, 1);
+    GROW(pos, 1);
+    GROW(out, 1);
+    GROW(seq, 1);
+    GROW(hid, E);
+    GROW(lg, V);
+#undef GROW
+    e->xs.cap = n;
+    return true;
+}
+
 void engine_exit_drafts(struct dj_engine *e) {
     size_t n_x = 0, kmax = 0;
     for (struct dj_req *q = e->running; q; q = q->next)
@@ -239,13 +262,13 @@ void engine_exit_drafts(struct dj_engine *e) {
         }
     if (n_x == 0) return;
     const size_t E = e->model->hp.n_embd, V = e->model->hp.n_vocab;
-    struct dj_comp **cs = malloc(n_x * sizeof *cs);
-    dj_token *tok = malloc(n_x * sizeof *tok);
-    uint32_t *pos = malloc(n_x * sizeof *pos), *out = malloc(n_x * sizeof *out);
-    struct kv_seq **seq = malloc(n_x * sizeof *seq);
-    float *hid = malloc(n_x * E * sizeof *hid), *lg = malloc(n_x * V * sizeof *lg);
+    bool ok = exit_scratch_reserve(e, n_x);
+    struct dj_comp **cs = e->xs.cs;
+    dj_token *tok = e->xs.tok;
+    uint32_t *pos = e->xs.pos, *out = e->xs.out;
+    struct kv_seq **seq = e->xs.seq;
+    float *hid = e->xs.hid, *lg = e->xs.lg;
     size_t n = 0;
-    bool ok = cs && tok && pos && out && seq && hid && lg;
     for (struct dj_req *q = e->running; ok && q; q = q->next)
         for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++)
             if (q->comp[i].exit_k) cs[n++] = &q->comp[i];
@@ -287,13 +310,6 @@ void engine_exit_drafts(struct dj_engine *e) {
     if (!ok) /* nothing was drafted: the remaining exit_k were cleared above (n counted them) */
         for (struct dj_req *q = e->running; q; q = q->next)
             for (uint32_t i = 0; i < q->n_comp; i++) q->comp[i].exit_k = 0;
-    free(cs);
-    free(tok);
-    free(pos);
-    free(out);
-    free(seq);
-    free(hid);
-    free(lg);
 }
 
 /* Fills the step's start layers and hidden rows when a completion verifies

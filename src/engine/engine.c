@@ -251,6 +251,13 @@ void engine_destroy(struct dj_engine *e) {
     free(e->b_logits);
     free(e->b_start);
     free(e->b_hidden);
+    free(e->xs.cs);
+    free(e->xs.tok);
+    free(e->xs.pos);
+    free(e->xs.out);
+    free(e->xs.seq);
+    free(e->xs.hid);
+    free(e->xs.lg);
     free(e->ent);
     free(e->text);
     free(e->cancels);

@@ -121,6 +121,14 @@ struct dj_engine {
     uint32_t exit_layer;           /* early-exit drafts run layers [0, exit_layer); 0: not chosen yet (auto) */
     double exit_a, exit_h;         /* weight bytes of layers < exit_layer, of the output matrix: fractions of all */
     uint64_t n_forward_exit;       /* early-exit draft passes */
+    struct {                       /* early-exit draft passes' batch (x_cap rows: completions drafting) */
+        struct dj_comp **cs;
+        dj_token *tok;
+        uint32_t *pos, *out;
+        struct kv_seq **seq;
+        float *hid, *lg;           /* (x_cap, n_embd), (x_cap, n_vocab) */
+        size_t cap;
+    } xs;
     uint32_t *b_start;             /* (b_xcap) the step's start layers, when drafts resume at the exit layer */
     float *b_hidden;               /* (b_xcap, n_embd) their hidden rows */
     size_t b_xcap;
