@@ -19,6 +19,7 @@
 #include "sample/sampler.h"
 #include "test.h"
 #include "test_json.h"
+#include "test_model.h"
 
 enum { N_STEPS = 32 };
 
@@ -155,25 +156,6 @@ static void check_model(const char *shared, const char *name, float tol, bool f1
     model_free(m);
 }
 
-static float *eval(const struct dj_model *m, const dj_token *toks, size_t n, uint32_t ubatch, int threads) {
-    struct dj_ctx_params cp = ctx_default_params();
-    cp.n_ctx = (uint32_t)n;
-    cp.n_ubatch = ubatch;
-    cp.n_threads = threads;
-    struct dj_context *c = NULL;
-    if (ctx_create(m, cp, &c) != DJ_OK) return NULL;
-    float *out = malloc(n * m->hp.n_vocab * sizeof(float));
-    if (ubatch == 1) { /* token by token through the decode path */
-        for (size_t i = 0; i < n; i++)
-            if (ctx_decode(c, toks + i, 1, out + i * m->hp.n_vocab, false) != DJ_OK) { free(out); out = NULL; break; }
-    } else if (ctx_decode(c, toks, n, out, true) != DJ_OK) {
-        free(out);
-        out = NULL;
-    }
-    ctx_free(c);
-    return out;
-}
-
 static void check_invariance(const char *shared, const char *name) {
     char rel[256];
     snprintf(rel, sizeof rel, "golden/moe/%s.gguf", name);
@@ -191,12 +173,12 @@ static void check_invariance(const char *shared, const char *name) {
     for (size_t i = 0; i < np; i++) toks[i] = ptoks[i];
     for (size_t i = 0; i < ng; i++) toks[np + i] = greedy[i];
     const size_t bytes = n * m->hp.n_vocab * sizeof(float);
-    float *base = eval(m, toks, n, (uint32_t)n, 1);
+    float *base = test_eval_logits(m, toks, n, (uint32_t)n, 1, 0);
     CHECK(base != NULL);
     struct { uint32_t ub; int th; } cfg[] = {{1, 1}, {1, 2}, {3, 1}, {3, 2}, {5, 2}, {7, 1}, {64, 2}, {(uint32_t)n, 2}};
     const size_t n_cfg = sizeof cfg / sizeof cfg[0];
     for (size_t k = 0; k < n_cfg && base; k++) {
-        float *o = eval(m, toks, n, cfg[k].ub, cfg[k].th);
+        float *o = test_eval_logits(m, toks, n, cfg[k].ub, cfg[k].th, 0);
         CHECKF(o && !memcmp(o, base, bytes), "%s: ubatch %u threads %d differs from one batch", name, cfg[k].ub,
                cfg[k].th);
         free(o);

@@ -17,28 +17,8 @@
 #include "kernels/kernels.h"
 #include "model/context.h"
 #include "test.h"
+#include "test_model.h"
 #include "test_run.h"
-
-static float *eval(const struct dj_model *m, const dj_token *toks, size_t n, uint32_t ubatch, int threads,
-                   uint32_t block_size) {
-    struct dj_ctx_params cp = ctx_default_params();
-    cp.n_ctx = (uint32_t)n;
-    cp.n_ubatch = ubatch;
-    cp.n_threads = threads;
-    cp.block_size = block_size;
-    struct dj_context *c = NULL;
-    if (ctx_create(m, cp, &c) != DJ_OK) return NULL;
-    float *out = malloc(n * m->hp.n_vocab * sizeof(float));
-    if (ubatch == 1) { /* token by token through the decode path */
-        for (size_t i = 0; i < n; i++)
-            if (ctx_decode(c, toks + i, 1, out + i * m->hp.n_vocab, false) != DJ_OK) { free(out); out = NULL; break; }
-    } else if (ctx_decode(c, toks, n, out, true) != DJ_OK) {
-        free(out);
-        out = NULL;
-    }
-    ctx_free(c);
-    return out;
-}
 
 static const char *prompt =
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n        return n\n"
@@ -87,13 +67,13 @@ int main(int argc, char **argv) {
         CHECK(n > 64);
         const size_t bytes = n * m->hp.n_vocab * sizeof(float);
         /* the baseline: one batch, one thread, the whole prompt in one KV block */
-        float *base = eval(m, toks, n, (uint32_t)n, 1, (uint32_t)n);
+        float *base = test_eval_logits(m, toks, n, (uint32_t)n, 1, (uint32_t)n);
         CHECK(base != NULL);
         struct { uint32_t ub; int th; uint32_t bs; } cfg[] = {
             {1, 1, 64}, {3, 1, 64}, {7, 2, 64}, {64, 1, 64}, {64, 2, 16}, {(uint32_t)n, 2, 64}, {5, 2, 7}, {1, 1, 1}};
         const size_t n_cfg = sizeof cfg / sizeof cfg[0];
         for (size_t k = 0; k < n_cfg && base; k++) {
-            float *o = eval(m, toks, n, cfg[k].ub, cfg[k].th, cfg[k].bs);
+            float *o = test_eval_logits(m, toks, n, cfg[k].ub, cfg[k].th, cfg[k].bs);
             CHECKF(o && !memcmp(o, base, bytes), "%s: ubatch %u threads %d KV block %u differs from one batch",
                    models[mi], cfg[k].ub, cfg[k].th, cfg[k].bs);
             free(o);
@@ -108,7 +88,7 @@ int main(int argc, char **argv) {
         unsetenv("DJ_REPACK");
         if (m0 && base) {
             CHECK(m0->layers[0].wq.packed == NULL);
-            float *o = eval(m0, toks, n, (uint32_t)n, 2, 64), *o1 = eval(m0, toks, n, 1, 1, 64);
+            float *o = test_eval_logits(m0, toks, n, (uint32_t)n, 2, 64), *o1 = test_eval_logits(m0, toks, n, 1, 1, 64);
             CHECKF(o && !memcmp(o, base, bytes), "%s: the file's layout (DJ_REPACK=0) differs in one batch", models[mi]);
             CHECKF(o1 && !memcmp(o1, base, bytes), "%s: the file's layout (DJ_REPACK=0) differs token by token",
                    models[mi]);

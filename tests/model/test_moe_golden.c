@@ -73,7 +73,7 @@ static void check_loader_errors(const char *shared) {
         CHECK(!m->layers[0].ffn_gate_exps.data && m->layers[1].ffn_gate_exps.data);
         static const dj_token toks[] = {2006, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000};
         const size_t n = sizeof toks / sizeof toks[0], V = m->hp.n_vocab;
-        float *a = eval(m, toks, n, (uint32_t)n, 2), *b = eval(m, toks, n, 1, 1);
+        float *a = test_eval_logits(m, toks, n, (uint32_t)n, 2, 0), *b = test_eval_logits(m, toks, n, 1, 1, 0);
         CHECK(a && b && !memcmp(a, b, n * V * sizeof(float)));
         bool finite = a != NULL;
         for (size_t i = 0; a && i < n * V; i++) finite &= isfinite(a[i]) != 0;
@@ -111,8 +111,9 @@ static void check_repacked(const char *shared) {
                    dj_type_name(up->type), up->packed ? "packed by a table without pack" : "not packed");
             CHECK(m->layers[0].ffn_gate_inp.type == DJ_TYPE_F32 && m0->layers[2].ffn_down_exps.packed == NULL);
             const size_t bytes = n * m->hp.n_vocab * sizeof(float);
-            float *base = eval(m0, toks, n, (uint32_t)n, 1), *a = eval(m, toks, n, (uint32_t)n, 2),
-                  *b = eval(m, toks, n, 1, 1), *c3 = eval(m, toks, n, 3, 2);
+            float *base = test_eval_logits(m0, toks, n, (uint32_t)n, 1, 0);
+            float *a = test_eval_logits(m, toks, n, (uint32_t)n, 2, 0), *b = test_eval_logits(m, toks, n, 1, 1, 0),
+                  *c3 = test_eval_logits(m, toks, n, 3, 2, 0);
             CHECKF(base && a && !memcmp(a, base, bytes), "%s: repacked differs from the file's layout (one batch)",
                    qtypes[q]);
             CHECKF(base && b && !memcmp(b, base, bytes), "%s: repacked token by token differs", qtypes[q]);
