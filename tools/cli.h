@@ -37,6 +37,15 @@ bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k
 #define CLI_KV_TYPE_HELP                                                                              \
     "  -ctk, --cache-type-k T  K cache type: f32, f16, bf16, q8_0, q4_0 (default f16; docs/CONFIG.md)\n" \
     "  -ctv, --cache-type-v T  V cache type (the same choices)\n"
+/* llama.cpp's quantization mix (quant_mix.c): the type of tensor `name` (len bytes,
+ * n_dims, row length ne0, stored as `type`) for base type `base` (Q8_0, Q4_0, Q4_K;
+ * k_m: the q4_k_m mix), where i_layer of n_layer is the tensor's index among the
+ * tensors cli_quant_counted() counts (attn_v and ffn_down(_exps), each counted on its
+ * own) and has_output tells whether the file has output.weight. */
+uint32_t cli_quant_type(const char *name, size_t len, uint32_t n_dims, int64_t ne0, uint32_t type, uint32_t base,
+                        bool k_m, bool has_output, int i_layer, int n_layer);
+/* True for the tensors whose index the mix counts; *attn_v: an attn_v.weight (else an ffn_down). */
+bool cli_quant_counted(const char *name, size_t len, bool *attn_v);
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL + message on failure. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);
 

@@ -7,8 +7,16 @@
  * Weights: uniform in ±0.035 (std ≈ 0.02, the usual initialisation), from a
  * generator seeded by --seed and the tensor's name, so the same command writes
  * the same bytes; norm weights are 1.  Matrices are stored as --type (quantized
- * with the reference quantizers), vectors as F32.  Generation is spread over
- * -t threads by rows; the result does not depend on the thread count.
+ * with the reference quantizers; q4_k_m: llama.cpp's mix, quant_mix.c), vectors
+ * and MoE routers as F32.  Generation is spread over -t threads by rows; the
+ * result does not depend on the thread count.
+ *
+ * Architectures: llama, qwen2, qwen3 (dense), llama with experts (Mixtral-style),
+ * qwen3moe and deepseek2 (MLA in the split attn_k_b / attn_v_b layout that
+ * llama.cpp's converter writes), with the metadata keys and tensor names and
+ * shapes llama.cpp loads (golden/moe/README.md).  Tensors are produced while the
+ * file is written (gguf_writer_add_tensor_fill), so a 17 GB model needs memory
+ * for its largest tensor only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,64 +30,108 @@
 #include "kernels/ref/ref.h"
 
 struct preset {
-    const char *name;
-    uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    const char *name, *archs; /* archs: the --arch values it applies to, space-separated */
+    uint32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+    /* MoE (n_expert 0: dense): experts, used per token, expert width, shared experts, leading dense layers */
+    uint32_t n_expert, n_used, n_ff_exp, n_shared, n_dense;
+    /* MLA (deepseek2): kv_lora, q_lora (0: none), qk_nope, qk_rope, v_head */
+    uint32_t kv_lora, q_lora, qk_nope, qk_rope, v_head;
 };
 
+#define DENSE "llama qwen2 qwen3"
 static const struct preset presets[] = {
-    {"tiny", 256, 4, 8, 4, 768, 2048},
-    {"1b", 2048, 16, 32, 8, 8192, 4096},
-    {"8b", 4096, 32, 32, 8, 14336, 8192},
+    {"tiny", DENSE, 256, 4, 8, 4, 32, 768, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"1b", DENSE, 2048, 16, 32, 8, 64, 8192, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"8b", DENSE, 4096, 32, 32, 8, 128, 14336, 8192, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* Mixtral-style: llama with experts of width feed_forward_length */
+    {"tiny-moe", "llama", 256, 4, 8, 4, 32, 256, 2048, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny", "qwen3moe", 256, 4, 8, 4, 32, 768, 2048, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0},
+    /* Qwen3-30B-A3B / Qwen3-Coder-30B-A3B */
+    {"30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 40960, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny", "deepseek2", 256, 4, 8, 1, 0, 768, 4096, 8, 2, 256, 1, 1, 256, 0, 64, 32, 64},
+    /* DeepSeek-V2-Lite (15.7B, 2.4B active) */
+    {"v2-lite", "deepseek2", 2048, 27, 16, 1, 0, 10944, 163840, 64, 6, 1408, 2, 1, 512, 0, 128, 64, 128},
 };
+#undef DENSE
 
 static void synth_usage(FILE *f) {
     fprintf(f,
-            "usage: deja synth --arch llama|qwen2|qwen3 --preset tiny|1b|8b [--type f16|q8_0|q4_0|q4_k]\n"
-            "                  --vocab-from VOCAB.gguf -o OUT.gguf [--seed S] [-t THREADS]\n"
-            "  random weights at real shapes (1b: n_embd 2048, 16 layers, 32 heads, 8 KV heads, n_ff 8192;\n"
-            "  8b: 4096, 32, 32, 8, 14336; tiny: 256, 4, 8, 4, 768), tokenizer copied from VOCAB.gguf.\n"
-            "  --type: storage of the matrices (default f16); vectors are f32.\n");
+            "usage: deja synth --arch ARCH --preset P [--type f16|bf16|f32|q8_0|q4_0|q4_k|q4_k_m]\n"
+            "                  --vocab-from VOCAB.gguf -o OUT.gguf [--layers N] [--seed S] [-t THREADS]\n"
+            "  random weights at real shapes, tokenizer copied from VOCAB.gguf.  Presets:\n"
+            "    llama, qwen2, qwen3:  tiny (n_embd 256, 4 layers, 8/4 heads, n_ff 768), 1b (2048, 16, 32/8,\n"
+            "                          8192), 8b (4096, 32, 32/8, 14336)\n"
+            "    llama:                tiny-moe (Mixtral-style: tiny with 8 experts of 256, 2 used)\n"
+            "    qwen3moe:             tiny (8 experts of 256, 2 used), 30b-a3b (Qwen3-30B-A3B: 2048, 48\n"
+            "                          layers, 32/4 heads of 128, 128 experts of 768, 8 used)\n"
+            "    deepseek2:            tiny (MLA kv_lora 256, 8 experts, 1 shared), v2-lite (DeepSeek-V2-Lite:\n"
+            "                          2048, 27 layers, 16 heads, kv_lora 512, rope 64, 64 experts of 1408, 6\n"
+            "                          used, 2 shared, 1 dense layer of 10944)\n"
+            "  --type: storage of the matrices (default f16; q4_k_m: llama.cpp's mix, as deja quantize);\n"
+            "  vectors and MoE routers are f32.  --layers: fewer (or more) layers than the preset.\n"
+            "  The file is written tensor by tensor: memory stays near the largest tensor.\n");
 }
 
-/* A tensor to generate: name, K (row length), N (rows), a matrix (takes
- * --type) or a vector (F32), initialised to ones (norms) or random. */
+/* A tensor to generate: name, K (row length), N (rows, all dims above the first),
+ * its shape, a matrix (takes --type) or a vector (F32), ones (norms) or random. */
 struct spec {
     char name[64];
     int64_t K, N;
-    bool matrix, ones;
+    int64_t ne[3];
+    uint32_t n_dims, type;
+    size_t row_bytes;
+    bool ones;
+    const struct synth_state *S;
+};
+
+struct synth_state {
+    uint64_t seed;
+    struct dj_threadpool *pool;
+    float *rows; /* per-thread float row buffers of max K */
 };
 
 struct gen_job {
-    const char *name;
-    uint64_t seed;
-    uint32_t type;
-    int64_t K, N;
-    size_t row_bytes;
+    const struct spec *sp;
     uint8_t *out;
-    float *rows; /* per-thread float row buffers */
-    bool ones;
 };
 
 static void gen_task(void *arg, int ith, int nth) {
-    struct gen_job *j = arg;
+    const struct gen_job *j = arg;
+    const struct spec *sp = j->sp;
     long r0, r1;
-    threadpool_split((long)j->N, 1, ith, nth, &r0, &r1);
-    float *x = j->rows + (size_t)ith * (size_t)j->K;
+    threadpool_split((long)sp->N, 1, ith, nth, &r0, &r1);
+    float *x = sp->S->rows + (size_t)ith * (size_t)sp->K;
     for (long r = r0; r < r1; r++) {
         /* one independent stream per row: the bytes do not depend on the split */
-        uint64_t s = dj_fnv1a_u32(dj_fnv1a(j->seed, j->name, strlen(j->name)), (uint32_t)r) | 1;
-        for (int64_t i = 0; i < j->K; i++) {
+        uint64_t s = dj_fnv1a_u32(dj_fnv1a(sp->S->seed, sp->name, strlen(sp->name)), (uint32_t)r) | 1;
+        for (int64_t i = 0; i < sp->K; i++) {
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            x[i] = j->ones ? 1.0f : ((float)(s >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.035f;
+            x[i] = sp->ones ? 1.0f : ((float)(s >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.035f;
         }
-        bool ok = dj_ref_quantize_row(j->type, x, j->out + (size_t)r * j->row_bytes, j->K);
-        (void)ok; /* the type and K were checked before the job started */
+        bool ok = dj_ref_quantize_row(sp->type, x, j->out + (size_t)r * sp->row_bytes, sp->K);
+        (void)ok; /* the type and K were checked when the spec was made */
     }
+}
+
+/* gguf_fill_fn: generates the tensor while the file is written. */
+static enum dj_status gen_fill(void *arg, void *buf, size_t nbytes) {
+    const struct spec *sp = arg;
+    (void)nbytes; /* row_bytes * N, checked by the writer */
+    struct gen_job j = {sp, buf};
+    threadpool_run(sp->S->pool, gen_task, &j);
+    return DJ_OK;
+}
+
+static bool arch_in(const char *arch, const char *list) {
+    size_t n = strlen(arch);
+    for (const char *p = list; (p = strstr(p, arch)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return true;
+    return false;
 }
 
 int cmd_synth(int argc, char **argv) {
     const char *arch = NULL, *preset_name = NULL, *type_name = "f16", *vocab_path = NULL, *out_path = NULL;
-    unsigned long long seed = 42;
+    unsigned long long seed = 42, n_layer_opt = 0;
     long n_threads = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -92,14 +144,15 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--type")) dst = &type_name;
         else if (!strcmp(a, "--vocab-from")) dst = &vocab_path;
         else if (!strcmp(a, "-o")) dst = &out_path;
-        else if (!strcmp(a, "--seed") || !strcmp(a, "-t")) {
+        else if (!strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "--layers")) {
             const char *v = cli_value("synth", argc, argv, &i);
             char *end;
             if (!v) return 1;
             unsigned long long x = strtoull(v, &end, 10);
-            if (*end || end == v || (a[1] == 't' && (x < 1 || x > 256)))
+            if (*end || end == v || (a[1] == 't' && (x < 1 || x > 256)) || (a[2] == 'l' && (x < 1 || x > 1024)))
                 return cli_error("synth", "%s: '%s' is not a valid number", a, v);
             if (a[1] == 't') n_threads = (long)x;
+            else if (a[2] == 'l') n_layer_opt = x;
             else seed = x;
         } else {
             synth_usage(stderr);
@@ -111,16 +164,29 @@ int cmd_synth(int argc, char **argv) {
         synth_usage(stderr);
         return cli_error("synth", "need --arch, --preset, --vocab-from and -o");
     }
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3"))
-        return cli_error("synth", "--arch: '%s' is not one of llama, qwen2, qwen3", arch);
-    const struct preset *P = NULL;
+    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2"))
+        return cli_error("synth", "--arch: '%s' is not one of llama, qwen2, qwen3, qwen3moe, deepseek2", arch);
+    struct preset P = {0};
+    bool found = false;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-        if (!strcmp(presets[i].name, preset_name)) P = &presets[i];
-    if (!P) return cli_error("synth", "--preset: '%s' is not one of tiny, 1b, 8b", preset_name);
-    int type = !strcmp(type_name, "q4_k") ? DJ_TYPE_Q4_K : dj_type_from_name(type_name);
+        if (!strcmp(presets[i].name, preset_name) && arch_in(arch, presets[i].archs)) P = presets[i], found = true;
+    if (!found) {
+        char names[256] = "";
+        for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+            if (arch_in(arch, presets[i].archs))
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "",
+                         presets[i].name);
+        return cli_error("synth", "--preset: '%s' is not a preset of %s (%s)", preset_name, arch, names);
+    }
+    if (n_layer_opt) {
+        if (n_layer_opt <= P.n_dense) return cli_error("synth", "--layers: %s %s needs more than %u", arch, preset_name, P.n_dense);
+        P.n_layer = (uint32_t)n_layer_opt;
+    }
+    const bool k_m = !strcmp(type_name, "q4_k_m");
+    int type = !strcmp(type_name, "q4_k") || k_m ? DJ_TYPE_Q4_K : dj_type_from_name(type_name);
     if (type != DJ_TYPE_F16 && type != DJ_TYPE_Q8_0 && type != DJ_TYPE_Q4_0 && type != DJ_TYPE_Q4_K &&
         type != DJ_TYPE_F32 && type != DJ_TYPE_BF16)
-        return cli_error("synth", "--type: '%s' is not one of f16, q8_0, q4_0, q4_k (or f32, bf16)", type_name);
+        return cli_error("synth", "--type: '%s' is not one of f16, bf16, f32, q8_0, q4_0, q4_k, q4_k_m", type_name);
 
     struct gguf_ctx *voc = NULL;
     if (gguf_open(vocab_path, &voc) != DJ_OK) return cli_error("synth", "%s", dj_last_error());
@@ -130,132 +196,184 @@ int cmd_synth(int argc, char **argv) {
         return cli_error("synth", "%s: no tokenizer.ggml.tokens string array", vocab_path);
     }
     const uint32_t n_vocab = (uint32_t)toks.n;
-    const bool qwen = arch[0] == 'q';
-    const uint32_t hd = P->n_embd / P->n_head;
+    const bool qwen = arch[0] == 'q', mla = !strcmp(arch, "deepseek2"), moe = P.n_expert > 0;
+    const bool llama_moe = moe && !strcmp(arch, "llama");
+    const uint32_t hd = P.head_dim;
     struct gguf_writer *w = gguf_writer_create();
-    struct dj_threadpool *pool = threadpool_create((int)n_threads);
+    struct synth_state S = {seed, threadpool_create((int)n_threads), NULL};
     int rc = 1;
-    uint8_t **bufs = NULL;
-    size_t n_bufs = 0;
-    float *rows = NULL;
     struct spec *sp = NULL;
-    if (!w || !pool) {
+    if (!w || !S.pool) {
         cli_error("synth", "out of memory");
         goto done;
     }
     char key[160], name[96];
     enum dj_status st = DJ_OK;
 #define KEY(k) (snprintf(key, sizeof key, "%s.%s", arch, k), key)
+#define U32(k, v) (st = gguf_writer_set_u32(w, KEY(k), (v)))
+#define F32(k, v) (st = gguf_writer_set_f32(w, KEY(k), (v)))
     snprintf(name, sizeof name, "deja-synth-%s-%s-%s", arch, preset_name, type_name);
     uint32_t ftype = type == DJ_TYPE_F32 ? 0 : type == DJ_TYPE_F16 ? 1 : type == DJ_TYPE_Q4_0 ? 2 : type == DJ_TYPE_Q8_0 ? 7
-                   : type == DJ_TYPE_Q4_K ? 14 : 32;
+                   : k_m ? 15 : type == DJ_TYPE_Q4_K ? 14 : 32;
     if ((st = gguf_writer_set_str(w, "general.architecture", arch, strlen(arch))) ||
         (st = gguf_writer_set_str(w, "general.name", name, strlen(name))) ||
         (st = gguf_writer_set_u32(w, "general.file_type", ftype)) ||
-        (st = gguf_writer_set_u32(w, KEY("vocab_size"), n_vocab)) ||
-        (st = gguf_writer_set_u32(w, KEY("context_length"), P->n_ctx)) ||
-        (st = gguf_writer_set_u32(w, KEY("embedding_length"), P->n_embd)) ||
-        (st = gguf_writer_set_u32(w, KEY("block_count"), P->n_layer)) ||
-        (st = gguf_writer_set_u32(w, KEY("feed_forward_length"), P->n_ff)) ||
-        (st = gguf_writer_set_u32(w, KEY("attention.head_count"), P->n_head)) ||
-        (st = gguf_writer_set_u32(w, KEY("attention.head_count_kv"), P->n_head_kv)) ||
-        (st = gguf_writer_set_u32(w, KEY("attention.key_length"), hd)) ||
-        (st = gguf_writer_set_u32(w, KEY("attention.value_length"), hd)) ||
-        (st = gguf_writer_set_u32(w, KEY("rope.dimension_count"), hd)) ||
-        (st = gguf_writer_set_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f)) ||
-        (st = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), qwen ? 1e-6f : 1e-5f)))
+        (st = gguf_writer_set_u32(w, "general.quantization_version", 2)) || U32("vocab_size", n_vocab) ||
+        U32("context_length", P.n_ctx) || U32("embedding_length", P.n_embd) || U32("block_count", P.n_layer) ||
+        U32("feed_forward_length", P.n_ff) || U32("attention.head_count", P.n_head) ||
+        U32("attention.head_count_kv", P.n_head_kv) ||
+        F32("attention.layer_norm_rms_epsilon", qwen || mla ? 1e-6f : 1e-5f))
         goto fail_st;
+    if (mla) {
+        /* the split layout llama.cpp's converter writes: key/value_length are the absorbed
+         * (cached) widths, the _mla keys the per-head ones */
+        if (U32("attention.key_length", P.kv_lora + P.qk_rope) || U32("attention.value_length", P.kv_lora) ||
+            U32("attention.key_length_mla", P.qk_nope + P.qk_rope) || U32("attention.value_length_mla", P.v_head) ||
+            U32("attention.q_lora_rank", P.q_lora) || U32("attention.kv_lora_rank", P.kv_lora) ||
+            U32("rope.dimension_count", P.qk_rope) || F32("rope.freq_base", 10000.0f) ||
+            (st = gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", 4)) || F32("rope.scaling.factor", 40.0f) ||
+            U32("rope.scaling.original_context_length", 4096) || F32("rope.scaling.yarn_log_multiplier", 0.0707f) ||
+            U32("leading_dense_block_count", P.n_dense) || U32("expert_shared_count", P.n_shared) ||
+            F32("expert_weights_scale", 1.0f) || (st = gguf_writer_set_bool(w, KEY("expert_weights_norm"), false)) ||
+            U32("expert_gating_func", 1))
+            goto fail_st;
+    } else if (U32("attention.key_length", hd) || U32("attention.value_length", hd) || U32("rope.dimension_count", hd) ||
+               F32("rope.freq_base", qwen ? 1000000.0f : 10000.0f)) {
+        goto fail_st;
+    }
+    if (moe && (U32("expert_count", P.n_expert) || U32("expert_used_count", P.n_used) ||
+                (!llama_moe && U32("expert_feed_forward_length", P.n_ff_exp))))
+        goto fail_st;
+#undef F32
+#undef U32
 #undef KEY
     for (size_t i = 0; i < gguf_n_kv(voc); i++) {
         struct gguf_str k = gguf_kv_key(voc, i);
         if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10) && (st = gguf_writer_copy_kv(w, voc, i))) goto fail_st;
     }
 
-    const int64_t E = P->n_embd, Q = (int64_t)P->n_head * hd, KV = (int64_t)P->n_head_kv * hd, F = P->n_ff;
-    size_t max_specs = 3 + (size_t)P->n_layer * 14;
+    const int64_t E = P.n_embd, H = P.n_head, Q = H * hd, KV = (int64_t)P.n_head_kv * hd,
+                  F = llama_moe ? P.n_ff_exp : P.n_ff, FE = P.n_ff_exp, NE = P.n_expert,
+                  R = P.kv_lora, NOPE = P.qk_nope, ROPE = P.qk_rope, VH = P.v_head;
+    size_t max_specs = 3 + (size_t)P.n_layer * 20;
     sp = calloc(max_specs, sizeof *sp);
-    bufs = calloc(max_specs, sizeof *bufs);
-    if (!sp || !bufs) {
+    if (!sp) {
         cli_error("synth", "out of memory");
         goto done;
     }
     size_t ns = 0;
-#define ADD(nm, k, n, mat, one)                                                  \
-    do {                                                                         \
-        snprintf(sp[ns].name, sizeof sp[ns].name, "%s", nm);                     \
-        sp[ns].K = k, sp[ns].N = n, sp[ns].matrix = mat, sp[ns].ones = one;      \
-        ns++;                                                                    \
+    int64_t max_k = 1;
+    /* dims: 1 (a vector), 2 (K x N) or 3 (K x N x NE: MoE experts, MLA per-head slabs) */
+#define ADD(nm, k, n, n3, dims, one)                                                      \
+    do {                                                                                  \
+        snprintf(sp[ns].name, sizeof sp[ns].name, "%s", nm);                              \
+        sp[ns].K = k, sp[ns].N = (int64_t)(n) * (n3), sp[ns].ones = one;                 \
+        sp[ns].ne[0] = k, sp[ns].ne[1] = n, sp[ns].ne[2] = n3, sp[ns].n_dims = dims;     \
+        if ((k) > max_k) max_k = k;                                                       \
+        ns++;                                                                             \
     } while (0)
-    ADD("token_embd.weight", E, n_vocab, true, false);
-    ADD("output_norm.weight", E, 1, false, true);
-    ADD("output.weight", E, n_vocab, true, false);
-    for (uint32_t il = 0; il < P->n_layer; il++) {
+    ADD("token_embd.weight", E, n_vocab, 1, 2, false);
+    ADD("output_norm.weight", E, 1, 1, 1, true);
+    ADD("output.weight", E, n_vocab, 1, 2, false);
+    for (uint32_t il = 0; il < P.n_layer; il++) {
         char n[64];
-#define L(suffix, k, nn, mat, one)                                 \
+#define L(suffix, k, nn, n3, dims, one)                            \
     do {                                                           \
         snprintf(n, sizeof n, "blk.%u.%s", il, suffix);            \
-        ADD(n, k, nn, mat, one);                                   \
+        ADD(n, k, nn, n3, dims, one);                              \
     } while (0)
-        L("attn_norm.weight", E, 1, false, true);
-        L("attn_q.weight", E, Q, true, false);
-        L("attn_k.weight", E, KV, true, false);
-        L("attn_v.weight", E, KV, true, false);
-        if (!strcmp(arch, "qwen2")) {
-            L("attn_q.bias", Q, 1, false, false);
-            L("attn_k.bias", KV, 1, false, false);
-            L("attn_v.bias", KV, 1, false, false);
+        L("attn_norm.weight", E, 1, 1, 1, true);
+        if (mla) {
+            if (P.q_lora) {
+                L("attn_q_a.weight", E, P.q_lora, 1, 2, false);
+                L("attn_q_a_norm.weight", P.q_lora, 1, 1, 1, true);
+                L("attn_q_b.weight", P.q_lora, H * (NOPE + ROPE), 1, 2, false);
+            } else {
+                L("attn_q.weight", E, H * (NOPE + ROPE), 1, 2, false);
+            }
+            L("attn_kv_a_mqa.weight", E, R + ROPE, 1, 2, false);
+            L("attn_kv_a_norm.weight", R, 1, 1, 1, true);
+            L("attn_k_b.weight", NOPE, R, H, 3, false);
+            L("attn_v_b.weight", R, VH, H, 3, false);
+            L("attn_output.weight", H * VH, E, 1, 2, false);
+        } else {
+            L("attn_q.weight", E, Q, 1, 2, false);
+            L("attn_k.weight", E, KV, 1, 2, false);
+            L("attn_v.weight", E, KV, 1, 2, false);
+            if (!strcmp(arch, "qwen2")) {
+                L("attn_q.bias", Q, 1, 1, 1, false);
+                L("attn_k.bias", KV, 1, 1, 1, false);
+                L("attn_v.bias", KV, 1, 1, 1, false);
+            }
+            if (!strncmp(arch, "qwen3", 5)) {
+                L("attn_q_norm.weight", hd, 1, 1, 1, true);
+                L("attn_k_norm.weight", hd, 1, 1, 1, true);
+            }
+            L("attn_output.weight", Q, E, 1, 2, false);
         }
-        if (!strcmp(arch, "qwen3")) {
-            L("attn_q_norm.weight", hd, 1, false, true);
-            L("attn_k_norm.weight", hd, 1, false, true);
+        L("ffn_norm.weight", E, 1, 1, 1, true);
+        if (!moe || il < P.n_dense) {
+            L("ffn_gate.weight", E, F, 1, 2, false);
+            L("ffn_up.weight", E, F, 1, 2, false);
+            L("ffn_down.weight", F, E, 1, 2, false);
+        } else {
+            L("ffn_gate_inp.weight", E, NE, 1, 2, false);
+            L("ffn_gate_exps.weight", E, FE, NE, 3, false);
+            L("ffn_up_exps.weight", E, FE, NE, 3, false);
+            L("ffn_down_exps.weight", FE, E, NE, 3, false);
+            if (P.n_shared) {
+                const int64_t FS = FE * P.n_shared;
+                L("ffn_gate_shexp.weight", E, FS, 1, 2, false);
+                L("ffn_up_shexp.weight", E, FS, 1, 2, false);
+                L("ffn_down_shexp.weight", FS, E, 1, 2, false);
+            }
         }
-        L("attn_output.weight", Q, E, true, false);
-        L("ffn_norm.weight", E, 1, false, true);
-        L("ffn_gate.weight", E, F, true, false);
-        L("ffn_up.weight", E, F, true, false);
-        L("ffn_down.weight", F, E, true, false);
 #undef L
     }
 #undef ADD
-    rows = malloc((size_t)n_threads * (size_t)(F > E ? F : E) * sizeof(float));
-    if (!rows) {
+    S.rows = malloc((size_t)n_threads * (size_t)max_k * sizeof(float));
+    if (!S.rows) {
         cli_error("synth", "out of memory");
         goto done;
     }
+    /* the mix's layer index of attn_v / ffn_down(_exps) tensors, as deja quantize counts them */
+    int n_v = 0, n_down = 0, i_v = 0, i_down = 0;
+    for (size_t i = 0; i < ns; i++) {
+        bool is_v;
+        if (cli_quant_counted(sp[i].name, strlen(sp[i].name), &is_v)) is_v ? n_v++ : n_down++;
+    }
     size_t total = 0;
     for (size_t i = 0; i < ns; i++) {
-        uint32_t t = sp[i].matrix ? (uint32_t)type : DJ_TYPE_F32;
+        const size_t len = strlen(sp[i].name);
+        bool is_v;
+        const bool counted = cli_quant_counted(sp[i].name, len, &is_v);
+        uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") ? DJ_TYPE_F32 : (uint32_t)type;
+        if (k_m)
+            t = cli_quant_type(sp[i].name, len, sp[i].n_dims, sp[i].K, t, (uint32_t)type, true, true,
+                               counted ? (is_v ? i_v : i_down) : 0, counted ? (is_v ? n_v : n_down) : 1);
+        if (counted) is_v ? i_v++ : i_down++;
         size_t rb;
         if (!dj_row_bytes(t, sp[i].K, &rb)) {
             t = DJ_TYPE_F16; /* a row the block size does not divide */
             dj_row_bytes(t, sp[i].K, &rb);
         }
-        size_t nb = rb * (size_t)sp[i].N;
-        bufs[n_bufs] = malloc(nb);
-        if (!bufs[n_bufs]) {
-            cli_error("synth", "out of memory allocating %zu bytes for %s (total so far %zu)", nb, sp[i].name, total);
-            goto done;
-        }
-        struct gen_job j = {sp[i].name, seed, t, sp[i].K, sp[i].N, rb, bufs[n_bufs], rows, sp[i].ones};
-        threadpool_run(pool, gen_task, &j);
-        int64_t ne[2] = {sp[i].K, sp[i].N};
-        if ((st = gguf_writer_add_tensor(w, sp[i].name, t, sp[i].N == 1 ? 1 : 2, ne, bufs[n_bufs], nb))) goto fail_st;
-        n_bufs++;
+        sp[i].type = t, sp[i].row_bytes = rb, sp[i].S = &S;
+        const size_t nb = rb * (size_t)sp[i].N;
+        if ((st = gguf_writer_add_tensor_fill(w, sp[i].name, t, sp[i].n_dims, sp[i].ne, nb, gen_fill, &sp[i])))
+            goto fail_st;
         total += nb;
     }
     if ((st = gguf_writer_write(w, out_path))) goto fail_st;
-    fprintf(stderr, "synth: wrote %s: %s %s, %zu tensors, %.2f GB of weights\n", out_path, arch, preset_name, n_bufs,
-            (double)total / 1e9);
+    fprintf(stderr, "synth: wrote %s: %s %s, %u layers, %zu tensors, %.2f GB of weights\n", out_path, arch, preset_name,
+            P.n_layer, ns, (double)total / 1e9);
     rc = 0;
     goto done;
 fail_st:
     cli_error("synth", "%s", dj_last_error());
 done:
     free(sp);
-    for (size_t i = 0; i < n_bufs; i++) free(bufs[i]);
-    free(bufs);
-    free(rows);
-    threadpool_destroy(pool);
+    free(S.rows);
+    threadpool_destroy(S.pool);
     gguf_writer_destroy(w);
     gguf_close(voc);
     return rc;

@@ -141,7 +141,7 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_ctx *ctx, const cha
  * Builds a file in memory order: metadata in the order set (setting an existing
  * key replaces its value in place), tensors in the order added.  Tensor data is
  * referenced, not copied: the caller keeps it alive until gguf_writer_write()
- * returns.  gguf_writer_write() writes "<path>.tmp" then renames, so a failure
+ * returns (or produced then: gguf_writer_add_tensor_fill).  gguf_writer_write() writes "<path>.tmp" then renames, so a failure
  * (a full disk) never leaves a partial file at `path`.  general.alignment, if
  * set, must be a power of two and is used for the layout.
  */
@@ -174,6 +174,14 @@ enum dj_status gguf_writer_remove_key(struct gguf_writer *w, const char *key); /
 /* ne: n_dims sizes, ne[0] the row length; nbytes must equal the computed size. */
 enum dj_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                                       const int64_t *ne, const void *data, size_t nbytes);
+
+/* A tensor whose bytes are produced while the file is written, so a file larger
+ * than memory can be written: fill(arg, buf, nbytes) writes exactly nbytes into buf
+ * (the writer's buffer, reused between tensors) and returns DJ_OK or an error that
+ * stops the write.  arg must stay valid until gguf_writer_write() returns. */
+typedef enum dj_status (*gguf_fill_fn)(void *arg, void *buf, size_t nbytes);
+enum dj_status gguf_writer_add_tensor_fill(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                           const int64_t *ne, size_t nbytes, gguf_fill_fn fill, void *arg);
 
 /* version 3 unless set with gguf_writer_set_version (2 or 3). */
 enum dj_status gguf_writer_set_version(struct gguf_writer *w, uint32_t version);

@@ -59,6 +59,8 @@ struct wtensor {
     int64_t ne[GGUF_MAX_DIMS];
     const void *data;
     size_t nbytes;
+    gguf_fill_fn fill; /* non-NULL: data is produced at write time */
+    void *fill_arg;
 };
 
 struct gguf_writer {
@@ -333,8 +335,8 @@ enum dj_status gguf_writer_remove_key(struct gguf_writer *w, const char *key) {
     return DJ_OK;
 }
 
-enum dj_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                                      const int64_t *ne, const void *data, size_t nbytes) {
+static enum dj_status add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                 const int64_t *ne, const void *data, size_t nbytes, gguf_fill_fn fill, void *fill_arg) {
     char nm[100];
     if (!w || !name || !ne) return dj_fail(DJ_ERR_INVALID, "gguf writer: NULL writer, tensor name or shape");
     size_t len = strlen(name);
@@ -349,7 +351,7 @@ enum dj_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, u
     if (!ti) return dj_fail(DJ_ERR_INVALID, "gguf writer: tensor '%s': unknown ggml type %" PRIu32, nm, type);
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return dj_fail(DJ_ERR_INVALID, "gguf writer: tensor '%s': n_dims %" PRIu32 " is not in 1..%d", nm, n_dims, GGUF_MAX_DIMS);
-    struct wtensor t = {.type = type, .n_dims = n_dims, .data = data, .nbytes = nbytes};
+    struct wtensor t = {.type = type, .n_dims = n_dims, .data = data, .nbytes = nbytes, .fill = fill, .fill_arg = fill_arg};
     int64_t nelem = 1;
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
         t.ne[d] = d < n_dims ? ne[d] : 1;
@@ -363,7 +365,7 @@ enum dj_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, u
                        nm, t.ne[0], ti->name, ti->blck);
     if (want != nbytes)
         return dj_fail(DJ_ERR_INVALID, "gguf writer: tensor '%s': nbytes %zu, but its shape and type need %zu", nm, nbytes, want);
-    if (!data && nbytes) return dj_fail(DJ_ERR_INVALID, "gguf writer: tensor '%s': NULL data", nm);
+    if (!data && !fill && nbytes) return dj_fail(DJ_ERR_INVALID, "gguf writer: tensor '%s': NULL data", nm);
     const char *nc;
     if (!grow((void **)&w->t, &w->cap_t, w->n_t, sizeof *w->t) || !copy_bytes(name, len, &nc))
         return dj_fail(DJ_ERR_NOMEM, "gguf writer: out of memory for tensor '%s'", nm);
@@ -371,6 +373,17 @@ enum dj_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, u
     t.name_len = len;
     w->t[w->n_t++] = t;
     return DJ_OK;
+}
+
+enum dj_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                      const int64_t *ne, const void *data, size_t nbytes) {
+    return add_tensor(w, name, type, n_dims, ne, data, nbytes, NULL, NULL);
+}
+
+enum dj_status gguf_writer_add_tensor_fill(struct gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                           const int64_t *ne, size_t nbytes, gguf_fill_fn fill, void *arg) {
+    if (!fill) return dj_fail(DJ_ERR_INVALID, "gguf writer: tensor '%s': NULL fill function", name ? name : "(null)");
+    return add_tensor(w, name, type, n_dims, ne, NULL, nbytes, fill, arg);
 }
 
 enum dj_status gguf_writer_set_version(struct gguf_writer *w, uint32_t version) {
@@ -501,7 +514,15 @@ enum dj_status gguf_writer_write_memory(struct gguf_writer *w, void **out, size_
     memcpy(p, lo.meta.p, lo.meta.len);
     size_t off = lo.data_offset;
     for (size_t i = 0; i < w->n_t; i++) {
-        if (w->t[i].nbytes) memcpy(p + off, w->t[i].data, w->t[i].nbytes);
+        if (w->t[i].fill && w->t[i].nbytes) {
+            if ((st = w->t[i].fill(w->t[i].fill_arg, p + off, w->t[i].nbytes))) {
+                free(p);
+                free(lo.meta.p);
+                return st;
+            }
+        } else if (w->t[i].nbytes) {
+            memcpy(p + off, w->t[i].data, w->t[i].nbytes);
+        }
         off += w->t[i].nbytes;
         dj_align_up(off, lo.align, &off); /* cannot overflow: lay_out checked the total */
     }
@@ -583,10 +604,27 @@ enum dj_status gguf_writer_write(struct gguf_writer *w, const char *path) {
     }
     st = out_write(&f, lo.meta.p, lo.meta.len);
     if (!st && w->n_t) st = out_pad(&f, lo.align);
+    void *buf = NULL; /* one buffer for the filled tensors, grown to the largest */
+    size_t buf_cap = 0;
     for (size_t i = 0; !st && i < w->n_t; i++) {
-        st = out_write(&f, w->t[i].data, w->t[i].nbytes);
+        const void *data = w->t[i].data;
+        if (w->t[i].fill && w->t[i].nbytes) {
+            if (w->t[i].nbytes > buf_cap) {
+                free(buf);
+                buf_cap = 0;
+                if (!(buf = malloc(w->t[i].nbytes))) {
+                    st = dj_fail(DJ_ERR_NOMEM, "%s: out of memory for a %zu-byte tensor", path, w->t[i].nbytes);
+                    break;
+                }
+                buf_cap = w->t[i].nbytes;
+            }
+            if ((st = w->t[i].fill(w->t[i].fill_arg, buf, w->t[i].nbytes))) break;
+            data = buf;
+        }
+        st = out_write(&f, data, w->t[i].nbytes);
         if (!st) st = out_pad(&f, lo.align);
     }
+    free(buf);
     if (!st && fsync(f.fd) != 0) st = dj_fail(DJ_ERR_IO, "%s: fsync of %s failed: %s", path, tmp, strerror(errno));
     if (close(f.fd) != 0 && !st) st = dj_fail(DJ_ERR_IO, "%s: closing %s failed: %s", path, tmp, strerror(errno));
     if (!st && rename(tmp, path) != 0) st = dj_fail(DJ_ERR_IO, "%s: renaming %s failed: %s", path, tmp, strerror(errno));

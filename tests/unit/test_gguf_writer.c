@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/ggml_type.h"
+#include "core/status.h"
 #include "gguf/gguf.h"
 #include "test.h"
 
@@ -423,8 +424,77 @@ static void test_disk_full(void) {
     rmdir(dir);
 }
 
+/* gguf_writer_add_tensor_fill: the bytes a fill function produces at write time
+ * land exactly where referenced data would (file and memory), the buffer is
+ * reused between tensors, and a fill that fails stops the write, names its
+ * error and leaves no file. */
+struct fill_arg {
+    uint8_t seed;
+    int calls;
+    bool fail;
+};
+
+static enum dj_status fill_pattern(void *arg, void *buf, size_t n) {
+    struct fill_arg *a = arg;
+    a->calls++;
+    if (a->fail) return dj_fail(DJ_ERR_IO, "fill %u failed", (unsigned)a->seed);
+    for (size_t i = 0; i < n; i++) ((uint8_t *)buf)[i] = (uint8_t)(a->seed + i * 7);
+    return DJ_OK;
+}
+
+static void test_fill(void) {
+    static uint8_t d0[96], d1[40], d2[200];
+    uint8_t *datas[3] = {d0, d1, d2};
+    const size_t sizes[3] = {sizeof d0, sizeof d1, sizeof d2};
+    struct fill_arg args[3] = {{1, 0, false}, {2, 0, false}, {3, 0, false}};
+    struct gguf_writer *a = gguf_writer_create(), *b = gguf_writer_create();
+    CHECK(a && b);
+    if (!a || !b) return;
+    for (int i = 0; i < 3; i++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "t%d", i);
+        const int64_t ne[] = {(int64_t)sizes[i]};
+        for (size_t k = 0; k < sizes[i]; k++) datas[i][k] = (uint8_t)(args[i].seed + k * 7);
+        CHECK(gguf_writer_add_tensor(a, nm, DJ_TYPE_I8, 1, ne, datas[i], sizes[i]) == DJ_OK);
+        /* i = 1 fills into the buffer grown for tensor 0: it must not see stale bytes */
+        CHECK(gguf_writer_add_tensor_fill(b, nm, DJ_TYPE_I8, 1, ne, sizes[i], fill_pattern, &args[i]) == DJ_OK);
+    }
+    const int64_t ne1[] = {4};
+    CHECK(gguf_writer_add_tensor_fill(b, "nofn", DJ_TYPE_I8, 1, ne1, 4, NULL, NULL) == DJ_ERR_INVALID);
+    CHECK(gguf_writer_add_tensor_fill(b, "badsize", DJ_TYPE_I8, 1, ne1, 5, fill_pattern, &args[0]) == DJ_ERR_INVALID);
+    void *ma = NULL, *mb = NULL;
+    size_t na = 0, nb = 0;
+    CHECK(gguf_writer_write_memory(a, &ma, &na) == DJ_OK && gguf_writer_write_memory(b, &mb, &nb) == DJ_OK);
+    CHECK(ma && mb && na == nb && memcmp(ma, mb, na) == 0);
+    free(mb);
+    mb = NULL;
+    char dir[] = "/tmp/dj_gguf_fill_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[128];
+    snprintf(path, sizeof path, "%s/f.gguf", dir);
+    CHECK(gguf_writer_write(b, path) == DJ_OK);
+    size_t nf = 0;
+    char *f = test_read_file(path, &nf);
+    CHECK(f && nf == na && memcmp(f, ma, na) == 0);
+    CHECK(args[0].calls == 2 && args[1].calls == 2 && args[2].calls == 2);
+    free(f);
+    unlink(path);
+    args[1].fail = true;
+    CHECK(gguf_writer_write(b, path) == DJ_ERR_IO && strstr(dj_last_error(), "fill 2 failed"));
+    CHECK(!file_exists(path));
+    char tmp[160];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    CHECK(!file_exists(tmp));
+    CHECK(gguf_writer_write_memory(b, &mb, &nb) == DJ_ERR_IO && mb == NULL);
+    rmdir(dir);
+    free(ma);
+    gguf_writer_destroy(a);
+    gguf_writer_destroy(b);
+}
+
 int main(int argc, char **argv) {
     shared = argc > 1 ? argv[1] : "../shared";
+    test_fill();
     test_round_trip();
     test_argument_errors();
     test_unwritable_path();
