@@ -3,7 +3,8 @@
  * empty cache in ubatches) and decode (tgN: N tokens one at a time from an
  * empty cache) throughput, the median of -r repetitions, and for decode the
  * achieved GB/s of weights read (every weight but the token embedding, whose
- * one row per token is negligible).  --membw measures this machine's memory
+ * one row per token is negligible; of an MoE layer's experts, the n_expert_used a
+ * token reads).  --membw measures this machine's memory
  * read bandwidth in the same run (each thread streams its share of a 2 GiB
  * buffer with 256-bit loads) and prints decode GB/s as a fraction of it.
  *
@@ -212,15 +213,17 @@ static int bench_batch(struct dj_model *m, const char *list, long npp, long ntg,
         }
         const double pp_tok = (double)(n_seq * npp), tg_tok = (double)(n_seq * ntg);
         const double gbs = (double)weight_bytes * (double)ntg / best_tg / 1e9; /* one pass over the weights a step */
+        char gb[32] = "null"; /* MoE: unknown (weight_bytes 0) */
+        if (weight_bytes) snprintf(gb, sizeof gb, "%.2f", gbs);
         if (json)
             printf("{\"n_seq\": %ld, \"npp\": %ld, \"ntg\": %ld, \"t_pp\": %.4f, \"s_pp\": %.2f, \"t_tg\": %.4f, "
-                   "\"s_tg\": %.2f, \"t\": %.4f, \"s\": %.2f, \"tg_gbs\": %.2f}\n",
+                   "\"s_tg\": %.2f, \"t\": %.4f, \"s\": %.2f, \"tg_gbs\": %s}\n",
                    n_seq, npp, ntg, best_pp, pp_tok / best_pp, best_tg, tg_tok / best_tg, best_pp + best_tg,
-                   (pp_tok + tg_tok) / (best_pp + best_tg), gbs);
+                   (pp_tok + tg_tok) / (best_pp + best_tg), gb);
         else
-            printf("|%6ld |%6ld |%4ld |%7ld |%8.3f |%9.2f |%8.3f |%9.2f |%8.3f |%9.2f |%9.2f |\n", npp, ntg, n_seq,
+            printf("|%6ld |%6ld |%4ld |%7ld |%8.3f |%9.2f |%8.3f |%9.2f |%8.3f |%9.2f |%9s |\n", npp, ntg, n_seq,
                    n_seq * (npp + ntg), best_pp, pp_tok / best_pp, best_tg, tg_tok / best_tg, best_pp + best_tg,
-                   (pp_tok + tg_tok) / (best_pp + best_tg), gbs);
+                   (pp_tok + tg_tok) / (best_pp + best_tg), weight_bytes ? gb : "-");
         fflush(stdout);
     }
     return 0;
@@ -283,16 +286,24 @@ int cmd_bench(int argc, char **argv) {
     if (llama_opt_config_from_env(&opt) != DJ_OK) return cli_error("bench", "%s", dj_last_error());
     struct dj_model *m = NULL;
     if (model_load(model_path, &m) != DJ_OK) return cli_error("bench", "%s", dj_last_error());
-    size_t weight_bytes = 0;
+    /* the bytes one decode step reads: an MoE layer's expert tensors (*_exps) are read
+     * for the n_expert_used experts a token picks (distinct: top-k), so n_used / n_expert
+     * of them; the router and shared experts whole */
+    size_t weight_bytes = 0, expert_bytes = 0;
     for (size_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
         const struct gguf_tensor *t = gguf_tensor(m->gguf, i);
-        if (!(t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) || m->output_tied)
+        const bool exps = t->name.len > 12 && memmem(t->name.ptr, t->name.len, "_exps.weight", 12);
+        if (exps) expert_bytes += t->nbytes;
+        else if (!(t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17)) || m->output_tied)
             weight_bytes += t->nbytes;
     }
+    if (m->hp.n_expert) weight_bytes += (size_t)((double)expert_bytes * m->hp.n_expert_used / m->hp.n_expert);
     if (batch) {
         batch_type_k = type_k;
         batch_type_v = type_v;
-        const int rc = bench_batch(m, batch, n_pp, n_tg, n_threads, ubatch, reps_set ? reps : 1, json, weight_bytes);
+        /* several sequences read the union of their experts: not known here, so no GB/s for MoE */
+        const int rc = bench_batch(m, batch, n_pp, n_tg, n_threads, ubatch, reps_set ? reps : 1, json,
+                                   m->hp.n_expert ? 0 : weight_bytes);
         model_free(m);
         return rc;
     }
@@ -377,7 +388,9 @@ int cmd_bench(int argc, char **argv) {
         if (n_tg)
             printf("| %s | %s | %ld | tg%ld%s | %.2f | %.2f | %.2f |\n", model_path, dj_type_name(main_type), n_threads,
                    n_tg, at, tg_m, tg[0], tg[nr - 1]);
-        if (n_tg) printf("decode reads %.3f GB of weights per token: %.2f GB/s", (double)weight_bytes / 1e9, gbs);
+        if (n_tg)
+            printf("decode reads %.3f GB of weights per token%s: %.2f GB/s", (double)weight_bytes / 1e9,
+                   m->hp.n_expert ? " (MoE: the experts a token uses)" : "", gbs);
         if (n_tg && membw) printf(" = %.0f%% of the measured %.1f GB/s memory read bandwidth", 100 * gbs / bw, bw);
         if (n_tg) putchar('\n');
     }
