@@ -81,17 +81,27 @@ struct dj_context {
     float *k;      /* (ub, n_kv*hd) */
     float *v;      /* (ub, n_kv*hd) */
     float *att;    /* (ub, n_head*hd) */
-    float *ff_g;   /* (ub, max(n_ff, n_ff_exp)) */
-    float *ff_u;   /* (ub, max(n_ff, n_ff_exp)) */
+    float *ff_g;   /* (ub, max(n_ff, n_expert_used * n_ff_exp, shared experts width)) */
+    float *ff_u;   /* as ff_g */
     /* MoE layers (forward.c moe_ffn; NULL for a dense model) */
     float *mla_a, *mla_b; /* (ub, max(q_lora, kv_lora, v_head, nope)) MLA per-head gathers (forward.c) */
     float *moe_z;     /* (ub, n_expert) router logits, then probabilities */
     int32_t *moe_sel; /* (ub, n_expert_used) the experts of each token, in selection order */
     float *moe_w;     /* (ub, n_expert_used) their weights */
-    uint32_t *moe_rows; /* (ub) the ubatch rows of one expert's tokens */
-    float *moe_xin;   /* (ub, n_embd) those tokens' normed rows, gathered */
-    float *moe_y;     /* (ub, n_embd) the expert's output for them */
-    float *moe_o;     /* (ub, n_expert_used, n_embd) each token's expert outputs, by selection slot */
+    uint32_t *moe_pos;  /* (ub, n_expert_used) the moe_xin / moe_o row of each (token, slot) */
+    float *moe_xin;   /* (ub * n_expert_used, n_embd) the normed rows grouped by expert */
+    float *moe_y;     /* (ub, n_embd) the shared experts' output */
+    float *moe_o;     /* (ub * n_expert_used, max(n_embd, n_ff_exp)) the experts' outputs, grouped by expert
+                       * (before the downs: the up projections' activations when not the gate's) */
+    void *moe_act;    /* as large: the experts' activations converted for the kernels */
+    const float **moe_orow; /* (n_expert_used) one token's output rows, by slot */
+    uint32_t *moe_ids;      /* (n_expert) the experts the ubatch uses, */
+    int64_t *moe_off, *moe_cnt; /* their first row in moe_xin and their token counts */
+    struct dj_weight *moe_wt;   /* (2 n_expert) a grouped matmul's weights (expert slabs), */
+    const void **moe_a;         /* inputs, */
+    int64_t *moe_nt;            /* token counts, */
+    float **moe_yp;             /* outputs */
+    int *moe_first;             /* (2 n_expert + 1) and chunk starts */
     int32_t *moe_trace; /* tests: NULL, or (n_layer, n_ubatch, n_expert_used) set by the caller; each
                            MoE layer writes the experts of ubatch row t there (the last ubatch's) */
     float *scores; /* (n_threads, att_tile, GQA group, n_ctx) attention scores per thread */

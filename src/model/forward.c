@@ -65,18 +65,33 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float e
  */
 
 struct act_job {
-    struct dj_context *c;
     dj_quantize_fn q;
     const float *x;
     int64_t K, n_tok;
     size_t a_row;
+    uint8_t *out; /* n_tok rows of a_row bytes */
 };
 
 static void act_task(void *arg, int ith, int nth) {
     const struct act_job *j = arg;
     long t0, t1;
     threadpool_split((long)j->n_tok, 1, ith, nth, &t0, &t1);
-    for (long t = t0; t < t1; t++) j->q(j->x + t * j->K, j->c->act + (size_t)t * j->a_row, j->K);
+    for (long t = t0; t < t1; t++) j->q(j->x + t * j->K, j->out + (size_t)t * j->a_row, j->K);
+}
+
+/* Converts n rows of K floats at x to activation type `act_type` into `out` (rows of
+ * *a_row bytes); F32 is used in place (returns x). */
+static const void *ctx_act(struct dj_context *c, int act_type, const float *x, int64_t K, int64_t n, void *out,
+                           size_t *a_row) {
+    if (act_type == DJ_TYPE_F32) {
+        *a_row = (size_t)K * sizeof(float);
+        return x;
+    }
+    *a_row = dj_kernels_act_row_bytes(act_type, K);
+    struct act_job aj = {c->kern->quantize_act[act_type], x, K, n, *a_row, out};
+    if (n == 1) act_task(&aj, 0, 1); /* one row: not worth waking the pool */
+    else threadpool_run(c->tpool, act_task, &aj);
+    return out;
 }
 
 struct mm_job {
@@ -136,15 +151,8 @@ static void ctx_matmul_n(struct dj_context *c, const struct dj_weight *const *ws
         DJ_ASSERT(ws[i]->packed ? c->kern->w[ws[i]->type].matmul_packed != NULL : c->kern->w[ws[i]->type].matmul != NULL);
     DJ_ASSERT(n_tok <= (int64_t)c->p.n_ubatch);
     const int64_t K = ws[0]->ne0;
-    const void *a = x;
-    size_t a_row = (size_t)K * sizeof(float);
-    if (act_type != DJ_TYPE_F32) {
-        a_row = dj_kernels_act_row_bytes(act_type, K);
-        struct act_job aj = {c, c->kern->quantize_act[act_type], x, K, n_tok, a_row};
-        if (n_tok == 1) act_task(&aj, 0, 1); /* one row: not worth waking the pool */
-        else threadpool_run(c->tpool, act_task, &aj);
-        a = c->act;
-    }
+    size_t a_row;
+    const void *a = ctx_act(c, act_type, x, K, n_tok, c->act, &a_row);
     struct mm_job j = {c->kern, ws, ys, n_w, a, a_row, n_tok, 0, {0}};
     DJ_ASSERT(n_w <= 3);
     const int nth = threadpool_n_threads(c->tpool);
@@ -162,6 +170,63 @@ static void ctx_matmul_n(struct dj_context *c, const struct dj_weight *const *ws
 
 void ctx_matmul(struct dj_context *c, const struct dj_weight *w, const float *x, int64_t n_tok, float *y) {
     ctx_matmul_n(c, &w, &y, 1, x, n_tok);
+}
+
+/* Several products with their own inputs in one pool run (an MoE layer's experts,
+ * each over the tokens that chose it): weight i times the n_tok[i] activation rows
+ * at a[i] (already converted to its activation type, a_row bytes apart) into y[i].
+ * Chunks of output rows never straddle two weights; as in ctx_matmul_n, every
+ * element is the one dot product of its (row, token) pair. */
+struct mmg_job {
+    const struct dj_kernels *kern;
+    const struct dj_weight *w;
+    float *const *y;
+    const void *const *a;
+    const int64_t *n_tok;
+    const int *first; /* first[i]: the share index of weight i's first chunk; first[n_w]: the total */
+    int n_w;
+    size_t a_row;
+    long chunk_rows;
+};
+
+static void mmg_task(void *arg, int ith, int nth) {
+    const struct mmg_job *j = arg;
+    int lo = 0, hi = j->n_w - 1; /* the weight whose chunks hold share ith */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (j->first[mid] <= ith) lo = mid;
+        else hi = mid - 1;
+    }
+    const struct dj_weight *w = &j->w[lo];
+    const long r0 = (ith - j->first[lo]) * j->chunk_rows,
+               r1 = r0 + j->chunk_rows < (long)w->ne1 ? r0 + j->chunk_rows : (long)w->ne1;
+    if (w->packed)
+        j->kern->w[w->type].matmul_packed(w->ne0, w->packed, w->row_bytes, j->a[lo], j->a_row, j->y[lo], w->ne1, r0, r1,
+                                          j->n_tok[lo]);
+    else
+        j->kern->w[w->type].matmul(w->ne0, w->data, w->row_bytes, j->a[lo], j->a_row, j->y[lo], w->ne1, r0, r1,
+                                   j->n_tok[lo]);
+    (void)nth;
+}
+
+static void ctx_matmul_grouped(struct dj_context *c, int n_w, const struct dj_weight *ws, const void *const *a,
+                               size_t a_row, const int64_t *n_tok, float *const *ys, int *first) {
+    const int nth = threadpool_n_threads(c->tpool);
+    long blocks = 0, max_tok = 0; /* of 16 rows */
+    for (int i = 0; i < n_w; i++) {
+        blocks += (long)(ws[i].ne1 + 15) / 16;
+        if (n_tok[i] > max_tok) max_tok = (long)n_tok[i];
+        DJ_ASSERT(ws[i].packed ? c->kern->w[ws[i].type].matmul_packed != NULL : c->kern->w[ws[i].type].matmul != NULL);
+    }
+    const long target = (long)nth * (max_tok <= 2 ? MM_CHUNKS_DECODE : MM_CHUNKS_PREFILL);
+    long per = nth == 1 ? blocks : (blocks + target - 1) / target;
+    const long min_blocks = (long)(MM_CHUNK_MIN_BYTES / (16 * ws[0].row_bytes));
+    if (per < min_blocks) per = min_blocks < (blocks + nth - 1) / nth ? min_blocks : (blocks + nth - 1) / nth;
+    if (per < 1) per = 1;
+    struct mmg_job j = {c->kern, ws, ys, a, n_tok, first, n_w, a_row, 16 * per};
+    first[0] = 0;
+    for (int i = 0; i < n_w; i++) first[i + 1] = first[i] + (int)((ws[i].ne1 + j.chunk_rows - 1) / j.chunk_rows);
+    threadpool_run_n(c->tpool, mmg_task, &j, first[n_w]);
 }
 
 /* ---- RoPE ------------------------------------------------------------------ */
@@ -528,38 +593,80 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
         for (int64_t t = 0; t < n; t++) moe_route(c->moe_z + t * NE, NE, K, c->moe_sel + t * K, c->moe_w + t * K);
     if (c->moe_trace)
         memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
+    /* Group the (token, slot) pairs by expert: expert e's tokens, in ubatch order, are
+     * rows [off_e, off_e + n_e) of moe_xin; moe_pos[t * K + s] is the row of token t's
+     * slot s.  Then one pool run for every used expert's gate and up, one for the downs. */
+    int n_used = 0;
+    int64_t off = 0;
     for (uint32_t e = 0; e < (uint32_t)NE; e++) {
-        int64_t n_e = 0; /* the tokens that chose e, in ubatch order */
+        const int64_t off_e = off;
         for (int64_t t = 0; t < n; t++)
             for (int64_t s = 0; s < K; s++)
                 if (c->moe_sel[t * K + s] == (int32_t)e) {
-                    c->moe_rows[n_e] = (uint32_t)(t * K + s);
-                    memcpy(c->moe_xin + n_e * E, c->xn + t * E, (size_t)E * sizeof(float));
-                    n_e++;
+                    c->moe_pos[t * K + s] = (uint32_t)off;
+                    memcpy(c->moe_xin + off * E, c->xn + t * E, (size_t)E * sizeof(float));
+                    off++;
                 }
-        if (n_e == 0) continue; /* its weights are not read */
-        const struct dj_weight up = model_expert(&L->ffn_up_exps, (uint32_t)NE, e);
-        const struct dj_weight down = model_expert(&L->ffn_down_exps, (uint32_t)NE, e);
-        if (L->ffn_gate_exps.data) {
-            const struct dj_weight gate = model_expert(&L->ffn_gate_exps, (uint32_t)NE, e);
-            const struct dj_weight *gate_up[2] = {&gate, &up};
-            float *const gate_up_out[2] = {c->ff_g, c->ff_u};
-            ctx_matmul_n(c, gate_up, gate_up_out, 2, c->moe_xin, n_e);
-            for (int64_t i = 0; i < n_e * F; i++) {
-                const float g = c->ff_g[i];
-                c->ff_g[i] = g / (1.0f + expf(-g)) * c->ff_u[i];
-            }
-        } else { /* llama without ffn_gate_exps: down(silu(up x)) */
-            ctx_matmul(c, &up, c->moe_xin, n_e, c->ff_u);
-            for (int64_t i = 0; i < n_e * F; i++) {
-                const float u = c->ff_u[i];
-                c->ff_g[i] = u / (1.0f + expf(-u));
-            }
-        }
-        ctx_matmul(c, &down, c->ff_g, n_e, c->moe_y);
-        for (int64_t r = 0; r < n_e; r++)
-            memcpy(c->moe_o + (size_t)c->moe_rows[r] * E, c->moe_y + r * E, (size_t)E * sizeof(float));
+        if (off == off_e) continue; /* its weights are not read */
+        c->moe_ids[n_used] = e;
+        c->moe_off[n_used] = off_e;
+        c->moe_cnt[n_used] = off - off_e;
+        n_used++;
     }
+    const bool gated = L->ffn_gate_exps.data != NULL; /* llama without ffn_gate_exps: down(silu(up x)) */
+    const struct dj_weight *gexp = gated ? &L->ffn_gate_exps : &L->ffn_up_exps;
+    const int act_gu = c->kern->w[gexp->type].act_type, act_up = c->kern->w[L->ffn_up_exps.type].act_type;
+    size_t a_row, a_row_up;
+    const void *xa = ctx_act(c, act_gu, c->moe_xin, E, off, c->moe_act, &a_row);
+    const void *xa_up = act_up == act_gu ? xa : ctx_act(c, act_up, c->moe_xin, E, off, c->moe_o, &a_row_up) /* moe_o: free until the downs */;
+    if (act_up == act_gu) a_row_up = a_row;
+    int n_w = 0;
+    for (int u = 0; u < n_used; u++) { /* gate (or up) of every used expert ... */
+        c->moe_wt[n_w] = model_expert(gexp, (uint32_t)NE, c->moe_ids[u]);
+        c->moe_a[n_w] = (const uint8_t *)xa + (size_t)c->moe_off[u] * a_row;
+        c->moe_nt[n_w] = c->moe_cnt[u];
+        c->moe_yp[n_w] = (gated ? c->ff_g : c->ff_u) + c->moe_off[u] * F;
+        n_w++;
+    }
+    if (gated && a_row_up == a_row) { /* ... and up, in the same run when the activations are alike */
+        for (int u = 0; u < n_used; u++) {
+            c->moe_wt[n_w] = model_expert(&L->ffn_up_exps, (uint32_t)NE, c->moe_ids[u]);
+            c->moe_a[n_w] = (const uint8_t *)xa_up + (size_t)c->moe_off[u] * a_row;
+            c->moe_nt[n_w] = c->moe_cnt[u];
+            c->moe_yp[n_w] = c->ff_u + c->moe_off[u] * F;
+            n_w++;
+        }
+        ctx_matmul_grouped(c, n_w, c->moe_wt, c->moe_a, a_row, c->moe_nt, c->moe_yp, c->moe_first);
+    } else {
+        ctx_matmul_grouped(c, n_w, c->moe_wt, c->moe_a, a_row, c->moe_nt, c->moe_yp, c->moe_first);
+        if (gated) {
+            for (int u = 0; u < n_used; u++) {
+                c->moe_wt[u] = model_expert(&L->ffn_up_exps, (uint32_t)NE, c->moe_ids[u]);
+                c->moe_a[u] = (const uint8_t *)xa_up + (size_t)c->moe_off[u] * a_row_up;
+                c->moe_yp[u] = c->ff_u + c->moe_off[u] * F;
+            }
+            ctx_matmul_grouped(c, n_used, c->moe_wt, c->moe_a, a_row_up, c->moe_nt, c->moe_yp, c->moe_first);
+        }
+    }
+    if (gated) {
+        for (int64_t i = 0; i < off * F; i++) {
+            const float g = c->ff_g[i];
+            c->ff_g[i] = g / (1.0f + expf(-g)) * c->ff_u[i];
+        }
+    } else {
+        for (int64_t i = 0; i < off * F; i++) {
+            const float u = c->ff_u[i];
+            c->ff_g[i] = u / (1.0f + expf(-u));
+        }
+    }
+    const int act_dn = c->kern->w[L->ffn_down_exps.type].act_type;
+    const void *ga = ctx_act(c, act_dn, c->ff_g, F, off, c->moe_act, &a_row);
+    for (int u = 0; u < n_used; u++) {
+        c->moe_wt[u] = model_expert(&L->ffn_down_exps, (uint32_t)NE, c->moe_ids[u]);
+        c->moe_a[u] = (const uint8_t *)ga + (size_t)c->moe_off[u] * a_row;
+        c->moe_yp[u] = c->moe_o + c->moe_off[u] * E;
+    }
+    ctx_matmul_grouped(c, n_used, c->moe_wt, c->moe_a, a_row, c->moe_nt, c->moe_yp, c->moe_first);
     /* deepseek2's shared experts: one plain SwiGLU of n_ff_exp * n_shared, added to the
      * experts' sum before the residual (llama.cpp: ggml_add(moe_out, ffn_shexp)) */
     const bool shexp = L->ffn_up_shexp.data != NULL;
@@ -575,12 +682,14 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
         ctx_matmul(c, &L->ffn_down_shexp, c->ff_g, n, c->moe_y);
     }
     for (int64_t t = 0; t < n; t++) {
-        const float *w = c->moe_w + t * K, *o = c->moe_o + (size_t)t * K * E;
+        const float *w = c->moe_w + t * K;
+        const float **o = c->moe_orow;
+        for (int64_t s = 0; s < K; s++) o[s] = c->moe_o + (size_t)c->moe_pos[t * K + s] * E;
         float *x = c->x + t * E;
         for (int64_t i = 0; i < E; i++) {
-            float acc = w[0] * o[i];
+            float acc = w[0] * o[0][i];
             for (int64_t s = 1; s < K; s++) {
-                const float ws = w[s] * o[s * E + i];
+                const float ws = w[s] * o[s][i];
                 acc = acc + ws;
             }
             x[i] += shexp ? acc + c->moe_y[t * E + i] : acc;
@@ -1142,7 +1251,9 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     size_t FF = F > hp->n_ff_exp ? F : hp->n_ff_exp;
     const size_t NE = hp->n_expert, NK = hp->n_expert_used, FS = (size_t)hp->n_ff_exp * hp->n_expert_shared;
     if (FS > FF) FF = FS;
-    c->wrow_stride = E > FF ? E : FF;
+    const size_t FF_ffn = FF; /* the widest row a dense FFN's matmuls take */
+    if (NK * hp->n_ff_exp > FF) FF = NK * hp->n_ff_exp; /* ff_g/ff_u: a token's NK experts' rows */
+    c->wrow_stride = E > FF_ffn ? E : FF_ffn;
     if (Q > c->wrow_stride) c->wrow_stride = Q;
     c->x = malloc(ub * E * sizeof(float));
     c->xn = malloc(ub * wide * sizeof(float));
@@ -1165,10 +1276,21 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         c->moe_z = malloc(ub * NE * sizeof(float));
         c->moe_sel = malloc(ub * NK * sizeof(int32_t));
         c->moe_w = malloc(ub * NK * sizeof(float));
-        c->moe_rows = malloc(ub * sizeof(uint32_t)); /* a token chooses an expert once */
-        c->moe_xin = malloc(ub * E * sizeof(float));
+        const size_t FE = hp->n_ff_exp, wide_e = E > FE ? E : FE;
+        c->moe_pos = malloc(ub * NK * sizeof(uint32_t));
+        c->moe_xin = malloc(ub * NK * E * sizeof(float));
         c->moe_y = malloc(ub * E * sizeof(float));
-        c->moe_o = malloc(ub * NK * E * sizeof(float));
+        c->moe_o = malloc(ub * NK * wide_e * sizeof(float)); /* also the up activations: rows of <= E floats */
+        c->moe_act = malloc(ub * NK * wide_e * sizeof(float)); /* activation rows of E or FE: <= 4 bytes an element */
+        c->moe_orow = malloc(NK * sizeof *c->moe_orow);
+        c->moe_ids = malloc(NE * sizeof *c->moe_ids);
+        c->moe_off = malloc(NE * sizeof *c->moe_off);
+        c->moe_cnt = malloc(NE * sizeof *c->moe_cnt);
+        c->moe_wt = malloc(2 * NE * sizeof *c->moe_wt);
+        c->moe_a = malloc(2 * NE * sizeof *c->moe_a);
+        c->moe_nt = malloc(2 * NE * sizeof *c->moe_nt);
+        c->moe_yp = malloc(2 * NE * sizeof *c->moe_yp);
+        c->moe_first = malloc((2 * NE + 1) * sizeof *c->moe_first);
     }
     /* attention tiles of up to 8 tokens, fewer where a thread's score rows would pass 8 MiB */
     const size_t row_bytes = (size_t)(hp->n_head / hp->n_head_kv) * p.n_ctx * sizeof(float);
@@ -1195,7 +1317,9 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
         !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->perm ||
         !c->inv || !c->ppos || !c->pseq || !c->tpool ||
-        (hp->mla && (!c->mla_a || !c->mla_b)) || (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_rows || !c->moe_xin || !c->moe_y || !c->moe_o))) {
+        (hp->mla && (!c->mla_a || !c->mla_b)) || (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_pos || !c->moe_xin || !c->moe_y || !c->moe_o ||
+                 !c->moe_act || !c->moe_orow || !c->moe_ids || !c->moe_off || !c->moe_cnt || !c->moe_wt || !c->moe_a ||
+                 !c->moe_nt || !c->moe_yp || !c->moe_first))) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
@@ -1221,7 +1345,17 @@ void ctx_free(struct dj_context *c) {
     free(c->moe_z);
     free(c->moe_sel);
     free(c->moe_w);
-    free(c->moe_rows);
+    free(c->moe_pos);
+    free(c->moe_act);
+    free(c->moe_orow);
+    free(c->moe_ids);
+    free(c->moe_off);
+    free(c->moe_cnt);
+    free(c->moe_wt);
+    free(c->moe_a);
+    free(c->moe_nt);
+    free(c->moe_yp);
+    free(c->moe_first);
     free(c->moe_xin);
     free(c->moe_y);
     free(c->moe_o);
