@@ -487,10 +487,11 @@ static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_
  *                                                explicit ggml_add chain), o_s = swiglu_{S[s]}(h)
  *
  * Batch invariance (DESIGN.md §3): the routing of a token reads its own row
- * only.  The experts run expert by expert over the tokens that chose them: the
- * rows gathered into a sub-batch go through the same matmul path, whose every
- * element is the one dot product of its (row, token) pair whatever the batch
- * (kernels.h), so o_s of a token does not depend on who else chose the expert;
+ * only.  Each expert runs over the tokens that chose it (their rows gathered into
+ * one block per expert; all experts' blocks in one grouped pool run), through the
+ * kernels whose every element is the one dot product of its (row, token) pair
+ * whatever the batch (kernels.h), so o_s of a token does not depend on who else
+ * chose the expert;
  * each token's sum then runs in its own selection order.  A single token reads
  * only its n_expert_used experts' weights.
  */
