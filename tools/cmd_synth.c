@@ -7,8 +7,9 @@
  * Weights: uniform in ±0.035 (std ≈ 0.02, the usual initialisation), from a
  * generator seeded by --seed and the tensor's name, so the same command writes
  * the same bytes; norm weights are 1.  Matrices are stored as --type (quantized
- * with the reference quantizers; q4_k_m: llama.cpp's mix, quant_mix.c), vectors
- * and MoE routers as F32.  Generation is spread over -t threads by rows; the
+ * with the reference quantizers, except Q4_K and Q6_K tensors: random blocks
+ * within about ±0.035, random_k_blocks; q4_k_m: llama.cpp's mix, quant_mix.c),
+ * vectors and MoE routers as F32.  Generation is spread over -t threads by rows; the
  * result does not depend on the thread count.
  *
  * Architectures: llama, qwen2, qwen3 (dense), llama with experts (Mixtral-style),
@@ -27,6 +28,8 @@
 #include "core/hash.h"
 #include "core/threadpool.h"
 #include "gguf/gguf.h"
+#include "core/fp16.h"
+#include "kernels/blocks.h"
 #include "kernels/ref/ref.h"
 
 struct preset {
@@ -95,6 +98,31 @@ struct gen_job {
     uint8_t *out;
 };
 
+/* K-quant rows as random blocks (the reference quantizers' search costs about 40
+ * minutes of 2 cores for a 30B-A3B model): random quants and sub-block scales/mins,
+ * with super-scales that keep weights within about +-0.035 like the other types'.
+ * Q4_K: w = d sc q - dmin m, q in 0..15, sc and m in 0..63; Q6_K: w = d sc (q - 32),
+ * q in 0..63, sc in 1..63. */
+static void random_k_blocks(uint32_t type, uint8_t *row, int64_t n_blocks, uint64_t s) {
+    const size_t bb = type == DJ_TYPE_Q4_K ? sizeof(struct dj_block_q4_K) : sizeof(struct dj_block_q6_K);
+    for (int64_t b = 0; b < n_blocks; b++) {
+        uint8_t *p = row + (size_t)b * bb;
+        for (size_t i = 0; i < bb; i += 8) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            memcpy(p + i, &s, bb - i < 8 ? bb - i : 8);
+        }
+        if (type == DJ_TYPE_Q4_K) {
+            struct dj_block_q4_K *q = (struct dj_block_q4_K *)p;
+            q->d = dj_f32_to_fp16(0.07f / (63.0f * 15.0f));
+            q->dmin = dj_f32_to_fp16(0.035f / 63.0f);
+        } else {
+            struct dj_block_q6_K *q = (struct dj_block_q6_K *)p;
+            for (int i = 0; i < DJ_QK_K / 16; i++) q->scales[i] = (int8_t)(1 + (uint8_t)q->scales[i] % 63);
+            q->d = dj_f32_to_fp16(0.035f / (63.0f * 32.0f));
+        }
+    }
+}
+
 static void gen_task(void *arg, int ith, int nth) {
     const struct gen_job *j = arg;
     const struct spec *sp = j->sp;
@@ -104,11 +132,16 @@ static void gen_task(void *arg, int ith, int nth) {
     for (long r = r0; r < r1; r++) {
         /* one independent stream per row: the bytes do not depend on the split */
         uint64_t s = dj_fnv1a_u32(dj_fnv1a(sp->S->seed, sp->name, strlen(sp->name)), (uint32_t)r) | 1;
+        uint8_t *row = j->out + (size_t)r * sp->row_bytes;
+        if (sp->type == DJ_TYPE_Q4_K || sp->type == DJ_TYPE_Q6_K) {
+            random_k_blocks(sp->type, row, sp->K / DJ_QK_K, s);
+            continue;
+        }
         for (int64_t i = 0; i < sp->K; i++) {
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             x[i] = sp->ones ? 1.0f : ((float)(s >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.035f;
         }
-        bool ok = dj_ref_quantize_row(sp->type, x, j->out + (size_t)r * sp->row_bytes, sp->K);
+        bool ok = dj_ref_quantize_row(sp->type, x, row, sp->K);
         (void)ok; /* the type and K were checked when the spec was made */
     }
 }
