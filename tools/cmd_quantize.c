@@ -6,9 +6,15 @@
  *     biases) and MoE routers (ffn_gate_inp.weight) stay as they are;
  *   - output.weight (or token_embd.weight when the embeddings are tied) is
  *     Q6_K unless the base type is Q8_0;
- *   - q4_k_m: attn_v.weight and ffn_down(_exps).weight of the layers llama.cpp's
- *     use_more_bits() picks (the first and last eighth, and every third in
- *     between) are Q6_K;
+ *   - q4_k_m: attn_v.weight and the ffn_down tensors (ffn_down, ffn_down_exps,
+ *     ffn_down_shexp) of the layers llama.cpp's use_more_bits() picks (the first
+ *     and last eighth, and every third in between) are Q6_K.  The layer of an
+ *     ffn_down tensor is its position among them, or with experts (expert_count
+ *     > 1) the N of its name blk.N. out of block_count, as llama.cpp's layer_info;
+ *   - models of exactly 8 experts (Mixtral, qwen3moe-tiny): attn_v.weight and
+ *     attn_k.weight are Q8_0 whatever the type (llama.cpp: "for the 8-expert
+ *     model, bumping this to Q8_0 trades just ~128MB"); its Q5_K attn_output of
+ *     q4_k_m is left out, as deja has no Q5_K;
  *   - a row length the block size does not divide falls back to a type whose
  *     block fits (Q8_0, else F16) — llama.cpp would pick Q5_0/IQ4_NL there,
  *     which deja does not implement; inspect prints what each tensor got.
@@ -35,6 +41,11 @@ static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || 
 static bool ends_with(const struct gguf_str *s, const char *suffix) {
     size_t n = strlen(suffix);
     return s->len >= n && !memcmp(s->ptr + s->len - n, suffix, n);
+}
+
+/* llama.cpp's FFN_DOWN category: ffn_down, ffn_down_exps, ffn_down_shexp weights. */
+static bool is_ffn_down(const struct gguf_str *s) {
+    return ends_with(s, "ffn_down.weight") || ends_with(s, "ffn_down_exps.weight") || ends_with(s, "ffn_down_shexp.weight");
 }
 
 static bool str_is(const struct gguf_str *s, const char *lit) { return s->len == strlen(lit) && !memcmp(s->ptr, lit, s->len); }
@@ -114,12 +125,21 @@ int cmd_quantize(int argc, char **argv) {
         (st = gguf_writer_set_u32(w, "general.file_type", ftype)))
         goto fail_st;
     bool has_output = gguf_find_tensor(in, "output.weight") != NULL;
+    uint32_t n_expert = 0, n_layer = 0; /* "<arch>.expert_count", "<arch>.block_count"; 0 when absent */
+    struct gguf_str arch;
+    if (gguf_get_str(in, "general.architecture", &arch) == DJ_OK && arch.len < 64) {
+        char key[96];
+        snprintf(key, sizeof key, "%.*s.expert_count", (int)arch.len, arch.ptr);
+        if (gguf_get_u32(in, key, &n_expert) != DJ_OK) n_expert = 0;
+        snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
+        if (gguf_get_u32(in, key, &n_layer) != DJ_OK) n_layer = 0;
+    }
     int n_attn_v = 0, n_ffn_down = 0, i_attn_v = 0, i_ffn_down = 0;
     int64_t max_k = 1;
     for (size_t i = 0; i < nt; i++) {
         const struct gguf_tensor *t = gguf_tensor(in, i);
         n_attn_v += ends_with(&t->name, "attn_v.weight");
-        n_ffn_down += ends_with(&t->name, "ffn_down.weight") || ends_with(&t->name, "ffn_down_exps.weight");
+        n_ffn_down += is_ffn_down(&t->name);
         if (t->ne[0] > max_k) max_k = t->ne[0];
     }
     rows = malloc((size_t)n_threads * (size_t)max_k * sizeof(float));
@@ -140,11 +160,21 @@ int cmd_quantize(int argc, char **argv) {
                 if (base != DJ_TYPE_Q8_0) type = DJ_TYPE_Q6_K;
             } else if (k_m && ends_with(&t->name, "attn_v.weight")) {
                 if (use_more_bits(i_attn_v, n_attn_v)) type = DJ_TYPE_Q6_K;
-            } else if (k_m && (ends_with(&t->name, "ffn_down.weight") || ends_with(&t->name, "ffn_down_exps.weight"))) {
-                if (use_more_bits(i_ffn_down, n_ffn_down)) type = DJ_TYPE_Q6_K;
+            } else if (k_m && is_ffn_down(&t->name)) {
+                int il = i_ffn_down, nl = n_ffn_down;
+                if (n_expert > 1 && n_layer > 0) { /* the layer from the name, as llama.cpp's layer_info */
+                    nl = (int)n_layer;
+                    if (sscanf(name, "blk.%d.", &il) != 1 || il < 0 || il >= nl) {
+                        cli_error("quantize", "%s: tensor '%s': no layer in [0, %d) in its name", pos[0], name, nl);
+                        goto done;
+                    }
+                }
+                if (use_more_bits(il, nl)) type = DJ_TYPE_Q6_K;
             }
+            if (n_expert == 8 && (ends_with(&t->name, "attn_v.weight") || ends_with(&t->name, "attn_k.weight")))
+                type = DJ_TYPE_Q8_0;
             i_attn_v += ends_with(&t->name, "attn_v.weight");
-            i_ffn_down += ends_with(&t->name, "ffn_down.weight") || ends_with(&t->name, "ffn_down_exps.weight");
+            i_ffn_down += is_ffn_down(&t->name);
             size_t rb;
             if (!dj_row_bytes(type, t->ne[0], &rb)) type = dj_row_bytes(DJ_TYPE_Q8_0, t->ne[0], &rb) ? DJ_TYPE_Q8_0 : DJ_TYPE_F16;
             if (t->type != DJ_TYPE_F32 && t->type != DJ_TYPE_F16 && t->type != DJ_TYPE_BF16) {
