@@ -440,9 +440,11 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
     const int64_t E = hp->n_embd, NE = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
     const bool ds = hp->arch == DJ_ARCH_DEEPSEEK2; /* qwen3moe, Mixtral: softmax, normalized, no clamp */
-    const struct moe_router rt = {(uint32_t)NE, (uint32_t)K, ds && hp->gating == 2, ds ? (const float *)L->exp_probs_b.data : NULL,
-                                  ds ? hp->n_group : 0, hp->n_group_used, !ds || hp->exp_norm,
-                                  ds ? 6.103515625e-5f : 0.0f, ds ? hp->exp_scale : 0.0f};
+    const struct moe_router rt = {.n_expert = (uint32_t)NE, .n_used = (uint32_t)K, .sigmoid = ds && hp->gating == 2,
+                                  .bias = ds ? (const float *)L->exp_probs_b.data : NULL,
+                                  .n_group = ds ? hp->n_group : 0, .n_group_used = hp->n_group_used,
+                                  .norm = !ds || hp->exp_norm, .norm_min = ds ? 6.103515625e-5f : 0.0f,
+                                  .scale = ds ? hp->exp_scale : 0.0f};
     for (int64_t t = 0; t < n; t++) moe_route(&rt, c->moe_z + t * NE, c->moe_sel + t * K, c->moe_w + t * K);
     if (c->moe_trace)
         memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
