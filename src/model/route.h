@@ -15,8 +15,8 @@ struct moe_router {
     uint32_t n_used;        /* k: 1 .. n_expert */
     bool sigmoid;           /* gating: sigmoid(z) (deepseek2 gating 2), else softmax(z) */
     const float *bias;      /* (n_expert) added to the selection score only (exp_probs_b), or NULL */
-    uint32_t n_group;       /* <= 1: no groups; else n_expert / n_group experts per group */
-    uint32_t n_group_used;  /* groups that compete (1 .. n_group) */
+    uint32_t n_group;       /* <= 1: no groups; else n_expert / n_group >= 2 experts per group (loader) */
+    uint32_t n_group_used;  /* groups that compete (1 .. n_group), holding >= n_used experts */
     bool norm;              /* w /= max(sum w, norm_min) */
     float norm_min;         /* 0 for qwen3moe/Mixtral (no clamp), 6.103515625e-5 for deepseek2 */
     float scale;            /* w *= scale unless 0 or 1 (expert_weights_scale) */

@@ -102,8 +102,9 @@ int main(void) {
         if (r.n_used > r.n_expert) r.n_used = r.n_expert;
         r.sigmoid = rnd() % 2;
         r.bias = rnd() % 2 ? bias : NULL;
-        if (rnd() % 2) { /* groups: 4 or 8, enough experts in the used groups for k */
-            r.n_group = rnd() % 2 ? 4 : 8;
+        if (rnd() % 2) { /* groups: 4 or 8 of at least 2 experts, enough experts in the used groups for k
+                          * (what the loader accepts, deepseek2.c) */
+            r.n_group = rnd() % 2 || r.n_expert < 16 ? 4 : 8;
             const uint32_t per = r.n_expert / r.n_group;
             r.n_group_used = 1 + rnd() % r.n_group;
             while ((uint64_t)r.n_group_used * per < r.n_used) r.n_group_used++;
