@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/status.h"
+
 struct llama_opt_config;
 struct dj_spec_params;
 struct dj_spec_counts;
@@ -37,15 +39,20 @@ bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k
 #define CLI_KV_TYPE_HELP                                                                              \
     "  -ctk, --cache-type-k T  K cache type: f32, f16, bf16, q8_0, q4_0 (default f16; docs/CONFIG.md)\n" \
     "  -ctv, --cache-type-v T  V cache type (the same choices)\n"
-/* llama.cpp's quantization mix (quant_mix.c): the type of tensor `name` (len bytes,
- * n_dims, row length ne0, stored as `type`) for base type `base` (Q8_0, Q4_0, Q4_K;
- * k_m: the q4_k_m mix), where i_layer of n_layer is the tensor's index among the
- * tensors cli_quant_counted() counts (attn_v and ffn_down(_exps), each counted on its
- * own) and has_output tells whether the file has output.weight. */
-uint32_t cli_quant_type(const char *name, size_t len, uint32_t n_dims, int64_t ne0, uint32_t type, uint32_t base,
-                        bool k_m, bool has_output, int i_layer, int n_layer);
-/* True for the tensors whose index the mix counts; *attn_v: an attn_v.weight (else an ffn_down). */
-bool cli_quant_counted(const char *name, size_t len, bool *attn_v);
+/* llama.cpp's quantization mix (quant_mix.c), shared by quantize and synth: set the
+ * first five fields, call quant_mix_count for every tensor name, then quant_mix_type
+ * for each tensor in file order: *type is left alone for tensors the mix keeps (vectors,
+ * routers), else set; an ffn_down of an MoE model without a layer in its name is an error. */
+struct quant_mix {
+    uint32_t base;             /* DJ_TYPE_Q8_0, Q4_0 or Q4_K */
+    bool k_m;                  /* the q4_k_m mix */
+    bool has_output;           /* the file has output.weight (else token_embd is the output) */
+    uint32_t n_expert, n_layer; /* expert_count, block_count (0: absent) */
+    int n_attn_v, n_ffn_down, i_attn_v, i_ffn_down;
+};
+void quant_mix_count(struct quant_mix *q, const char *name, size_t len);
+enum dj_status quant_mix_type(struct quant_mix *q, const char *name, size_t len, uint32_t n_dims, int64_t ne0,
+                              uint32_t *type);
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL + message on failure. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);
 

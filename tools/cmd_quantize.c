@@ -1,17 +1,8 @@
 /*
  * cmd_quantize.c — `deja quantize IN OUT TYPE` (q8_0, q4_0, q4_k_m), the type
  * choices of llama.cpp's llama-quantize without an importance matrix, so the
- * files and their perplexities compare:
- *   - 2-D and 3-D (MoE expert) weights take the base type; 1-D tensors (norms,
- *     biases) and MoE routers (ffn_gate_inp.weight) stay as they are;
- *   - output.weight (or token_embd.weight when the embeddings are tied) is
- *     Q6_K unless the base type is Q8_0;
- *   - q4_k_m: attn_v.weight and ffn_down(_exps).weight of the layers llama.cpp's
- *     use_more_bits() picks (the first and last eighth, and every third in
- *     between) are Q6_K;
- *   - a row length the block size does not divide falls back to a type whose
- *     block fits (Q8_0, else F16) — llama.cpp would pick Q5_0/IQ4_NL there,
- *     which deja does not implement; inspect prints what each tensor got.
+ * files and their perplexities compare (the rules: quant_mix.c, shared with
+ * `deja synth`); inspect prints what each tensor got.
  * Quantizing uses the reference quantizers (byte-identical to ggml's
  * quantize_row_*_ref), threaded by rows with -t.
  */
@@ -28,13 +19,6 @@
 static void quantize_usage(FILE *f) {
     fprintf(f, "usage: deja quantize IN.gguf OUT.gguf TYPE [-t THREADS]\n"
                "  TYPE: q8_0, q4_0 or q4_k_m (llama.cpp's mixes, no importance matrix)\n");
-}
-
-static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
-
-static bool ends_with(const struct gguf_str *s, const char *suffix) {
-    size_t n = strlen(suffix);
-    return s->len >= n && !memcmp(s->ptr + s->len - n, suffix, n);
 }
 
 static bool str_is(const struct gguf_str *s, const char *lit) { return s->len == strlen(lit) && !memcmp(s->ptr, lit, s->len); }
@@ -114,12 +98,20 @@ int cmd_quantize(int argc, char **argv) {
         (st = gguf_writer_set_u32(w, "general.file_type", ftype)))
         goto fail_st;
     bool has_output = gguf_find_tensor(in, "output.weight") != NULL;
-    int n_attn_v = 0, n_ffn_down = 0, i_attn_v = 0, i_ffn_down = 0;
+    uint32_t n_expert = 0, n_layer = 0; /* "<arch>.expert_count", "<arch>.block_count"; 0 when absent */
+    struct gguf_str arch;
+    if (gguf_get_str(in, "general.architecture", &arch) == DJ_OK && arch.len < 64) {
+        char key[96];
+        snprintf(key, sizeof key, "%.*s.expert_count", (int)arch.len, arch.ptr);
+        if (gguf_get_u32(in, key, &n_expert) != DJ_OK) n_expert = 0;
+        snprintf(key, sizeof key, "%.*s.block_count", (int)arch.len, arch.ptr);
+        if (gguf_get_u32(in, key, &n_layer) != DJ_OK) n_layer = 0;
+    }
+    struct quant_mix mix = {base, k_m, has_output, n_expert, n_layer, 0, 0, 0, 0};
     int64_t max_k = 1;
     for (size_t i = 0; i < nt; i++) {
         const struct gguf_tensor *t = gguf_tensor(in, i);
-        n_attn_v += ends_with(&t->name, "attn_v.weight");
-        n_ffn_down += ends_with(&t->name, "ffn_down.weight") || ends_with(&t->name, "ffn_down_exps.weight");
+        quant_mix_count(&mix, t->name.ptr, t->name.len);
         if (t->ne[0] > max_k) max_k = t->ne[0];
     }
     rows = malloc((size_t)n_threads * (size_t)max_k * sizeof(float));
@@ -133,25 +125,14 @@ int cmd_quantize(int argc, char **argv) {
         char name[256];
         snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 255 ? t->name.len : 255), t->name.ptr);
         uint32_t type = t->type;
-        bool matrix = t->n_dims >= 2 && ends_with(&t->name, ".weight") && !ends_with(&t->name, "ffn_gate_inp.weight");
-        if (matrix) {
-            type = base;
-            if (str_is(&t->name, "output.weight") || (!has_output && str_is(&t->name, "token_embd.weight"))) {
-                if (base != DJ_TYPE_Q8_0) type = DJ_TYPE_Q6_K;
-            } else if (k_m && ends_with(&t->name, "attn_v.weight")) {
-                if (use_more_bits(i_attn_v, n_attn_v)) type = DJ_TYPE_Q6_K;
-            } else if (k_m && (ends_with(&t->name, "ffn_down.weight") || ends_with(&t->name, "ffn_down_exps.weight"))) {
-                if (use_more_bits(i_ffn_down, n_ffn_down)) type = DJ_TYPE_Q6_K;
-            }
-            i_attn_v += ends_with(&t->name, "attn_v.weight");
-            i_ffn_down += ends_with(&t->name, "ffn_down.weight") || ends_with(&t->name, "ffn_down_exps.weight");
-            size_t rb;
-            if (!dj_row_bytes(type, t->ne[0], &rb)) type = dj_row_bytes(DJ_TYPE_Q8_0, t->ne[0], &rb) ? DJ_TYPE_Q8_0 : DJ_TYPE_F16;
-            if (t->type != DJ_TYPE_F32 && t->type != DJ_TYPE_F16 && t->type != DJ_TYPE_BF16) {
-                cli_error("quantize", "%s: tensor '%s' is already %s; quantize from f32/f16/bf16", pos[0], name,
-                          dj_type_name(t->type));
-                goto done;
-            }
+        if ((st = quant_mix_type(&mix, t->name.ptr, t->name.len, t->n_dims, t->ne[0], &type))) {
+            cli_error("quantize", "%s: %s", pos[0], dj_last_error());
+            goto done;
+        }
+        if (type != t->type && t->type != DJ_TYPE_F32 && t->type != DJ_TYPE_F16 && t->type != DJ_TYPE_BF16) {
+            cli_error("quantize", "%s: tensor '%s' is already %s; quantize from f32/f16/bf16", pos[0], name,
+                      dj_type_name(t->type));
+            goto done;
         }
         const void *data = t->data;
         size_t nbytes = t->nbytes;

@@ -369,22 +369,12 @@ int cmd_synth(int argc, char **argv) {
         cli_error("synth", "out of memory");
         goto done;
     }
-    /* the mix's layer index of attn_v / ffn_down(_exps) tensors, as deja quantize counts them */
-    int n_v = 0, n_down = 0, i_v = 0, i_down = 0;
-    for (size_t i = 0; i < ns; i++) {
-        bool is_v;
-        if (cli_quant_counted(sp[i].name, strlen(sp[i].name), &is_v)) is_v ? n_v++ : n_down++;
-    }
+    struct quant_mix mix = {(uint32_t)type, true, true, P.n_expert, P.n_layer, 0, 0, 0, 0};
+    for (size_t i = 0; i < ns; i++) quant_mix_count(&mix, sp[i].name, strlen(sp[i].name));
     size_t total = 0;
     for (size_t i = 0; i < ns; i++) {
-        const size_t len = strlen(sp[i].name);
-        bool is_v;
-        const bool counted = cli_quant_counted(sp[i].name, len, &is_v);
         uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") ? DJ_TYPE_F32 : (uint32_t)type;
-        if (k_m)
-            t = cli_quant_type(sp[i].name, len, sp[i].n_dims, sp[i].K, t, (uint32_t)type, true, true,
-                               counted ? (is_v ? i_v : i_down) : 0, counted ? (is_v ? n_v : n_down) : 1);
-        if (counted) is_v ? i_v++ : i_down++;
+        if (k_m && (st = quant_mix_type(&mix, sp[i].name, strlen(sp[i].name), sp[i].n_dims, sp[i].K, &t))) goto fail_st;
         size_t rb;
         if (!dj_row_bytes(t, sp[i].K, &rb)) {
             t = DJ_TYPE_F16; /* a row the block size does not divide */

@@ -35,6 +35,7 @@
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "model/context.h"
+#include "model/route.h"
 #include "opt/opt.h"
 
 struct dj_ctx_params ctx_default_params(void) {
@@ -480,9 +481,12 @@ static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_
  *
  *   z = ffn_gate_inp h                          (n_expert router logits)
  *   p = softmax(z)                              (ggml: max subtracted, sum in double)
- *   S = the n_expert_used largest p, iterative argmax, the lowest id on a tie
+ *   S = the n_expert_used largest p, descending, the lowest id on a tie
  *       (llama.cpp's argsort order; its routing files list S in this order)
  *   w_s = p_S[s] / sum_S p                      (sum in double, rounded once, as ggml_sum_rows)
+ *   (deepseek2 adds sigmoid gating, a selection bias, expert groups, a clamped
+ *   normalization and a scale.)  These steps are one fused routine per token,
+ *   moe_route (route.c): one pass over the router row selects the top k.
  *   out = w_0 o_0 + w_1 o_1 + ...               (k-1 adds in selection order, as llama.cpp's
  *                                                explicit ggml_add chain), o_s = swiglu_{S[s]}(h)
  *
@@ -496,102 +500,18 @@ static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_
  * only its n_expert_used experts' weights.
  */
 
-/* z = softmax(z) over n router logits: max-subtracted, summed in double, in id order. */
-static void route_softmax(float *z, int64_t n) {
-    float mx = -INFINITY;
-    for (int64_t e = 0; e < n; e++) mx = z[e] > mx ? z[e] : mx;
-    double sum = 0.0;
-    for (int64_t e = 0; e < n; e++) {
-        z[e] = expf(z[e] - mx);
-        sum += (double)z[e];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int64_t e = 0; e < n; e++) z[e] *= inv;
-}
-
-/* The k largest of score[0..n) by iterative argmax (llama.cpp's order: descending
- * score, the lowest id on a tie) into sel; w[s] = p[sel[s]]. */
-static void route_top_k(const float *score, const float *p, int64_t n, int64_t k, int32_t *sel, float *w) {
-    for (int64_t s = 0; s < k; s++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < n; e++) {
-            bool taken = false;
-            for (int64_t r = 0; r < s; r++) taken |= sel[r] == (int32_t)e;
-            if (!taken && (best < 0 || score[e] > score[best])) best = e; /* strict: the lowest id on a tie */
-        }
-        sel[s] = (int32_t)best;
-        w[s] = p[best];
-    }
-}
-
-/* The experts of one token from its router logits z (n_expert; overwritten by the
- * probabilities): ids into sel and weights into w (k each), in selection order. */
-static void moe_route(float *z, int64_t n_expert, int64_t k, int32_t *sel, float *w) {
-    route_softmax(z, n_expert);
-    route_top_k(z, z, n_expert, k, sel, w);
-    double wsum = 0.0;
-    for (int64_t s = 0; s < k; s++) wsum += (double)w[s];
-    const float ws = (float)wsum;
-    for (int64_t s = 0; s < k; s++) w[s] /= ws;
-}
-
-/* deepseek2's routing (golden/moe/README.md): p = softmax(z) or sigmoid(z); the
- * selection score s = p + exp_probs_b (bias: NULL = none); with expert groups, only
- * the n_group_used groups with the largest sum of their two best s compete; the
- * n_expert_used largest s in order (lowest id on a tie), weighted by p; then
- * optionally w /= max(sum w, 6.103515625e-5) and w *= expert_weights_scale. */
-static void moe_route_ds(const struct dj_hparams *hp, float *z, const float *bias, int32_t *sel, float *w) {
-    const int64_t NE = hp->n_expert, K = hp->n_expert_used;
-    if (hp->gating == 2)
-        for (int64_t e = 0; e < NE; e++) z[e] = 1.0f / (1.0f + expf(-z[e]));
-    else
-        route_softmax(z, NE);
-    float s[512]; /* NE <= 512 (loader) */
-    for (int64_t e = 0; e < NE; e++) s[e] = bias ? z[e] + bias[e] : z[e];
-    if (hp->n_group > 1) {
-        const int64_t G = hp->n_group, per = NE / G;
-        float gs[512];
-        bool keep[512];
-        for (int64_t g = 0; g < G; g++) {
-            int64_t a = -1, b = -1;
-            for (int64_t e = g * per; e < (g + 1) * per; e++) {
-                if (a < 0 || s[e] > s[a]) { b = a; a = e; }
-                else if (b < 0 || s[e] > s[b]) b = e;
-            }
-            gs[g] = s[a] + s[b];
-            keep[g] = false;
-        }
-        for (uint32_t u = 0; u < hp->n_group_used; u++) {
-            int64_t best = -1;
-            for (int64_t g = 0; g < G; g++)
-                if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
-            keep[best] = true;
-        }
-        for (int64_t e = 0; e < NE; e++)
-            if (!keep[e / per]) s[e] = -INFINITY;
-    }
-    route_top_k(s, z, NE, K, sel, w);
-    if (hp->exp_norm) {
-        double sum = 0.0;
-        for (int64_t k = 0; k < K; k++) sum += (double)w[k];
-        float ws = (float)sum;
-        if (ws < 6.103515625e-5f) ws = 6.103515625e-5f;
-        for (int64_t k = 0; k < K; k++) w[k] /= ws;
-    }
-    if (hp->exp_scale != 0.0f && hp->exp_scale != 1.0f)
-        for (int64_t k = 0; k < K; k++) w[k] *= hp->exp_scale;
-}
-
 /* x += MoE(xn) for the layer's n rows (c->xn: the ffn-normed rows; clobbered). */
 static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n) {
     const struct dj_hparams *hp = &c->model->hp;
     const int64_t E = hp->n_embd, NE = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
-    if (hp->arch == DJ_ARCH_DEEPSEEK2)
-        for (int64_t t = 0; t < n; t++)
-            moe_route_ds(hp, c->moe_z + t * NE, L->exp_probs_b.data, c->moe_sel + t * K, c->moe_w + t * K);
-    else
-        for (int64_t t = 0; t < n; t++) moe_route(c->moe_z + t * NE, NE, K, c->moe_sel + t * K, c->moe_w + t * K);
+    const bool ds = hp->arch == DJ_ARCH_DEEPSEEK2; /* qwen3moe, Mixtral: softmax, normalized, no clamp */
+    const struct moe_router rt = {.n_expert = (uint32_t)NE, .n_used = (uint32_t)K, .sigmoid = ds && hp->gating == 2,
+                                  .bias = ds ? (const float *)L->exp_probs_b.data : NULL,
+                                  .n_group = ds ? hp->n_group : 0, .n_group_used = hp->n_group_used,
+                                  .norm = !ds || hp->exp_norm, .norm_min = ds ? 6.103515625e-5f : 0.0f,
+                                  .scale = ds ? hp->exp_scale : 0.0f};
+    for (int64_t t = 0; t < n; t++) moe_route(&rt, c->moe_z + t * NE, c->moe_sel + t * K, c->moe_w + t * K);
     if (c->moe_trace)
         memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
     /* Group the (token, slot) pairs by expert: expert e's tokens, in ubatch order, are
