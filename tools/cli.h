@@ -36,7 +36,7 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k, uint32_t *v, bool *ok);
 #define CLI_KV_TYPE_HELP                                                                              \
     "  -ctk, --cache-type-k T  K cache type: f32, f16, bf16, q8_0, q4_0 (default f16; docs/CONFIG.md)\n" \
-    "  -ctv, --cache-type-v T  V cache type (the same choices)\n"
+    "  -ctv, --cache-type-v T  V cache type (the same choices; MLA models keep no V rows: -ctk applies)\n"
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL + message on failure. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);
 
