@@ -24,9 +24,12 @@
  * 40-wide row are refused by ctx_create and engine_create naming the widths; DeepSeek-V3's
  * shape gives 2,304 / 1,152 / 612 / 324 bytes per token and layer (printed with the MHA
  * equivalent).
+ * q8_0 / q4_0 (and f16, bf16) on a synthesized deepseek2 whose row is 64 wide: bitwise
+ * equal across ubatches, threads and block sizes; within KV_SYN_* of the f32 cache.
  */
 #include "engine/engine.h"
 #include "test_moe.h"
+#include "test_synth.h"
 
 /* f16 / bf16 caches against llama.cpp's f32-cache logits: measured max |logit diff| over the
  * three models, 3 prompts, prompt rows and 32 steps (DJ_ISA avx512 and avx2 alike: the cache
@@ -35,6 +38,12 @@
  * bounds are twice that; the greedy ids must equal llama.cpp's at every step. */
 #define KV_F16_TOL 1e-2f
 #define KV_BF16_TOL 6e-2f
+/* check_quant_kv's synthesized model: measured max |logit diff| to an f32 cache over 90
+ * positions (avx512 and avx2): f16 6.3e-4, bf16 5.5e-3, q8_0 1.8e-2, q4_0 0.25; bounds 4x */
+#define KV_SYN_F16 2.5e-3f
+#define KV_SYN_BF16 2.2e-2f
+#define KV_SYN_Q8_0 7e-2f
+#define KV_SYN_Q4_0 1.0f
 
 static void check_loader_errors(const char *shared) {
     char src[512], dst[] = "/tmp/deja_test_mla_XXXXXX.gguf";
@@ -141,6 +150,65 @@ static void check_kv_types(const char *shared) {
     }
 }
 
+/* q8_0 and q4_0 caches need a row that splits into 32-element blocks; the golden models'
+ * 40 does not, so a synthesized deepseek2 (random F32 weights, every layer dense, kv_lora 56
+ * + rope 8 = 64) runs them, with f16 and bf16: bitwise equal across ubatches, threads and
+ * block sizes, and near the f32 cache's logits (bounds: 4x the measured max |diff|). */
+static void check_quant_kv(const char *shared) {
+    char path[] = "/tmp/deja_test_mla_q_XXXXXX.gguf";
+    const int fd = mkstemps(path, 5);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    struct synth_model sm = synth_default();
+    sm.arch = "deepseek2";
+    sm.n_head = sm.n_head_kv = 4;
+    sm.n_rot = 8;
+    sm.kv_lora = 56;
+    sm.qk_nope = 16;
+    sm.v_head = 16;
+    struct dj_model *m = NULL;
+    enum dj_status st = synth_write(path, test_shared_path(shared, "golden/moe/deepseek2-lite-tiny.gguf"), &sm, NULL, NULL);
+    CHECKF(st == DJ_OK, "synth deepseek2: %s", dj_last_error());
+    if (!st) CHECKF(model_load(path, &m) == DJ_OK, "%s", dj_last_error());
+    unlink(path);
+    if (!m) return;
+    CHECK(m->hp.mla && m->hp.head_dim == 64 && m->hp.n_expert == 0);
+    enum { N = 90 };
+    dj_token toks[N];
+    for (size_t i = 0; i < N; i++) toks[i] = (dj_token)(3 + (i * 7919 + i / 5) % (m->hp.n_vocab - 3));
+    const size_t V = m->hp.n_vocab, bytes = N * V * sizeof(float);
+    float *f32 = test_eval_logits_kv(m, toks, N, N, 1, 0, DJ_TYPE_F32);
+    CHECK(f32 != NULL);
+    static const struct { uint32_t t; float bound; } ty[] = {
+        {DJ_TYPE_F16, KV_SYN_F16}, {DJ_TYPE_BF16, KV_SYN_BF16}, {DJ_TYPE_Q8_0, KV_SYN_Q8_0}, {DJ_TYPE_Q4_0, KV_SYN_Q4_0}};
+    static const struct { uint32_t ub, bs; int th; } cfg[] = {{1, 0, 1}, {1, 0, 2}, {3, 0, 2}, {7, 16, 1}, {64, 16, 2}, {N, 32, 2}};
+    for (size_t k = 0; k < sizeof ty / sizeof ty[0] && f32; k++) {
+        CHECK(model_kv_check(m, ty[k].t, ty[k].t) == DJ_OK);
+        float *base = test_eval_logits_kv(m, toks, N, N, 1, 0, ty[k].t);
+        CHECKF(base != NULL, "synth deepseek2, %s K/V: %s", dj_type_name(ty[k].t), dj_last_error());
+        if (!base) continue;
+        int n_same = 0;
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            float *o = test_eval_logits_kv(m, toks, N, cfg[c].ub, cfg[c].th, cfg[c].bs, ty[k].t);
+            const bool same = o && !memcmp(o, base, bytes);
+            n_same += same;
+            CHECKF(same, "synth deepseek2, %s K/V: ubatch %u threads %d block %u differs from one batch",
+                   dj_type_name(ty[k].t), cfg[c].ub, cfg[c].th, cfg[c].bs);
+            free(o);
+        }
+        const float d = test_max_abs_diff(base, f32, N * V);
+        CHECKF(d <= ty[k].bound, "synth deepseek2, %s K/V: max |logit diff| to an f32 cache %g > %g",
+               dj_type_name(ty[k].t), d, ty[k].bound);
+        printf("synth deepseek2 (row 56 + 8), %s K/V: %d configurations bitwise equal to one batch; max |logit diff| "
+               "to an f32 cache %.3g (bound %g)\n", dj_type_name(ty[k].t), n_same, d, ty[k].bound);
+        free(base);
+    }
+    CHECK(engine_kv_bytes_per_token(m, DJ_TYPE_Q8_0, DJ_TYPE_Q8_0) == (size_t)m->hp.n_layer * 2 * 34);
+    free(f32);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     static const char *names[] = {"deepseek2-lite-tiny", "deepseek2-lite-tiny-wkvb", "deepseek2-v3-tiny"};
@@ -156,6 +224,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         for (int k = 0; k < 3; k++) check_invariance(argv[1], names[i], kv_types[k]);
     check_kv_types(argv[1]);
+    check_quant_kv(argv[1]);
     check_loader_errors(argv[1]);
     TEST_END();
 }
