@@ -10,10 +10,12 @@
 
 #include "model/context.h"
 
-/* n * n_vocab floats (malloc'd), or NULL on failure.  block_size 0: the default. */
-static inline float *test_eval_logits(const struct dj_model *m, const dj_token *toks, size_t n, uint32_t ubatch,
-                                      int threads, uint32_t block_size) {
+/* n * n_vocab floats (malloc'd), or NULL on failure.  block_size 0: the default.  K and V
+ * cache type kv_type (enum dj_ggml_type). */
+static inline float *test_eval_logits_kv(const struct dj_model *m, const dj_token *toks, size_t n, uint32_t ubatch,
+                                         int threads, uint32_t block_size, uint32_t kv_type) {
     struct dj_ctx_params cp = ctx_default_params();
+    cp.type_k = cp.type_v = kv_type;
     cp.n_ctx = (uint32_t)n;
     cp.n_ubatch = ubatch;
     cp.n_threads = threads;
@@ -30,6 +32,12 @@ static inline float *test_eval_logits(const struct dj_model *m, const dj_token *
     }
     ctx_free(c);
     return out;
+}
+
+/* The same in the default K/V type (kv_type_default: DJ_KV_TYPE). */
+static inline float *test_eval_logits(const struct dj_model *m, const dj_token *toks, size_t n, uint32_t ubatch,
+                                      int threads, uint32_t block_size) {
+    return test_eval_logits_kv(m, toks, n, ubatch, threads, block_size, kv_type_default());
 }
 
 #endif

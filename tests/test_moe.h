@@ -3,7 +3,8 @@
  * qwen3moe and Mixtral; test_mla_golden.c: deepseek2): reading llama.cpp's
  * golden files (golden/moe/README.md), check_model (prompt tokens, every
  * logits row within tol, greedy ids, the routed experts of every MoE layer),
- * check_invariance (one batch, token by token, ubatches, threads: bitwise),
+ * check_invariance (one batch, token by token, ubatches, threads: bitwise), both in a
+ * given K/V cache type,
  * and patched-copy helpers for loader errors.  Static functions: one copy per
  * test program.
  */
@@ -64,7 +65,10 @@ static size_t json_routing(const char *doc, uint32_t il, int32_t *out, size_t n)
     return k;
 }
 
-static void check_model(const char *shared, const char *name, float tol, bool f16) {
+/* Worst max |logit diff| to llama.cpp of the last check_model, over prompt rows and steps. */
+static float check_model_worst;
+
+static void check_model(const char *shared, const char *name, float tol, bool f16, uint32_t kv_type) {
     char rel[256];
     snprintf(rel, sizeof rel, "golden/moe/%s.gguf", name);
     struct dj_model *m = NULL;
@@ -74,6 +78,7 @@ static void check_model(const char *shared, const char *name, float tol, bool f1
     const size_t V = m->hp.n_vocab, K = m->hp.n_expert_used;
     CHECKF(m->hp.n_expert > 0 && K > 0 && K <= m->hp.n_expert, "%s: %u experts, %zu used", name, m->hp.n_expert, K);
     float worst_prompt = 0, worst_steps = 0;
+    size_t route_diff = 0; /* expert ids unlike llama.cpp's (non-f32 caches) */
     float *row = malloc(V * sizeof(float));
     for (int i = 0; i < 3; i++) {
         snprintf(rel, sizeof rel, "golden/moe/%s.p%d.json", name, i);
@@ -103,7 +108,8 @@ static void check_model(const char *shared, const char *name, float tol, bool f1
         struct dj_context *c = NULL;
         struct dj_ctx_params cp = ctx_default_params();
         cp.n_ctx = (uint32_t)(np + N_STEPS + 1);
-        CHECK(ctx_create(m, cp, &c) == DJ_OK);
+        cp.type_k = cp.type_v = kv_type;
+        CHECKF(ctx_create(m, cp, &c) == DJ_OK, "%s: %s", name, dj_last_error());
         if (!c || !ref_prompt || !ref_steps) goto next;
         /* the prompt in one batch, every row, and the routing */
         float *lp = malloc(np * V * sizeof(float));
@@ -122,7 +128,11 @@ static void check_model(const char *shared, const char *name, float tol, bool f1
             CHECKF(n_ref == np * K, "%s p%d: routing of layer %u has %zu ids, expected %zu", name, i, il, n_ref, np * K);
             size_t bad = 0;
             for (size_t t = 0; t < np * K && t < n_ref; t++) bad += trace[(size_t)il * c->p.n_ubatch * K + t] != ref_route[t];
-            CHECKF(bad == 0, "%s p%d layer %u: %zu expert ids differ from llama.cpp's routing", name, i, il, bad);
+            /* llama.cpp's routing is of an f32 cache: a rounded cache moves the router logits a
+             * little and may swap near-tied experts (counted and printed, not asserted) */
+            if (kv_type == DJ_TYPE_F32)
+                CHECKF(bad == 0, "%s p%d layer %u: %zu expert ids differ from llama.cpp's routing", name, i, il, bad);
+            route_diff += bad;
         }
         /* the greedy ids one at a time, teacher-forced */
         memcpy(row, lp + (np - 1) * V, V * sizeof(float));
@@ -150,13 +160,14 @@ static void check_model(const char *shared, const char *name, float tol, bool f1
         free(prompt);
         free(doc);
     }
-    printf("%s: 3 prompts, max |logit diff| vs llama.cpp: prompt rows %.3g, steps %.3g (tolerance %g)\n", name,
-           worst_prompt, worst_steps, tol);
+    printf("%s, %s K/V: 3 prompts, max |logit diff| vs llama.cpp: prompt rows %.3g, steps %.3g (tolerance %g); "
+           "%zu routed expert ids differ\n", name, dj_type_name(kv_type), worst_prompt, worst_steps, tol, route_diff);
+    check_model_worst = worst_prompt > worst_steps ? worst_prompt : worst_steps;
     free(row);
     model_free(m);
 }
 
-static void check_invariance(const char *shared, const char *name) {
+static void check_invariance(const char *shared, const char *name, uint32_t kv_type) {
     char rel[256];
     snprintf(rel, sizeof rel, "golden/moe/%s.gguf", name);
     struct dj_model *m = NULL;
@@ -173,17 +184,18 @@ static void check_invariance(const char *shared, const char *name) {
     for (size_t i = 0; i < np; i++) toks[i] = ptoks[i];
     for (size_t i = 0; i < ng; i++) toks[np + i] = greedy[i];
     const size_t bytes = n * m->hp.n_vocab * sizeof(float);
-    float *base = test_eval_logits(m, toks, n, (uint32_t)n, 1, 0);
-    CHECK(base != NULL);
+    float *base = test_eval_logits_kv(m, toks, n, (uint32_t)n, 1, 0, kv_type);
+    CHECKF(base != NULL, "%s, %s K/V: %s", name, dj_type_name(kv_type), dj_last_error());
     struct { uint32_t ub; int th; } cfg[] = {{1, 1}, {1, 2}, {3, 1}, {3, 2}, {5, 2}, {7, 1}, {64, 2}, {(uint32_t)n, 2}};
     const size_t n_cfg = sizeof cfg / sizeof cfg[0];
     for (size_t k = 0; k < n_cfg && base; k++) {
-        float *o = test_eval_logits(m, toks, n, cfg[k].ub, cfg[k].th, 0);
-        CHECKF(o && !memcmp(o, base, bytes), "%s: ubatch %u threads %d differs from one batch", name, cfg[k].ub,
-               cfg[k].th);
+        float *o = test_eval_logits_kv(m, toks, n, cfg[k].ub, cfg[k].th, 0, kv_type);
+        CHECKF(o && !memcmp(o, base, bytes), "%s, %s K/V: ubatch %u threads %d differs from one batch", name,
+               dj_type_name(kv_type), cfg[k].ub, cfg[k].th);
         free(o);
     }
-    printf("%s: %zu tokens, %zu ubatch/thread configurations bitwise equal to one batch\n", name, n, n_cfg);
+    printf("%s, %s K/V: %zu tokens, %zu ubatch/thread configurations bitwise equal to one batch\n", name,
+           dj_type_name(kv_type), n, n_cfg);
     free(base);
     free(toks);
     free(ptoks);

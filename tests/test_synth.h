@@ -31,6 +31,9 @@ struct synth_model {
     const float *rope_freqs; /* n_rot/2 factors written as rope_freqs.weight, or NULL */
     bool embd_no_rows;       /* token_embd.weight with 0 rows (and no vocab_size key) */
     bool embd_1d;            /* token_embd.weight as a vector of n_embd */
+    /* deepseek2 (Multi-head Latent Attention, every layer dense, no q LoRA): the cached row
+     * is kv_lora + n_rot wide; head_dim is not used (key_length = qk_nope + n_rot) */
+    uint32_t kv_lora, qk_nope, v_head;
 };
 
 /* A small llama that runs in milliseconds: 64-wide, 2 layers, GQA 4/2, head 16. */
@@ -69,6 +72,7 @@ static inline enum dj_status synth_write(const char *path, const char *vocab_fro
     size_t n_bufs = 0;
     char key[160];
     const char *a = p->arch;
+    const bool mla = !strcmp(a, "deepseek2");
 #define KEY(k) (snprintf(key, sizeof key, "%s.%s", a, k), key)
     if (!w) {
         st = DJ_ERR_NOMEM;
@@ -81,12 +85,16 @@ static inline enum dj_status synth_write(const char *path, const char *vocab_fro
         (st = gguf_writer_set_u32(w, KEY("feed_forward_length"), p->n_ff)) ||
         (st = gguf_writer_set_u32(w, KEY("attention.head_count"), p->n_head)) ||
         (st = gguf_writer_set_u32(w, KEY("attention.head_count_kv"), p->n_head_kv)) ||
-        (st = gguf_writer_set_u32(w, KEY("attention.key_length"), p->head_dim)) ||
+        (st = gguf_writer_set_u32(w, KEY("attention.key_length"), mla ? p->qk_nope + p->n_rot : p->head_dim)) ||
         (st = gguf_writer_set_u32(w, KEY("rope.dimension_count"), p->n_rot)) ||
         (st = gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_base)) ||
         (st = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps)))
         goto done;
     if (!p->embd_no_rows && !p->embd_1d && (st = gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)toks.n)))
+        goto done;
+    if (mla && ((st = gguf_writer_set_u32(w, KEY("attention.value_length"), p->v_head)) ||
+                (st = gguf_writer_set_u32(w, KEY("attention.kv_lora_rank"), p->kv_lora)) ||
+                (st = gguf_writer_set_u32(w, KEY("leading_dense_block_count"), p->n_layer))))
         goto done;
     for (size_t i = 0; i < gguf_n_kv(voc); i++) {
         struct gguf_str k = gguf_kv_key(voc, i);
@@ -97,9 +105,10 @@ static inline enum dj_status synth_write(const char *path, const char *vocab_fro
     {
         const int64_t E = p->n_embd, Q = (int64_t)p->n_head * p->head_dim, KV = (int64_t)p->n_head_kv * p->head_dim,
                       F = p->n_ff, V = p->embd_no_rows ? 0 : (int64_t)toks.n;
-#define ADD(nm, k, n, one)                                                                                   \
+#define ADD(nm, k, n, one) ADD3(nm, k, n, 1, one)
+#define ADD3(nm, k, n, n2, one)                                                                              \
     do {                                                                                                     \
-        size_t cnt = (size_t)(k) * (size_t)(n);                                                               \
+        size_t cnt = (size_t)(k) * (size_t)(n) * (size_t)(n2);                                                \
         float *b = malloc(cnt ? cnt * sizeof(float) : 1);                                                     \
         if (!b || n_bufs == MAX_T) {                                                                          \
             free(b);                                                                                          \
@@ -108,8 +117,8 @@ static inline enum dj_status synth_write(const char *path, const char *vocab_fro
         }                                                                                                     \
         bufs[n_bufs++] = b;                                                                                   \
         synth_fill(b, cnt, p->seed, nm, one);                                                                 \
-        int64_t ne[2] = {(k), (n)};                                                                           \
-        if ((st = gguf_writer_add_tensor(w, nm, DJ_TYPE_F32, (n) == 1 ? 1 : 2, ne, b,                         \
+        int64_t ne[3] = {(k), (n), (n2)};                                                                     \
+        if ((st = gguf_writer_add_tensor(w, nm, DJ_TYPE_F32, (n2) > 1 ? 3 : (n) == 1 ? 1 : 2, ne, b,          \
                                          cnt * sizeof(float))))                                               \
             goto done;                                                                                        \
     } while (0)
@@ -137,19 +146,31 @@ static inline enum dj_status synth_write(const char *path, const char *vocab_fro
         ADD(n, k, nn, one);                                  \
     } while (0)
             L("attn_norm.weight", E, 1, true);
-            L("attn_q.weight", E, Q, false);
-            L("attn_k.weight", E, KV, false);
-            L("attn_v.weight", E, KV, false);
-            if (!strcmp(a, "qwen2")) {
-                L("attn_q.bias", Q, 1, false);
-                L("attn_k.bias", KV, 1, false);
-                L("attn_v.bias", KV, 1, false);
+            if (mla) { /* llama.cpp's split layout: attn_k_b (nope, kv_lora, H), attn_v_b (kv_lora, v_head, H) */
+                const int64_t H = p->n_head, R = p->kv_lora, N = p->qk_nope, P = p->n_rot, VH = p->v_head;
+                L("attn_q.weight", E, H * (N + P), false);
+                L("attn_kv_a_mqa.weight", E, R + P, false);
+                L("attn_kv_a_norm.weight", R, 1, true);
+                snprintf(n, sizeof n, "blk.%u.attn_k_b.weight", il);
+                ADD3(n, N, R, H, false);
+                snprintf(n, sizeof n, "blk.%u.attn_v_b.weight", il);
+                ADD3(n, R, VH, H, false);
+                L("attn_output.weight", H * VH, E, false);
+            } else {
+                L("attn_q.weight", E, Q, false);
+                L("attn_k.weight", E, KV, false);
+                L("attn_v.weight", E, KV, false);
+                if (!strcmp(a, "qwen2")) {
+                    L("attn_q.bias", Q, 1, false);
+                    L("attn_k.bias", KV, 1, false);
+                    L("attn_v.bias", KV, 1, false);
+                }
+                if (!strcmp(a, "qwen3")) {
+                    L("attn_q_norm.weight", p->head_dim, 1, true);
+                    L("attn_k_norm.weight", p->head_dim, 1, true);
+                }
+                L("attn_output.weight", Q, E, false);
             }
-            if (!strcmp(a, "qwen3")) {
-                L("attn_q_norm.weight", p->head_dim, 1, true);
-                L("attn_k_norm.weight", p->head_dim, 1, true);
-            }
-            L("attn_output.weight", Q, E, false);
             L("ffn_norm.weight", E, 1, true);
             L("ffn_gate.weight", E, F, false);
             L("ffn_up.weight", E, F, false);
@@ -157,6 +178,7 @@ static inline enum dj_status synth_write(const char *path, const char *vocab_fro
 #undef L
         }
 #undef ADD
+#undef ADD3
     }
     st = gguf_writer_write(w, path);
 done:

@@ -38,7 +38,7 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k, uint32_t *v, bool *ok);
 #define CLI_KV_TYPE_HELP                                                                              \
     "  -ctk, --cache-type-k T  K cache type: f32, f16, bf16, q8_0, q4_0 (default f16; docs/CONFIG.md)\n" \
-    "  -ctv, --cache-type-v T  V cache type (the same choices)\n"
+    "  -ctv, --cache-type-v T  V cache type (the same choices; MLA models keep no V rows: -ctk applies)\n"
 /* llama.cpp's quantization mix (quant_mix.c), shared by quantize and synth: set the
  * first five fields, call quant_mix_count for every tensor name, then quant_mix_type
  * for each tensor in file order: *type is left alone for tensors the mix keeps (vectors,

@@ -45,6 +45,7 @@ struct dj_engine_params engine_default_params(void) {
 
 size_t engine_kv_bytes_per_token(const struct dj_model *m, uint32_t type_k, uint32_t type_v) {
     const size_t n = (size_t)m->hp.n_head_kv * m->hp.head_dim;
+    if (model_kv_k_only(m)) return (size_t)m->hp.n_layer * kv_row_bytes(type_k, n); /* MLA: no V rows */
     return (size_t)m->hp.n_layer * (kv_row_bytes(type_k, n) + kv_row_bytes(type_v, n));
 }
 
@@ -92,10 +93,10 @@ static void engine_open_store(struct dj_engine *e) {
     }
     char desc[1024];
     int n = snprintf(desc, sizeof desc,
-                     "deja-kv 1 kernels=%s k=%s v=%s block=%u layers=%u kv_heads=%u head_dim=%u rot=%u rope=%d "
-                     "base=%.9g llama3=%d factor=%.9g low=%.9g high=%.9g orig=%u linear=%.9g",
+                     "deja-kv 1 kernels=%s k=%s v=%s v_rows=%d block=%u layers=%u kv_heads=%u head_dim=%u rot=%u "
+                     "rope=%d base=%.9g llama3=%d factor=%.9g low=%.9g high=%.9g orig=%u linear=%.9g",
                      dj_kernels()->name, dj_type_info(e->p.kv_type_k)->name, dj_type_info(e->p.kv_type_v)->name,
-                     e->block_size, hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot,
+                     !model_kv_k_only(m), e->block_size, hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot,
                      (int)hp->rope_type, hp->rope_freq_base, (int)hp->rope_llama3, hp->rope_factor,
                      hp->rope_low_freq_factor, hp->rope_high_freq_factor, hp->rope_orig_ctx, hp->rope_linear_scale);
     if (n < 0 || (size_t)n + 32 > sizeof desc) return;
@@ -111,7 +112,8 @@ static void engine_open_store(struct dj_engine *e) {
     sp.n_layer = hp->n_layer;
     sp.n_embd_kv = hp->n_head_kv * hp->head_dim;
     sp.block_size = e->block_size;
-    sp.kv_type = e->p.kv_type_k | e->p.kv_type_v << 8; /* ggml type ids of K and V */
+    /* ggml type ids of K and V; bit 16: no V rows (MLA's K-only geometry, persist.h) */
+    sp.kv_type = e->p.kv_type_k | e->p.kv_type_v << 8 | (uint32_t)model_kv_k_only(m) << 16;
     sp.block_bytes = e->block_bytes;
     /* about 256 MiB of blocks waiting for the disk, at least 4 */
     sp.queue_max = (size_t)(256u << 20) / e->block_bytes;
@@ -130,7 +132,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     struct dj_engine_params pm = *p;
     model_kv_types(m, &pm.kv_type_k, &pm.kv_type_v);
     p = &pm;
-    enum dj_status st = kv_type_check(p->kv_type_k, p->kv_type_v, hp->head_dim);
+    enum dj_status st = model_kv_check(m, p->kv_type_k, p->kv_type_v);
     if (st) return st;
     const size_t block_bytes = cfg->block_size * engine_kv_bytes_per_token(m, p->kv_type_k, p->kv_type_v);
     const uint32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
@@ -141,10 +143,10 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
         double blocks = p->kv_budget_mib * 1048576.0 / (double)block_bytes;
         if (blocks < 1.0)
             return dj_fail(DJ_ERR_INVALID,
-                           "KV budget %.3f MiB is smaller than one KV block (%.3f MiB: %u layers x %u positions x "
-                           "%zu K+V elements)",
-                           p->kv_budget_mib, (double)block_bytes / 1048576.0, hp->n_layer, cfg->block_size,
-                           2 * n_embd_kv);
+                           "KV budget %.3f MiB is smaller than one KV block (%.3f MiB: %u positions x %zu bytes of "
+                           "K/V per position: %u layers x %s%zu elements)",
+                           p->kv_budget_mib, (double)block_bytes / 1048576.0, cfg->block_size, block_bytes / cfg->block_size,
+                           hp->n_layer, model_kv_k_only(m) ? "one K row of " : "K+V rows of 2 x ", n_embd_kv);
         max_blocks = blocks > 1073741824.0 ? 1073741824u : (uint64_t)blocks;
     } else if (p->kv_budget_auto) {
         /* half of what the machine has free now (the weights are mapped already), at least
@@ -177,7 +179,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     struct kv_pool_params pp = {hp->n_layer, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks,
-                                p->kv_type_k, p->kv_type_v};
+                                p->kv_type_k, p->kv_type_v, model_kv_k_only(m)};
     st = kv_pool_create(&pp, &e->pool);
     if (st) {
         pthread_mutex_destroy(&e->mu);
@@ -566,11 +568,11 @@ static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, co
             void *kd = kv_seq_k(&s->seq, il, P + j, (uint32_t)bs), *vd = kv_seq_v(&s->seq, il, P + j, (uint32_t)bs);
             if (src[j] < 0) { /* zeros of any K/V type are all-zero bytes */
                 memset(kd, 0, kv_pool_k_row_bytes(e->pool));
-                memset(vd, 0, kv_pool_v_row_bytes(e->pool));
+                if (vd) memset(vd, 0, kv_pool_v_row_bytes(e->pool)); /* NULL: a K-only (MLA) pool */
                 continue;
             }
             memcpy(kd, kv_seq_k(snap, il, (size_t)src[j], (uint32_t)bs), kv_pool_k_row_bytes(e->pool));
-            memcpy(vd, kv_seq_v(snap, il, (size_t)src[j], (uint32_t)bs), kv_pool_v_row_bytes(e->pool));
+            if (vd) memcpy(vd, kv_seq_v(snap, il, (size_t)src[j], (uint32_t)bs), kv_pool_v_row_bytes(e->pool));
             const int64_t delta = (int64_t)(P + j) - src[j];
             if (delta) { /* in the cache's type: to floats, rotated, back (one more rounding) */
                 kv_row_to_f32(e->p.kv_type_k, kd, krow, kv);

@@ -312,7 +312,8 @@ void engine_spec_counts(const struct dj_engine *e, struct dj_spec_counts *out, u
 double engine_spec_beta(const struct dj_engine *e, size_t n_rows);
 /* Parks every idle sequence (drops their pins; sealed blocks stay cached). */
 void engine_park_idle(struct dj_engine *e);
-/* KV bytes per position (K and V, every layer, in the types given) of a model. */
+/* KV bytes per position (K and V, every layer, in the types given) of a model; an MLA
+ * model's K-only pool has no V rows: n_layer K rows of kv_lora + rope elements of type_k. */
 size_t engine_kv_bytes_per_token(const struct dj_model *m, uint32_t type_k, uint32_t type_v);
 
 #endif

@@ -30,10 +30,11 @@
  *    64      4  n_layer
  *    68      4  n_embd_kv
  *    72      4  block_size
- *    76      4  kv_type (the engine: K ggml type id | V type id << 8)
+ *    76      4  kv_type (the engine: K ggml type id | V type id << 8 | 1 << 16 when
+ *               the pool has no V rows: MLA's K-only geometry, pool.h k_only)
  *    80      8  payload bytes
  *    88   4*bs  tokens[block_size], int32
- *     ..     P  payload (opaque: the K and V of every layer)
+ *     ..     P  payload (opaque: the K and V of every layer; K only for MLA)
  *     ..     8  XXH3-64 (seed 0) of every byte before it
  *
  *   +-------+-----+-----+-----+-------+--------+----------+--------+---------+---------+

@@ -69,7 +69,7 @@ enum dj_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **o
         p->max_blocks == KV_BLOCK_NONE)
         return dj_fail(DJ_ERR_INVALID, "KV pool: bad parameters (layers %u, kv width %u, block size %u, blocks %u)",
                        p->n_layer, p->n_embd_kv, p->block_size, p->max_blocks);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (p->k_only ? 1 : 2); i++) {
         const uint32_t t = i ? p->type_v : p->type_k;
         if (!kv_type_supported(t))
             return dj_fail(DJ_ERR_UNSUPPORTED, "KV pool: %s type %s is not one of f32, f16, bf16, q8_0, q4_0",
@@ -79,15 +79,16 @@ enum dj_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **o
                            i ? "V" : "K", dj_type_info(t)->name, dj_type_info(t)->blck, p->n_embd_kv);
     }
     struct kv_pool *pool = calloc(1, sizeof *pool);
+    const size_t k_row = kv_row_bytes(p->type_k, p->n_embd_kv), v_row = p->k_only ? 0 : kv_row_bytes(p->type_v, p->n_embd_kv);
     size_t rows, bytes;
     if (!pool || dj_mul_overflow((size_t)p->n_layer, (size_t)p->block_size, &rows) ||
-        dj_mul_overflow(rows, kv_row_bytes(p->type_k, p->n_embd_kv) + kv_row_bytes(p->type_v, p->n_embd_kv), &bytes)) {
+        dj_mul_overflow(rows, k_row + v_row, &bytes)) {
         free(pool);
         return dj_fail(DJ_ERR_NOMEM, "KV pool: out of memory");
     }
     pool->p = *p;
-    pool->k_row = kv_row_bytes(p->type_k, p->n_embd_kv);
-    pool->v_row = kv_row_bytes(p->type_v, p->n_embd_kv);
+    pool->k_row = k_row;
+    pool->v_row = v_row;
     pool->block_bytes = bytes;
     pool->block_stride = (bytes + 63) & ~(size_t)63;
     uint32_t nb = 1;
@@ -255,6 +256,7 @@ void *kv_pool_k(const struct kv_pool *pool, uint32_t id, uint32_t il) {
 }
 
 void *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il) {
+    if (pool->p.k_only) return NULL;
     return pool->b[id].data + ((size_t)pool->p.n_layer * pool->k_row + (size_t)il * pool->v_row) * pool->p.block_size;
 }
 

@@ -7,9 +7,13 @@
  * layer:
  *
  *   data: K[n_layer][block_size][k row] | V[n_layer][block_size][v row]
+ *   K-only (k_only):  K[n_layer][block_size][k row]
  *
  * where a row is n_embd_kv elements of the pool's K (V) type: f32, f16, bf16,
- * q8_0 or q4_0 (-ctk/-ctv), a row's bytes as ggml lays them out.
+ * q8_0 or q4_0 (-ctk/-ctv), a row's bytes as ggml lays them out.  A K-only
+ * pool (Multi-head Latent Attention: the value is read from the K row, whose
+ * first kv_lora elements are the latent c) has no V rows at all: its V row
+ * bytes are 0, kv_pool_v and kv_seq_v return NULL and type_v is not used.
  *
  * Life of a block:
  *
@@ -48,7 +52,8 @@ struct kv_pool_params {
     uint32_t block_size; /* positions per block (LLAMA_OPT_BLOCK_SIZE, default 64) */
     uint32_t max_blocks; /* memory budget in blocks */
     uint32_t type_k;     /* element type of K rows (enum dj_ggml_type; 0 = f32) */
-    uint32_t type_v;     /* element type of V rows */
+    uint32_t type_v;     /* element type of V rows (unused when k_only) */
+    bool k_only;         /* no V rows: a block is n_layer * block_size K rows (MLA) */
 };
 
 /* The K/V type of engines and contexts unless told otherwise (-ctk/-ctv). */
@@ -78,7 +83,7 @@ struct kv_pool_stats {
     uint32_t sealed;     /* in the dedup index */
     uint64_t evicted;    /* blocks evicted so far */
     uint64_t cow_copies; /* copy-on-write copies so far */
-    size_t block_bytes;  /* bytes of K+V per block */
+    size_t block_bytes;  /* bytes of K+V per block (K only in a k_only pool) */
 };
 
 struct kv_pool;
@@ -97,7 +102,8 @@ void kv_pool_unref(struct kv_pool *pool, uint32_t id);
 uint32_t kv_pool_refcount(const struct kv_pool *pool, uint32_t id);
 bool kv_pool_is_sealed(const struct kv_pool *pool, uint32_t id);
 
-/* Rows of layer il: [block_size] rows of kv_pool_k_row_bytes (v: _v_) bytes. */
+/* Rows of layer il: [block_size] rows of kv_pool_k_row_bytes (v: _v_) bytes.
+ * kv_pool_v is NULL (and kv_pool_v_row_bytes 0) in a k_only pool. */
 void *kv_pool_k(const struct kv_pool *pool, uint32_t id, uint32_t il);
 void *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il);
 size_t kv_pool_k_row_bytes(const struct kv_pool *pool);
@@ -154,8 +160,10 @@ void kv_seq_replace_block(struct kv_seq *s, size_t b, uint32_t id);
 static inline void *kv_seq_k(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {
     return (uint8_t *)kv_pool_k(s->pool, s->table[pos / block_size], il) + (pos % block_size) * kv_pool_k_row_bytes(s->pool);
 }
+/* NULL in a k_only pool. */
 static inline void *kv_seq_v(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {
-    return (uint8_t *)kv_pool_v(s->pool, s->table[pos / block_size], il) + (pos % block_size) * kv_pool_v_row_bytes(s->pool);
+    uint8_t *v = kv_pool_v(s->pool, s->table[pos / block_size], il);
+    return v ? v + (pos % block_size) * kv_pool_v_row_bytes(s->pool) : NULL;
 }
 
 #endif

@@ -13,7 +13,7 @@
 #include "kv/pool.h"
 
 struct kv_block {
-    uint8_t *data;      /* block_bytes: K rows of every layer, then V rows; kept for reuse */
+    uint8_t *data;      /* block_bytes: K rows of every layer, then V rows (none when k_only); kept for reuse */
     dj_token *tokens;   /* block_size tokens while sealed */
     uint64_t chain;     /* chain hash while sealed */
     uint64_t last_turn; /* pool turn of the last use */
@@ -38,7 +38,7 @@ struct kv_slab {
 
 struct kv_pool {
     struct kv_pool_params p;
-    size_t k_row, v_row;          /* bytes of a K (V) row */
+    size_t k_row, v_row;          /* bytes of a K (V) row; v_row 0 when k_only */
     size_t block_bytes;           /* n_layer * block_size * (k_row + v_row) */
     size_t block_stride;          /* bytes a block takes in a slab (64-byte aligned) */
     struct kv_slab *slabs;

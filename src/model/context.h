@@ -214,10 +214,16 @@ void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t d
  * even; q8_0/q4_0 ggml's reference quantizers) and back (exact).  The same bytes and
  * floats on every kernel table. */
 /* The K/V cache types a model runs with when asked for *type_k / *type_v: the same,
- * except that an MLA model (deepseek2) reads only f32 rows so far — it gets f32 and a
- * warning, rather than failing to start with the f16 default.  ctx_create (own pool)
- * and engine_create apply it. */
+ * except that an MLA model (deepseek2) keeps one K row per token and no V: its cache
+ * type is *type_k, and *type_v is set to it (an info note when it differed, so
+ * `-ctk q8_0` alone, or with `-ctv q8_0`, just works).  ctx_create (own pool) and
+ * engine_create apply it. */
 void model_kv_types(const struct dj_model *m, uint32_t *type_k, uint32_t *type_v);
+/* True when the model's KV pool has no V rows (MLA: values are read from the K row). */
+bool model_kv_k_only(const struct dj_model *m);
+/* kv_type_check for this model's rows: dense, head_dim for K and V; MLA, the one K row
+ * of kv_lora + rope elements (type_v unused).  DJ_OK or DJ_ERR_UNSUPPORTED + message. */
+enum dj_status model_kv_check(const struct dj_model *m, uint32_t type_k, uint32_t type_v);
 
 void kv_row_from_f32(uint32_t type, const float *x, void *y, size_t n);
 void kv_row_to_f32(uint32_t type, const void *x, float *y, size_t n);

@@ -636,53 +636,90 @@ struct probe {
  *   o~_h = sum_s softmax(s_h) c(s);  o_h = V_b[h] o~_h;  out = Wo concat_h(o_h)
  *
  * KV cache: the pool's K row of a token and layer is [c | k_pe], n_embd_kv =
- * kv_lora + rope floats (DeepSeek-V2/V3: 512 + 64 = 576, 2,304 bytes in f32), one
- * row shared by all heads; uncompressed MHA would keep n_head (nope + rope) + n_head
- * v_head (V3: 128 x 192 + 128 x 128 = 40,960 floats).  The pool allocates a V row of
- * the same width that MLA never reads (written as zeros): the pool's geometry has one
- * width for K and V; that doubles the bytes until the pool learns a V-less layer.
- * Only an f32 cache is supported for now (ctx_create and engine_create use f32, with a warning,
- * when another type is asked: the default is f16).
+ * kv_lora + rope elements (DeepSeek-V2/V3: 512 + 64 = 576), one row shared by all
+ * heads, and the pool is K-only (kv_pool_params.k_only): the value of a key is the
+ * first kv_lora elements of its K row, so no V row is allocated.  Bytes per token and
+ * layer, V3 shape (engine_kv_bytes_per_token; tests/model/test_mla_golden.c prints
+ * them): f32 2,304, f16/bf16 1,152, q8_0 612, q4_0 324; uncompressed MHA would keep
+ * n_head (nope + rope) + n_head v_head = 128 x 192 + 128 x 128 = 40,960 floats
+ * (163,840 bytes f32, 81,920 f16).  The row is stored in the K cache type (-ctk: f32,
+ * f16, bf16, q8_0, q4_0; quantized types need kv_lora + rope to be a multiple of 32,
+ * else the context or engine is refused, as a dense head size); -ctv does not apply
+ * (model_kv_types makes it equal to -ctk, with a note when it differed).
  *
  * Scores and values go through the same kernels as GQA (attn_scores over the
  * kv_lora + rope row, attn_values_n over its first kv_lora elements), block by block
- * in position order, one (tile, head) per work item: a token's bits do not depend
- * on the batch, the ubatch split or the thread count. */
+ * in position order.  A work item is (tile, group of up to MLA_HEADS heads): a block
+ * of K rows in another type than f32 is converted to floats once per item and pass
+ * (kernels' kv_rows_to_f32, bitwise the reference dequantizer: a row's floats do
+ * not depend on the item) and serves the group's heads.  Per head the arithmetic is
+ * the same whoever runs it and whatever else is in the item or the batch: a token's
+ * bits do not depend on the batch, the ubatch split or the thread count. */
+enum { MLA_HEADS = 8 }; /* heads of one attention work item */
+
 static void mla_attn_task(void *arg, int ith, int nth) {
     const struct attn_job *j = arg;
     struct dj_context *c = j->c;
     const struct dj_hparams *hp = &c->model->hp;
     const int H = (int)hp->n_head, D = (int)hp->head_dim, R = (int)hp->kv_lora;
-    const size_t stride = c->n_embd_kv, bs = c->block_size, n_ctx = c->p.n_ctx;
-    float *sc = c->scores + (size_t)ith * (size_t)c->att_tile * (size_t)H * n_ctx; /* tile rows of n_ctx */
-    const long n_items = (long)j->n_tiles * H;
+    const int HG = H < MLA_HEADS ? H : MLA_HEADS, n_hg = (H + HG - 1) / HG;
+    const size_t bs = c->block_size, n_ctx = c->p.n_ctx, k_row = kv_pool_k_row_bytes(c->pool);
+    const bool conv = c->p.type_k != DJ_TYPE_F32;
+    /* (tile, HG) score rows of n_ctx: within the thread's att_tile * H rows */
+    float *sc = c->scores + (size_t)ith * (size_t)c->att_tile * (size_t)H * n_ctx;
+    float *kt = conv ? c->kvt + (size_t)ith * 2 * bs * (size_t)D : NULL; /* [bs][D] floats */
+    const long n_items = (long)j->n_tiles * n_hg;
     for (long item = ith; item < n_items; item += nth) {
-        const int64_t t0 = j->tiles[item / H].t0, t1 = j->tiles[item / H].t1;
+        const int64_t t0 = j->tiles[item / n_hg].t0, t1 = j->tiles[item / n_hg].t1;
         const uint32_t *table = j->seq[t0]->table;
-        const int h = (int)(item % H);
+        const int h0 = (int)(item % n_hg) * HG, h1 = h0 + HG < H ? h0 + HG : H;
         const int64_t max_keys = (int64_t)j->pos[t1 - 1] + 1;
-        for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
-            const float *kb = (const float *)kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il);
-            for (int64_t t = t0; t < t1; t++) {
-                const int64_t n_keys = (int64_t)j->pos[t] + 1;
-                if (p0 >= n_keys) continue;
-                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
-                c->kern->attn_scores(D, c->q + ((size_t)t * H + h) * D, kb, stride, nb, hp->kq_scale,
-                                     sc + (size_t)(t - t0) * n_ctx + p0);
+#define MLA_ROW(t, h) (sc + ((size_t)((t) - t0) * (size_t)HG + (size_t)((h) - h0)) * n_ctx)
+        for (int pass = 0; pass < 2; pass++) { /* 0: scores, then softmax; 1: values */
+            for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
+                const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il);
+                const float *kb = (const float *)kraw;
+                if (conv) { /* the block's rows [c | k_pe] as floats */
+                    const int64_t n_rows = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
+                    c->kern->kv_rows_to_f32(c->p.type_k, kraw, k_row, n_rows, D, kt);
+                    kb = kt;
+                }
+                const float *wr[ATT_ROWS];
+                float *orow[ATT_ROWS];
+                int nr = 0;
+                int64_t nb_cur = 0;
+                for (int64_t t = t0; t < t1; t++) {
+                    const int64_t n_keys = (int64_t)j->pos[t] + 1;
+                    if (p0 >= n_keys) continue;
+                    const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+                    if (pass == 0) {
+                        for (int h = h0; h < h1; h++)
+                            c->kern->attn_scores(D, c->q + ((size_t)t * H + h) * D, kb, (size_t)D, nb, hp->kq_scale,
+                                                 MLA_ROW(t, h) + p0);
+                        continue;
+                    }
+                    /* values: rows ending at the same place in this block in one call (c: K's head) */
+                    if (nr && nb != nb_cur) {
+                        c->kern->attn_values_n(R, nr, wr, kb, (size_t)D, nb_cur, orow, p0 > 0);
+                        nr = 0;
+                    }
+                    nb_cur = nb;
+                    for (int h = h0; h < h1; h++) {
+                        if (nr == ATT_ROWS) {
+                            c->kern->attn_values_n(R, nr, wr, kb, (size_t)D, nb_cur, orow, p0 > 0);
+                            nr = 0;
+                        }
+                        wr[nr] = MLA_ROW(t, h) + p0;
+                        orow[nr++] = c->att + ((size_t)t * H + h) * R;
+                    }
+                }
+                if (nr) c->kern->attn_values_n(R, nr, wr, kb, (size_t)D, nb_cur, orow, p0 > 0);
             }
+            if (pass == 0)
+                for (int64_t t = t0; t < t1; t++)
+                    for (int h = h0; h < h1; h++) c->kern->attn_softmax(MLA_ROW(t, h), (int64_t)j->pos[t] + 1);
         }
-        for (int64_t t = t0; t < t1; t++) c->kern->attn_softmax(sc + (size_t)(t - t0) * n_ctx, (int64_t)j->pos[t] + 1);
-        for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
-            const float *vb = (const float *)kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il); /* c: K's head */
-            for (int64_t t = t0; t < t1; t++) {
-                const int64_t n_keys = (int64_t)j->pos[t] + 1;
-                if (p0 >= n_keys) continue;
-                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
-                const float *wr[1] = {sc + (size_t)(t - t0) * n_ctx + p0};
-                float *orow[1] = {c->att + ((size_t)t * H + h) * R};
-                c->kern->attn_values_n(R, 1, wr, vb, stride, nb, orow, p0 > 0);
-            }
-        }
+#undef MLA_ROW
     }
 }
 
@@ -726,8 +763,7 @@ static bool mla_layer(struct dj_context *c, uint32_t il, const struct dj_layer *
             }
             pr->dev[t] = d2;
         }
-        kv_row_from_f32(c->p.type_k, k, krow, (size_t)D);
-        memset(kv_seq_v(seq[t], il, pos[t], c->block_size), 0, kv_pool_v_row_bytes(c->pool)); /* unused */
+        kv_row_from_f32(c->p.type_k, k, krow, (size_t)D); /* the pool is K-only: no V row */
     }
     if (pr && il == pr->il) return false;
     /* q~_h = K_b[h]^T q_nope_h, head by head over the ubatch; [q~ | q_pe] rows into c->q */
@@ -1105,10 +1141,28 @@ enum dj_status ctx_probe_k(struct dj_context *c, const dj_token *toks, const uin
 /* ---- context lifetime ---------------------------------------------------------- */
 
 void model_kv_types(const struct dj_model *m, uint32_t *type_k, uint32_t *type_v) {
-    if (!m->hp.mla || (*type_k == DJ_TYPE_F32 && *type_v == DJ_TYPE_F32)) return;
-    dj_log(DJ_LOG_WARN, "%s: Multi-head Latent Attention supports only an f32 K/V cache so far; using f32 instead of "
-           "K %s, V %s", model_arch_name(m->hp.arch), dj_type_name(*type_k), dj_type_name(*type_v));
-    *type_k = *type_v = DJ_TYPE_F32;
+    if (!m->hp.mla || *type_v == *type_k) return;
+    dj_log(DJ_LOG_INFO, "%s: Multi-head Latent Attention keeps one K row per token (its values are the row's first "
+           "%u elements): the cache type is K's, %s; the V type %s does not apply", model_arch_name(m->hp.arch),
+           m->hp.kv_lora, dj_type_name(*type_k), dj_type_name(*type_v));
+    *type_v = *type_k;
+}
+
+bool model_kv_k_only(const struct dj_model *m) { return m->hp.mla; }
+
+enum dj_status model_kv_check(const struct dj_model *m, uint32_t type_k, uint32_t type_v) {
+    const struct dj_hparams *hp = &m->hp;
+    if (!hp->mla) return kv_type_check(type_k, type_v, hp->head_dim);
+    /* one K row of kv_lora + rope elements; no V rows (type_v unused) */
+    const struct dj_type_info *ti = dj_type_info(type_k);
+    if (!kv_type_supported(type_k))
+        return dj_fail(DJ_ERR_UNSUPPORTED, "K cache type %s is not one of f32, f16, bf16, q8_0, q4_0",
+                       ti && ti->name ? ti->name : "(unknown)");
+    if (hp->head_dim % ti->blck)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "K cache type %s needs a K row width that is a multiple of %u; this %s model's "
+                       "Multi-head Latent Attention row is kv_lora %u + rope %u = %u elements (use f32, f16 or bf16)",
+                       ti->name, ti->blck, model_arch_name(hp->arch), hp->kv_lora, hp->n_rot, hp->head_dim);
+    return DJ_OK;
 }
 
 enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, struct dj_context **out) {
@@ -1136,11 +1190,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         model_kv_types(m, &p.type_k, &p.type_v);
         c->p = p;
     }
-    enum dj_status tst = kv_type_check(p.type_k, p.type_v, (uint32_t)hd);
-    if (!tst && hp->mla && (p.type_k != DJ_TYPE_F32 || p.type_v != DJ_TYPE_F32))
-        tst = dj_fail(DJ_ERR_UNSUPPORTED, "context: %s's Multi-head Latent Attention cache supports only f32 K/V "
-                      "rows for now (asked: K %s, V %s)", model_arch_name(hp->arch), dj_type_name(p.type_k),
-                      dj_type_name(p.type_v));
+    enum dj_status tst = model_kv_check(m, p.type_k, p.type_v);
     if (tst) {
         free(c);
         return tst;
@@ -1149,16 +1199,17 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->v_head = kv_row_bytes(p.type_v, hd);
     if (p.pool) {
         const struct kv_pool_params *pp = kv_pool_params(p.pool);
-        if (pp->n_layer != hp->n_layer || pp->n_embd_kv != KV) {
+        if (pp->n_layer != hp->n_layer || pp->n_embd_kv != KV || pp->k_only != model_kv_k_only(m)) {
             free(c);
-            return dj_fail(DJ_ERR_INVALID, "context: the KV pool's shape (%u layers x %u) does not fit the model (%u x %zu)",
-                           pp->n_layer, pp->n_embd_kv, hp->n_layer, KV);
+            return dj_fail(DJ_ERR_INVALID, "context: the KV pool's shape (%u layers x %u, %s) does not fit the model "
+                           "(%u x %zu, %s)", pp->n_layer, pp->n_embd_kv, pp->k_only ? "K only" : "K and V", hp->n_layer,
+                           KV, model_kv_k_only(m) ? "K only" : "K and V");
         }
         c->pool = p.pool;
     } else {
         /* one spare block for a copy on write of a partly filled last block */
         struct kv_pool_params pp = {hp->n_layer, (uint32_t)KV, p.block_size, (p.n_ctx + p.block_size - 1) / p.block_size + 1,
-                                    p.type_k, p.type_v};
+                                    p.type_k, p.type_v, model_kv_k_only(m)};
         enum dj_status st = kv_pool_create(&pp, &c->own_pool);
         if (st) {
             free(c);

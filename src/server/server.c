@@ -25,6 +25,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "gguf/gguf.h"
+#include "model/context.h"
 #include "tokenizer/tokenizer.h"
 
 
@@ -686,8 +687,11 @@ enum dj_status server_attach(struct dj_server *s, const struct dj_model *m) {
     if (st) return st;
     struct kv_pool_stats ps;
     engine_pool_stats(s->e, &ps);
+    /* MLA: one K row per position and layer, no V rows (model_kv_types) */
     fprintf(stderr, "deja serve: KV cache: K %s, V %s, %zu KiB per position; %u blocks of %u positions (%.1f MiB)\n",
-            dj_type_name(s->p.engine.kv_type_k), dj_type_name(s->p.engine.kv_type_v),
+            dj_type_name(s->p.engine.kv_type_k),
+            model_kv_k_only(m) ? "none (Multi-head Latent Attention: values from the K row)"
+                               : dj_type_name(s->p.engine.kv_type_v),
             engine_kv_bytes_per_token(m, s->p.engine.kv_type_k, s->p.engine.kv_type_v) / 1024, ps.capacity,
             s->p.engine.opt.block_size, (double)ps.capacity * (double)ps.block_bytes / 1048576.0);
     s->engine_started = true;

@@ -17,7 +17,10 @@
  * prompt'_k = prompt_k[:H] + prompt_k[S:] (code points), which keeps the
  * shared head (system prompt) and the per-turn edit structure (appends,
  * OpenHands' mid-prompt rewrites) at a size the test models replay in
- * seconds.  Models: stories260K (SPM) and codelm-15m (BPE).
+ * seconds.  Models: stories260K (SPM) and codelm-15m (BPE); deepseek2-lite-tiny
+ * (Multi-head Latent Attention over a K-only pool): diff + dedup, ubatch 7 with a
+ * KV budget that evicts and parks, --parallel, all bitwise the cold replay (also
+ * in the light ASan matrix).
  */
 #include <stdint.h>
 #include <unistd.h>
@@ -28,6 +31,9 @@
 #include "test_run.h"
 
 static char tmpdir[256];
+/* deepseek2-lite-tiny: a KV budget of 32 blocks of 64 positions (30 KiB each in f32): one
+ * sequence fits, three do not */
+#define DS_TINY_MIB "0.94"
 
 /* Under AddressSanitizer (a Debug build, ~20x slower) the matrix is cut to
  * cold / all / tiny budget on stories260K so the test stays within its timeout. */
@@ -311,6 +317,24 @@ static void check_approx(const char *model, const char *const *traces, int n_tra
     unsetenv("LLAMA_OPT_DIFF_RECOMPUTE");
 }
 
+/* deepseek2-lite-tiny: Multi-head Latent Attention over a K-only pool (also under ASan). */
+static void check_mla(const char *shared, const char *const *traces) {
+    /* 3 layers x one 40-float K row = 480 bytes a position, 30 KiB a block of 64 */
+    printf("deepseek2-lite-tiny (MLA), 3 interleaved sessions:\n");
+    const char *ds = test_shared_path(shared, "golden/moe/deepseek2-lite-tiny.gguf");
+    struct result dcold = replay(ds, traces, 3, false, false, "64", "512", NULL, "4");
+    struct result dall = replay(ds, traces, 3, true, true, "64", "512", NULL, "4");
+    same(&dcold, &dall, "deepseek2 diff + dedup");
+    CHECK(dall.pool_hits > 0 && dall.computed == dall.min_computed && dall.pinned_end == 0);
+    struct result dtiny = replay(ds, traces, 3, true, true, "64", "7", DS_TINY_MIB, "4");
+    same(&dcold, &dtiny, "deepseek2 ubatch 7, tiny KV budget");
+    CHECKF(dtiny.evicted > 0 && dtiny.parked > 0 && dtiny.pinned_end == 0, "deepseek2 tiny budget: evicted %llu parked %llu",
+           dtiny.evicted, dtiny.parked);
+    check_parallel(ds, traces, 3, &dcold, "4", DS_TINY_MIB);
+    struct result dfs[] = {dcold, dall, dtiny};
+    for (size_t i = 0; i < sizeof dfs / sizeof dfs[0]; i++) result_free(&dfs[i]);
+}
+
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : "../shared";
     deja_bin = argc > 2 ? argv[2] : "build/bin/deja";
@@ -345,6 +369,7 @@ int main(int argc, char **argv) {
         check_approx(stories, traces, 3, &cold);
         check_parallel(stories, traces, 3, &cold, "6", "2.5");
         check_spec(test_shared_path(shared, "models/codelm-15m-f16.gguf"));
+        check_mla(shared, traces);
         result_free(&cold);
         result_free(&all);
         result_free(&tiny);
@@ -397,6 +422,8 @@ int main(int argc, char **argv) {
     check_spec(codelm);
     struct result cfs[] = {ccold, call, cu7};
     for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) result_free(&cfs[i]);
+
+    check_mla(shared, traces);
 
 errors:
     /* malformed trace lines name file:line */

@@ -15,6 +15,8 @@
  *    the same prompt gets exactly the cold logits; no block stays pinned;
  *    a budget too small for the old and new rows together falls back to
  *    exact computation.
+ * The engine part runs again on deepseek2-lite-tiny (Multi-head Latent
+ * Attention, a K-only pool; model_rope_shift rotates the k_pe tail).
  */
 #include <math.h>
 
@@ -232,6 +234,14 @@ int main(int argc, char **argv) {
     test_decode_at();
     test_probe();
     test_engine();
+    model_free(model);
+    model = NULL;
+    CHECKF(model_load(test_shared_path(shared, "golden/moe/deepseek2-lite-tiny.gguf"), &model) == DJ_OK, "%s",
+           dj_last_error());
+    if (model) {
+        test_engine();
+        printf("deepseek2-lite-tiny: Tier-2 reuse after an edit: counts as stories260K's, recompute-all and the pool exact\n");
+    }
     model_free(model);
     TEST_END();
 }

@@ -135,12 +135,12 @@ static void check_repacked(const char *shared) {
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
-    check_model(argv[1], "qwen3moe-tiny", 1e-3f, false);
-    check_model(argv[1], "qwen3moe-tiny-f16", 2e-2f, true);
-    check_model(argv[1], "mixtral-tiny", 1e-3f, false);
-    check_invariance(argv[1], "qwen3moe-tiny");
-    check_invariance(argv[1], "qwen3moe-tiny-f16");
-    check_invariance(argv[1], "mixtral-tiny");
+    check_model(argv[1], "qwen3moe-tiny", 1e-3f, false, DJ_TYPE_F32);
+    check_model(argv[1], "qwen3moe-tiny-f16", 2e-2f, true, DJ_TYPE_F32);
+    check_model(argv[1], "mixtral-tiny", 1e-3f, false, DJ_TYPE_F32);
+    check_invariance(argv[1], "qwen3moe-tiny", kv_type_default());
+    check_invariance(argv[1], "qwen3moe-tiny-f16", kv_type_default());
+    check_invariance(argv[1], "mixtral-tiny", kv_type_default());
     check_loader_errors(argv[1]);
     check_repacked(argv[1]);
     TEST_END();

@@ -7,7 +7,8 @@
  * pinned block; admission control by KV memory; n > 1 completions sharing
  * the prompt's blocks; logprobs; the logits-processor hook (mask, forced
  * tokens); end-of-generation; the context limit; prefix matching of
- * session-less requests; cache_salt namespaces.
+ * session-less requests; cache_salt namespaces.  Batched == alone again on
+ * deepseek2-lite-tiny (Multi-head Latent Attention, a K-only pool).
  */
 #include <math.h>
 #include <pthread.h>
@@ -658,6 +659,18 @@ int main(int argc, char **argv) {
     test_running_cap(m, p);
     test_cache_salt(m, p);
     free(p);
+    model_free(m);
+    /* Multi-head Latent Attention (a K-only pool): batched == alone, greedy and seeded, in every
+     * K/V type its 40-wide row takes (q8_0 / q4_0 are refused: checked in test_mla_golden) */
+    m = NULL;
+    CHECKF(model_load(test_shared_path(argv[1], "golden/moe/deepseek2-lite-tiny.gguf"), &m) == DJ_OK, "%s",
+           dj_last_error());
+    if (m && model_kv_check(m, kv_type_default(), kv_type_default()) == DJ_OK) {
+        test_batched_equals_alone(m);
+        printf("deepseek2-lite-tiny: batched == alone\n");
+    } else if (m) {
+        printf("deepseek2-lite-tiny: K/V type %s does not fit its 40-wide row: skipped\n", dj_type_name(kv_type_default()));
+    }
     model_free(m);
     TEST_END();
 }

@@ -14,6 +14,9 @@
  *    pressure → other sessions are parked, results unchanged;
  *  - LLAMA_OPT_STATS: one opt-stats line per turn;
  *    bad turns (empty, out-of-vocabulary token, past n_ctx) are errors.
+ * The own-prefix, cross-session pool and canonicalization scenarios run again on
+ * deepseek2-lite-tiny (Multi-head Latent Attention, a K-only pool): the same
+ * reuse counts, logits bitwise those of the cold run.
  */
 #include "core/hash.h"
 #include "core/status.h"
@@ -240,5 +243,22 @@ int main(int argc, char **argv) {
     test_budget();
     test_stats_line();
     model_free(model);
+
+    /* Multi-head Latent Attention: one K row per token and layer, no V rows */
+    model = NULL;
+    CHECKF(model_load(test_shared_path(shared, "golden/moe/deepseek2-lite-tiny.gguf"), &model) == DJ_OK, "%s",
+           dj_last_error());
+    if (model) {
+        cold = scenario_prefix(false, false);
+        CHECK(scenario_prefix(true, false) == cold);
+        CHECK(scenario_prefix(false, true) == cold);
+        CHECK(scenario_prefix(true, true) == cold);
+        cold = scenario_pool(false, false);
+        CHECK(scenario_pool(true, false) == cold);
+        CHECK(scenario_pool(false, true) == cold);
+        CHECK(scenario_pool(true, true) == cold);
+        printf("deepseek2-lite-tiny: own-prefix, pool and canonicalization reuse bitwise the cold run\n");
+        model_free(model);
+    }
     TEST_END();
 }

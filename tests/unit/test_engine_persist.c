@@ -15,7 +15,10 @@
  *    bitwise the cold run's; the damaged files are gone afterwards;
  *  - a key mismatch (another block size) restores nothing and is still exact;
  *  - persistence without a directory, or with dedup off: a warning, no store,
- *    the same results.
+ *    the same results;
+ *  - Multi-head Latent Attention (deepseek2-lite-tiny, in the K/V types its 40-wide
+ *    row takes): its K-only blocks are written (records marked K-only, payload
+ *    of K rows only) and restored after a restart, bitwise the cold run.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -28,6 +31,8 @@
 #include "core/hash.h"
 #include "core/status.h"
 #include "engine/engine.h"
+#include "kv/persist.h"
+#include "model/context.h"
 #include "test.h"
 #include "test_kvdir.h"
 #include "test_engine.h"
@@ -91,6 +96,52 @@ static void flip_byte(const char *path, long off) {
     fseek(f, off, SEEK_SET);
     fputc(c ^ 0x10, f);
     fclose(f);
+}
+
+/* The restart scenario on an MLA model: K-only blocks to disk and back, bitwise cold. */
+static void check_mla(const char *shared) {
+    struct dj_model *dense = model;
+    model = NULL;
+    CHECKF(model_load(test_shared_path(shared, "golden/moe/deepseek2-lite-tiny.gguf"), &model) == DJ_OK, "%s",
+           dj_last_error());
+    const uint32_t kt = kv_type_default();
+    if (!model || model_kv_check(model, kt, kt) != DJ_OK) {
+        if (model) printf("deepseek2-lite-tiny: K/V type %s does not fit its 40-wide row: skipped\n", dj_type_name(kt));
+        model_free(model);
+        model = dense;
+        return;
+    }
+    char *out = NULL;
+    run((char *const[]){"/bin/rm", "-rf", dir, NULL}, &out); /* only this model's blocks below */
+    free(out);
+    CHECK(mkdir(dir, 0700) == 0);
+    uint64_t loads = 0;
+    dj_token ids_cold[6], ids[6];
+    const uint64_t cold = scenario(false, 16, true, &loads, ids_cold);
+    CHECK(scenario(true, 16, true, &loads, ids) == cold && loads == 0);
+    char paths[64][512];
+    const size_t n_files = block_files(paths, 64);
+    CHECKF(n_files >= 9, "deepseek2: %zu block files written", n_files);
+    /* a record: K-only geometry in kv_type, a payload of K rows only */
+    size_t len = 0;
+    char *rec = n_files ? test_read_file(paths[0], &len) : NULL;
+    struct kv_store_record r;
+    CHECK(rec && kv_store_parse_record((const uint8_t *)rec, len, &r) == DJ_OK);
+    if (rec) {
+        const size_t k_bytes = (size_t)model->hp.n_layer * 16 * kv_row_bytes(kt, model->hp.head_dim);
+        CHECKF(r.kv_type == (kt | kt << 8 | 1u << 16) && r.n_embd_kv == model->hp.head_dim && r.payload_bytes == k_bytes,
+               "deepseek2 record: kv_type %#x, width %u, payload %llu bytes (K rows: %zu)", r.kv_type, r.n_embd_kv,
+               (unsigned long long)r.payload_bytes, k_bytes);
+    }
+    free(rec);
+    /* restart: restored from disk, bitwise the cold run */
+    CHECK(scenario(true, 16, true, &loads, ids) == cold);
+    CHECK(memcmp(ids, ids_cold, sizeof ids) == 0);
+    CHECKF(loads >= 9, "deepseek2: %llu blocks restored", (unsigned long long)loads);
+    printf("deepseek2-lite-tiny, %s K/V: %llu K-only blocks restored from %zu files, logits bitwise the cold run's\n",
+           dj_type_name(kt), (unsigned long long)loads, n_files);
+    model_free(model);
+    model = dense;
 }
 
 int main(int argc, char **argv) {
@@ -172,6 +223,7 @@ int main(int argc, char **argv) {
     CHECK(scenario(true, 16, true, &loads, NULL) == cold && loads == 0);
     snprintf(dir, sizeof dir, "%s", saved);
 
+    check_mla(shared);
     char *out = NULL;
     run((char *const[]){"/bin/rm", "-rf", dir, NULL}, &out);
     free(out);

@@ -8,7 +8,11 @@
  *    original rows stay as they were;
  *  - at the budget, the least recently used unpinned sealed block is
  *    evicted; when everything is pinned, allocation fails with a message;
- *  - evict_stale drops cached blocks older than a turn.
+ *  - evict_stale drops cached blocks older than a turn;
+ *  - a K-only pool (MLA): no V rows (kv_pool_v / kv_seq_v NULL, V row bytes 0),
+ *    blocks of K rows only, an unsupported V type not checked, copy on write
+ *    keeps every K row of a shared block; a quantized K needs its block to
+ *    divide the row.
  */
 #include "core/ggml_type.h"
 #include "kv/hash.h"
@@ -198,5 +202,44 @@ int main(void) {
     kv_pool_get_stats(pool, &st);
     CHECK(st.pinned == 0 && st.allocated == st.sealed);
     kv_pool_destroy(pool);
+
+    /* K-only: V's type is not looked at (here one a pool cannot hold) */
+    struct kv_pool_params kp = {NL, W, BS, 8, DJ_TYPE_F32, DJ_TYPE_Q4_K, true};
+    pool = NULL;
+    CHECKF(kv_pool_create(&kp, &pool) == DJ_OK, "%s", dj_last_error());
+    if (pool) {
+        kv_pool_get_stats(pool, &st);
+        CHECK(st.block_bytes == (size_t)NL * BS * W * sizeof(float)); /* K rows only */
+        CHECK(kv_pool_k_row_bytes(pool) == W * sizeof(float) && kv_pool_v_row_bytes(pool) == 0);
+        struct kv_seq k1, k2;
+        kv_seq_init(&k1, pool);
+        CHECK(kv_seq_prepare(&k1, 6) == DJ_OK);
+        CHECK(kv_pool_v(pool, k1.table[0], 0) == NULL && kv_seq_v(&k1, 1, 5, BS) == NULL);
+        for (size_t p = 0; p < 6; p++)
+            for (uint32_t il = 0; il < NL; il++)
+                for (int i = 0; i < W; i++) krow(&k1, il, p)[i] = (float)(p * 100 + il * 10 + (size_t)i);
+        kv_seq_advance(&k1, 6);
+        CHECK(kv_seq_clone(&k2, &k1) == DJ_OK);
+        kv_seq_truncate(&k2, 5);
+        CHECK(kv_seq_prepare(&k2, 1) == DJ_OK && k2.table[1] != k1.table[1]); /* copied on write */
+        krow(&k2, 1, 5)[2] = -1.0f;
+        kv_seq_advance(&k2, 1);
+        bool same = true;
+        for (size_t p = 0; p < 6; p++)
+            for (uint32_t il = 0; il < NL; il++)
+                for (int i = 0; i < W; i++) {
+                    const float want = (float)(p * 100 + il * 10 + (size_t)i);
+                    same = same && krow(&k1, il, p)[i] == want &&
+                           krow(&k2, il, p)[i] == (p == 5 && il == 1 && i == 2 ? -1.0f : want);
+                }
+        CHECK(same);
+        kv_seq_free(&k1);
+        kv_seq_free(&k2);
+        kv_pool_destroy(pool);
+    }
+    struct kv_pool_params kq = {NL, 40, BS, 8, DJ_TYPE_Q8_0, DJ_TYPE_Q8_0, true};
+    pool = NULL;
+    CHECK(kv_pool_create(&kq, &pool) == DJ_ERR_UNSUPPORTED && pool == NULL &&
+          strstr(dj_last_error(), "multiple of 32, not 40"));
     TEST_END();
 }
