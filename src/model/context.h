@@ -84,7 +84,10 @@ struct dj_context {
     float *ff_g;   /* (ub, max(n_ff, n_expert_used * n_ff_exp, shared experts width)) */
     float *ff_u;   /* as ff_g */
     /* MoE layers (forward.c moe_ffn; NULL for a dense model) */
-    float *mla_a, *mla_b; /* (ub, max(q_lora, kv_lora, v_head, nope)) MLA per-head gathers (forward.c) */
+    float *mla_a;  /* (ub, max(q_lora, kv_lora, v_head, nope)) MLA: the q LoRA rows (forward.c) */
+    float *mla_g, *mla_y; /* MLA per-head products (mla_heads): gathered inputs (mla_rows, max(nope, kv_lora)), */
+    void *mla_act;        /* their activations (as large), outputs (ub * n_head, max(kv_lora, v_head)) */
+    size_t mla_rows;      /* head x token rows one grouped run takes */
     float *moe_z;     /* (ub, n_expert) router logits, then probabilities */
     int32_t *moe_sel; /* (ub, n_expert_used) the experts of each token, in selection order */
     float *moe_w;     /* (ub, n_expert_used) their weights */
@@ -97,11 +100,11 @@ struct dj_context {
     const float **moe_orow; /* (n_expert_used) one token's output rows, by slot */
     uint32_t *moe_ids;      /* (n_expert) the experts the ubatch uses, */
     int64_t *moe_off, *moe_cnt; /* their first row in moe_xin and their token counts */
-    struct dj_weight *moe_wt;   /* (2 n_expert) a grouped matmul's weights (expert slabs), */
+    struct dj_weight *moe_wt;   /* (max(2 n_expert, MLA n_head)) a grouped matmul's weights (expert or head slabs), */
     const void **moe_a;         /* inputs, */
     int64_t *moe_nt;            /* token counts, */
     float **moe_yp;             /* outputs */
-    int *moe_first;             /* (2 n_expert + 1) and chunk starts */
+    int *moe_first;             /* (one more) and chunk starts */
     int32_t *moe_trace; /* tests: NULL, or (n_layer, n_ubatch, n_expert_used) set by the caller; each
                            MoE layer writes the experts of ubatch row t there (the last ubatch's) */
     float *scores; /* (n_threads, att_tile, GQA group, n_ctx) attention scores per thread */

@@ -723,6 +723,37 @@ static void mla_attn_task(void *arg, int ith, int nth) {
     }
 }
 
+/* The per-head products of MLA (K_b's absorption into the query, V_b's decompression):
+ * y[h][t] = W[h] x[t][h] for every head h and token t, where x[t][h] is the first K
+ * floats of src + (t * H + h) * stride and W[h] is slab h of the 3-D weight w (rows of
+ * K, OUT rows a head), into c->mla_y as (H, n, OUT).  The heads' inputs are gathered and
+ * converted together and the products run as one grouped pool run per group of heads
+ * (all of them unless H n passes the scratch's rows): a decode step is one run, not H.
+ * Bits as head by head (ctx_matmul_grouped). */
+static void mla_heads(struct dj_context *c, const struct dj_weight *w, const float *src, int64_t stride, int64_t K,
+                      int64_t OUT, int64_t n) {
+    const int64_t H = c->model->hp.n_head;
+    int64_t per = (int64_t)c->mla_rows / n; /* heads a run */
+    if (per < 1) per = 1;
+    if (per > H) per = H;
+    const int act_type = c->kern->w[w->type].act_type;
+    for (int64_t h0 = 0; h0 < H; h0 += per) {
+        const int64_t nh = H - h0 < per ? H - h0 : per;
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t t = 0; t < n; t++)
+                memcpy(c->mla_g + ((size_t)h * n + t) * K, src + (t * H + h0 + h) * stride, (size_t)K * sizeof(float));
+        size_t a_row;
+        const void *a = ctx_act(c, act_type, c->mla_g, K, nh * n, c->mla_act, &a_row);
+        for (int64_t h = 0; h < nh; h++) {
+            c->moe_wt[h] = model_expert(w, (uint32_t)H, (uint32_t)(h0 + h));
+            c->moe_a[h] = (const uint8_t *)a + (size_t)h * n * a_row;
+            c->moe_nt[h] = n;
+            c->moe_yp[h] = c->mla_y + ((size_t)(h0 + h) * n) * OUT;
+        }
+        ctx_matmul_grouped(c, (int)nh, c->moe_wt, c->moe_a, a_row, c->moe_nt, c->moe_yp, c->moe_first);
+    }
+}
+
 /* The attention half of an MLA layer on c->xn (attn-normed rows): stores the K rows,
  * adds Wo's output to c->x.  Returns false when a probe (pr) stops here. */
 static bool mla_layer(struct dj_context *c, uint32_t il, const struct dj_layer *L, const uint32_t *pos,
@@ -766,27 +797,21 @@ static bool mla_layer(struct dj_context *c, uint32_t il, const struct dj_layer *
         kv_row_from_f32(c->p.type_k, k, krow, (size_t)D); /* the pool is K-only: no V row */
     }
     if (pr && il == pr->il) return false;
-    /* q~_h = K_b[h]^T q_nope_h, head by head over the ubatch; [q~ | q_pe] rows into c->q */
-    for (int64_t h = 0; h < H; h++) {
-        for (int64_t t = 0; t < n; t++) memcpy(c->mla_a + t * N, qraw + (t * H + h) * QW, (size_t)N * sizeof(float));
-        const struct dj_weight kb = model_expert(&L->wk_b, (uint32_t)H, (uint32_t)h);
-        ctx_matmul(c, &kb, c->mla_a, n, c->mla_b);
-        for (int64_t t = 0; t < n; t++) {
+    /* q~_h = K_b[h]^T q_nope_h; [q~ | q_pe] rows into c->q */
+    mla_heads(c, &L->wk_b, qraw, QW, N, R, n);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t h = 0; h < H; h++) {
             float *q = c->q + (t * H + h) * D;
-            memcpy(q, c->mla_b + t * R, (size_t)R * sizeof(float));
+            memcpy(q, c->mla_y + ((size_t)h * n + t) * R, (size_t)R * sizeof(float));
             memcpy(q + R, qraw + (t * H + h) * QW + N, (size_t)P * sizeof(float));
         }
-    }
     struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
     threadpool_run(c->tpool, mla_attn_task, &aj);
     /* o_h = V_b[h] o~_h into c->q as (n, H * VH), then Wo */
-    for (int64_t h = 0; h < H; h++) {
-        for (int64_t t = 0; t < n; t++) memcpy(c->mla_a + t * R, c->att + (t * H + h) * R, (size_t)R * sizeof(float));
-        const struct dj_weight vb = model_expert(&L->wv_b, (uint32_t)H, (uint32_t)h);
-        ctx_matmul(c, &vb, c->mla_a, n, c->mla_b);
-        for (int64_t t = 0; t < n; t++)
-            memcpy(c->q + t * H * VH + h * VH, c->mla_b + t * VH, (size_t)VH * sizeof(float));
-    }
+    mla_heads(c, &L->wv_b, c->att, R, R, VH, n);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t h = 0; h < H; h++)
+            memcpy(c->q + t * H * VH + h * VH, c->mla_y + ((size_t)h * n + t) * VH, (size_t)VH * sizeof(float));
     ctx_matmul(c, &L->wo, c->q, n, c->xn);
     for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     return true;
@@ -1241,9 +1266,23 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         if (hp->v_head > w) w = hp->v_head;
         if (hp->qk_nope > w) w = hp->qk_nope;
         c->mla_a = malloc(ub * w * sizeof(float));
-        c->mla_b = malloc(ub * w * sizeof(float));
+        /* mla_heads' scratch: rows of heads x tokens, all heads of a ubatch up to 4096 rows */
+        const size_t R = hp->kv_lora, kw = hp->qk_nope > R ? hp->qk_nope : R, ow = hp->v_head > R ? hp->v_head : R;
+        c->mla_rows = hp->n_head * ub;
+        if (c->mla_rows > 4096) c->mla_rows = 4096 > ub ? 4096 : ub;
+        c->mla_g = malloc(c->mla_rows * kw * sizeof(float));
+        c->mla_act = malloc(c->mla_rows * kw * sizeof(float)); /* activation rows: <= 4 bytes an element */
+        c->mla_y = malloc(ub * hp->n_head * ow * sizeof(float));
     }
     const bool moe = NE > 0;
+    const size_t n_grp = 2 * NE > (hp->mla ? hp->n_head : 0) ? 2 * NE : hp->n_head; /* grouped-run slots */
+    if (moe || hp->mla) {
+        c->moe_wt = malloc(n_grp * sizeof *c->moe_wt);
+        c->moe_a = malloc(n_grp * sizeof *c->moe_a);
+        c->moe_nt = malloc(n_grp * sizeof *c->moe_nt);
+        c->moe_yp = malloc(n_grp * sizeof *c->moe_yp);
+        c->moe_first = malloc((n_grp + 1) * sizeof *c->moe_first);
+    }
     if (moe) {
         c->moe_z = malloc(ub * NE * sizeof(float));
         c->moe_sel = malloc(ub * NK * sizeof(int32_t));
@@ -1258,11 +1297,6 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         c->moe_ids = malloc(NE * sizeof *c->moe_ids);
         c->moe_off = malloc(NE * sizeof *c->moe_off);
         c->moe_cnt = malloc(NE * sizeof *c->moe_cnt);
-        c->moe_wt = malloc(2 * NE * sizeof *c->moe_wt);
-        c->moe_a = malloc(2 * NE * sizeof *c->moe_a);
-        c->moe_nt = malloc(2 * NE * sizeof *c->moe_nt);
-        c->moe_yp = malloc(2 * NE * sizeof *c->moe_yp);
-        c->moe_first = malloc((2 * NE + 1) * sizeof *c->moe_first);
     }
     /* attention tiles of up to 8 tokens, fewer where a thread's score rows would pass 8 MiB */
     const size_t row_bytes = (size_t)(hp->n_head / hp->n_head_kv) * p.n_ctx * sizeof(float);
@@ -1289,9 +1323,9 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
         !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->perm ||
         !c->inv || !c->ppos || !c->pseq || !c->tpool ||
-        (hp->mla && (!c->mla_a || !c->mla_b)) || (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_pos || !c->moe_xin || !c->moe_y || !c->moe_o ||
-                 !c->moe_act || !c->moe_orow || !c->moe_ids || !c->moe_off || !c->moe_cnt || !c->moe_wt || !c->moe_a ||
-                 !c->moe_nt || !c->moe_yp || !c->moe_first))) {
+        (hp->mla && (!c->mla_a || !c->mla_g || !c->mla_act || !c->mla_y)) ||
+        ((moe || hp->mla) && (!c->moe_wt || !c->moe_a || !c->moe_nt || !c->moe_yp || !c->moe_first)) || (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_pos || !c->moe_xin || !c->moe_y || !c->moe_o ||
+                 !c->moe_act || !c->moe_orow || !c->moe_ids || !c->moe_off || !c->moe_cnt))) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
@@ -1313,7 +1347,9 @@ void ctx_free(struct dj_context *c) {
     free(c->ff_g);
     free(c->ff_u);
     free(c->mla_a);
-    free(c->mla_b);
+    free(c->mla_g);
+    free(c->mla_act);
+    free(c->mla_y);
     free(c->moe_z);
     free(c->moe_sel);
     free(c->moe_w);
