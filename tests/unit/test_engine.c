@@ -218,12 +218,8 @@ static void test_stats_line(void) {
     fclose(f);
 }
 
-int main(int argc, char **argv) {
-    const char *shared = argc > 1 ? argv[1] : "../shared";
-    if (model_load(test_shared_path(shared, "models/stories260K.gguf"), &model) != DJ_OK) {
-        fprintf(stderr, "%s\n", dj_last_error());
-        return 1;
-    }
+/* Own-prefix and pool reuse, each way of reusing on and off, equal the cold run bitwise. */
+static void check_reuse_scenarios(void) {
     uint64_t cold = scenario_prefix(false, false);
     CHECK(scenario_prefix(true, false) == cold);
     CHECK(scenario_prefix(false, true) == cold);
@@ -232,8 +228,17 @@ int main(int argc, char **argv) {
     CHECK(scenario_pool(true, false) == cold);
     CHECK(scenario_pool(false, true) == cold);
     CHECK(scenario_pool(true, true) == cold);
+}
+
+int main(int argc, char **argv) {
+    const char *shared = argc > 1 ? argv[1] : "../shared";
+    if (model_load(test_shared_path(shared, "models/stories260K.gguf"), &model) != DJ_OK) {
+        fprintf(stderr, "%s\n", dj_last_error());
+        return 1;
+    }
+    check_reuse_scenarios();
     size_t parked;
-    cold = scenario_pressure(false, false, 0, &parked);
+    uint64_t cold = scenario_pressure(false, false, 0, &parked);
     CHECK(parked == 0);
     const double six = 6 * 80.0 / 1024.0;
     CHECK(scenario_pressure(false, false, six, &parked) == cold && parked > 0);
@@ -249,14 +254,7 @@ int main(int argc, char **argv) {
     CHECKF(model_load(test_shared_path(shared, "golden/moe/deepseek2-lite-tiny.gguf"), &model) == DJ_OK, "%s",
            dj_last_error());
     if (model) {
-        cold = scenario_prefix(false, false);
-        CHECK(scenario_prefix(true, false) == cold);
-        CHECK(scenario_prefix(false, true) == cold);
-        CHECK(scenario_prefix(true, true) == cold);
-        cold = scenario_pool(false, false);
-        CHECK(scenario_pool(true, false) == cold);
-        CHECK(scenario_pool(false, true) == cold);
-        CHECK(scenario_pool(true, true) == cold);
+        check_reuse_scenarios();
         printf("deepseek2-lite-tiny: own-prefix, pool and canonicalization reuse bitwise the cold run\n");
         model_free(model);
     }
