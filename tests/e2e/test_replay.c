@@ -276,6 +276,7 @@ static void check_spec(const char *model) {
            r.drafted);
     result_free(&base);
     result_free(&r);
+    result_free(&rf);
     result_free(&p);
 }
 
