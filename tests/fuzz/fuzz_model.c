@@ -12,7 +12,7 @@
  * so a hyperparameter the loader let through that the forward pass cannot take
  * (a division by zero, an index past a table) shows up here under ASan/UBSan.
  * Logits are not checked (random weights give NaNs legitimately).
- * Seeds: tests/fuzz/seed.sh (stories260K and two hand-built tiny models).
+ * Seeds: tests/fuzz/seed.sh (stories260K, hand-built tiny models, the MoE/MLA golden models).
  */
 #include <stdbool.h>
 #include <stddef.h>

@@ -11,7 +11,8 @@
 #   fuzz_tokenizer  the vocab test inputs (*.inp)
 #   fuzz_trace      the first 3 lines of every trace in traces/, cut to 16 KB
 #   fuzz_grammar    the llama.cpp example grammars in golden/grammars/*.gbnf
-#   fuzz_model      models/stories260K.gguf whole, and three hand-built tiny
+#   fuzz_model      models/stories260K.gguf and golden/moe's four MoE/MLA models
+#                   whole, and three hand-built tiny
 #                   models (5-token SPM vocab, 1 layer): a llama in f32 with
 #                   llama3 rope scaling in its metadata, a qwen2 (biases) with
 #                   q8_0/q4_0/f16/bf16 weights, a qwen3 (q/k norms) with
@@ -219,6 +220,12 @@ fuzz_model)
     tiny_qwen2_mixed "$corpus/tiny_qwen2_mixed.gguf"
     tiny_qwen3_kquants "$corpus/tiny_qwen3_kquants.gguf"
     rm -rf "$TMPD"
+    # the MoE / MLA golden models (qwen3moe, Mixtral-style llama, deepseek2 with and
+    # without q LoRA): experts, routers, MLA tensors and the K-only cache
+    for f in qwen3moe-tiny mixtral-tiny deepseek2-lite-tiny deepseek2-v3-tiny; do
+        rm -f "$corpus/$f.gguf"
+        [ -f "$shared/golden/moe/$f.gguf" ] && cat "$shared/golden/moe/$f.gguf" > "$corpus/$f.gguf"
+    done
     ;;
 fuzz_grammar)
     for f in "$shared"/golden/grammars/*.gbnf; do
