@@ -338,7 +338,10 @@ int main(int argc, char **argv) {
     char model[512];
     snprintf(model, sizeof model, "%s", test_shared_path(argv[1], "models/codelm-15m-f16.gguf"));
     struct srv s;
-    const char *extra[] = {"--body-max", "4096", NULL};
+    /* --spec-fixed: speculation stays as serve defaults it (on, lookup + memo), but drafts the
+     * longest proposal instead of following the adaptive policy, whose lengths depend on measured
+     * step times (under load it may draft nothing, and the memo check below would fail) */
+    const char *extra[] = {"--body-max", "4096", "--spec-fixed", NULL};
     if (!srv_start(&s, model, extra)) TEST_END();
     char *out = NULL;
 
@@ -398,8 +401,8 @@ int main(int argc, char **argv) {
     free(out);
     json_decref(rj);
     free(run_out);
-    /* speculation is on by default: the repeats above drafted the first answer from the output
-     * memo, and every answer still equals deja run's (plain decoding) */
+    /* speculation is on by default (no --spec given): the repeats above drafted the first answer
+     * from the output memo, and every answer still equals deja run's (plain decoding) */
     CHECK(http(s.port, "GET", "/metrics", NULL, NULL, &out) == 200);
     const char *mk = "deja_draft_tokens_accepted_total{source=\"memo\"} ";
     const char *mm = out ? strstr(out, mk) : NULL;
