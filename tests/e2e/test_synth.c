@@ -3,7 +3,8 @@
  * written, loads and generates; the bytes do not depend on the thread count;
  * q4_k_m gives the same per-tensor types as `deja quantize` of the f16 file (one
  * mix, tools/quant_mix.c), with the routers in f32; MoE/MLA files carry the keys
- * and tensor shapes llama.cpp reads; bad presets and layer counts are refused
+ * and tensor shapes llama.cpp reads; `deja bench` counts an MoE model's decode
+ * bytes with the used experts only; bad presets and layer counts are refused
  * with a message.
  */
 #include <stdbool.h>
@@ -143,6 +144,28 @@ int main(int argc, char **argv) {
     CHECK(RUN(&out, "inspect", (char *)ds) == 0 && strstr(out, "kv_lora_rank") && strstr(out, "key_length_mla") &&
           strstr(out, "leading_dense_block_count") && strstr(out, "\"yarn\""));
     free(out);
+
+    /* deja bench's decode bytes: every weight but the token embedding, of the *_exps tensors
+     * the n_used / n_expert a token reads (2 of 8 here) */
+    {
+        const char *mf = path_of("mixtral-f16-t1");
+        struct gguf_ctx *g = NULL;
+        double want = 0;
+        CHECK(gguf_open(mf, &g) == DJ_OK);
+        for (size_t i = 0; g && i < gguf_n_tensors(g); i++) {
+            const struct gguf_tensor *t = gguf_tensor(g, i);
+            char nm[128];
+            snprintf(nm, sizeof nm, "%.*s", (int)t->name.len, t->name.ptr);
+            if (strstr(nm, "_exps.weight")) want += (double)t->nbytes * 2.0 / 8.0;
+            else if (strcmp(nm, "token_embd.weight")) want += (double)t->nbytes;
+        }
+        gguf_close(g);
+        CHECK(RUN(&out, "bench", "-m", (char *)mf, "-p", "0", "-n", "2", "-r", "1", "--json") == 0);
+        const char *wb = strstr(out, "\"weight_bytes\": ");
+        const double got = wb ? atof(wb + 16) : -1;
+        CHECKF(want > 0 && got == (double)(size_t)want, "bench weight_bytes %.0f, expected %.0f", got, want);
+        free(out);
+    }
 
     /* --layers, and what is refused */
     const char *fl = path_of("layers");
