@@ -375,6 +375,33 @@ static inline float *att_scores_row(float *sc, int64_t i, int g, int group, size
     return sc + ((size_t)i * (size_t)group + (size_t)g) * n_ctx;
 }
 
+/* The value rows of one K/V block: rows of the tile's queries that end at the same
+ * place in the block go in one attn_values_n call (n_keys grows with t, so they are
+ * consecutive), up to ATT_ROWS; shared by the GQA and MLA paths. */
+struct vrows {
+    const struct dj_kernels *kern;
+    int64_t dim;
+    const float *vb;
+    size_t vstride;
+    bool acc; /* add to the output rows (not the first block) */
+    const float *wr[ATT_ROWS];
+    float *orow[ATT_ROWS];
+    int nr;
+    int64_t nb;
+};
+
+static void vrows_flush(struct vrows *v) {
+    if (v->nr) v->kern->attn_values_n(v->dim, v->nr, v->wr, v->vb, v->vstride, v->nb, v->orow, v->acc);
+    v->nr = 0;
+}
+
+static void vrows_add(struct vrows *v, int64_t nb, const float *w, float *o) {
+    if (v->nr && (nb != v->nb || v->nr == ATT_ROWS)) vrows_flush(v);
+    v->nb = nb;
+    v->wr[v->nr] = w;
+    v->orow[v->nr++] = o;
+}
+
 static void attn_task(void *arg, int ith, int nth) {
     const struct attn_job *j = arg;
     struct dj_context *c = j->c;
@@ -424,31 +451,16 @@ static void attn_task(void *arg, int ith, int nth) {
                 vb = vt;
                 vstride = (size_t)hd;
             }
-            /* the rows of the tile's queries that end at the same place in this block go
-             * in one call (n_keys grows with t, so they are consecutive), up to ATT_ROWS */
-            const float *wr[ATT_ROWS];
-            float *orow[ATT_ROWS];
-            int nr = 0;
-            int64_t nb_cur = 0;
+            struct vrows vr = {c->kern, hd, vb, vstride, p0 > 0, {0}, {0}, 0, 0};
             for (int64_t t = t0; t < t1; t++) {
                 const int64_t n_keys = (int64_t)j->pos[t] + 1;
                 if (p0 >= n_keys) continue;
                 const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
-                if (nr && nb != nb_cur) {
-                    c->kern->attn_values_n(hd, nr, wr, vb, vstride, nb_cur, orow, p0 > 0);
-                    nr = 0;
-                }
-                nb_cur = nb;
-                for (int g = 0; g < group; g++) {
-                    if (nr == ATT_ROWS) {
-                        c->kern->attn_values_n(hd, nr, wr, vb, vstride, nb_cur, orow, p0 > 0);
-                        nr = 0;
-                    }
-                    wr[nr] = att_scores_row(sc, t - t0, g, group, n_ctx) + p0;
-                    orow[nr++] = c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd;
-                }
+                for (int g = 0; g < group; g++)
+                    vrows_add(&vr, nb, att_scores_row(sc, t - t0, g, group, n_ctx) + p0,
+                              c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd);
             }
-            if (nr) c->kern->attn_values_n(hd, nr, wr, vb, vstride, nb_cur, orow, p0 > 0);
+            vrows_flush(&vr);
         }
     }
 }
@@ -684,36 +696,20 @@ static void mla_attn_task(void *arg, int ith, int nth) {
                     c->kern->kv_rows_to_f32(c->p.type_k, kraw, k_row, n_rows, D, kt);
                     kb = kt;
                 }
-                const float *wr[ATT_ROWS];
-                float *orow[ATT_ROWS];
-                int nr = 0;
-                int64_t nb_cur = 0;
+                struct vrows vr = {c->kern, R, kb, (size_t)D, p0 > 0, {0}, {0}, 0, 0}; /* values: c, K's head */
                 for (int64_t t = t0; t < t1; t++) {
                     const int64_t n_keys = (int64_t)j->pos[t] + 1;
                     if (p0 >= n_keys) continue;
                     const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
-                    if (pass == 0) {
-                        for (int h = h0; h < h1; h++)
+                    for (int h = h0; h < h1; h++) {
+                        if (pass == 0)
                             c->kern->attn_scores(D, c->q + ((size_t)t * H + h) * D, kb, (size_t)D, nb, hp->kq_scale,
                                                  MLA_ROW(t, h) + p0);
-                        continue;
-                    }
-                    /* values: rows ending at the same place in this block in one call (c: K's head) */
-                    if (nr && nb != nb_cur) {
-                        c->kern->attn_values_n(R, nr, wr, kb, (size_t)D, nb_cur, orow, p0 > 0);
-                        nr = 0;
-                    }
-                    nb_cur = nb;
-                    for (int h = h0; h < h1; h++) {
-                        if (nr == ATT_ROWS) {
-                            c->kern->attn_values_n(R, nr, wr, kb, (size_t)D, nb_cur, orow, p0 > 0);
-                            nr = 0;
-                        }
-                        wr[nr] = MLA_ROW(t, h) + p0;
-                        orow[nr++] = c->att + ((size_t)t * H + h) * R;
+                        else
+                            vrows_add(&vr, nb, MLA_ROW(t, h) + p0, c->att + ((size_t)t * H + h) * R);
                     }
                 }
-                if (nr) c->kern->attn_values_n(R, nr, wr, kb, (size_t)D, nb_cur, orow, p0 > 0);
+                vrows_flush(&vr);
             }
             if (pass == 0)
                 for (int64_t t = t0; t < t1; t++)
