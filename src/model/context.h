@@ -100,11 +100,14 @@ struct dj_context {
     const float **moe_orow; /* (n_expert_used) one token's output rows, by slot */
     uint32_t *moe_ids;      /* (n_expert) the experts the ubatch uses, */
     int64_t *moe_off, *moe_cnt; /* their first row in moe_xin and their token counts */
-    struct dj_weight *moe_wt;   /* (max(2 n_expert, MLA n_head)) a grouped matmul's weights (expert or head slabs), */
-    const void **moe_a;         /* inputs, */
-    int64_t *moe_nt;            /* token counts, */
-    float **moe_yp;             /* outputs */
-    int *moe_first;             /* (one more) and chunk starts */
+    /* a grouped matmul (forward.c ctx_matmul_grouped: an MoE layer's experts, MLA's heads),
+     * max(2 n_expert, MLA n_head) slots: weights (expert or head slabs), inputs, token
+     * counts, outputs; and its chunk starts (one more) */
+    struct dj_weight *grp_w;
+    const void **grp_a;
+    int64_t *grp_nt;
+    float **grp_y;
+    int *grp_first;
     int32_t *moe_trace; /* tests: NULL, or (n_layer, n_ubatch, n_expert_used) set by the caller; each
                            MoE layer writes the experts of ubatch row t there (the last ubatch's) */
     float *scores; /* (n_threads, att_tile, GQA group, n_ctx) attention scores per thread */

@@ -512,6 +512,39 @@ static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_
  * only its n_expert_used experts' weights.
  */
 
+/* g = silu(g) * u over n floats (SwiGLU's elementwise half). */
+static void swiglu(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = g[i];
+        g[i] = v / (1.0f + expf(-v)) * u[i];
+    }
+}
+
+/* y = down(silu(gate xn) * up xn) for the n rows of c->xn (a dense FFN, deepseek2's
+ * shared experts); c->ff_g and c->ff_u are its scratch. */
+static void ffn_swiglu(struct dj_context *c, const struct dj_weight *gate, const struct dj_weight *up,
+                       const struct dj_weight *down, int64_t n, float *y) {
+    const struct dj_weight *gate_up[2] = {gate, up};
+    float *const gate_up_out[2] = {c->ff_g, c->ff_u};
+    ctx_matmul_n(c, gate_up, gate_up_out, 2, c->xn, n);
+    swiglu(c->ff_g, c->ff_u, n * up->ne1);
+    ctx_matmul(c, down, c->ff_g, n, y);
+}
+
+/* Slots [at, at + n_used) of a grouped run: tensor w's slab of each used expert
+ * (c->moe_ids) over its block of the activations at a (rows of a_row bytes, the
+ * expert's first at row moe_off) into its block of y (rows of `width` floats). */
+static void experts_slots(struct dj_context *c, int at, int n_used, const struct dj_weight *w, const void *a,
+                          size_t a_row, float *y, int64_t width) {
+    const uint32_t NE = c->model->hp.n_expert;
+    for (int u = 0; u < n_used; u++) {
+        c->grp_w[at + u] = model_expert(w, NE, c->moe_ids[u]);
+        c->grp_a[at + u] = (const uint8_t *)a + (size_t)c->moe_off[u] * a_row;
+        c->grp_nt[at + u] = c->moe_cnt[u];
+        c->grp_y[at + u] = y + c->moe_off[u] * width;
+    }
+}
+
 /* x += MoE(xn) for the layer's n rows (c->xn: the ffn-normed rows; clobbered). */
 static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n) {
     const struct dj_hparams *hp = &c->model->hp;
@@ -550,70 +583,36 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
     const struct dj_weight *gexp = gated ? &L->ffn_gate_exps : &L->ffn_up_exps;
     const int act_gu = c->kern->w[gexp->type].act_type, act_up = c->kern->w[L->ffn_up_exps.type].act_type;
     size_t a_row, a_row_up;
-    const void *xa = ctx_act(c, act_gu, c->moe_xin, E, off, c->moe_act, &a_row);
-    const void *xa_up = act_up == act_gu ? xa : ctx_act(c, act_up, c->moe_xin, E, off, c->moe_o, &a_row_up) /* moe_o: free until the downs */;
-    if (act_up == act_gu) a_row_up = a_row;
-    int n_w = 0;
-    for (int u = 0; u < n_used; u++) { /* gate (or up) of every used expert ... */
-        c->moe_wt[n_w] = model_expert(gexp, (uint32_t)NE, c->moe_ids[u]);
-        c->moe_a[n_w] = (const uint8_t *)xa + (size_t)c->moe_off[u] * a_row;
-        c->moe_nt[n_w] = c->moe_cnt[u];
-        c->moe_yp[n_w] = (gated ? c->ff_g : c->ff_u) + c->moe_off[u] * F;
-        n_w++;
-    }
-    if (gated && a_row_up == a_row) { /* ... and up, in the same run when the activations are alike */
-        for (int u = 0; u < n_used; u++) {
-            c->moe_wt[n_w] = model_expert(&L->ffn_up_exps, (uint32_t)NE, c->moe_ids[u]);
-            c->moe_a[n_w] = (const uint8_t *)xa_up + (size_t)c->moe_off[u] * a_row;
-            c->moe_nt[n_w] = c->moe_cnt[u];
-            c->moe_yp[n_w] = c->ff_u + c->moe_off[u] * F;
-            n_w++;
-        }
-        ctx_matmul_grouped(c, n_w, c->moe_wt, c->moe_a, a_row, c->moe_nt, c->moe_yp, c->moe_first);
-    } else {
-        ctx_matmul_grouped(c, n_w, c->moe_wt, c->moe_a, a_row, c->moe_nt, c->moe_yp, c->moe_first);
-        if (gated) {
-            for (int u = 0; u < n_used; u++) {
-                c->moe_wt[u] = model_expert(&L->ffn_up_exps, (uint32_t)NE, c->moe_ids[u]);
-                c->moe_a[u] = (const uint8_t *)xa_up + (size_t)c->moe_off[u] * a_row_up;
-                c->moe_yp[u] = c->ff_u + c->moe_off[u] * F;
-            }
-            ctx_matmul_grouped(c, n_used, c->moe_wt, c->moe_a, a_row_up, c->moe_nt, c->moe_yp, c->moe_first);
-        }
-    }
-    if (gated) {
-        for (int64_t i = 0; i < off * F; i++) {
-            const float g = c->ff_g[i];
-            c->ff_g[i] = g / (1.0f + expf(-g)) * c->ff_u[i];
-        }
-    } else {
+    const void *xa = ctx_act(c, act_gu, c->moe_xin, E, off, c->moe_act, &a_row), *xa_up = xa;
+    a_row_up = a_row;
+    if (act_up != act_gu) /* moe_o: free until the downs */
+        xa_up = ctx_act(c, act_up, c->moe_xin, E, off, c->moe_o, &a_row_up);
+    experts_slots(c, 0, n_used, gexp, xa, a_row, gated ? c->ff_g : c->ff_u, F);
+    if (!gated) {
+        ctx_matmul_grouped(c, n_used, c->grp_w, c->grp_a, a_row, c->grp_nt, c->grp_y, c->grp_first);
         for (int64_t i = 0; i < off * F; i++) {
             const float u = c->ff_u[i];
             c->ff_g[i] = u / (1.0f + expf(-u));
         }
+    } else {
+        experts_slots(c, n_used, n_used, &L->ffn_up_exps, xa_up, a_row_up, c->ff_u, F);
+        if (a_row_up == a_row) { /* gate and up in one run when the activations are alike */
+            ctx_matmul_grouped(c, 2 * n_used, c->grp_w, c->grp_a, a_row, c->grp_nt, c->grp_y, c->grp_first);
+        } else {
+            ctx_matmul_grouped(c, n_used, c->grp_w, c->grp_a, a_row, c->grp_nt, c->grp_y, c->grp_first);
+            ctx_matmul_grouped(c, n_used, c->grp_w + n_used, c->grp_a + n_used, a_row_up, c->grp_nt + n_used,
+                               c->grp_y + n_used, c->grp_first);
+        }
+        swiglu(c->ff_g, c->ff_u, off * F);
     }
     const int act_dn = c->kern->w[L->ffn_down_exps.type].act_type;
     const void *ga = ctx_act(c, act_dn, c->ff_g, F, off, c->moe_act, &a_row);
-    for (int u = 0; u < n_used; u++) {
-        c->moe_wt[u] = model_expert(&L->ffn_down_exps, (uint32_t)NE, c->moe_ids[u]);
-        c->moe_a[u] = (const uint8_t *)ga + (size_t)c->moe_off[u] * a_row;
-        c->moe_yp[u] = c->moe_o + c->moe_off[u] * E;
-    }
-    ctx_matmul_grouped(c, n_used, c->moe_wt, c->moe_a, a_row, c->moe_nt, c->moe_yp, c->moe_first);
+    experts_slots(c, 0, n_used, &L->ffn_down_exps, ga, a_row, c->moe_o, E);
+    ctx_matmul_grouped(c, n_used, c->grp_w, c->grp_a, a_row, c->grp_nt, c->grp_y, c->grp_first);
     /* deepseek2's shared experts: one plain SwiGLU of n_ff_exp * n_shared, added to the
      * experts' sum before the residual (llama.cpp: ggml_add(moe_out, ffn_shexp)) */
     const bool shexp = L->ffn_up_shexp.data != NULL;
-    if (shexp) {
-        const int64_t FS = L->ffn_up_shexp.ne1;
-        const struct dj_weight *gate_up[2] = {&L->ffn_gate_shexp, &L->ffn_up_shexp};
-        float *const gate_up_out[2] = {c->ff_g, c->ff_u};
-        ctx_matmul_n(c, gate_up, gate_up_out, 2, c->xn, n);
-        for (int64_t i = 0; i < n * FS; i++) {
-            const float g = c->ff_g[i];
-            c->ff_g[i] = g / (1.0f + expf(-g)) * c->ff_u[i];
-        }
-        ctx_matmul(c, &L->ffn_down_shexp, c->ff_g, n, c->moe_y);
-    }
+    if (shexp) ffn_swiglu(c, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, n, c->moe_y);
     for (int64_t t = 0; t < n; t++) {
         const float *w = c->moe_w + t * K;
         const float **o = c->moe_orow;
@@ -741,12 +740,12 @@ static void mla_heads(struct dj_context *c, const struct dj_weight *w, const flo
         size_t a_row;
         const void *a = ctx_act(c, act_type, c->mla_g, K, nh * n, c->mla_act, &a_row);
         for (int64_t h = 0; h < nh; h++) {
-            c->moe_wt[h] = model_expert(w, (uint32_t)H, (uint32_t)(h0 + h));
-            c->moe_a[h] = (const uint8_t *)a + (size_t)h * n * a_row;
-            c->moe_nt[h] = n;
-            c->moe_yp[h] = c->mla_y + ((size_t)(h0 + h) * n) * OUT;
+            c->grp_w[h] = model_expert(w, (uint32_t)H, (uint32_t)(h0 + h));
+            c->grp_a[h] = (const uint8_t *)a + (size_t)h * n * a_row;
+            c->grp_nt[h] = n;
+            c->grp_y[h] = c->mla_y + ((size_t)(h0 + h) * n) * OUT;
         }
-        ctx_matmul_grouped(c, (int)nh, c->moe_wt, c->moe_a, a_row, c->moe_nt, c->moe_yp, c->moe_first);
+        ctx_matmul_grouped(c, (int)nh, c->grp_w, c->grp_a, a_row, c->grp_nt, c->grp_y, c->grp_first);
     }
 }
 
@@ -885,8 +884,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
                            const struct probe *pr, const struct ub_span *sp) {
     const struct dj_model *m = c->model;
     const struct dj_hparams *hp = &m->hp;
-    const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd,
-                  F = hp->n_ff;
+    const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
     const uint32_t n_run = sp ? sp->n_run : hp->n_layer;
     const uint32_t *start = sp ? sp->start : NULL;
     const uint32_t *inv = NULL; /* token -> row of c->x, when the rows are not in batch order */
@@ -963,14 +961,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
             moe_ffn(c, il, L, n);
             continue;
         }
-        const struct dj_weight *gate_up[2] = {&L->w_gate, &L->w_up};
-        float *const gate_up_out[2] = {c->ff_g, c->ff_u};
-        ctx_matmul_n(c, gate_up, gate_up_out, 2, c->xn, n);
-        for (int64_t i = 0; i < n * F; i++) {
-            const float g = c->ff_g[i];
-            c->ff_g[i] = g / (1.0f + expf(-g)) * c->ff_u[i];
-        }
-        ctx_matmul(c, &L->w_down, c->ff_g, n, c->xn);
+        ffn_swiglu(c, &L->w_gate, &L->w_up, &L->w_down, n, c->xn);
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     }
 
@@ -1273,11 +1264,11 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     const bool moe = NE > 0;
     const size_t n_grp = 2 * NE > (hp->mla ? hp->n_head : 0) ? 2 * NE : hp->n_head; /* grouped-run slots */
     if (moe || hp->mla) {
-        c->moe_wt = malloc(n_grp * sizeof *c->moe_wt);
-        c->moe_a = malloc(n_grp * sizeof *c->moe_a);
-        c->moe_nt = malloc(n_grp * sizeof *c->moe_nt);
-        c->moe_yp = malloc(n_grp * sizeof *c->moe_yp);
-        c->moe_first = malloc((n_grp + 1) * sizeof *c->moe_first);
+        c->grp_w = malloc(n_grp * sizeof *c->grp_w);
+        c->grp_a = malloc(n_grp * sizeof *c->grp_a);
+        c->grp_nt = malloc(n_grp * sizeof *c->grp_nt);
+        c->grp_y = malloc(n_grp * sizeof *c->grp_y);
+        c->grp_first = malloc((n_grp + 1) * sizeof *c->grp_first);
     }
     if (moe) {
         c->moe_z = malloc(ub * NE * sizeof(float));
@@ -1320,7 +1311,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->perm ||
         !c->inv || !c->ppos || !c->pseq || !c->tpool ||
         (hp->mla && (!c->mla_a || !c->mla_g || !c->mla_act || !c->mla_y)) ||
-        ((moe || hp->mla) && (!c->moe_wt || !c->moe_a || !c->moe_nt || !c->moe_yp || !c->moe_first)) || (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_pos || !c->moe_xin || !c->moe_y || !c->moe_o ||
+        ((moe || hp->mla) && (!c->grp_w || !c->grp_a || !c->grp_nt || !c->grp_y || !c->grp_first)) || (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_pos || !c->moe_xin || !c->moe_y || !c->moe_o ||
                  !c->moe_act || !c->moe_orow || !c->moe_ids || !c->moe_off || !c->moe_cnt))) {
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
@@ -1355,11 +1346,11 @@ void ctx_free(struct dj_context *c) {
     free(c->moe_ids);
     free(c->moe_off);
     free(c->moe_cnt);
-    free(c->moe_wt);
-    free(c->moe_a);
-    free(c->moe_nt);
-    free(c->moe_yp);
-    free(c->moe_first);
+    free(c->grp_w);
+    free(c->grp_a);
+    free(c->grp_nt);
+    free(c->grp_y);
+    free(c->grp_first);
     free(c->moe_xin);
     free(c->moe_y);
     free(c->moe_o);
