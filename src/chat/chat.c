@@ -166,6 +166,130 @@ enum dj_status chat_render(const struct dj_chat_template *t, const json_t *messa
     return st;
 }
 
+/* ---- system messages where they stand ----------------------------------------------------- */
+
+/* The text of a system message (content a string after normalisation), trimmed of the
+ * whitespace templates often strip; NULL when it has none. */
+static const char *system_text(const json_t *m, size_t *n) {
+    const char *role = json_string_value(json_object_get(m, "role"));
+    const json_t *c = json_object_get(m, "content");
+    if (!role || strcmp(role, "system") || !json_is_string(c)) return NULL;
+    const char *s = json_string_value(c);
+    size_t len = json_string_length(c);
+    while (len && strchr(" \t\r\n", *s)) s++, len--;
+    while (len && strchr(" \t\r\n", s[len - 1])) len--;
+    *n = len;
+    return len ? s : NULL;
+}
+
+/* Every system message from index `from` on has its text in the render. */
+static bool systems_shown(const json_t *messages, size_t from, const struct dj_jinja_out *o) {
+    for (size_t i = from; i < json_array_size(messages); i++) {
+        size_t n = 0;
+        const char *s = system_text(json_array_get(messages, i), &n);
+        if (s && !memmem(o->text, o->n, s, n)) return false;
+    }
+    return true;
+}
+
+/* content of a user message as a string, or NULL (parts not joined: leave it alone). */
+static const char *user_text(const json_t *m) {
+    const char *role = json_string_value(json_object_get(m, "role"));
+    const json_t *c = json_object_get(m, "content");
+    return role && !strcmp(role, "user") && json_is_string(c) ? json_string_value(c) : NULL;
+}
+
+/* A copy of messages with every system message at index >= from folded into the user turn
+ * beside it: appended to the user message just before it, else prepended to the one just
+ * after it (a blank line between), else made a user message itself.  NULL when out of memory. */
+static json_t *fold_systems(const json_t *messages, size_t from) {
+    json_t *in = json_deep_copy(messages), *out = json_array();
+    if (!in || !out) goto oom;
+    for (size_t i = 0; i < json_array_size(in); i++) {
+        json_t *m = json_array_get(in, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        const json_t *c = json_object_get(m, "content");
+        if (i < from || !role || strcmp(role, "system") || !json_is_string(c)) {
+            if (json_array_append(out, m)) goto oom;
+            continue;
+        }
+        json_t *prev = json_array_get(out, json_array_size(out) - 1), *next = json_array_get(in, i + 1);
+        const char *pt = prev ? user_text(prev) : NULL, *nt = next ? user_text(next) : NULL;
+        const size_t ns = json_string_length(c);
+        if (pt || nt) {
+            json_t *target = pt ? prev : next;
+            const json_t *tc = json_object_get(target, "content");
+            const size_t nu = json_string_length(tc);
+            char *buf = malloc(nu + ns + 3);
+            if (!buf) goto oom;
+            if (pt) {
+                memcpy(buf, json_string_value(tc), nu);
+                memcpy(buf + nu, "\n\n", 2);
+                memcpy(buf + nu + 2, json_string_value(c), ns);
+            } else {
+                memcpy(buf, json_string_value(c), ns);
+                memcpy(buf + ns, "\n\n", 2);
+                memcpy(buf + ns + 2, json_string_value(tc), nu);
+            }
+            json_t *v = json_stringn(buf, nu + ns + 2);
+            free(buf);
+            if (!v || json_object_set_new(target, "content", v)) goto oom;
+        } else {
+            json_t *u = json_pack("{s:s, s:O}", "role", "user", "content", c);
+            if (!u || json_array_append_new(out, u)) goto oom;
+        }
+    }
+    json_decref(in);
+    return out;
+oom:
+    json_decref(in);
+    json_decref(out);
+    return NULL;
+}
+
+enum dj_status chat_render_placed(const struct dj_chat_template *t, const json_t *messages, const json_t *tools,
+                                  const json_t *kwargs, bool add_generation_prompt, int64_t now, struct dj_jinja_out *out,
+                                  enum dj_system_placement *how) {
+    struct dj_jinja_out o = {0};
+    *how = DJ_SYSTEM_AS_IS;
+    enum dj_status st = chat_render(t, messages, tools, kwargs, add_generation_prompt, now, &o);
+    if (st == DJ_OK && systems_shown(messages, 0, &o)) {
+        *out = o;
+        return DJ_OK;
+    }
+    char first_error[512];
+    snprintf(first_error, sizeof first_error, "%s", st ? dj_last_error() : "");
+    const enum dj_status first_st = st;
+    jinja_out_free(&o);
+    bool any_system = false;
+    for (size_t i = 0; i < json_array_size(messages); i++) {
+        const char *role = json_string_value(json_object_get(json_array_get(messages, i), "role"));
+        any_system |= role && !strcmp(role, "system");
+    }
+    /* nothing to place differently: the template's own verdict stands */
+    if (!any_system) goto keep_first;
+    /* the system messages after the first message, then all of them */
+    for (size_t from = 1;; from = 0) {
+        json_t *folded = fold_systems(messages, from);
+        if (!folded) return dj_fail(DJ_ERR_NOMEM, "out of memory");
+        st = chat_render(t, folded, tools, kwargs, add_generation_prompt, now, &o);
+        const bool shown = st == DJ_OK && systems_shown(folded, 0, &o);
+        json_decref(folded);
+        if (shown) {
+            *how = from ? DJ_SYSTEM_FOLDED_LATER : DJ_SYSTEM_FOLDED_ALL;
+            *out = o;
+            return DJ_OK;
+        }
+        jinja_out_free(&o);
+        if (from == 0) break;
+    }
+keep_first:
+    /* no placement shows every system text: the first render as the template made it (its error,
+     * or its output without the texts it leaves out) */
+    if (first_st) return dj_fail(first_st, "%s", first_error);
+    return chat_render(t, messages, tools, kwargs, add_generation_prompt, now, out);
+}
+
 enum dj_status chat_tokenize(const struct dj_vocab *v, const struct dj_chat_template *t, const struct dj_jinja_out *o,
                              bool add_bos, dj_token **out, size_t *n_out) {
     size_t skip = 0;

@@ -55,6 +55,26 @@ json_t *chat_normalize_messages(const json_t *messages);
 enum dj_status chat_render(const struct dj_chat_template *t, const json_t *messages, const json_t *tools,
                            const json_t *kwargs, bool add_generation_prompt, int64_t now, struct dj_jinja_out *out);
 
+/* How chat_render_placed placed the system messages. */
+enum dj_system_placement {
+    DJ_SYSTEM_AS_IS,        /* every system message rendered where it stands (or there were none) */
+    DJ_SYSTEM_FOLDED_LATER, /* those after the first message were folded into the user turns beside them */
+    DJ_SYSTEM_FOLDED_ALL,   /* every one was folded (a template without a system role) */
+};
+
+/* chat_render as a server needs it, for messages whose system messages may stand anywhere
+ * (Anthropic's Messages API and OpenAI's accept them at any position; each applies from where
+ * it stands).  First the messages as they are; when the template raises, or renders without
+ * the text of a system message (templates that read only messages[0] as the system prompt and
+ * skip the others), the system messages after the first message are folded into the user turn
+ * beside them (appended to the user message just before, else prepended to the one just after,
+ * with a blank line; else they become user messages), and if that still fails, all of them.
+ * When no placement renders every system text, the template's own first result stands (its
+ * error, or its render).  *how says which placement was used. */
+enum dj_status chat_render_placed(const struct dj_chat_template *t, const json_t *messages, const json_t *tools,
+                                  const json_t *kwargs, bool add_generation_prompt, int64_t now, struct dj_jinja_out *out,
+                                  enum dj_system_placement *how);
+
 /* Tokenizes a render: spans the template wrote with special tokens parsed,
  * spans from the input without; a leading bos_token text is dropped when the
  * vocabulary adds BOS itself (add_bos), so it is not doubled. */

@@ -376,6 +376,7 @@ static enum dj_status parse_chat(struct api_ctx *c, const char *alias) {
     if (v && !(r->template_kwargs = json_deep_copy(v))) return api_oom(c);
     r->parallel_tool_calls = true;
     r->tool_choice = DJ_TOOL_AUTO;
+    r->reasoning_budget = -1;
     st = c->api == DJ_API_CHAT        ? api_openai_parse(c, root)
          : c->api == DJ_API_RESPONSES ? api_responses_parse(c, root)
                                       : api_anthropic_parse(c, root);
@@ -598,6 +599,10 @@ struct dj_api_stream *api_stream_new(enum dj_api api, const char *id, const char
         return NULL;
     }
     return st;
+}
+
+void api_stream_set_reasoning_omitted(struct dj_api_stream *st, bool omitted) {
+    if (st) st->reasoning_omitted = omitted;
 }
 
 void api_stream_free(struct dj_api_stream *st) {

@@ -73,6 +73,12 @@ struct dj_chat_req {
     bool stream, include_usage, ignore_eos, logprobs; /* stream: never for MESSAGES_COUNT */
     uint32_t top_logprobs; /* 0..20, as given (independent of logprobs) */
     const char *cache_salt; /* points into root, or NULL */
+    int64_t reasoning_budget; /* -1: none; else reasoning tokens after which the end-of-thinking text is
+                                 forced (Anthropic thinking.budget_tokens) */
+    bool reasoning_omitted;   /* Anthropic thinking.display "omitted": thinking blocks carry no text, their
+                                 signature carries it (back to deja on the next turn) */
+    bool cache_control;       /* Anthropic: a block or tool asked for caching (usage then reports the
+                                 prompt computed and kept as cache_creation_input_tokens) */
 };
 
 /* Parses body[0..n) as dialect `api` for a server of model `alias` (any
@@ -110,10 +116,12 @@ struct dj_chat_choice {
     enum dj_finish finish;
     json_t *logprobs;  /* borrowed: OpenAI chat {content: [{token, logprob, bytes, top_logprobs}]} or NULL */
     const char *stop_sequence; /* borrowed: the stop string that ended it (Anthropic's stop_sequence), or NULL */
+    bool reasoning_omitted;    /* Anthropic: thinking blocks without text, the reasoning in their signature */
 };
 
 struct dj_chat_usage {
     size_t prompt, cached, completion;
+    size_t cache_write; /* Anthropic's cache_creation_input_tokens (0 unless the request asked for caching) */
     json_t *x_deja; /* borrowed: deja's extension object, or NULL */
 };
 
@@ -151,6 +159,8 @@ struct dj_api_stream;
 struct dj_api_stream *api_stream_new(enum dj_api api, const char *id, const char *model, time_t created, uint32_t n,
                                      bool include_usage, size_t prompt_tokens);
 void api_stream_free(struct dj_api_stream *st);
+/* Messages: thinking blocks stream without text, one signature_delta carries it (display "omitted"). */
+void api_stream_set_reasoning_omitted(struct dj_api_stream *st, bool omitted);
 void api_stream_start(struct dj_api_stream *st, struct dj_sbuf *out);
 /* A delta of completion `index` (text in whole UTF-8 characters; invalid bytes
  * become U+FFFD); logprobs (borrowed, may be NULL; chat only): the OpenAI chat

@@ -33,7 +33,9 @@
  * final split, which the SDKs copy over the start's.
  *
  * Stream: a content block ends when the delta kind changes (text, thinking, another tool call);
- * a thinking block has no signature_delta (deja signs nothing; the signature is "").
+ * a thinking block has no signature_delta (deja signs nothing; the signature is ""), except with
+ * display "omitted": then it has no thinking_delta either, and one signature_delta carries the
+ * reasoning back (see reasoning_signature).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +46,69 @@
 
 static const struct api_part_names result_parts = {{"text", NULL, NULL}, NULL, {"image", "document", NULL}};
 static const struct api_part_names system_parts = {{"text", NULL, NULL}, NULL, {"image", "document", NULL}};
+
+/* Thinking blocks with display "omitted" carry no text: their signature carries the reasoning,
+ * "deja1." + base64 of its UTF-8, so that the block the client sends back next turn renders the
+ * same prompt (and reuses the same KV) as the turn that produced it. */
+static const char sig_prefix[] = "deja1.";
+static const char b64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* "deja1." + base64(s[0..n)) as a JSON string (NULL when out of memory). */
+static json_t *reasoning_signature(const char *s, size_t n) {
+    if (n > (SIZE_MAX - 16) / 4 * 3) return NULL;
+    const size_t np = sizeof sig_prefix - 1, m = np + (n + 2) / 3 * 4;
+    char *out = malloc(m + 1);
+    if (!out) return NULL;
+    memcpy(out, sig_prefix, np);
+    size_t o = np;
+    for (size_t i = 0; i < n; i += 3) {
+        const unsigned a = (unsigned char)s[i], b = i + 1 < n ? (unsigned char)s[i + 1] : 0,
+                       c = i + 2 < n ? (unsigned char)s[i + 2] : 0;
+        out[o++] = b64_alphabet[a >> 2];
+        out[o++] = b64_alphabet[((a & 3) << 4) | (b >> 4)];
+        out[o++] = i + 1 < n ? b64_alphabet[((b & 15) << 2) | (c >> 6)] : '=';
+        out[o++] = i + 2 < n ? b64_alphabet[c & 63] : '=';
+    }
+    json_t *v = json_stringn(out, o);
+    free(out);
+    return v;
+}
+
+/* The reasoning a deja signature carries (a new JSON string), or NULL when sig is not one of
+ * deja's or does not decode to UTF-8 text (then the block is taken as it stands). */
+static json_t *signature_reasoning(json_t *sig) {
+    const char *s = json_string_value(sig);
+    const size_t np = sizeof sig_prefix - 1;
+    if (!s || json_string_length(sig) < np || memcmp(s, sig_prefix, np)) return NULL;
+    s += np;
+    const size_t n = json_string_length(sig) - np;
+    if (n % 4) return NULL;
+    char *out = malloc(n / 4 * 3 + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        unsigned v = 0, pad = 0;
+        for (size_t k = 0; k < 4; k++) {
+            const char ch = s[i + k];
+            const char *at = ch ? strchr(b64_alphabet, ch) : NULL;
+            if (ch == '=' && i + 4 == n && k >= 2) {
+                pad++;
+                v <<= 6;
+            } else if (at && !pad) {
+                v = (v << 6) | (unsigned)(at - b64_alphabet);
+            } else {
+                free(out);
+                return NULL;
+            }
+        }
+        out[o++] = (char)(v >> 16);
+        if (pad < 2) out[o++] = (char)(v >> 8 & 255);
+        if (pad < 1) out[o++] = (char)(v & 255);
+    }
+    json_t *t = json_stringn(out, o); /* NULL for invalid UTF-8 */
+    free(out);
+    return t;
+}
 
 /* A system text with Claude Code's per-request billing stamp zeroed (a new reference). */
 static json_t *system_text(json_t *text) {
@@ -156,8 +221,14 @@ static enum dj_status parse_assistant(struct api_ctx *c, json_t *blocks, size_t 
         } else if (!strcmp(type, "text") || !strcmp(type, "thinking")) {
             const bool think = !strcmp(type, "thinking");
             json_t *text = json_object_get(b, think ? "thinking" : "text");
-            if (!json_is_string(text)) st = api_fail(c, 400, base, "%s.%s must be a string", base, type);
-            else if (!api_push(think ? reasoning : parts, api_text_part(json_incref(text)))) st = api_oom(c);
+            json_t *carried = think && json_string_length(text) == 0 ? signature_reasoning(json_object_get(b, "signature"))
+                                                                     : NULL;
+            if (!json_is_string(text)) {
+                json_decref(carried);
+                st = api_fail(c, 400, base, "%s.%s must be a string", base, type);
+            } else if (!api_push(think ? reasoning : parts, api_text_part(carried ? carried : json_incref(text)))) {
+                st = api_oom(c); /* (the part, carried text included, was freed) */
+            }
         } else if (!strcmp(type, "redacted_thinking")) {
             continue;
         } else if (!strcmp(type, "tool_use")) {
@@ -210,12 +281,18 @@ static enum dj_status parse_messages(struct api_ctx *c, json_t *root) {
         if (!json_is_object(m)) return api_fail(c, 400, p, "%s must be an object", p);
         const char *role = json_string_value(json_object_get(m, "role"));
         json_t *content = json_object_get(m, "content");
-        if (!role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
+        if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system"))) {
             p = api_path(c, "messages[%zu].role", i);
-            return api_fail(c, 400, p, "%s must be 'user' or 'assistant'", p);
+            return api_fail(c, 400, p, "%s must be 'user', 'assistant' or 'system'", p);
         }
         enum dj_status st = DJ_OK;
-        if (json_is_string(content)) {
+        if (!strcmp(role, "system")) { /* a system message where it stands: its text, blocks joined as `system`'s */
+            char base[48];
+            snprintf(base, sizeof base, "messages[%zu].content", i);
+            json_t *t = api_content(c, content, base, &system_parts, "\n");
+            if (!t) return DJ_ERR_INVALID;
+            if (!api_push(c->r->messages, json_pack("{s:s, s:o}", "role", "system", "content", t))) return api_oom(c);
+        } else if (json_is_string(content)) {
             if (!api_push(c->r->messages, json_pack("{s:s, s:O}", "role", role, "content", content))) return api_oom(c);
         } else if (json_is_array(content)) {
             st = !strcmp(role, "user") ? parse_user(c, content, i) : parse_assistant(c, content, i);
@@ -269,24 +346,131 @@ static enum dj_status parse_tools(struct api_ctx *c, json_t *root) {
     return DJ_OK;
 }
 
+/* thinking {type: enabled, budget_tokens, display} | {type: adaptive, display} | {type: disabled}:
+ * the template's switch (enable_thinking, which Qwen3-style templates read) on or off, the
+ * budget enforced (reasoning_budget), display "omitted" honoured. */
+static enum dj_status parse_thinking(struct api_ctx *c, json_t *root) {
+    json_t *th, *budget, *display;
+    if (!api_opt(c, root, "thinking", JSON_OBJECT, "thinking", &th)) return DJ_ERR_INVALID;
+    if (!th) return DJ_OK;
+    const char *type = json_string_value(json_object_get(th, "type"));
+    if (!type || (strcmp(type, "enabled") && strcmp(type, "adaptive") && strcmp(type, "disabled")))
+        return api_fail(c, 400, "thinking.type", "thinking.type must be 'enabled', 'adaptive' or 'disabled'");
+    if (!api_opt(c, th, "budget_tokens", JSON_INTEGER, "thinking.budget_tokens", &budget)) return DJ_ERR_INVALID;
+    if (!api_opt(c, th, "display", JSON_STRING, "thinking.display", &display)) return DJ_ERR_INVALID;
+    if (!strcmp(type, "disabled")) return api_kwarg(c, "enable_thinking", json_false());
+    if (budget && !strcmp(type, "enabled")) {
+        if (json_integer_value(budget) < 0)
+            return api_fail(c, 400, "thinking.budget_tokens", "thinking.budget_tokens must be >= 0");
+        c->r->reasoning_budget = json_integer_value(budget);
+    }
+    if (display && !strcmp(json_string_value(display), "omitted")) c->r->reasoning_omitted = true;
+    return api_kwarg(c, "enable_thinking", json_true());
+}
+
+/* output_config {effort, format}: effort → the template's reasoning_effort (gpt-oss-style
+ * templates read low / medium / high; xhigh and max read as high); format {type: json_schema,
+ * schema} constrains the reply as OpenAI's response_format does.  output_format (the earlier
+ * structured-outputs beta) is the same format. */
+static enum dj_status parse_output_config(struct api_ctx *c, json_t *root) {
+    json_t *oc, *effort = NULL, *format = NULL, *legacy;
+    if (!api_opt(c, root, "output_config", JSON_OBJECT, "output_config", &oc)) return DJ_ERR_INVALID;
+    if (oc && !api_opt(c, oc, "effort", JSON_STRING, "output_config.effort", &effort)) return DJ_ERR_INVALID;
+    if (oc && !api_opt(c, oc, "format", JSON_OBJECT, "output_config.format", &format)) return DJ_ERR_INVALID;
+    if (!api_opt(c, root, "output_format", JSON_OBJECT, "output_format", &legacy)) return DJ_ERR_INVALID;
+    if (!format) format = legacy;
+    if (effort) {
+        static const char *const names[][2] = {{"low", "low"}, {"medium", "medium"}, {"high", "high"},
+                                               {"xhigh", "high"}, {"max", "high"}};
+        const char *e = json_string_value(effort), *as = NULL;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (!strcmp(e, names[i][0])) as = names[i][1];
+        if (!as)
+            return api_fail(c, 400, "output_config.effort",
+                            "output_config.effort must be 'low', 'medium', 'high', 'xhigh' or 'max'");
+        enum dj_status st = api_kwarg(c, "reasoning_effort", json_string(as));
+        if (st) return st;
+    }
+    if (format) {
+        const char *type = json_string_value(json_object_get(format, "type"));
+        json_t *schema = json_object_get(format, "schema");
+        if (!type || strcmp(type, "json_schema") || !json_is_object(schema))
+            return api_fail(c, 400, "output_config.format",
+                            "output_config.format must be {type: 'json_schema', schema: {...}}");
+        c->r->json_schema = schema;
+    }
+    return DJ_OK;
+}
+
+/* context_management {edits: [...]}: clear_thinking_20251015 is applied (the reasoning of all but
+ * the last `keep` assistant turns that have any is dropped before rendering; keep "all" keeps
+ * everything); clear_tool_uses_20250919 is accepted and not applied (documented: deja renders
+ * the tool results it is sent). */
+static enum dj_status parse_context_management(struct api_ctx *c, json_t *root) {
+    json_t *cm, *edits;
+    if (!api_opt(c, root, "context_management", JSON_OBJECT, "context_management", &cm)) return DJ_ERR_INVALID;
+    if (!cm) return DJ_OK;
+    if (!api_opt(c, cm, "edits", JSON_ARRAY, "context_management.edits", &edits)) return DJ_ERR_INVALID;
+    size_t i;
+    json_t *e;
+    json_array_foreach(edits, i, e) {
+        const char *p = api_path(c, "context_management.edits[%zu]", i);
+        const char *type = json_string_value(json_object_get(e, "type"));
+        if (!type) return api_fail(c, 400, p, "%s must be an object with a string type", p);
+        if (strcmp(type, "clear_thinking_20251015")) continue;
+        json_t *keep = json_object_get(e, "keep");
+        size_t n_keep = 1; /* the API's default: the last thinking turn */
+        if (json_is_string(keep) && !strcmp(json_string_value(keep), "all")) continue;
+        if (keep && !json_is_null(keep)) {
+            json_t *v = json_object_get(keep, "value");
+            const char *kt = json_string_value(json_object_get(keep, "type"));
+            if (!kt || strcmp(kt, "thinking_turns") || !json_is_integer(v) || json_integer_value(v) < 0)
+                return api_fail(c, 400, p, "%s.keep must be 'all' or {type: 'thinking_turns', value: N}", p);
+            n_keep = (size_t)json_integer_value(v);
+        }
+        for (size_t k = json_array_size(c->r->messages); k-- > 0;) {
+            json_t *m = json_array_get(c->r->messages, k);
+            if (!json_object_get(m, "reasoning_content")) continue;
+            if (n_keep) n_keep--;
+            else json_object_del(m, "reasoning_content");
+        }
+    }
+    return DJ_OK;
+}
+
+/* Whether any block, system block or tool of the request carries cache_control. */
+static bool wants_cache(json_t *root) {
+    static const char *const keys[] = {"system", "messages", "tools"};
+    for (size_t k = 0; k < 3; k++) {
+        json_t *a = json_object_get(root, keys[k]);
+        size_t i;
+        json_t *x;
+        json_array_foreach(a, i, x) {
+            if (json_object_get(x, "cache_control")) return true;
+            json_t *content = json_object_get(x, "content");
+            size_t j;
+            json_t *b;
+            json_array_foreach(content, j, b) if (json_object_get(b, "cache_control")) return true;
+        }
+    }
+    return json_object_get(root, "cache_control") != NULL; /* automatic caching, top level */
+}
+
 enum dj_status api_anthropic_parse(struct api_ctx *c, json_t *root) {
     enum dj_status st;
     if (!(c->r->messages = json_array())) return api_oom(c);
     if ((st = parse_system(c, root))) return st;
     if ((st = parse_messages(c, root))) return st;
     if ((st = parse_tools(c, root))) return st;
-    /* thinking {type: enabled, budget_tokens} → enable_thinking (templates such as Qwen3's read it);
-     * disabled → false; other types are left to the template's default.  The budget is not
-     * enforced: max_tokens bounds the whole reply. */
-    json_t *th, *budget;
-    if (!api_opt(c, root, "thinking", JSON_OBJECT, "thinking", &th)) return DJ_ERR_INVALID;
-    if (th && !api_opt(c, th, "budget_tokens", JSON_INTEGER, "thinking.budget_tokens", &budget)) return DJ_ERR_INVALID;
-    const char *type = th ? json_string_value(json_object_get(th, "type")) : NULL;
-    if (th && !type) return api_fail(c, 400, "thinking.type", "thinking.type must be a string ('enabled' or 'disabled')");
-    if (type && !strcmp(type, "enabled") && (st = api_kwarg(c, "enable_thinking", json_true()))) return st;
-    if (type && !strcmp(type, "disabled") && (st = api_kwarg(c, "enable_thinking", json_false()))) return st;
-    json_t *meta;
-    if (!api_opt(c, root, "metadata", JSON_OBJECT, "metadata", &meta)) return DJ_ERR_INVALID;
+    if ((st = parse_thinking(c, root))) return st;
+    if ((st = parse_output_config(c, root))) return st;
+    if ((st = parse_context_management(c, root))) return st;
+    /* accepted and not acted on (docs/SERVER.md): metadata, service_tier, container, mcp_servers,
+     * inference_geo; the type is still checked where the API documents one */
+    json_t *v;
+    if (!api_opt(c, root, "metadata", JSON_OBJECT, "metadata", &v)) return DJ_ERR_INVALID;
+    if (!api_opt(c, root, "service_tier", JSON_STRING, "service_tier", &v)) return DJ_ERR_INVALID;
+    c->r->cache_control = wants_cache(root);
     return DJ_OK;
 }
 
@@ -300,8 +484,9 @@ static json_t *usage_json(const struct dj_chat_usage *u) {
     const struct dj_chat_usage z = {0};
     if (!u) u = &z;
     const size_t cached = u->cached < u->prompt ? u->cached : u->prompt;
-    return json_pack("{s:I, s:I, s:I, s:I}", "input_tokens", (json_int_t)(u->prompt - cached),
-                     "cache_creation_input_tokens", (json_int_t)0, "cache_read_input_tokens", (json_int_t)cached,
+    const size_t written = u->cache_write < u->prompt - cached ? u->cache_write : u->prompt - cached;
+    return json_pack("{s:I, s:I, s:I, s:I}", "input_tokens", (json_int_t)(u->prompt - cached - written),
+                     "cache_creation_input_tokens", (json_int_t)written, "cache_read_input_tokens", (json_int_t)cached,
                      "output_tokens", (json_int_t)u->completion);
 }
 
@@ -318,8 +503,11 @@ json_t *api_anthropic_response(const char *id, const char *model, const struct d
     json_t *content = json_array();
     bool ok = content != NULL;
     if (ok && c->n_reasoning)
-        ok = api_push(content, json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
-                                         api_jstr(c->reasoning, c->n_reasoning), "signature", ""));
+        ok = api_push(content, c->reasoning_omitted
+                                   ? json_pack("{s:s, s:s, s:o}", "type", "thinking", "thinking", "", "signature",
+                                               reasoning_signature(c->reasoning, c->n_reasoning))
+                                   : json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                                               api_jstr(c->reasoning, c->n_reasoning), "signature", ""));
     if (ok && (c->n_content || (!c->n_calls && !c->n_reasoning)))
         ok = api_push(content, json_pack("{s:s, s:o}", "type", "text", "text", api_jstr(c->content, c->n_content)));
     for (size_t k = 0; ok && k < c->n_calls; k++) {
@@ -376,6 +564,14 @@ void api_anthropic_start(struct dj_api_stream *st, struct dj_sbuf *out) {
 static void close_block(struct dj_api_stream *st, struct dj_sbuf *out) {
     struct api_choice_state *c = &st->ch[0];
     if (c->open == API_BLOCK_NONE) return;
+    if (c->open == API_BLOCK_REASONING && st->reasoning_omitted) { /* the text travels in the signature */
+        json_t *sig = reasoning_signature(c->text.p ? c->text.p : "", c->text.n);
+        event(out, "content_block_delta",
+              sig ? json_pack("{s:I, s:{s:s, s:o}}", "index", (json_int_t)(c->n_blocks - 1), "delta", "type",
+                              "signature_delta", "signature", sig)
+                  : NULL);
+        c->text.n = 0;
+    }
     event(out, "content_block_stop", json_pack("{s:I}", "index", (json_int_t)(c->n_blocks - 1)));
     c->open = API_BLOCK_NONE;
 }
@@ -411,6 +607,10 @@ void api_anthropic_delta(struct dj_api_stream *st, const struct dj_chat_delta *d
         if (d->n == 0) return;
         if (c->open != (think ? API_BLOCK_REASONING : API_BLOCK_TEXT))
             open_block(st, think ? API_BLOCK_REASONING : API_BLOCK_TEXT, d, out);
+        if (think && st->reasoning_omitted) { /* no thinking_delta: kept for the block's signature */
+            if (!api_text_add(&c->text, d->text, d->n)) out->oom = true;
+            return;
+        }
         delta = json_pack("{s:s, s:o}", "type", think ? "thinking_delta" : "text_delta", think ? "thinking" : "text",
                           api_jstr(d->text, d->n));
         break;

@@ -139,6 +139,7 @@ struct dj_api_stream {
     uint64_t seq;              /* Responses: sequence_number of the next event */
     json_t *output;            /* Responses: the finished output items, for response.completed */
     bool ended;                /* end or error was written */
+    bool reasoning_omitted;    /* Messages: thinking display "omitted" */
     struct api_choice_state *ch; /* n of them */
 };
 

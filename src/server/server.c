@@ -524,6 +524,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return send_loading(c);
     }
     if (!strcmp(url, "/health")) return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    /* GET or HEAD / and /api/hello: what clients probe before their first request (Claude Code sends
+     * HEAD /api/hello, without a key, to warm the connection); no key needed, nothing revealed */
+    if ((!strcmp(url, "/") || !strcmp(url, "/api/hello")) && (!strcmp(method, "GET") || !strcmp(method, "HEAD")))
+        return send_json(c, 200, json_pack("{s:s, s:s}", "status", "ok", "server", "deja"));
     if (!authorized(s, c)) return send_error(c, 401, NULL, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)");
     if (!strcmp(url, "/metrics")) {
         if (strcmp(method, "GET")) return send_error(c, 405, NULL, "use GET for %s", url);

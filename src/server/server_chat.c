@@ -24,6 +24,7 @@
 #include "sample/grammar.h"
 #include "sample/json_schema.h"
 #include "sample/schema_skip.h"
+#include "sample/think_budget.h"
 #include "sample/toolcall.h"
 #include "server/server_internal.h"
 
@@ -146,6 +147,7 @@ void chat_sreq_free(struct sreq *r) {
     api_stream_free(r->st);
     /* the engine is done with the request (its last on_done ran): the processor
      * is the caller's again; the grammar goes back to the cache */
+    think_budget_free(r->tb);
     gproc_free(r->gp);
     if (r->gent) gcache_release(r->s, r->gent);
 }
@@ -247,6 +249,9 @@ static void chat_usage(const struct sreq *r, struct dj_chat_usage *u) {
     u->completion = 0;
     for (uint32_t i = 0; i < r->n; i++) u->completion += r->res[i].n_gen;
     u->x_deja = NULL;
+    /* asked to cache (Anthropic cache_control): what this request computed of the prompt is kept
+     * for the next one — reported as written to the cache */
+    u->cache_write = r->cache_control && u->prompt > u->cached ? u->prompt - u->cached : 0;
 }
 
 /* The request's own stop string that ended a completion (not the implicit turn end), or NULL. */
@@ -312,13 +317,41 @@ static enum MHD_Result send_api_error(struct MHD_Connection *c, enum dj_api api,
     return send_json(c, status, api_error_json(api, status, param, msg));
 }
 
+/* 400 for a prompt longer than the context, in the shape each API's clients read (Claude Code
+ * compacts its conversation on Anthropic's "prompt is too long" message). */
+static enum MHD_Result send_too_long(struct MHD_Connection *c, enum dj_api api, size_t n_prompt, size_t n_ctx) {
+    char msg[256];
+    json_t *j;
+    if (api == DJ_API_MESSAGES || api == DJ_API_MESSAGES_COUNT) {
+        /* a prompt must leave room for one generated token: the largest is n_ctx - 1 */
+        snprintf(msg, sizeof msg, "prompt is too long: %zu tokens > %zu maximum", n_prompt, n_ctx - 1);
+        j = api_error_json(api, 400, NULL, msg);
+    } else {
+        if (api == DJ_API_RESPONSES)
+            snprintf(msg, sizeof msg, "Your input exceeds the context window of this model (%zu tokens; the input "
+                     "has %zu). Please adjust your input and try again.", n_ctx, n_prompt);
+        else
+            snprintf(msg, sizeof msg, "This model's maximum context length is %zu tokens. However, your messages "
+                     "resulted in %zu tokens. Please reduce the length of the messages.", n_ctx, n_prompt);
+        j = api_error_json(api, 400, api == DJ_API_RESPONSES ? "input" : "messages", msg);
+        if (j) json_object_set_new(json_object_get(j, "error"), "code", json_string("context_length_exceeded"));
+    }
+    return send_json(c, 400, j);
+}
+
 /* Renders and tokenizes the request's messages. */
 static enum dj_status build_prompt(struct dj_server *s, const struct dj_chat_req *cr, struct dj_jinja_out *o,
                                    dj_token **toks, size_t *n) {
     json_t *msgs = chat_normalize_messages(cr->messages);
     if (!msgs) return DJ_ERR_INVALID;
-    enum dj_status st = chat_render(s->tmpl, msgs, cr->tools, cr->template_kwargs, true, (int64_t)time(NULL), o);
+    enum dj_system_placement how;
+    enum dj_status st =
+        chat_render_placed(s->tmpl, msgs, cr->tools, cr->template_kwargs, true, (int64_t)time(NULL), o, &how);
     json_decref(msgs);
+    if (!st && how != DJ_SYSTEM_AS_IS && !atomic_exchange(&s->said_folded, true))
+        fprintf(stderr, "deja serve: this chat template %s: system messages it does not render where they stand "
+                        "are folded into the user turn beside them (said once)\n",
+                how == DJ_SYSTEM_FOLDED_ALL ? "has no system role" : "renders a system message only first");
     if (st) return dj_fail(DJ_ERR_INVALID, "the chat template failed on these messages: %s", dj_last_error());
     if (toks && (st = chat_tokenize(s->m->vocab, s->tmpl, o, true, toks, n)) != DJ_OK) jinja_out_free(o);
     return st;
@@ -410,6 +443,7 @@ static enum MHD_Result send_final(struct MHD_Connection *c, struct sreq *r) {
         ch[i].n_calls = a->n_calls;
         ch[i].finish = r->res[i].finish;
         ch[i].stop_sequence = user_stop(r, &r->res[i]);
+        ch[i].reasoning_omitted = r->reasoning_omitted;
         ch[i].logprobs = NULL;
         if (r->logprobs) ch[i].logprobs = json_pack("{s:O}", "content", a->logprobs ? a->logprobs : json_array());
     }
@@ -466,6 +500,12 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
         free(toks);
         return send_json(c, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n_toks));
     }
+    const size_t n_ctx = engine_n_ctx(s->e);
+    if (n_toks >= n_ctx) {
+        api_chat_req_free(&cr);
+        free(toks);
+        return send_too_long(c, api, n_toks, n_ctx);
+    }
     char *gbnf = NULL;
     const char *trigger = NULL;
     struct gent *ge = NULL;
@@ -478,8 +518,20 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
                                       .memo = ge->memo};
         st = gproc_create(&gpp, &gp);
     }
+    /* a reasoning budget wraps the grammar (if any): the grammar sees every token, the budget forces
+     * the end of thinking; without think markers in the template there is nothing to budget */
+    struct dj_think_budget *tb = NULL;
+    const char *what = cr.json_schema || cr.json_object ? "response_format" : "tools";
+    if (!st && cr.reasoning_budget >= 0 && syn.think_open && syn.think_close) {
+        what = "thinking";
+        struct dj_logits_processor inner;
+        if (gp) inner = gproc_processor(gp);
+        struct dj_think_budget_params tp = {.vocab = s->m->vocab, .open = syn.think_open, .close = syn.think_close,
+                                            .starts_open = syn.think_forced_open,
+                                            .budget = (size_t)cr.reasoning_budget, .inner = gp ? &inner : NULL};
+        st = think_budget_create(&tp, &tb);
+    }
     if (st) {
-        const char *what = cr.json_schema || cr.json_object ? "response_format" : "tools";
         if (ge) gcache_release(s, ge);
         api_chat_req_free(&cr);
         free(toks);
@@ -487,6 +539,7 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     }
     struct sreq *r = sreq_new(s, c, cr.n ? cr.n : 1);
     if (!r) {
+        think_budget_free(tb);
         gproc_free(gp);
         if (ge) gcache_release(s, ge);
         api_chat_req_free(&cr);
@@ -497,6 +550,9 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     r->api = api;
     r->gent = ge;
     r->gp = gp;
+    r->tb = tb;
+    r->reasoning_omitted = cr.reasoning_omitted;
+    r->cache_control = cr.cache_control;
     r->path = api == DJ_API_CHAT ? "/v1/chat/completions" : api == DJ_API_RESPONSES ? "/v1/responses" : "/v1/messages";
     r->stream = cr.stream;
     r->include_usage = cr.include_usage;
@@ -521,6 +577,7 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     if (ok && r->stream) {
         ok = (r->st = api_stream_new(api, r->cmpl_id, r->model ? r->model : s->alias, r->created, r->n, r->include_usage, n_toks)) != NULL;
         if (ok) {
+            api_stream_set_reasoning_omitted(r->st, r->reasoning_omitted);
             struct dj_sbuf b = {0};
             api_stream_start(r->st, &b);
             flush_sse(r, &b);
@@ -544,7 +601,10 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     rp.n_stop = r->n_stops;
     rp.logprobs = cr.logprobs;
     rp.n_probs = cr.top_logprobs;
-    if (gp) {
+    if (tb) {
+        proc = think_budget_processor(tb);
+        rp.proc = &proc;
+    } else if (gp) {
         proc = gproc_processor(gp);
         rp.proc = &proc;
     }

@@ -41,6 +41,7 @@ struct dj_server {
     /* the end-of-turn marker of a ChatML template when it is plain text in the
      * vocabulary (no <|im_end|> token, as codelm): chat requests also stop there; or NULL */
     const char *turn_end_stop;
+    atomic_bool said_folded; /* the log said once that system messages are folded for this template */
     /* grammars (server_chat.c): a small cache keyed by GBNF text, and what waits to be
      * freed on the engine thread (which alone touches masks) */
     pthread_mutex_t gmu;
@@ -89,6 +90,9 @@ struct sreq {
     struct chat_acc *acc;     /* per completion */
     struct gent *gent;        /* the grammar in use, or NULL */
     struct dj_gproc *gp;
+    struct dj_think_budget *tb; /* the reasoning budget (wrapping gp), or NULL */
+    bool reasoning_omitted;   /* Anthropic thinking.display "omitted" */
+    bool cache_control;       /* Anthropic: the request asked for caching (usage.cache_creation_input_tokens) */
     char *stops[DJ_SERVER_STOP_MAX + 1]; /* copies: the request's stop strings, then turn_end_stop */
     size_t n_stops, n_user_stops;
     char *model; /* /v1/messages: the request's model, echoed in the response (malloc'd) */

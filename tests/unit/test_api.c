@@ -500,6 +500,12 @@ static void test_responses_request(void) {
     EXPECT_ERR(R, "{`input`: `x`, `reasoning`: {`effort`: 1}}", 400, "reasoning.effort");
 }
 
+/* messages[i].reasoning_content of a parsed request ("?" when absent). */
+static const char *reasoning_of(const struct dj_chat_req *r, size_t i) {
+    const char *s = json_string_value(json_object_get(json_array_get(r->messages, i), "reasoning_content"));
+    return s ? s : "?";
+}
+
 /* ---- requests: Anthropic Messages --------------------------------------------------------------- */
 
 static void test_messages_request(void) {
@@ -556,6 +562,73 @@ static void test_messages_request(void) {
     CHECK(r.max_tokens == 32000 && r.stream && r.n == 1 && r.sp.temp == 1.0f && r.sp.top_k == 5 && r.sp.top_p == 0.5f);
     CHECK(r.n_stop == 1 && !strcmp(r.stop[0], "</answer>"));
     JEQ(r.template_kwargs, "{`enable_thinking`: true}");
+    CHECK(r.reasoning_budget == 10000 && !r.reasoning_omitted && r.cache_control);
+    api_chat_req_free(&r);
+
+    /* Claude Code 2.1 (captured from 2.1.332): a system message inside messages, after the user turn
+     * (and another one mid-conversation, as the API allows), thinking adaptive with display omitted,
+     * output_config effort, context_management, metadata, service_tier; no cache_control anywhere */
+    CHECK(parse(DJ_API_MESSAGES,
+                "{`model`: `claude-opus-5-5`, `max_tokens`: 128000, `stream`: true,"
+                "`messages`: [{`role`: `user`, `content`: [{`type`: `text`, `text`: `list the files`}]},"
+                "{`role`: `system`, `content`: [{`type`: `text`, `text`: `# Environment`}, {`type`: `text`, `text`: `cwd /p`}]},"
+                "{`role`: `assistant`, `content`: `ok`}, {`role`: `system`, `content`: `be brief`},"
+                "{`role`: `user`, `content`: `go`}],"
+                "`thinking`: {`type`: `adaptive`, `display`: `omitted`}, `output_config`: {`effort`: `xhigh`},"
+                "`context_management`: {`edits`: [{`type`: `clear_thinking_20251015`, `keep`: `all`},"
+                "{`type`: `clear_tool_uses_20250919`, `trigger`: {`type`: `input_tokens`, `value`: 100}}]},"
+                "`metadata`: {`user_id`: `{}`}, `service_tier`: `auto`, `container`: null}",
+                &r, &status, &param) == DJ_OK);
+    JEQ(r.messages, "[{`role`: `user`, `content`: [{`type`: `text`, `text`: `list the files`}]},"
+                    "{`role`: `system`, `content`: `# Environment\\ncwd /p`}, {`role`: `assistant`, `content`: `ok`},"
+                    "{`role`: `system`, `content`: `be brief`}, {`role`: `user`, `content`: `go`}]");
+    JEQ(r.template_kwargs, "{`enable_thinking`: true, `reasoning_effort`: `high`}");
+    CHECK(r.reasoning_budget == -1 && r.reasoning_omitted && !r.cache_control && !r.json_schema);
+    api_chat_req_free(&r);
+
+    /* a thinking block sent back with display omitted: its text comes from deja's signature
+     * ("deja1." + base64 of "Hm, ok."); a foreign signature leaves the (empty) text alone;
+     * clear_thinking keeps the last N turns' reasoning; output_config.format constrains the reply */
+    CHECK(parse(DJ_API_MESSAGES,
+                "{`max_tokens`: 9, `messages`: [{`role`: `user`, `content`: `a`},"
+                "{`role`: `assistant`, `content`: [{`type`: `thinking`, `thinking`: ``, `signature`: `deja1.SG0sIG9rLg==`},"
+                "{`type`: `text`, `text`: `x`}]}, {`role`: `user`, `content`: `b`},"
+                "{`role`: `assistant`, `content`: [{`type`: `thinking`, `thinking`: ``, `signature`: `EqQBCkYIBx`},"
+                "{`type`: `text`, `text`: `y`}]}, {`role`: `user`, `content`: `c`},"
+                "{`role`: `assistant`, `content`: [{`type`: `thinking`, `thinking`: `t3`, `signature`: ``},"
+                "{`type`: `text`, `text`: `z`}]}, {`role`: `user`, `content`: `d`}],"
+                "`output_config`: {`format`: {`type`: `json_schema`, `schema`: {`type`: `object`}}}}",
+                &r, &status, &param) == DJ_OK);
+    CHECK(!strcmp(reasoning_of(&r, 1), "Hm, ok."));
+    CHECK(!strcmp(reasoning_of(&r, 3), ""));
+    JEQ(r.json_schema, "{`type`: `object`}");
+    api_chat_req_free(&r);
+    CHECK(parse(DJ_API_MESSAGES,
+                "{`max_tokens`: 9, `messages`: [{`role`: `user`, `content`: `a`},"
+                "{`role`: `assistant`, `content`: [{`type`: `thinking`, `thinking`: `t1`}, {`type`: `text`, `text`: `x`}]},"
+                "{`role`: `user`, `content`: `b`},"
+                "{`role`: `assistant`, `content`: [{`type`: `thinking`, `thinking`: `t2`}, {`type`: `text`, `text`: `y`}]},"
+                "{`role`: `user`, `content`: `c`},"
+                "{`role`: `assistant`, `content`: [{`type`: `thinking`, `thinking`: `t3`}, {`type`: `text`, `text`: `z`}]},"
+                "{`role`: `user`, `content`: `d`}], `thinking`: {`type`: `enabled`, `budget_tokens`: 0},"
+                "`context_management`: {`edits`: [{`type`: `clear_thinking_20251015`, `keep`: "
+                "{`type`: `thinking_turns`, `value`: 2}}]}, `output_format`: {`type`: `json_schema`, `schema`: {}}}",
+                &r, &status, &param) == DJ_OK);
+    CHECK(!json_object_get(json_array_get(r.messages, 1), "reasoning_content"));
+    CHECK(!strcmp(reasoning_of(&r, 3), "t2"));
+    CHECK(!strcmp(reasoning_of(&r, 5), "t3"));
+    CHECK(r.reasoning_budget == 0 && r.json_schema);
+    api_chat_req_free(&r);
+    /* the default keep is the last thinking turn */
+    CHECK(parse(DJ_API_MESSAGES,
+                "{`max_tokens`: 9, `messages`: [{`role`: `user`, `content`: `a`},"
+                "{`role`: `assistant`, `content`: [{`type`: `thinking`, `thinking`: `t1`}, {`type`: `text`, `text`: `x`}]},"
+                "{`role`: `user`, `content`: `b`},"
+                "{`role`: `assistant`, `content`: [{`type`: `thinking`, `thinking`: `t2`}, {`type`: `text`, `text`: `y`}]},"
+                "{`role`: `user`, `content`: `c`}], `context_management`: {`edits`: [{`type`: `clear_thinking_20251015`}]}}",
+                &r, &status, &param) == DJ_OK);
+    CHECK(!json_object_get(json_array_get(r.messages, 1), "reasoning_content"));
+    CHECK(!strcmp(reasoning_of(&r, 3), "t2"));
     api_chat_req_free(&r);
 
     /* tool_choice any / tool / none; thinking disabled; a string system */
@@ -596,7 +669,26 @@ static void test_messages_request(void) {
     EXPECT_ERR(M, "{`max_tokens`: `10`, `messages`: " UM "}", 400, "max_tokens");
     EXPECT_ERR(M, "{`max_tokens`: 10, `model`: 5, `messages`: " UM "}", 400, "model");
     EXPECT_ERR(M, "{`max_tokens`: 10}", 400, "messages");
-    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: [{`role`: `system`, `content`: `x`}]}", 400, "messages[0].role");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: [{`role`: `developer`, `content`: `x`}]}", 400, "messages[0].role");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: [{`role`: `system`, `content`: 5}]}", 400, "messages[0].content");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: [{`role`: `system`, `content`: [{`type`: `image`}]}]}", 400,
+               "messages[0].content[0]");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: " UM ", `thinking`: {`type`: `sometimes`}}", 400, "thinking.type");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: " UM ", `thinking`: {`type`: `enabled`, `budget_tokens`: -1}}", 400,
+               "thinking.budget_tokens");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: " UM ", `thinking`: {`type`: `enabled`, `budget_tokens`: `5`}}", 400,
+               "thinking.budget_tokens");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: " UM ", `output_config`: {`effort`: `extreme`}}", 400,
+               "output_config.effort");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: " UM ", `output_config`: {`format`: {`type`: `yaml`}}}", 400,
+               "output_config.format");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: " UM ", `output_config`: 3}", 400, "output_config");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: " UM ", `context_management`: {`edits`: [{`type`: "
+               "`clear_thinking_20251015`, `keep`: {`type`: `tool_uses`, `value`: 1}}]}}",
+               400, "context_management.edits[0]");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: " UM ", `context_management`: {`edits`: 1}}", 400,
+               "context_management.edits");
+    EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: " UM ", `service_tier`: 1}", 400, "service_tier");
     EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: [{`role`: `user`, `content`: 5}]}", 400, "messages[0].content");
     EXPECT_ERR(M, "{`max_tokens`: 10, `messages`: [{`role`: `user`}]}", 400, "messages[0].content");
     EXPECT_ERR(M,
@@ -821,6 +913,41 @@ static void test_messages_response(void) {
     CHECK(!strcmp(sget(j, "stop_reason"), "max_tokens"));
     JEQ(json_object_get(j, "content"), "[{`type`: `text`, `text`: ``}]");
     json_decref(j);
+    /* display omitted: the thinking block has no text, its signature carries it; a request that asked
+     * for caching reports what it computed as written to the cache */
+    c = script_choice(DJ_FINISH_STOP);
+    c.reasoning_omitted = true;
+    struct dj_chat_usage w = {.prompt = 30, .cached = 12, .completion = 9, .cache_write = 18};
+    j = api_response(DJ_API_MESSAGES, "msg_4", "m", 1, &c, 1, &w);
+    JEQ(json_array_get(json_object_get(j, "content"), 0),
+        "{`type`: `thinking`, `thinking`: ``, `signature`: `deja1.TGV0IG1lIHRoaW5rLg==`}");
+    JEQ(json_object_get(j, "usage"), "{`input_tokens`: 0, `cache_creation_input_tokens`: 18, "
+                                     "`cache_read_input_tokens`: 12, `output_tokens`: 9}");
+    json_decref(j);
+    /* the block sent back as Claude Code does parses to the same reasoning */
+    struct dj_chat_req r;
+    int status;
+    const char *param;
+    CHECK(parse(DJ_API_MESSAGES,
+                "{`max_tokens`: 9, `messages`: [{`role`: `user`, `content`: `a`}, {`role`: `assistant`, `content`: "
+                "[{`type`: `thinking`, `thinking`: ``, `signature`: `deja1.TGV0IG1lIHRoaW5rLg==`}]}]}",
+                &r, &status, &param) == DJ_OK);
+    CHECK(!strcmp(reasoning_of(&r, 1), "Let me think."));
+    api_chat_req_free(&r);
+    /* a malformed deja signature (bad padding, not base64, not UTF-8) is left alone: the text stays "" */
+    static const char *const bad_sigs[] = {"deja1.TGV0=IG1l", "deja1.TG?0", "deja1.TGV", "deja1./w==", "deja1."};
+    for (size_t i = 0; i < sizeof bad_sigs / sizeof bad_sigs[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"max_tokens\": 9, \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": "
+                 "\"assistant\", \"content\": [{\"type\": \"thinking\", \"thinking\": \"\", \"signature\": \"%s\"}]}]}",
+                 bad_sigs[i]);
+        int st2;
+        const char *p2;
+        CHECK(api_parse_chat(DJ_API_MESSAGES, "m", body, strlen(body), &r, &st2, &p2) == DJ_OK);
+        CHECK(!strcmp(reasoning_of(&r, 1), ""));
+        api_chat_req_free(&r);
+    }
 }
 
 /* ---- streams -------------------------------------------------------------------------------------- */
@@ -1107,9 +1234,34 @@ static void test_messages_stream(void) {
     CHECK(starts == 5 && stops == 5 && deltas == 5);
     evs_free(&v);
 
-    /* an error: event: error in Anthropic's shape */
-    struct dj_api_stream *st = api_stream_new(DJ_API_MESSAGES, "msg_W", "m", 1, 1, false, 3);
+    /* display omitted: the thinking block streams no thinking_delta, one signature_delta before its
+     * stop carries the whole reasoning (the same signature as the non-streamed message) */
+    struct dj_api_stream *st = api_stream_new(DJ_API_MESSAGES, "msg_O", "m", 1, 1, false, 3);
     struct dj_sbuf b = {0};
+    api_stream_set_reasoning_omitted(st, true);
+    api_stream_start(st, &b);
+    const struct dj_chat_delta th[] = {{DJ_DELTA_REASONING, 0, NULL, NULL, "Let me ", 7},
+                                       {DJ_DELTA_REASONING, 0, NULL, NULL, "think.", 6},
+                                       {DJ_DELTA_CONTENT, 0, NULL, NULL, "ok", 2}};
+    for (size_t i = 0; i < 3; i++) api_stream_delta(st, 0, &th[i], NULL, &b);
+    api_stream_finish(st, 0, DJ_FINISH_STOP, &b);
+    api_stream_end(st, &u, &b);
+    sse_parse(b.p, b.n, &v);
+    CHECKF(v.n == 10, "%zu events", v.n);
+    if (v.n == 10) {
+        JEQ(v.e[2].data, "{`type`: `content_block_start`, `index`: 0, `content_block`: {`type`: `thinking`, `thinking`: ``, "
+                         "`signature`: ``}}");
+        JEQ(v.e[3].data, "{`type`: `content_block_delta`, `index`: 0, `delta`: {`type`: `signature_delta`, `signature`: "
+                         "`deja1.TGV0IG1lIHRoaW5rLg==`}}");
+        JEQ(v.e[4].data, "{`type`: `content_block_stop`, `index`: 0}");
+        CHECK(!strcmp(sget(v.e[6].data, "delta.text"), "ok"));
+    }
+    evs_free(&v);
+    sbuf_free(&b);
+    api_stream_free(st);
+
+    /* an error: event: error in Anthropic's shape */
+    st = api_stream_new(DJ_API_MESSAGES, "msg_W", "m", 1, 1, false, 3);
     api_stream_start(st, &b);
     api_stream_error(st, "overloaded", &b);
     sse_parse(b.p, b.n, &v);

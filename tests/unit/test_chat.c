@@ -1,8 +1,11 @@
 /*
  * test_chat.c — chat.h: message normalisation, the built-in template, and
  * prompt tokenization where only the template's markup may become control
- * tokens (vocab_tokenize_masked).
+ * tokens (vocab_tokenize_masked), and system messages where they stand
+ * (chat_render_placed) over the 50 real templates of ../shared/golden.
  */
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,10 +130,145 @@ static void test_builtin(void) {
     chat_template_free(t);
 }
 
+/* Renders msgs (a JSON text) with chat_render_placed; *how set; the text (malloc'd) or NULL. */
+static char *placed(const struct dj_chat_template *t, const char *msgs, enum dj_system_placement *how) {
+    json_t *m = json_loads(msgs, 0, NULL);
+    struct dj_jinja_out o = {0};
+    char *text = NULL;
+    if (m && chat_render_placed(t, m, NULL, NULL, true, 0, &o, how) == DJ_OK) text = strdup(o.text ? o.text : "");
+    jinja_out_free(&o);
+    json_decref(m);
+    return text;
+}
+
+static bool renders(const struct dj_chat_template *t, const char *msgs) {
+    json_t *m = json_loads(msgs, 0, NULL);
+    struct dj_jinja_out o = {0};
+    const bool ok = m && chat_render(t, m, NULL, NULL, true, 0, &o) == DJ_OK;
+    jinja_out_free(&o);
+    json_decref(m);
+    return ok;
+}
+
+/* Every real template renders system messages at any position — as a system turn where it
+ * has one, else folded into the user turn beside them — whenever it renders the same
+ * conversation without them: a system message after an assistant turn, and one after the
+ * last user message (where Claude Code 2.1 puts its environment).  The texts are all in the
+ * prompt; "as is" renders equal chat_render's.  Prints each template's placement (the table
+ * in docs/SERVER.md). */
+static void test_system_placement(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/golden/chat_templates/templates", shared);
+    DIR *d = opendir(dir);
+    CHECKF(d != NULL, "cannot open %s", dir);
+    if (!d) return;
+    static const char *const base_msgs =
+        "[{\"role\": \"system\", \"content\": \"SYS-ONE\"}, {\"role\": \"user\", \"content\": \"hello\"}, "
+        "{\"role\": \"assistant\", \"content\": \"hi there\"}, {\"role\": \"user\", \"content\": \"next\"}]";
+    static const char *const mid_msgs =
+        "[{\"role\": \"system\", \"content\": \"SYS-ONE\"}, {\"role\": \"user\", \"content\": \"hello\"}, "
+        "{\"role\": \"assistant\", \"content\": \"hi there\"}, {\"role\": \"system\", \"content\": \"SYS-TWO\"}, "
+        "{\"role\": \"user\", \"content\": \"next\"}]";
+    static const char *const end_msgs =
+        "[{\"role\": \"user\", \"content\": \"hello\"}, {\"role\": \"system\", \"content\": \"SYS-END\"}]";
+    static const char *const user_only = "[{\"role\": \"user\", \"content\": \"hello\"}]";
+    struct dirent *e;
+    int n = 0, n_as_is = 0, n_later = 0, n_all = 0;
+    while ((e = readdir(d))) {
+        const size_t len = strlen(e->d_name);
+        if (len < 7 || strcmp(e->d_name + len - 6, ".jinja")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        char *src = malloc(1 << 20);
+        const size_t ns = src ? fread(src, 1, (1 << 20) - 1, f) : 0;
+        fclose(f);
+        struct dj_chat_template *t = NULL;
+        if (!src || chat_template_create(src, ns, "<|bos|>", "<|eos|>", &t) != DJ_OK) {
+            free(src);
+            continue;
+        }
+        free(src);
+        n++;
+        enum dj_system_placement how_mid = DJ_SYSTEM_AS_IS, how_end = DJ_SYSTEM_AS_IS;
+        if (renders(t, base_msgs)) {
+            char *text = placed(t, mid_msgs, &how_mid);
+            CHECKF(text && strstr(text, "SYS-ONE") && strstr(text, "SYS-TWO"), "%s: a mid-conversation system message: %s",
+                   e->d_name, text ? text : dj_last_error());
+            if (text && how_mid == DJ_SYSTEM_AS_IS) {
+                json_t *m = json_loads(mid_msgs, 0, NULL);
+                struct dj_jinja_out o = {0};
+                CHECK(chat_render(t, m, NULL, NULL, true, 0, &o) == DJ_OK && o.text && !strcmp(o.text, text));
+                jinja_out_free(&o);
+                json_decref(m);
+            }
+            free(text);
+        }
+        if (renders(t, user_only)) {
+            char *text = placed(t, end_msgs, &how_end);
+            CHECKF(text && strstr(text, "SYS-END") && strstr(text, "hello"), "%s: a system message after the user's: %s",
+                   e->d_name, text ? text : dj_last_error());
+            free(text);
+        }
+        const enum dj_system_placement how = how_mid > how_end ? how_mid : how_end;
+        n_as_is += how == DJ_SYSTEM_AS_IS;
+        n_later += how == DJ_SYSTEM_FOLDED_LATER;
+        n_all += how == DJ_SYSTEM_FOLDED_ALL;
+        printf("system placement: %-55s %s\n", e->d_name,
+               how == DJ_SYSTEM_AS_IS ? "as is" : how == DJ_SYSTEM_FOLDED_LATER ? "later ones folded" : "all folded");
+        chat_template_free(t);
+    }
+    closedir(d);
+    printf("system placement: %d templates: %d as is, %d fold the later ones, %d fold all\n", n, n_as_is, n_later, n_all);
+    CHECK(n == 50);
+
+    /* the fold rule on a template that reads only messages[0] as the system prompt and drops the
+     * others: appended to the user message before, else prepended to the one after, else a user turn */
+    static const char src[] =
+        "{% for m in messages %}{% if m.role == 'system' and loop.first %}[S]{{ m.content }}{% elif m.role != 'system' %}"
+        "[{{ m.role }}]{{ m.content }}{% endif %}{% endfor %}";
+    struct dj_chat_template *t = NULL;
+    CHECK(chat_template_create(src, sizeof src - 1, "", "", &t) == DJ_OK);
+    if (!t) return;
+    enum dj_system_placement how;
+    char *text = placed(t,
+                        "[{\"role\": \"system\", \"content\": \"A\"}, {\"role\": \"user\", \"content\": \"u1\"}, "
+                        "{\"role\": \"system\", \"content\": \"B\"}, {\"role\": \"assistant\", \"content\": \"a1\"}, "
+                        "{\"role\": \"system\", \"content\": \"C\"}, {\"role\": \"user\", \"content\": \"u2\"}, "
+                        "{\"role\": \"assistant\", \"content\": \"a2\"}, {\"role\": \"system\", \"content\": \"D\"}]",
+                        &how);
+    CHECKF(text && !strcmp(text, "[S]A[user]u1\n\nB[assistant]a1[user]C\n\nu2[assistant]a2[user]D") &&
+               how == DJ_SYSTEM_FOLDED_LATER,
+           "got %s", text ? text : dj_last_error());
+    free(text);
+    /* a template that raises on any system message: all folded (the first into the user turn after it) */
+    static const char src2[] = "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system role') }}"
+                               "{% endif %}[{{ m.role }}]{{ m.content }}{% endfor %}";
+    chat_template_free(t);
+    t = NULL;
+    CHECK(chat_template_create(src2, sizeof src2 - 1, "", "", &t) == DJ_OK);
+    if (!t) return;
+    text = placed(t, "[{\"role\": \"system\", \"content\": \"A\"}, {\"role\": \"user\", \"content\": \"u1\"}]", &how);
+    CHECKF(text && !strcmp(text, "[user]A\n\nu1") && how == DJ_SYSTEM_FOLDED_ALL, "got %s", text ? text : dj_last_error());
+    free(text);
+    /* nothing helps (the template raises on something else): its own error stands */
+    static const char src3[] = "{{ raise_exception('never') }}";
+    chat_template_free(t);
+    t = NULL;
+    CHECK(chat_template_create(src3, sizeof src3 - 1, "", "", &t) == DJ_OK);
+    if (t) {
+        CHECK(!placed(t, "[{\"role\": \"system\", \"content\": \"A\"}, {\"role\": \"user\", \"content\": \"u1\"}]", &how));
+        CHECK(strstr(dj_last_error(), "never") != NULL);
+    }
+    chat_template_free(t);
+}
+
 int main(int argc, char **argv) {
     shared = argc > 1 ? argv[1] : "../shared";
     test_masked_tokenize();
     test_normalize();
     test_builtin();
+    test_system_placement();
     TEST_END();
 }
