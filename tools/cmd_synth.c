@@ -44,6 +44,9 @@ struct preset {
 #define DENSE "llama qwen2 qwen3"
 static const struct preset presets[] = {
     {"tiny", DENSE, 256, 4, 8, 4, 32, 768, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* the agent tests' model: a real vocabulary and chat template, and prompts of 25k tokens
+     * prefilled in seconds (attention at depth is what costs: one head of 64) */
+    {"micro", DENSE, 64, 1, 1, 1, 64, 128, 65536, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"1b", DENSE, 2048, 16, 32, 8, 64, 8192, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"8b", DENSE, 4096, 32, 32, 8, 128, 14336, 8192, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Mixtral-style: llama with experts of width feed_forward_length */
@@ -62,8 +65,8 @@ static void synth_usage(FILE *f) {
             "usage: deja synth --arch ARCH --preset P [--type f16|bf16|f32|q8_0|q4_0|q4_k|q4_k_m]\n"
             "                  --vocab-from VOCAB.gguf -o OUT.gguf [--layers N] [--seed S] [-t THREADS]\n"
             "  random weights at real shapes, tokenizer copied from VOCAB.gguf.  Presets:\n"
-            "    llama, qwen2, qwen3:  tiny (n_embd 256, 4 layers, 8/4 heads, n_ff 768), 1b (2048, 16, 32/8,\n"
-            "                          8192), 8b (4096, 32, 32/8, 14336)\n"
+            "    llama, qwen2, qwen3:  tiny (n_embd 256, 4 layers, 8/4 heads, n_ff 768), micro (64, 1, 1/1,\n"
+            "                          128; context 65536), 1b (2048, 16, 32/8, 8192), 8b (4096, 32, 32/8, 14336)\n"
             "    llama:                tiny-moe (Mixtral-style: tiny with 8 experts of 256, 2 used)\n"
             "    qwen3moe:             tiny (8 experts of 256, 2 used), 30b-a3b (Qwen3-30B-A3B: 2048, 48\n"
             "                          layers, 32/4 heads of 128, 128 experts of 768, 8 used)\n"

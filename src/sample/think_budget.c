@@ -1,6 +1,12 @@
 /*
  * think_budget.c — the reasoning budget (think_budget.h).
  *
+ * When the budget runs out while the text already ends with the start of the
+ * close marker (the model was closing the block itself), only the rest of the
+ * marker is forced, so the output never holds a broken marker: with an inner
+ * grammar when it would not allow the whole marker next, without one when at
+ * least two characters of it were written.
+ *
  * Text is tracked through a small window: the last (longest marker − 1) bytes
  * before a token's piece plus the piece, enough to see a marker that spans
  * tokens without keeping the whole reasoning.  Before the block opens, the
@@ -23,6 +29,9 @@ struct dj_think_budget {
     size_t n_open, n_close;
     dj_token *force; /* the close marker's tokens (shared by forks: owned by the root) */
     size_t n_force;
+    dj_token *rest;  /* what is forced now: the marker's tokens, or (owned) those of its unwritten rest */
+    size_t n_rest;
+    bool own_rest;
     size_t budget;
     bool starts_open;
     struct dj_logits_processor inner;
@@ -54,22 +63,62 @@ static void win_keep(struct dj_think_budget *b, size_t keep) {
     b->n_win = keep;
 }
 
-static void enter_in(struct dj_think_budget *b) {
-    b->st = b->budget == 0 ? TB_FORCING : TB_IN;
+/* The budget is spent: force the close marker — only the part not written yet when the text
+ * already ends with the start of it (the model was closing the block itself). */
+static enum dj_status start_forcing(struct dj_think_budget *b) {
+    b->st = TB_FORCING;
     b->k = 0;
+    if (b->own_rest) free(b->rest);
+    b->rest = b->force;
+    b->n_rest = b->n_force;
+    b->own_rest = false;
+    size_t j = b->n_close - 1 < b->n_win ? b->n_close - 1 : b->n_win;
+    for (; j > 0; j--)
+        if (!memcmp(b->win + b->n_win - j, b->close, j)) break;
+    if (j == 0) return DJ_OK;
+    /* the text ends with the start of the marker: was the model closing the block?  A grammar
+     * knows (the whole marker must be allowed next for it to be written in full); without one,
+     * a single character ("<") is too weak a sign and the whole marker is forced */
+    if (b->has_inner && b->inner.apply) {
+        const size_t nv = vocab_n_tokens(b->vocab);
+        float *l = calloc(nv, sizeof *l);
+        if (!l) return dj_fail(DJ_ERR_NOMEM, "out of memory");
+        enum dj_status st = b->inner.apply(b->inner.ud, l, nv);
+        const bool whole_ok = st == DJ_OK && (size_t)b->force[0] < nv && l[b->force[0]] != -INFINITY;
+        free(l);
+        if (st) return st;
+        if (whole_ok) return DJ_OK;
+    } else if (j < 2) {
+        return DJ_OK;
+    }
+    dj_token *t = NULL;
+    size_t n = 0;
+    enum dj_status st = vocab_tokenize(b->vocab, b->close + j, b->n_close - j, false, true, &t, &n);
+    if (st) return st;
+    if (n == 0) { /* cannot happen: j < n_close */
+        free(t);
+        b->st = TB_DONE;
+        return DJ_OK;
+    }
+    b->rest = t;
+    b->n_rest = n;
+    b->own_rest = true;
+    return DJ_OK;
+}
+
+static enum dj_status enter_in(struct dj_think_budget *b) {
+    b->st = TB_IN;
+    return b->budget == 0 ? start_forcing(b) : DJ_OK;
 }
 
 /* A token's text while the block is open: the close marker ends it, else it counts. */
-static void in_token(struct dj_think_budget *b) {
+static enum dj_status in_token(struct dj_think_budget *b) {
     if (memmem(b->win, b->n_win, b->close, b->n_close)) {
         b->st = TB_DONE;
-        return;
+        return DJ_OK;
     }
     win_keep(b, b->n_close - 1);
-    if (++b->used >= b->budget) {
-        b->st = TB_FORCING;
-        b->k = 0;
-    }
+    return ++b->used >= b->budget ? start_forcing(b) : DJ_OK;
 }
 
 static enum dj_status tb_accept(void *ud, dj_token tok) {
@@ -80,9 +129,9 @@ static enum dj_status tb_accept(void *ud, dj_token tok) {
     }
     if (b->st == TB_DONE) return DJ_OK;
     if (b->st == TB_FORCING) {
-        if (b->k < b->n_force && tok == b->force[b->k]) b->k++;
-        else b->k = b->n_force; /* another token came (cannot under the mask): stop forcing */
-        if (b->k == b->n_force) b->st = TB_DONE;
+        if (b->k < b->n_rest && tok == b->rest[b->k]) b->k++;
+        else b->k = b->n_rest; /* another token came (cannot under the mask): stop forcing */
+        if (b->k == b->n_rest) b->st = TB_DONE;
         return DJ_OK;
     }
     char piece[512];
@@ -90,8 +139,7 @@ static enum dj_status tb_accept(void *ud, dj_token tok) {
     if (n > sizeof piece) n = sizeof piece;
     if (b->st == TB_IN) {
         if (win_add(b, piece, n)) return DJ_ERR_NOMEM;
-        in_token(b);
-        return DJ_OK;
+        return in_token(b);
     }
     /* TB_PRE: skip leading whitespace, then the text must be (a prefix of) the open marker */
     size_t i = 0;
@@ -106,15 +154,17 @@ static enum dj_status tb_accept(void *ud, dj_token tok) {
     /* opened: what follows the marker in this piece is reasoning */
     memmove(b->win, b->win + b->n_open, b->n_win - b->n_open);
     b->n_win -= b->n_open;
-    enter_in(b);
-    if (b->st == TB_IN && b->n_win && memmem(b->win, b->n_win, b->close, b->n_close)) b->st = TB_DONE;
-    return DJ_OK;
+    if (b->n_win && memmem(b->win, b->n_win, b->close, b->n_close)) {
+        b->st = TB_DONE;
+        return DJ_OK;
+    }
+    return enter_in(b);
 }
 
 static enum dj_status tb_apply(void *ud, float *logits, size_t n_vocab) {
     struct dj_think_budget *b = ud;
-    if (b->st == TB_FORCING && b->k < b->n_force) {
-        const dj_token want = b->force[b->k];
+    if (b->st == TB_FORCING && b->k < b->n_rest) {
+        const dj_token want = b->rest[b->k];
         for (size_t i = 0; i < n_vocab; i++)
             if ((dj_token)i != want) logits[i] = -INFINITY;
         return DJ_OK;
@@ -125,9 +175,9 @@ static enum dj_status tb_apply(void *ud, float *logits, size_t n_vocab) {
 static size_t tb_forced(void *ud, dj_token *buf, size_t cap) {
     struct dj_think_budget *b = ud;
     if (b->st == TB_FORCING) {
-        size_t n = b->n_force - b->k;
+        size_t n = b->n_rest - b->k;
         if (n > cap) n = cap;
-        memcpy(buf, b->force + b->k, n * sizeof *buf);
+        memcpy(buf, b->rest + b->k, n * sizeof *buf);
         return n;
     }
     return b->has_inner && b->inner.forced ? b->inner.forced(b->inner.ud, buf, cap) : 0;
@@ -150,6 +200,7 @@ static void tb_free_fork(void *ud) {
     struct dj_think_budget *b = ud;
     if (!b) return;
     if (b->has_inner && b->inner.free && b->inner.ud) b->inner.free(b->inner.ud);
+    if (b->own_rest) free(b->rest);
     free(b->win);
     free(b);
 }
@@ -164,6 +215,9 @@ static void *tb_fork(void *ud, uint32_t index) {
     f->st = b->starts_open ? (b->budget == 0 ? TB_FORCING : TB_IN) : TB_PRE;
     f->used = 0;
     f->k = 0;
+    f->rest = b->force; /* (the whole marker: a fork starts with no text) */
+    f->n_rest = b->n_force;
+    f->own_rest = false;
     if (b->has_inner) {
         if (!b->inner.fork || !(f->inner.ud = b->inner.fork(b->inner.ud, index))) {
             free(f);
@@ -199,7 +253,10 @@ enum dj_status think_budget_create(const struct dj_think_budget_params *p, struc
         b->has_inner = true;
     }
     b->st = TB_PRE;
-    if (p->starts_open) enter_in(b);
+    if (p->starts_open && (st = enter_in(b)) != DJ_OK) {
+        think_budget_free(b);
+        return st;
+    }
     *out = b;
     return DJ_OK;
 }
@@ -208,6 +265,7 @@ void think_budget_free(struct dj_think_budget *b) {
     if (!b) return;
     free(b->open);
     free(b->close);
+    if (b->own_rest) free(b->rest);
     free(b->force);
     free(b->win);
     free(b);

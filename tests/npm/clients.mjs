@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
 
-const [base, key] = process.argv.slice(2);
+const [base, key, thinkBase] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 120000 });
 let passed = 0;
 async function check(name, fn) {
@@ -251,5 +251,120 @@ await check("anthropic messages: text, tools, streaming, count_tokens", async ()
   const ct = await anthropic.messages.countTokens({ model: "local-model", messages: [{ role: "user", content: "Hi" }] });
   assert.ok(ct.input_tokens > 0);
 });
+
+// ---- Anthropic Messages as Claude Code 2.1 sends it -------------------------------------------------
+const nonce = `n${process.pid}${Date.now()}`;
+const ccBody = (extra) => ({
+  model: "claude-opus-5-5",
+  max_tokens: 8,
+  system: [
+    { type: "text", text: "x-anthropic-billing-header: cc_version=2.1.332.93d; cc_entrypoint=sdk-cli; cch=1a2b3;" },
+    { type: "text", text: `You are a coding agent ${nonce}.`, cache_control: { type: "ephemeral" } },
+  ],
+  messages: [
+    { role: "user", content: [{ type: "text", text: "<system-reminder>ctx</system-reminder>" }, { type: "text", text: "list the files" }] },
+    { role: "system", content: [{ type: "text", text: "# Environment\ncwd: /tmp/p", cache_control: { type: "ephemeral" } }] },
+  ],
+  tools: [{ name: "Bash", description: "Run a command", input_schema: { type: "object", properties: { command: { type: "string" } }, required: ["command"] } }],
+  thinking: { type: "adaptive", display: "omitted" },
+  context_management: { edits: [{ type: "clear_thinking_20251015", keep: "all" }] },
+  output_config: { effort: "medium" },
+  metadata: { user_id: JSON.stringify({ device_id: "d", session_id: "s" }) },
+  ...extra,
+});
+
+await check("anthropic: Claude Code 2.1's request (system inside messages, thinking adaptive, context_management, output_config, cache_control, ?beta=true)", async () => {
+  const m = await anthropic.beta.messages.create(ccBody({}), { headers: { "anthropic-beta": "claude-code-20250219,context-management-2025-06-27" } });
+  assert.equal(m.type, "message");
+  const ct = await anthropic.messages.countTokens(ccBody({ max_tokens: undefined }));
+  // count_tokens is exact: the usage of the request sums to it; cache_control asked for caching,
+  // so the part computed now is reported as written to the cache
+  const u = m.usage;
+  assert.equal(u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens, ct.input_tokens, JSON.stringify(u));
+  assert.ok(u.cache_creation_input_tokens > 0, JSON.stringify(u));
+  // the same prefix again: read from the cache
+  const m2 = await anthropic.beta.messages.create(ccBody({ messages: [...ccBody({}).messages, { role: "user", content: "and now?" }] }));
+  assert.ok(m2.usage.cache_read_input_tokens >= ct.input_tokens - 8, JSON.stringify(m2.usage));
+  // streamed, the final message_delta carries the same split
+  const s = anthropic.messages.stream(ccBody({}));
+  const fin = await s.finalMessage();
+  assert.equal(fin.usage.input_tokens + fin.usage.cache_creation_input_tokens + fin.usage.cache_read_input_tokens, ct.input_tokens);
+  assert.ok(fin.usage.cache_read_input_tokens > 0);
+});
+
+await check("anthropic: a prompt past the context is invalid_request_error 'prompt is too long: N tokens > M maximum'", async () => {
+  const body = { model: "m", max_tokens: 4, messages: [{ role: "user", content: "word ".repeat(3000) }] };
+  const ct = await anthropic.messages.countTokens(body);
+  let err = null;
+  try { await anthropic.messages.create(body); } catch (e) { err = e; }
+  assert.ok(err, "no error");
+  assert.equal(err.status, 400);
+  assert.equal(err.error.type, "error");
+  assert.equal(err.error.error.type, "invalid_request_error");
+  const mm = /^prompt is too long: (\d+) tokens > (\d+) maximum$/.exec(err.error.error.message);
+  assert.ok(mm, err.error.error.message);
+  assert.equal(Number(mm[1]), ct.input_tokens);
+  assert.ok(Number(mm[1]) > Number(mm[2]));
+});
+
+await check("openai: a prompt past the context is context_length_exceeded", async () => {
+  let err = null;
+  try { await client.chat.completions.create({ model: "codelm", max_tokens: 4, messages: [{ role: "user", content: "word ".repeat(3000) }] }); } catch (e) { err = e; }
+  assert.ok(err && err.status === 400, String(err));
+  assert.equal(err.code, "context_length_exceeded");
+  assert.equal(err.type, "invalid_request_error");
+  assert.match(err.message, /maximum context length is 2048 tokens/);
+  err = null;
+  try { await client.responses.create({ model: "codelm", input: "word ".repeat(3000) }); } catch (e) { err = e; }
+  assert.ok(err && err.status === 400 && err.code === "context_length_exceeded", String(err));
+});
+
+await check("HEAD and GET / and /api/hello answer 200 without a key (clients' connection probes)", async () => {
+  for (const path of ["/", "/api/hello"]) {
+    for (const method of ["HEAD", "GET"]) {
+      const r = await fetch(`${base}${path}`, { method });
+      assert.equal(r.status, 200, `${method} ${path}`);
+    }
+  }
+  const r = await fetch(`${base}/v1/models`);
+  assert.equal(r.status, 401);
+});
+
+// A server whose template has think markers (Qwen3.5's: the generation prompt opens <think>):
+// the budget is enforced, display omitted puts the reasoning in the signature, and the block
+// sent back renders the same prompt — the next turn reuses it.
+if (thinkBase) {
+  const th = new Anthropic({ baseURL: thinkBase, apiKey: key, maxRetries: 0 });
+  await check("anthropic: thinking.budget_tokens is enforced, display omitted round-trips through the signature", async () => {
+    const msgs = [{ role: "user", content: "Why is the sky blue?" }];
+    for (const budget of [1, 4, 9]) {
+      const m = await th.messages.create({ model: "m", max_tokens: 48, temperature: 0, messages: msgs, thinking: { type: "enabled", budget_tokens: budget } });
+      const t = m.content.find((b) => b.type === "thinking");
+      assert.ok(t, JSON.stringify(m.content));
+      const ntok = (await fetch(`${thinkBase}/tokenize`, { method: "POST", headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ content: t.thinking }) }).then((r) => r.json())).tokens.length;
+      assert.ok(ntok <= budget + 1, `budget ${budget}: ${ntok} tokens of reasoning: ${JSON.stringify(t.thinking)}`);
+      assert.ok(m.content.some((b) => b.type === "text") || m.stop_reason === "max_tokens", JSON.stringify(m.content));
+    }
+    const req = { model: "m", max_tokens: 24, temperature: 0, messages: msgs, thinking: { type: "enabled", budget_tokens: 6, display: "omitted" } };
+    const a = await th.messages.create(req);
+    const omitted = a.content.find((b) => b.type === "thinking");
+    assert.ok(omitted && omitted.thinking === "" && omitted.signature.startsWith("deja1."), JSON.stringify(a.content));
+    const shown = await th.messages.create({ ...req, thinking: { type: "enabled", budget_tokens: 6 } });
+    const full = shown.content.find((b) => b.type === "thinking");
+    assert.equal(Buffer.from(omitted.signature.slice(6), "base64").toString(), full.thinking);
+    // streamed: no thinking_delta, one signature_delta with the same signature
+    const events = [];
+    const st = th.messages.stream(req);
+    st.on("streamEvent", (e) => events.push(e));
+    const sfin = await st.finalMessage();
+    assert.ok(!events.some((e) => e.type === "content_block_delta" && e.delta.type === "thinking_delta"));
+    assert.equal(sfin.content.find((b) => b.type === "thinking").signature, omitted.signature);
+    // the next turn sends the omitted block back (Qwen3.5's template drops the reasoning of earlier
+    // turns): its prompt reuses all of this one's up to the opened think block
+    const next = await th.messages.create({ ...req, messages: [...msgs, { role: "assistant", content: a.content }, { role: "user", content: "And at sunset?" }] });
+    const ct = await th.messages.countTokens({ model: "m", messages: msgs });
+    assert.ok(next.usage.cache_read_input_tokens >= ct.input_tokens - 4, JSON.stringify(next.usage));
+  });
+}
 
 console.log(`${passed} checks passed`);
