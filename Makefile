@@ -18,7 +18,7 @@ FUZZ_DEPS := clang libclang-rt-14-dev
 # Test-only: promtool (lints GET /metrics in tests/e2e/test_clients.sh).
 TEST_DEPS := prometheus
 
-.PHONY: all deps deps-fuzz npm-deps build test asan fuzz run clean bench soak
+.PHONY: all deps deps-fuzz npm-deps py-deps build test asan fuzz run clean bench soak
 
 all: build
 
@@ -51,10 +51,17 @@ build: deps $(BUILD)/CMakeCache.txt
 # optional binaries).  Skipped when npm is absent (the test then says SKIP).
 npm-deps:
 	$(call apt_install,$(TEST_DEPS),--no-install-recommends)
-	@if command -v npm >/dev/null; then cd tests/npm && npm install --no-audit --no-fund --loglevel=error; \
+	@if command -v npm >/dev/null; then cd tests/npm && flock .install.lock npm install --no-audit --no-fund --loglevel=error; \
 	else echo "npm-deps: npm not found: the SDK client test will be skipped"; fi
 
-test: build npm-deps
+# The Python agents of tests/e2e/test_agent_{aider,mini}.sh (tests/python/requirements.txt, every
+# package pinned with hashes) in a venv outside the repository (~/.cache/deja-tests/venv;
+# DEJA_TEST_CACHE moves it): installed once, again only when the requirements change.
+py-deps:
+	@if command -v python3 >/dev/null; then bash tests/agents/venv.sh >/dev/null; \
+	else echo "py-deps: python3 not found: the Python agent tests will be skipped"; fi
+
+test: build npm-deps py-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 asan: deps

@@ -53,28 +53,19 @@ agent_node() {
 agent_npm() {
     local bin=$1
     if ! command -v npm >/dev/null; then echo "SKIP: npm is not installed"; exit 77; fi
-    if [ ! -x "$HERE/npm/node_modules/.bin/$bin" ]; then
-        (cd "$HERE/npm" && npm install --no-audit --no-fund --loglevel=error) || { echo "FAIL: npm install in tests/npm"; exit 1; }
+    if [ ! -x "$HERE/npm/node_modules/.bin/$bin" ]; then # (one install at a time: ctest runs tests in parallel)
+        (cd "$HERE/npm" && flock "$HERE/npm/.install.lock" sh -c \
+            "[ -x node_modules/.bin/$bin ] || npm install --no-audit --no-fund --loglevel=error") ||
+            { echo "FAIL: npm install in tests/npm"; exit 1; }
     fi
     [ -x "$HERE/npm/node_modules/.bin/$bin" ] || { echo "SKIP: $bin is not installable on this platform"; exit 77; }
     agent_node
 }
 
-# The Python agents' virtual environment (outside the repository): ${DEJA_TEST_CACHE:-~/.cache/deja-tests}/venv,
-# made and filled from tests/python/requirements.txt (pinned, with hashes) when missing or stale.
+# The Python agents' virtual environment (tests/agents/venv.sh): sets VENV.
 agent_venv() {
-    local cache=${DEJA_TEST_CACHE:-$HOME/.cache/deja-tests}
-    VENV="$cache/venv"
-    local req="$HERE/python/requirements.txt" stamp="$cache/venv/.deja-requirements"
-    if [ ! -f "$stamp" ] || ! cmp -s "$req" "$stamp"; then
-        command -v python3 >/dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
-        rm -rf "$VENV"
-        mkdir -p "$cache"
-        python3 -m venv "$VENV" || { echo "SKIP: python3 cannot make a venv"; exit 77; }
-        "$VENV/bin/pip" install -q --disable-pip-version-check --require-hashes --no-deps -r "$req" >"$TMP/pip.log" 2>&1 ||
-            { echo "FAIL: pip install -r tests/python/requirements.txt:"; tail -20 "$TMP/pip.log"; exit 1; }
-        cp "$req" "$stamp"
-    fi
+    command -v python3 >/dev/null || { echo "SKIP: python3 is not installed"; exit 77; }
+    VENV=$(bash "$HERE/agents/venv.sh") || { echo "FAIL: the Python agents could not be installed"; exit 1; }
 }
 
 # Starts deja serve on the synthetic model (see above), with the key KEY and EXTRA args; sets PORT.
