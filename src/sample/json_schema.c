@@ -700,7 +700,7 @@ static const struct {
     {"minItems", KW_OK}, {"maxItems", KW_OK}, {"minLength", KW_OK}, {"maxLength", KW_OK}, {"pattern", KW_OK},
     {"format", KW_OK}, {"minimum", KW_OK}, {"maximum", KW_OK}, {"exclusiveMinimum", KW_OK},
     {"exclusiveMaximum", KW_OK}, {"anyOf", KW_OK}, {"oneOf", KW_OK}, {"allOf", KW_OK}, {"$ref", KW_OK},
-    {"uniqueItems", KW_OK}, {"minProperties", KW_OK}, {"maxProperties", KW_OK}, {K_PATTERNS, KW_OK},
+    {"uniqueItems", KW_OK}, {"minProperties", KW_OK}, {"maxProperties", KW_OK}, {"propertyNames", KW_OK}, {K_PATTERNS, KW_OK},
     {K_FORMATS, KW_OK},
 };
 
@@ -754,6 +754,7 @@ static bool check_keywords(struct conv *c, json_t *s) {
         else if (!strcmp(k, "exclusiveMinimum") || !strcmp(k, "exclusiveMaximum"))
             ok = json_is_number(v) || json_is_boolean(v), want = "a number";
         else if (!strcmp(k, "uniqueItems")) ok = json_is_boolean(v), want = "a boolean";
+        else if (!strcmp(k, "propertyNames")) ok = json_is_object(v) || json_is_boolean(v), want = "a schema";
         else if (!strcmp(k, "type")) {
             ok = json_is_string(v) || (json_is_array(v) && json_array_size(v) > 0), want = "a type name or an array of them";
             static const char *types[] = {"null", "boolean", "object", "array", "number", "integer", "string"};
@@ -2313,6 +2314,21 @@ done:
     return r;
 }
 
+/* Does schema pn accept every string?  (propertyNames: {"type": "string"},
+ * what zod writes for a record with string keys, says nothing about keys.) */
+static bool all_strings(json_t *pn) {
+    if (json_is_true(pn)) return true;
+    if (!json_is_object(pn)) return false;
+    const char *k;
+    json_t *v;
+    json_object_foreach(pn, k, v) {
+        if (kw_lookup(k) == KW_ANNOT) continue;
+        if (strcmp(k, "type") || !(type_mask(pn) & T_STRING)) return false;
+        if (!json_is_string(v) && !json_is_array(v)) return false;
+    }
+    return true;
+}
+
 /* The body for s restricted to one type (bit t); keywords of other types ignored. */
 static char *typed_body(struct conv *c, json_t *s, unsigned t, const char *hint) {
     struct dj_gbnf_builder *b = c->b;
@@ -2345,6 +2361,8 @@ static char *typed_body(struct conv *c, json_t *s, unsigned t, const char *hint)
         return tx ? tx : conv_oom(c);
     }
     case T_OBJECT:
+        if (json_object_get(s, "propertyNames") && !all_strings(json_object_get(s, "propertyNames")))
+            return conv_fail(c, DJ_ERR_INVALID, "unsupported keyword 'propertyNames' (only one that every key satisfies)");
         if (json_object_get(s, "properties") || json_object_get(s, "required") ||
             json_object_get(s, "additionalProperties") || b->opts.strict || json_object_get(s, "minProperties") ||
             json_object_get(s, "maxProperties"))

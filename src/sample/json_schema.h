@@ -35,7 +35,8 @@
  *   JSON pointers ("#", "#/$defs/X", "#/definitions/X", any "#/a/b"),
  *   recursion through refs, boolean schemas, uniqueItems: false,
  *   minProperties / maxProperties when the required / declared properties
- *   already imply them.  Ignored annotations: description, title, examples,
+ *   already imply them, propertyNames that every string satisfies (true,
+ *   {"type": "string"}: zod's records).  Ignored annotations: description, title, examples,
  *   default, $schema, $id, $comment, deprecated, readOnly, writeOnly,
  *   contentEncoding, contentMediaType, $defs / definitions (only as ref
  *   targets).
@@ -79,7 +80,7 @@
  *
  * Not supported (DJ_ERR_INVALID naming the keyword and its JSON pointer,
  * "json schema: unsupported keyword 'patternProperties' at /properties/foo"):
- * patternProperties, propertyNames, dependentRequired/Schemas, contains,
+ * patternProperties, propertyNames that constrain keys, dependentRequired/Schemas, contains,
  * uniqueItems: true, multipleOf, if/then/else, not, unevaluated*, $anchor,
  * $dynamicRef, remote refs; fractional bounds on type "number"; enum/const
  * with keywords other than type; allOf components with different

@@ -280,6 +280,7 @@ json_schema_seeds() { # CORPUS: one file a schema, the first byte the options (s
 {"type":"string","pattern":"^wf_[a-z0-9-]{6,}$","maxLength":524288}
 {"type":"string","pattern":"ab|^c","minLength":3,"maxLength":9}
 {"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","minLength":2,"maxLength":40}
+{"type":"object","propertyNames":{"type":"string"},"additionalProperties":{"type":"array","items":{"type":"string","format":"email","maxLength":24}}}
 {"allOf":[{"type":"string","pattern":"^a"},{"pattern":"b$"},{"format":"hostname"}],"maxLength":30}
 {"type":"object","properties":{"u":{"type":"string","format":"uri"},"r":{"type":"string","format":"uri-reference"},"h":{"type":"string","format":"hostname","maxLength":20},"i":{"type":"string","format":"ipv6"},"p":{"type":"string","format":"uri","pattern":"^https://"}}}
 [{"type":"function","function":{"name":"SendMessage","parameters":{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"to":{"type":"string","allOf":[{"pattern":"^[^\\n\\r]*$"},{"pattern":"^[\\s\\S]{0,300}$"}]},"message":{"default":"","type":"string"}},"required":["to","message"],"additionalProperties":false}}},{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"url":{"type":"string","format":"uri"},"n":{"type":"integer","minimum":0,"maximum":9007199254740991}}}}}]

@@ -406,6 +406,13 @@ static bool valid(json_t *doc, json_t *s, json_t *v, int depth) {
             json_t *ps = json_object_get(props, k);
             if (ps ? !valid(doc, ps, e, depth + 1) : addl && !valid(doc, addl, e, depth + 1)) return false;
         }
+        if ((x = json_object_get(s, "propertyNames")))
+            json_object_foreach(v, k, e) {
+                json_t *key = json_string(k);
+                bool ok = valid(doc, x, key, depth + 1);
+                json_decref(key);
+                if (!ok) return false;
+            }
         x = json_object_get(s, "required");
         for (size_t i = 0; i < json_array_size(x); i++)
             if (!json_object_get(v, json_string_value(json_array_get(x, i)))) return false;
@@ -913,6 +920,8 @@ static const struct hcase cases[] = {
     {"{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":2}},"
      "\"required\":[\"tags\"],\"additionalProperties\":false,\"minProperties\":1,\"maxProperties\":1,\"title\":\"t\",\"$comment\":\"c\"}",
      {"{\"tags\":[]}", "{\"tags\":[\"a\",\"a\"]}"}, {"{\"tags\":[\"c\"]}", "{\"tags\":[\"a\",\"b\",\"a\"]}"}},
+    {"{\"type\":\"object\",\"propertyNames\":{\"type\":\"string\"},\"additionalProperties\":{\"type\":\"integer\"}}",
+     {"{}", "{\"a\":1,\"\":2}"}, {"{\"a\":\"x\"}", "[]"}},
     /* strings under several constraints at once, the formats, the agents' shapes */
     {"{\"type\":\"string\",\"pattern\":\"\\\"\",\"minLength\":2,\"maxLength\":3}",
      {"\"\\\"a\"", "\"a\\\"b\"", "\"\\\\\\\"\""},
@@ -1383,6 +1392,8 @@ static void test_errors(void) {
         {"{\"type\":\"object\",\"properties\":{\"foo\":{\"patternProperties\":{}}}}",
          "json schema: unsupported keyword 'patternProperties' at /properties/foo"},
         {"{\"not\":{}}", "json schema: unsupported keyword 'not' at /"},
+        {"{\"type\":\"object\",\"properties\":{\"m\":{\"propertyNames\":{\"maxLength\":3}}}}",
+         "json schema: unsupported keyword 'propertyNames' (only one that every key satisfies) at /properties/m"},
         {"{\"items\":{\"multipleOf\":2}}", "json schema: unsupported keyword 'multipleOf' at /items"},
         {"{\"anyOf\":[{\"type\":\"string\"},{\"uniqueItems\":true}]}", "json schema: unsupported keyword 'uniqueItems' (true) at /anyOf/1"},
         {"{\"prefixItems\":[{},{\"contains\":{}}]}", "json schema: unsupported keyword 'contains' at /prefixItems/1"},
