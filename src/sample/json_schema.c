@@ -17,15 +17,25 @@
  *   - Strings accept every JSON escape but only valid surrogate pairs (what a
  *     JSON parser such as jansson accepts), and 0x7F unescaped.
  *   - `pattern` has search semantics (no anchor: any text around it), and the
- *     regex's characters are matched through their JSON encoding.
+ *     regex's characters are matched through their JSON encoding.  Patterns
+ *     are parsed into a tree (schema_regex.c); one pattern alone is that tree
+ *     written as GBNF, and so is one format (each format is a regex there).
+ *   - Strings under several constraints (pattern with minLength/maxLength,
+ *     allOf patterns, pattern with format, format with lengths) are the exact
+ *     intersection: minimal DFAs over code points multiplied together and
+ *     with a length counter (schema_dfa.c), one rule per state and counted
+ *     length, a self-loop at the end as one counted repetition; past the
+ *     size limits an error names the constraints and the pointer.
  *   - allOf, and the siblings of anyOf/oneOf/$ref, are merged into one schema
- *     (merge()), and a $ref cycle that consumes nothing (left recursion) is
- *     an error instead of a grammar the parser would reject.
+ *     (merge()); differing patterns or formats are kept as a list under an
+ *     internal keyword, and a $ref cycle that consumes nothing (left
+ *     recursion) is an error instead of a grammar the parser would reject.
  *
  * Every function that builds text returns a malloc'd string or NULL with the
  * message set (dj_fail); rule names come back owned by the builder.
  */
 #include "sample/json_schema.h"
+#include "sample/schema_regex.h"
 #include "tokenizer/unicode.h"
 
 #include <math.h>
@@ -37,9 +47,15 @@
 
 #define MAX_DEPTH 64
 #define MAX_REPEAT 1000          /* the GBNF parser's largest count */
-#define MAX_COUNT 1000000        /* minLength etc. beyond this: an error (the grammar would be huge) */
 #define MAX_BRANCH_PRODUCT 256   /* anyOf x anyOf combinations merge() may make */
 #define INF SIZE_MAX
+
+/* Internal keywords of merged schemas (merge()): the patterns, or formats,
+ * of allOf components that differ, all of which must hold.  Their first byte
+ * is not UTF-8, so no parsed schema has them; messages call them by their
+ * public names (kw_name). */
+#define K_PATTERNS "\xff" "patterns"
+#define K_FORMATS "\xff" "formats"
 
 /* ---- growable strings ------------------------------------------------------ */
 
@@ -224,16 +240,46 @@ struct dj_gbnf_builder {
     struct dj_json_schema_opts opts;
     struct rule *rules;
     size_t n_rules, cap_rules;
+    size_t *slot, n_slot; /* names -> rules: rule index + 1, 0 empty (open addressing) */
     char *punct[6]; /* { } [ ] , :  with the whitespace policy */
     const char *prim[16];
 };
 
 enum prim_id { P_CHAR, P_STRING, P_NUMBER, P_INTEGER, P_BOOLEAN, P_NULL, P_VALUE, P_OBJECT, P_ARRAY, P_WS, P_N };
 
+static size_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (size_t)(h ^ (h >> 32));
+}
+
+/* (A hash index: the string automata make thousands of rules, and a linear
+ * search per new rule made converting them quadratic.) */
 static struct rule *rule_find(struct dj_gbnf_builder *b, const char *name) {
-    for (size_t i = 0; i < b->n_rules; i++)
-        if (!strcmp(b->rules[i].name, name)) return &b->rules[i];
+    if (!b->n_slot) return NULL;
+    for (size_t j = name_hash(name) & (b->n_slot - 1); b->slot[j]; j = (j + 1) & (b->n_slot - 1))
+        if (!strcmp(b->rules[b->slot[j] - 1].name, name)) return &b->rules[b->slot[j] - 1];
     return NULL;
+}
+
+/* Indexes rule i (its name new); false on OOM. */
+static bool rule_index(struct dj_gbnf_builder *b, size_t i) {
+    if (2 * (i + 1) > b->n_slot) {
+        size_t ns = b->n_slot ? 2 * b->n_slot : 64;
+        size_t *slot = calloc(ns, sizeof *slot);
+        if (!slot) return false;
+        for (size_t r = 0; r < i; r++) {
+            size_t j = name_hash(b->rules[r].name) & (ns - 1);
+            while (slot[j]) j = (j + 1) & (ns - 1);
+            slot[j] = r + 1;
+        }
+        free(b->slot);
+        b->slot = slot, b->n_slot = ns;
+    }
+    size_t j = name_hash(b->rules[i].name) & (b->n_slot - 1);
+    while (b->slot[j]) j = (j + 1) & (b->n_slot - 1);
+    b->slot[j] = i + 1;
+    return true;
 }
 
 /* Adds a rule (body NULL: reserved) under name or the first free name<k>; a
@@ -269,7 +315,13 @@ static const char *builder_put(struct dj_gbnf_builder *b, const char *name, cons
         }
         b->rules = r, b->cap_rules = cap;
     }
-    b->rules[b->n_rules++] = (struct rule){n, bd};
+    b->rules[b->n_rules] = (struct rule){n, bd};
+    if (!rule_index(b, b->n_rules)) {
+        free(n), free(bd);
+        dj_fail(DJ_ERR_NOMEM, "json schema: out of memory");
+        return NULL;
+    }
+    b->n_rules++;
     return n;
 }
 
@@ -326,7 +378,7 @@ enum dj_status gbnf_builder_create(const struct dj_json_schema_opts *opts, struc
 void gbnf_builder_free(struct dj_gbnf_builder *b) {
     if (!b) return;
     for (size_t i = 0; i < b->n_rules; i++) free(b->rules[i].name), free(b->rules[i].body);
-    free(b->rules);
+    free(b->rules), free(b->slot);
     for (int i = 0; i < 6; i++) free(b->punct[i]);
     free(b);
 }
@@ -486,66 +538,7 @@ static bool rep_into(struct dj_gbnf_builder *b, struct sb *s, const char *item, 
     return true;
 }
 
-/* ---- code point sets (regex classes) ----------------------------------------------------- */
-
-struct cpset {
-    uint32_t *r; /* pairs lo, hi */
-    size_t n, cap;
-    bool oom;
-};
-
-static void set_add(struct cpset *s, uint32_t lo, uint32_t hi) {
-    if (s->oom) return;
-    if (s->n + 2 > s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 16;
-        uint32_t *r = realloc(s->r, cap * sizeof *r);
-        if (!r) {
-            s->oom = true;
-            return;
-        }
-        s->r = r, s->cap = cap;
-    }
-    s->r[s->n++] = lo, s->r[s->n++] = hi;
-}
-
-static int cmp_pair(const void *a, const void *b) {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void set_norm(struct cpset *s) {
-    if (s->n < 4) return;
-    qsort(s->r, s->n / 2, 2 * sizeof(uint32_t), cmp_pair);
-    size_t w = 0;
-    for (size_t i = 0; i < s->n; i += 2) {
-        if (w && s->r[i] <= s->r[w - 1] + 1) {
-            if (s->r[i + 1] > s->r[w - 1]) s->r[w - 1] = s->r[i + 1];
-        } else {
-            s->r[w++] = s->r[i], s->r[w++] = s->r[i + 1];
-        }
-    }
-    s->n = w;
-}
-
-/* s := complement of s over [0, 0x10FFFF] (s normalized). */
-static void set_negate(struct cpset *s) {
-    struct cpset t = {0};
-    uint32_t next = 0;
-    for (size_t i = 0; i < s->n; i += 2) {
-        if (s->r[i] > next) set_add(&t, next, s->r[i] - 1);
-        next = s->r[i + 1] + 1;
-    }
-    if (next <= 0x10FFFF) set_add(&t, next, 0x10FFFF);
-    t.oom |= s->oom;
-    free(s->r);
-    *s = t;
-}
-
-static bool set_has(const struct cpset *s, uint32_t c) {
-    for (size_t i = 0; i < s->n; i += 2)
-        if (c >= s->r[i] && c <= s->r[i + 1]) return true;
-    return false;
-}
+/* ---- code point sets as GBNF (struct cpset: schema_regex.h) ----------------------------------- */
 
 static void class_cp_into(struct sb *b, uint32_t c) {
     if (c == ']' || c == '\\' || c == '[') sb_printf(b, "\\%c", (char)c);
@@ -594,11 +587,11 @@ static char *set_json_expr(const struct cpset *s) {
         n_alt++;
     } else if (raw.n) sb_printf(&b, "[%s]", raw.p), n_alt++;
     sb_free(&raw);
-    if (set_has(s, '"')) sb_printf(&b, "%s\"\\\\\\\"\"", n_alt++ ? " | " : "");
-    if (set_has(s, '\\')) sb_printf(&b, "%s\"\\\\\\\\\"", n_alt++ ? " | " : "");
+    if (cpset_has(s, '"')) sb_printf(&b, "%s\"\\\\\\\"\"", n_alt++ ? " | " : "");
+    if (cpset_has(s, '\\')) sb_printf(&b, "%s\"\\\\\\\\\"", n_alt++ ? " | " : "");
     struct sb sh = {0}, u0 = {0}, u1 = {0};
     for (uint32_t c = 0; c < 0x20; c++) {
-        if (!set_has(s, c)) continue;
+        if (!cpset_has(s, c)) continue;
         const char *shortc = c == 8 ? "b" : c == 12 ? "f" : c == 10 ? "n" : c == 13 ? "r" : c == 9 ? "t" : NULL;
         if (shortc) sb_puts(&sh, shortc);
         else sb_printf(c < 16 ? &u0 : &u1, "%x", c & 15);
@@ -707,8 +700,13 @@ static const struct {
     {"minItems", KW_OK}, {"maxItems", KW_OK}, {"minLength", KW_OK}, {"maxLength", KW_OK}, {"pattern", KW_OK},
     {"format", KW_OK}, {"minimum", KW_OK}, {"maximum", KW_OK}, {"exclusiveMinimum", KW_OK},
     {"exclusiveMaximum", KW_OK}, {"anyOf", KW_OK}, {"oneOf", KW_OK}, {"allOf", KW_OK}, {"$ref", KW_OK},
-    {"uniqueItems", KW_OK}, {"minProperties", KW_OK}, {"maxProperties", KW_OK},
+    {"uniqueItems", KW_OK}, {"minProperties", KW_OK}, {"maxProperties", KW_OK}, {"propertyNames", KW_OK}, {K_PATTERNS, KW_OK},
+    {K_FORMATS, KW_OK},
 };
+
+static const char *kw_name(const char *k) {
+    return !strcmp(k, K_PATTERNS) ? "pattern" : !strcmp(k, K_FORMATS) ? "format" : k;
+}
 
 static int kw_lookup(const char *k) {
     for (size_t i = 0; i < sizeof keywords / sizeof keywords[0]; i++)
@@ -748,10 +746,15 @@ static bool check_keywords(struct conv *c, json_t *s) {
             ok = json_is_integer(v) && json_integer_value(v) >= 0, want = "a non-negative integer";
         else if (!strcmp(k, "pattern") || !strcmp(k, "format") || !strcmp(k, "$ref"))
             ok = json_is_string(v), want = "a string";
+        else if (!strcmp(k, K_PATTERNS) || !strcmp(k, K_FORMATS)) {
+            ok = json_is_array(v), want = "an array of strings";
+            for (size_t i = 0; ok && i < json_array_size(v); i++) ok = json_is_string(json_array_get(v, i));
+        }
         else if (!strcmp(k, "minimum") || !strcmp(k, "maximum")) ok = json_is_number(v), want = "a number";
         else if (!strcmp(k, "exclusiveMinimum") || !strcmp(k, "exclusiveMaximum"))
             ok = json_is_number(v) || json_is_boolean(v), want = "a number";
         else if (!strcmp(k, "uniqueItems")) ok = json_is_boolean(v), want = "a boolean";
+        else if (!strcmp(k, "propertyNames")) ok = json_is_object(v) || json_is_boolean(v), want = "a schema";
         else if (!strcmp(k, "type")) {
             ok = json_is_string(v) || (json_is_array(v) && json_array_size(v) > 0), want = "a type name or an array of them";
             static const char *types[] = {"null", "boolean", "object", "array", "number", "integer", "string"};
@@ -762,7 +765,7 @@ static bool check_keywords(struct conv *c, json_t *s) {
             }
         }
         if (!ok) {
-            conv_fail(c, DJ_ERR_INVALID, "'%s' must be %s", k, want);
+            conv_fail(c, DJ_ERR_INVALID, "'%s' must be %s", kw_name(k), want);
             return false;
         }
     }
@@ -1112,476 +1115,126 @@ static char *number_range_body(struct conv *c, json_t *s) {
     return r ? r : conv_oom(c);
 }
 
-/* ---- regex (pattern) ---- */
+/* ---- patterns and formats as GBNF (one regex: the tree written out) ---- */
 
-struct rx {
-    struct conv *c;
-    uint32_t *cp;
-    size_t n, pos;
-    const char *charr; /* the JSON char rule */
-    int depth;
-};
-
-struct rxe {
-    char *e;       /* GBNF expression: a primary or a space-separated sequence; "" for empty */
-    bool nullable;
-    bool primary;  /* usable directly before a quantifier */
-};
-
-static uint32_t rx_peek(struct rx *x, size_t k) { return x->pos + k < x->n ? x->cp[x->pos + k] : 0xFFFFFFFF; }
-
-static void *rx_fail(struct rx *x, const char *fmt, const char *what) {
-    char msg[256];
-    snprintf(msg, sizeof msg, fmt, what);
-    return conv_fail(x->c, DJ_ERR_INVALID, "pattern: %s (at character %zu)", msg, x->pos);
-}
-
-static bool is_digit(uint32_t c) { return c >= '0' && c <= '9'; }
-static int hexval(uint32_t c) {
-    return c >= '0' && c <= '9' ? (int)(c - '0') : c >= 'a' && c <= 'f' ? (int)(c - 'a' + 10) : c >= 'A' && c <= 'F' ? (int)(c - 'A' + 10) : -1;
-}
-
-/* \d \w \s and their negations into s; false if c is none of them. */
-static bool rx_class_escape(struct cpset *s, uint32_t c) {
-    struct cpset t = {0};
-    switch (c | 0x20) {
-    case 'd': set_add(&t, '0', '9'); break;
-    case 'w': set_add(&t, '0', '9'), set_add(&t, 'A', 'Z'), set_add(&t, 'a', 'z'), set_add(&t, '_', '_'); break;
-    case 's':
-        set_add(&t, 9, 13), set_add(&t, ' ', ' '), set_add(&t, 0xA0, 0xA0), set_add(&t, 0x1680, 0x1680);
-        set_add(&t, 0x2000, 0x200A), set_add(&t, 0x2028, 0x2029), set_add(&t, 0x202F, 0x202F);
-        set_add(&t, 0x205F, 0x205F), set_add(&t, 0x3000, 0x3000), set_add(&t, 0xFEFF, 0xFEFF);
+/* x as a GBNF expression (malloc'd, "" for the empty string; NULL with the
+ * message set); *primary: the text is one primary, usable before a quantifier. */
+static char *rx_gbnf(struct conv *c, const struct rx_node *x, bool *primary) {
+    struct sb s = {0};
+    *primary = false;
+    switch (x->kind) {
+    case RX_EMPTY: break;
+    case RX_SET: {
+        char *e = set_json_expr(&x->set);
+        if (!e) return conv_oom(c); /* sets in a tree are never empty */
+        *primary = true;
+        return e;
+    }
+    case RX_CAT:
+        for (size_t i = 0; i < x->n_kid; i++) {
+            bool p;
+            char *k = rx_gbnf(c, x->kid[i], &p);
+            if (!k) {
+                sb_free(&s);
+                return NULL;
+            }
+            if (k[0]) sb_printf(&s, "%s%s", s.n ? " " : "", k);
+            free(k);
+        }
         break;
-    default: return false;
-    }
-    set_norm(&t);
-    if (c >= 'A' && c <= 'Z') set_negate(&t);
-    for (size_t i = 0; i < t.n; i += 2) set_add(s, t.r[i], t.r[i + 1]);
-    s->oom |= t.oom;
-    free(t.r);
-    return true;
-}
-
-/* A single-character escape after '\' (the '\' consumed); returns false with
- * the message set for the unsupported ones. */
-static bool rx_char_escape(struct rx *x, uint32_t *out, bool in_class) {
-    uint32_t c = rx_peek(x, 0);
-    if (c == 0xFFFFFFFF) return rx_fail(x, "%s", "'\\' at the end"), false;
-    x->pos++;
-    switch (c) {
-    case 't': *out = 9; return true;
-    case 'n': *out = 10; return true;
-    case 'r': *out = 13; return true;
-    case 'f': *out = 12; return true;
-    case 'v': *out = 11; return true;
-    case '0':
-        if (is_digit(rx_peek(x, 0))) break;
-        *out = 0;
-        return true;
-    case 'b':
-        if (in_class) {
-            *out = 8;
-            return true;
+    case RX_ALT: {
+        bool has_empty = false;
+        size_t n_alt = 0;
+        for (size_t i = 0; i < x->n_kid; i++) {
+            bool p;
+            char *k = rx_gbnf(c, x->kid[i], &p);
+            if (!k) {
+                sb_free(&s);
+                return NULL;
+            }
+            if (!k[0]) has_empty = true;
+            else sb_printf(&s, "%s%s", n_alt++ ? " | " : "( ", k);
+            free(k);
         }
-        x->pos--;
-        return rx_fail(x, "%s is not supported", "word boundary \\b"), false;
-    case 'x':
-    case 'u': {
-        int nd = c == 'x' ? 2 : 4;
-        uint32_t v = 0;
-        for (int i = 0; i < nd; i++) {
-            int h = hexval(rx_peek(x, (size_t)i));
-            if (h < 0) return rx_fail(x, "%s needs hex digits", c == 'x' ? "\\x" : "\\u"), false;
-            v = v * 16 + (uint32_t)h;
-        }
-        x->pos += (size_t)nd;
-        if (v >= 0xD800 && v <= 0xDFFF) return rx_fail(x, "%s", "surrogate \\u escapes are not supported"), false;
-        *out = v;
-        return true;
+        /* an explicit empty alternative: a bare trailing | would run into the next line */
+        if (n_alt) sb_puts(&s, has_empty ? " | \"\" )" : " )"), *primary = true;
+        break;
     }
-    }
-    if ((c < 0x80 && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c)))) {
-        x->pos--;
-        char what[8];
-        snprintf(what, sizeof what, "\\%c", (char)c);
-        return rx_fail(x, "escape %s is not supported", what), false;
-    }
-    *out = c; /* escaped punctuation (and any non-ASCII): itself */
-    return true;
-}
-
-static bool rx_class(struct rx *x, struct cpset *s) {
-    /* '[' consumed */
-    bool neg = false;
-    if (rx_peek(x, 0) == '^') neg = true, x->pos++;
-    for (;;) {
-        uint32_t c = rx_peek(x, 0);
-        if (c == 0xFFFFFFFF) return rx_fail(x, "%s", "unterminated '['"), false;
-        if (c == ']') { /* ECMA-262: [] matches nothing, [^] anything */
-            x->pos++;
+    case RX_REP: {
+        if (x->pad) {
+            const char *ch = prim(c->b, P_CHAR);
+            if (!ch) return conv_oom(c);
+            sb_printf(&s, "%s*", ch);
             break;
         }
-        x->pos++;
-        uint32_t lo;
-        if (c == '\\') {
-            if (rx_class_escape(s, rx_peek(x, 0))) {
-                x->pos++;
-                continue;
-            }
-            if (!rx_char_escape(x, &lo, true)) return false;
-        } else if (c == '[' && rx_peek(x, 0) == ':') {
-            return rx_fail(x, "%s", "POSIX classes [:name:] are not ECMA-262"), false;
-        } else {
-            lo = c;
+        bool p;
+        char *k = rx_gbnf(c, x->kid[0], &p);
+        if (!k) return NULL;
+        if (k[0]) {
+            struct sb item = {0};
+            if (p) sb_puts(&item, k);
+            else sb_printf(&item, "( %s )", k);
+            char *it = sb_take(&item);
+            if (!it || !rep_into(c->b, &s, it, x->m, x->n, 0)) s.oom = true;
+            free(it);
         }
-        if (rx_peek(x, 0) == '-' && rx_peek(x, 1) != ']' && rx_peek(x, 1) != 0xFFFFFFFF) {
-            x->pos++;
-            uint32_t hi = rx_peek(x, 0);
-            x->pos++;
-            if (hi == '\\') {
-                if (rx_class_escape(s, rx_peek(x, 0))) return rx_fail(x, "%s", "a class escape as a range end"), false;
-                if (!rx_char_escape(x, &hi, true)) return false;
-            }
-            if (hi < lo) return rx_fail(x, "%s", "range out of order in a class"), false;
-            set_add(s, lo, hi);
-        } else {
-            set_add(s, lo, lo);
-        }
+        free(k);
+        break;
     }
-    set_norm(s);
-    if (neg) set_negate(s);
-    return true;
-}
-
-static bool rx_alt(struct rx *x, bool top, struct rxe *out);
-
-/* Parses {m}, {m,}, {m,n} at pos ('{' not consumed); false (pos unchanged) if
- * it is not one (then '{' is a literal, as ECMA-262 Annex B has it). */
-static bool rx_braces(struct rx *x, size_t *m, size_t *n) {
-    size_t p = x->pos + 1, a = 0, b;
-    bool any = false;
-    while (p < x->n && is_digit(x->cp[p])) a = a > MAX_COUNT ? a : a * 10 + (x->cp[p] - '0'), p++, any = true;
-    if (!any) return false;
-    if (p < x->n && x->cp[p] == '}') {
-        *m = *n = a;
-        x->pos = p + 1;
-        return true;
     }
-    if (p >= x->n || x->cp[p] != ',') return false;
-    p++;
-    if (p < x->n && x->cp[p] == '}') {
-        *m = a, *n = INF;
-        x->pos = p + 1;
-        return true;
-    }
-    b = 0, any = false;
-    while (p < x->n && is_digit(x->cp[p])) b = b > MAX_COUNT ? b : b * 10 + (x->cp[p] - '0'), p++, any = true;
-    if (!any || p >= x->n || x->cp[p] != '}') return false;
-    *m = a, *n = b;
-    x->pos = p + 1;
-    return true;
-}
-
-static bool set_expr(struct rx *x, struct cpset *s, struct rxe *out) {
-    if (s->oom) return conv_oom(x->c), false;
-    char *e = set_json_expr(s);
-    if (!e) {
-        if (x->c->st) return false;
-        return rx_fail(x, "%s", "a character class that matches nothing"), false;
-    }
-    *out = (struct rxe){e, false, true};
-    return true;
-}
-
-static bool rx_atom(struct rx *x, struct rxe *out) {
-    uint32_t c = rx_peek(x, 0);
-    struct cpset s = {0};
-    bool ok;
-    switch (c) {
-    case '(': {
-        x->pos++;
-        if (rx_peek(x, 0) == '?') {
-            if (rx_peek(x, 1) == ':') x->pos += 2;
-            else if (rx_peek(x, 1) == '<' && rx_peek(x, 2) != '=' && rx_peek(x, 2) != '!') {
-                x->pos += 2;
-                while (x->pos < x->n && x->cp[x->pos] != '>') x->pos++;
-                if (x->pos >= x->n) return rx_fail(x, "%s", "unterminated group name"), false;
-                x->pos++;
-            } else {
-                return rx_fail(x, "%s is not supported", "lookaround or '(?' group"), false;
-            }
-        }
-        if (++x->depth > MAX_DEPTH) return rx_fail(x, "groups nested deeper than %s", "64"), false;
-        struct rxe in;
-        if (!rx_alt(x, false, &in)) return false;
-        x->depth--;
-        if (rx_peek(x, 0) != ')') {
-            free(in.e);
-            return rx_fail(x, "%s", "missing ')'"), false;
-        }
-        x->pos++;
-        struct sb g = {0};
-        if (in.e[0]) sb_printf(&g, "( %s )", in.e);
-        free(in.e);
-        char *e = sb_take(&g);
-        if (!e) return conv_oom(x->c), false;
-        *out = (struct rxe){e, in.nullable, e[0] != 0};
-        return true;
-    }
-    case '[':
-        x->pos++;
-        ok = rx_class(x, &s) && set_expr(x, &s, out);
-        free(s.r);
-        return ok;
-    case '.':
-        x->pos++;
-        set_add(&s, 0, 9), set_add(&s, 11, 12), set_add(&s, 14, 0x2027), set_add(&s, 0x202A, 0x10FFFF);
-        ok = set_expr(x, &s, out);
-        free(s.r);
-        return ok;
-    case '\\': {
-        x->pos++;
-        uint32_t e = rx_peek(x, 0);
-        if (rx_class_escape(&s, e)) {
-            x->pos++;
-            set_norm(&s);
-            ok = set_expr(x, &s, out);
-            free(s.r);
-            return ok;
-        }
-        if (e == 'B') return rx_fail(x, "%s is not supported", "\\B"), false;
-        if (is_digit(e) && e != '0') return rx_fail(x, "%s are not supported", "backreferences"), false;
-        if (e == 'k' || e == 'c' || e == 'p' || e == 'P')
-            return rx_fail(x, "%s is not supported", e == 'k' ? "\\k" : e == 'c' ? "\\c" : "\\p"), false;
-        uint32_t v;
-        if (!rx_char_escape(x, &v, false)) return false;
-        set_add(&s, v, v);
-        ok = set_expr(x, &s, out);
-        free(s.r);
-        return ok;
-    }
-    case '*':
-    case '+':
-    case '?': return rx_fail(x, "%s", "nothing to repeat"), false;
-    case '{': {
-        size_t m, n, save = x->pos;
-        if (rx_braces(x, &m, &n)) {
-            x->pos = save;
-            return rx_fail(x, "%s", "nothing to repeat"), false;
-        }
-    }
-        /* fall through - a literal '{' */
-    default:
-        x->pos++;
-        set_add(&s, c, c);
-        ok = set_expr(x, &s, out);
-        free(s.r);
-        return ok;
-    }
-}
-
-static bool rx_seq(struct rx *x, bool top, bool *anchored_end, struct rxe *out) {
-    struct sb s = {0};
-    bool nullable = true;
-    size_t n_items = 0;
-    *anchored_end = false;
-    for (;;) {
-        uint32_t c = rx_peek(x, 0);
-        if (c == 0xFFFFFFFF || c == '|' || c == ')') break;
-        if (c == '^') {
-            sb_free(&s);
-            return rx_fail(x, "%s", "'^' only at the start of the pattern or of a top-level alternative"), false;
-        }
-        if (c == '$') {
-            uint32_t d = rx_peek(x, 1);
-            if (top && (d == 0xFFFFFFFF || d == '|')) {
-                x->pos++;
-                *anchored_end = true;
-                break;
-            }
-            sb_free(&s);
-            return rx_fail(x, "%s", "'$' only at the end of the pattern or of a top-level alternative"), false;
-        }
-        struct rxe a;
-        if (!rx_atom(x, &a)) {
-            sb_free(&s);
-            return false;
-        }
-        size_t m = 1, n = 1;
-        uint32_t q = rx_peek(x, 0);
-        bool quant = true;
-        if (q == '*') m = 0, n = INF, x->pos++;
-        else if (q == '+') m = 1, n = INF, x->pos++;
-        else if (q == '?') m = 0, n = 1, x->pos++;
-        else if (q == '{' && rx_braces(x, &m, &n)) {
-            if (m > MAX_COUNT || (n != INF && n > MAX_COUNT)) {
-                free(a.e), sb_free(&s);
-                return rx_fail(x, "repetition count over %s", "1000000"), false;
-            }
-            if (n < m) {
-                free(a.e), sb_free(&s);
-                return rx_fail(x, "%s", "repetition {m,n} with n < m"), false;
-            }
-        } else quant = false;
-        if (quant) {
-            if (rx_peek(x, 0) == '?') x->pos++; /* lazy: the same language */
-            uint32_t q2 = rx_peek(x, 0);
-            size_t m2, n2, save = x->pos;
-            if (q2 == '*' || q2 == '+' || q2 == '?' || (q2 == '{' && rx_braces(x, &m2, &n2))) {
-                x->pos = save;
-                free(a.e), sb_free(&s);
-                return rx_fail(x, "%s", "nothing to repeat"), false;
-            }
-            if (!a.e[0]) { /* an empty group repeated is still empty */
-            } else if (a.nullable && n == INF) {
-                free(a.e), sb_free(&s);
-                return rx_fail(x, "%s", "an unbounded repetition of something that can be empty"), false;
-            } else {
-                struct sb r = {0};
-                if (!rep_into(x->c->b, &r, a.e, m, n, 0)) r.oom = true;
-                free(a.e);
-                a.e = sb_take(&r);
-                if (!a.e) {
-                    sb_free(&s);
-                    return conv_oom(x->c), false;
-                }
-                a.nullable = a.nullable || m == 0;
-            }
-        }
-        if (a.e[0]) {
-            if (n_items++) sb_puts(&s, " ");
-            sb_puts(&s, a.e);
-        }
-        nullable = nullable && a.nullable;
-        free(a.e);
-    }
-    char *e = sb_take(&s);
-    if (!e) return conv_oom(x->c), false;
-    *out = (struct rxe){e, nullable, n_items == 1};
-    return true;
-}
-
-/* Alternatives; at the top level each may carry its own ^ and $ and gets
- * char* on a side without one (search semantics). */
-static bool rx_alt(struct rx *x, bool top, struct rxe *out) {
-    struct sb s = {0};
-    size_t n_alt = 0;
-    bool nullable = false, has_empty = false;
-    for (;;) {
-        bool anc_start = false, anc_end = false;
-        if (top && rx_peek(x, 0) == '^') anc_start = true, x->pos++;
-        struct rxe q;
-        if (!rx_seq(x, top, &anc_end, &q)) {
-            sb_free(&s);
-            return false;
-        }
-        struct sb br = {0};
-        if (top && !anc_start) sb_printf(&br, "%s*", x->charr);
-        if (q.e[0]) sb_printf(&br, "%s%s", br.n ? " " : "", q.e);
-        if (top && !anc_end) sb_printf(&br, "%s%s*", br.n ? " " : "", x->charr);
-        free(q.e);
-        char *be = sb_take(&br);
-        if (!be) {
-            sb_free(&s);
-            return conv_oom(x->c), false;
-        }
-        if (!be[0]) has_empty = true;
-        else sb_printf(&s, "%s%s", n_alt++ ? " | " : "", be);
-        nullable = nullable || q.nullable || (top && (!anc_start || !anc_end));
-        free(be);
-        if (rx_peek(x, 0) != '|') break;
-        x->pos++;
-    }
-    if (has_empty && n_alt) sb_puts(&s, " | \"\""); /* an explicit empty alternative: a bare trailing | would run into the next line */
-    char *e = sb_take(&s);
-    if (!e) return conv_oom(x->c), false;
-    *out = (struct rxe){e, nullable || has_empty, false};
-    return true;
-}
-
-/* The string rule body for a pattern. */
-static char *pattern_body(struct conv *c, json_t *pat) {
-    const char *p = json_string_value(pat);
-    size_t n = json_string_length(pat);
-    struct rx x = {.c = c, .charr = prim(c->b, P_CHAR)};
-    if (!x.charr) return conv_oom(c);
-    x.cp = malloc((n + 1) * sizeof *x.cp);
-    if (!x.cp) return conv_oom(c);
-    for (size_t i = 0; i < n;) x.cp[x.n++] = utf8_next(p, n, &i);
-    struct rxe e;
-    size_t old = path_push(c, "pattern");
-    bool ok = rx_alt(&x, true, &e);
-    if (ok && x.pos < x.n) {
-        free(e.e);
-        ok = false;
-        rx_fail(&x, "%s", "unbalanced ')'");
-    }
-    path_pop(c, old);
-    free(x.cp);
-    if (!ok) return NULL;
-    struct sb s = {0};
-    if (e.e[0]) sb_printf(&s, "\"\\\"\" ( %s ) \"\\\"\"", e.e);
-    else sb_puts(&s, "\"\\\"\\\"\"");
-    free(e.e);
     char *r = sb_take(&s);
     return r ? r : conv_oom(c);
 }
 
-/* ---- formats ---- */
-
-static const char *format_rule(struct conv *c, const char *fmt) {
-    struct dj_gbnf_builder *b = c->b;
-    const char *body = NULL, *name = fmt;
-    if (!strcmp(fmt, "date")) {
-        const char *leap = builder_put(b, "leap-year",
-                                       "[0-9]{2} ( \"0\" [48] | [2468] [048] | [13579] [26] ) | ( \"0\" [048] | [2468] [048] "
-                                       "| [13579] [26] ) \"00\"");
-        if (!leap) return conv_oom(c);
-        struct sb s = {0};
-        sb_printf(&s,
-                  "[0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) | ( \"0\" "
-                  "[469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) | \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" "
-                  "[0-8] ) ) | %s \"-02-29\"",
-                  leap);
-        char *t = sb_take(&s);
-        if (!t) return conv_oom(c);
-        const char *r = builder_put(b, "date", t);
-        free(t);
-        return r ? r : conv_oom(c);
-    }
-    if (!strcmp(fmt, "time"))
-        body = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]+ )? ( \"Z\" | [+-] ( [01] "
-               "[0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
-    else if (!strcmp(fmt, "date-time")) {
-        const char *d = format_rule(c, "date"), *t = format_rule(c, "time");
-        if (!d || !t) return NULL;
-        struct sb s = {0};
-        sb_printf(&s, "%s \"T\" %s", d, t);
-        char *tx = sb_take(&s);
-        if (!tx) return conv_oom(c);
-        const char *r = builder_put(b, "date-time", tx);
-        free(tx);
-        return r ? r : conv_oom(c);
-    } else if (!strcmp(fmt, "uuid"))
-        body = HEX "{8} \"-\" " HEX "{4} \"-\" " HEX "{4} \"-\" " HEX "{4} \"-\" " HEX "{12}";
-    else if (!strcmp(fmt, "ipv4")) {
-        const char *o = builder_put(b, "ipv4-octet", "\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]");
-        if (!o) return conv_oom(c);
-        struct sb s = {0};
-        sb_printf(&s, "%s \".\" %s \".\" %s \".\" %s", o, o, o, o);
-        char *tx = sb_take(&s);
-        if (!tx) return conv_oom(c);
-        const char *r = builder_put(b, "ipv4", tx);
-        free(tx);
-        return r ? r : conv_oom(c);
-    } else if (!strcmp(fmt, "email")) {
-        /* RFC 5321 dot-atom "@" a hostname of letter-digit-hyphen labels
-         * (no quoted local parts, no address literals, lengths unchecked). */
-        body = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+ ( \".\" [A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+ )* \"@\" [A-Za-z0-9] ( [A-Za-z0-9-]* "
-               "[A-Za-z0-9] )? ( \".\" [A-Za-z0-9] ( [A-Za-z0-9-]* [A-Za-z0-9] )? )*";
-    } else
+/* The tree of pattern p[0..n); NULL with the message set.  own: the schema's
+ * own `pattern` (the message points at it), else one from allOf or a
+ * format's regex (the message quotes it). */
+static struct rx_node *parse_pattern(struct conv *c, const char *p, size_t n, bool own) {
+    uint32_t *cp = malloc((n + 1) * sizeof *cp);
+    if (!cp) return conv_oom(c);
+    size_t ncp = 0;
+    for (size_t i = 0; i < n;) cp[ncp++] = utf8_next(p, n, &i);
+    char err[320];
+    struct rx_node *x = NULL;
+    enum dj_status st = rx_parse(cp, ncp, &x, err, sizeof err);
+    free(cp);
+    if (st == DJ_ERR_NOMEM) return conv_oom(c);
+    if (st) {
+        if (!own) return conv_fail(c, DJ_ERR_INVALID, "pattern '%.80s': %s", p, err);
+        size_t old = path_push(c, "pattern");
+        conv_fail(c, DJ_ERR_INVALID, "pattern: %s", err);
+        path_pop(c, old);
         return NULL;
-    const char *r = builder_put(b, name, body);
+    }
+    return x;
+}
+
+/* The string rule body for one pattern's tree. */
+static char *pattern_body(struct conv *c, const struct rx_node *x) {
+    bool p;
+    char *e = rx_gbnf(c, x, &p);
+    if (!e) return NULL;
+    struct sb s = {0};
+    if (e[0]) sb_printf(&s, "\"\\\"\" ( %s ) \"\\\"\"", e);
+    else sb_puts(&s, "\"\\\"\\\"\"");
+    free(e);
+    char *r = sb_take(&s);
+    return r ? r : conv_oom(c);
+}
+
+/* The rule named after a format (its regex written out); NULL for a format
+ * without a regex (message not set) or on OOM (message set). */
+static const char *format_rule(struct conv *c, const char *fmt) {
+    const char *rx = rx_format_regex(fmt);
+    if (!rx) return NULL;
+    struct rx_node *x = parse_pattern(c, rx, strlen(rx), false);
+    if (!x) return NULL;
+    bool p;
+    char *e = rx_gbnf(c, x, &p);
+    rx_free(x);
+    if (!e) return NULL;
+    const char *r = builder_put(c->b, fmt, e);
+    free(e);
     return r ? r : conv_oom(c);
 }
 
@@ -1640,9 +1293,13 @@ static json_t *merge(struct conv *c, json_t *const *comps, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!flatten(c, comps[i], list, 0)) goto fail;
     unsigned types = T_ALL;
-    json_t *props = json_object(), *req = json_array(), *unions = json_array();
-    if (!set_new(c, m, "properties", props) || !set_new(c, m, "required", req)) goto fail;
-    if (!unions) goto oom;
+    json_t *props = json_object(), *req = json_array(), *unions = json_array(), *pats = json_array(), *fmts = json_array();
+    if (!pats || !fmts) {
+        json_decref(props), json_decref(req), json_decref(unions), json_decref(pats), json_decref(fmts);
+        goto oom;
+    }
+    if (!set_new(c, m, "properties", props) || !set_new(c, m, "required", req)) goto fail_unions;
+    if (!unions) goto oom_unions;
     json_t *addl = NULL; /* allOf of the components' additionalProperties */
     bool any_props = false;
     size_t idx;
@@ -1729,6 +1386,16 @@ static json_t *merge(struct conv *c, json_t *const *comps, size_t n) {
             } else if (!strcmp(k, "items") && !json_is_array(v)) {
                 json_t *it = cur ? all_of2(cur, v) : json_incref(v);
                 if (!it || json_object_set_new(m, k, it)) goto oom_unions;
+            } else if (!strcmp(k, "pattern") || !strcmp(k, K_PATTERNS) || !strcmp(k, "format") || !strcmp(k, K_FORMATS)) {
+                /* all must hold: collected, and intersected when the string is converted */
+                bool is_pat = !strcmp(k, "pattern") || !strcmp(k, K_PATTERNS);
+                json_t *to = is_pat ? pats : fmts;
+                for (size_t i = 0; i < (json_is_array(v) ? json_array_size(v) : 1); i++) {
+                    json_t *one = json_is_array(v) ? json_array_get(v, i) : v;
+                    bool dup = false;
+                    for (size_t j = 0; j < json_array_size(to); j++) dup |= json_equal(one, json_array_get(to, j));
+                    if (!dup && json_array_append(to, one)) goto oom_unions;
+                }
             } else if (!strcmp(k, "uniqueItems")) {
                 /* only false reaches here */
             } else if (cur && !json_equal(cur, v)) {
@@ -1757,6 +1424,13 @@ static json_t *merge(struct conv *c, json_t *const *comps, size_t n) {
         if (json_object_set_new(m, "type", ta)) goto oom_unions;
     }
     if (!json_array_size(req)) json_object_del(m, "required");
+    for (int i = 0; i < 2; i++) {
+        json_t *all = i ? fmts : pats;
+        if (json_array_size(all) == 1 && json_object_set(m, i ? "format" : "pattern", json_array_get(all, 0)))
+            goto oom_unions;
+        if (json_array_size(all) > 1 && json_object_set_new_nocheck(m, i ? K_FORMATS : K_PATTERNS, json_incref(all)))
+            goto oom_unions;
+    }
     /* several anyOf/oneOf: their product, as one anyOf of allOf pairs */
     if (json_array_size(unions)) {
         json_t *acc = json_copy(json_array_get(unions, 0));
@@ -1780,13 +1454,13 @@ static json_t *merge(struct conv *c, json_t *const *comps, size_t n) {
         }
         if (json_object_set_new(m, "anyOf", acc)) goto oom_unions;
     }
-    json_decref(unions);
+    json_decref(unions), json_decref(pats), json_decref(fmts);
     json_decref(list);
     return m;
 oom_unions:
     conv_oom(c);
 fail_unions:
-    json_decref(unions);
+    json_decref(unions), json_decref(pats), json_decref(fmts);
     goto fail;
 oom:
     conv_oom(c);
@@ -1935,7 +1609,7 @@ static bool trie_expr(struct conv *c, struct sb *s, const struct trie *t, const 
     }
     for (size_t i = 0; i < t->n_kids; i++) {
         const struct trie *k = &t->kids[i];
-        set_add(&kids, k->cp, k->cp);
+        cpset_add(&kids, k->cp, k->cp);
         struct sb lit = {0};
         json_char_into(&lit, k->cp);
         char *l = sb_take(&lit);
@@ -1958,8 +1632,8 @@ static bool trie_expr(struct conv *c, struct sb *s, const struct trie *t, const 
             sb_printf(s, "%s+", charr); /* exactly a declared name: must go on */
         }
     }
-    set_norm(&kids);
-    set_negate(&kids);
+    cpset_norm(&kids);
+    cpset_negate(&kids);
     char *other = set_json_expr(&kids);
     bool oom = kids.oom;
     free(kids.r);
@@ -2327,36 +2001,332 @@ static char *array_body(struct conv *c, json_t *s, const char *hint) {
     return r ? r : conv_oom(c);
 }
 
-static char *string_body(struct conv *c, json_t *s) {
-    struct dj_gbnf_builder *b = c->b;
-    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    json_t *minl = json_object_get(s, "minLength"), *maxl = json_object_get(s, "maxLength");
-    if ((pat || fmt) && (minl || maxl))
-        return conv_fail(c, DJ_ERR_INVALID, "'%s' together with '%s' is not supported", pat ? "pattern" : "format",
-                         minl ? "minLength" : "maxLength");
-    if (pat && fmt) return conv_fail(c, DJ_ERR_INVALID, "'pattern' together with 'format' is not supported");
-    if (pat) return pattern_body(c, pat);
-    struct sb r = {0};
-    if (fmt) {
-        const char *f = format_rule(c, json_string_value(fmt));
-        if (!f && c->st) return NULL;
-        if (f) {
-            sb_printf(&r, "\"\\\"\" %s \"\\\"\"", f);
-            char *t = sb_take(&r);
-            return t ? t : conv_oom(c);
-        }
-        if (!b->opts.ignore_unknown_formats)
-            return conv_fail(c, DJ_ERR_INVALID, "unsupported format '%.100s'", json_string_value(fmt));
+/* ---- strings: pattern, format, minLength and maxLength together ---- */
+
+/* Past these a string's constraints are refused (the message says which):
+ * the automaton of one constraint or of an intersection, and the rules of
+ * the final grammar (one per automaton state and counted length). */
+#define MAX_DFA_STATES 4096
+#define MAX_PLAN_NODES 8192
+#define MAX_PLAN_TEXT ((size_t)4 << 20) /* bytes of those rules */
+
+/* One regular constraint on a string: a pattern or a format. */
+struct scon {
+    struct rx_node *x;
+    const char *fmt; /* a format (its rule is named after it), or NULL */
+};
+
+/* The GBNF for "one character of s": the shared any-character rule when s is
+ * everything, else the set's expression.  malloc'd; NULL with the message set. */
+static char *charset_expr(struct conv *c, const struct cpset *s) {
+    if (cpset_is_all(s)) {
+        const char *ch = prim(c->b, P_CHAR);
+        char *r = ch ? xstrdup(ch) : NULL;
+        return r ? r : conv_oom(c);
     }
-    const char *ch = prim(b, P_CHAR);
-    if (!ch) return conv_oom(c);
+    char *e = set_json_expr(s);
+    return e ? e : conv_oom(c);
+}
+
+/* `"` body `"` (body "" for the empty string). */
+static char *quoted_body(struct conv *c, char *body) {
+    if (!body) return NULL;
+    struct sb s = {0};
+    if (body[0]) sb_printf(&s, "\"\\\"\" %s \"\\\"\"", body);
+    else sb_puts(&s, "\"\\\"\\\"\"");
+    free(body);
+    char *r = sb_take(&s);
+    return r ? r : conv_oom(c);
+}
+
+/* The GBNF of plan node i's language (what follows it): "" for none, a
+ * counted repetition for a loop node, else the node's rule. */
+static char *plan_ref(struct conv *c, const struct sdfa *d, const struct rx_alphabet *ab, const struct sdfa_plan *p,
+                      const char **names, size_t i) {
+    const struct sdfa_pnode *nd = &p->node[i];
+    if (!nd->loop) {
+        char *r = xstrdup(nd->ne ? names[i] : "");
+        return r ? r : conv_oom(c);
+    }
+    struct sb s = {0};
+    if (nd->hi) {
+        struct cpset ls = {0};
+        sdfa_loop_set(d, ab, nd->q, &ls);
+        cpset_drop_surrogates(&ls);
+        char *item = ls.oom ? conv_oom(c) : charset_expr(c, &ls);
+        cpset_free(&ls);
+        if (!item) return NULL;
+        if (!rep_into(c->b, &s, item, nd->lo, nd->hi, 0)) s.oom = true;
+        free(item);
+    }
+    char *r = sb_take(&s);
+    return r ? r : conv_oom(c);
+}
+
+/* Rules for plan p of automaton d: node i a rule "<hint>-s<i>" (loop nodes and
+ * nodes that only end are written where they are used).  Returns the string
+ * body. */
+static char *plan_body(struct conv *c, const struct sdfa *d, const struct rx_alphabet *ab, const struct sdfa_plan *p,
+                       const char *hint, const char *what) {
+    const char **names = calloc(p->n, sizeof *names);
+    char *result = NULL;
+    size_t text = 0;
+    if (!names) return conv_oom(c);
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->node[i].loop || !p->node[i].ne) continue;
+        struct sb nm = {0};
+        sb_printf(&nm, "%s-s%zu", hint, i);
+        char *n = sb_take(&nm);
+        names[i] = n ? builder_put(c->b, n, NULL) : NULL;
+        free(n);
+        if (!names[i]) goto oom;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        if (!names[i]) continue;
+        const struct sdfa_pnode *nd = &p->node[i];
+        struct sb body = {0};
+        for (size_t e = nd->e0; e < nd->e0 + nd->ne;) {
+            uint32_t to = p->edge[e].to;
+            struct cpset set = {0};
+            for (; e < nd->e0 + nd->ne && p->edge[e].to == to; e++)
+                cpset_add(&set, ab->lo[p->edge[e].sym_lo], ab->hi[p->edge[e].sym_hi]);
+            cpset_norm(&set);
+            cpset_drop_surrogates(&set);
+            char *se = set.oom ? conv_oom(c) : charset_expr(c, &set);
+            cpset_free(&set);
+            char *rest = se ? plan_ref(c, d, ab, p, names, to) : NULL;
+            if (!rest) {
+                free(se), sb_free(&body);
+                goto fail;
+            }
+            sb_printf(&body, "%s%s%s%s", body.n ? " | " : "", se, rest[0] ? " " : "", rest);
+            free(se), free(rest);
+        }
+        if (nd->acc) sb_puts(&body, " | \"\"");
+        if ((text += body.n) > MAX_PLAN_TEXT) {
+            sb_free(&body);
+            conv_fail(c, DJ_ERR_INVALID, "%s: the exact grammar would be over %zu MB", what, MAX_PLAN_TEXT >> 20);
+            goto fail;
+        }
+        char *bd = sb_take(&body);
+        bool ok = bd && gbnf_builder_define(c->b, names[i], bd);
+        free(bd);
+        if (!ok) goto oom;
+    }
+    result = quoted_body(c, plan_ref(c, d, ab, p, names, 0));
+    free(names);
+    return result;
+oom:
+    conv_oom(c);
+fail:
+    free(names);
+    return NULL;
+}
+
+/* The string body for cons[0..n) (n >= 1) together with lengths lo..hi; what:
+ * the constraints in words, for messages.  Frees the trees. */
+static char *intersection_body(struct conv *c, struct scon *cons, size_t n, size_t lo, size_t hi, const char *what,
+                               const char *hint) {
+    struct rx_node **xs = calloc(n + 1, sizeof *xs), *star = NULL;
+    struct rx_alphabet ab = {0};
+    struct sdfa acc = {0}, one = {0}, both = {0};
+    struct sdfa_plan plan = {0};
+    struct cpset only = {0}; /* the characters allowed by every ^[set]{m,n}$ */
+    char *r = NULL;
+    enum dj_status st = DJ_OK;
+    size_t nc = 0, nx = 0;
+    if (!xs) {
+        conv_oom(c);
+        goto done;
+    }
+    cpset_add(&only, 0, RX_MAX_CP);
+    cpset_drop_surrogates(&only);
+    /* ^[s]{m,n}$ is "characters of s" and "length m..n": no automaton for those */
+    for (size_t i = 0; i < n; i++) {
+        const struct cpset *s;
+        size_t m, mx;
+        if (rx_is_counted_set(cons[i].x, &s, &m, &mx)) {
+            cpset_intersect(&only, s);
+            if (m > lo) lo = m;
+            if (mx < hi) hi = mx;
+            rx_free(cons[i].x);
+            cons[i].x = NULL;
+        } else {
+            struct scon keep = cons[i];
+            cons[i].x = NULL;
+            cons[nc++] = keep;
+        }
+    }
+    if (only.oom) {
+        conv_oom(c);
+        goto done;
+    }
+    bool empty = hi < lo || (!only.n && lo > 0);
+    for (size_t i = 0; i < nc; i++) /* lengths alone rule a regex out: no automaton needed to say so */
+        empty = empty || rx_min_len(cons[i].x) > hi || rx_max_len(cons[i].x) < lo;
+    if (empty) {
+        conv_fail(c, DJ_ERR_INVALID, "no string satisfies %s", what);
+        goto done;
+    }
+    if (!nc) { /* characters of a set, a counted number of times */
+        struct sb s = {0};
+        char *item = only.n ? charset_expr(c, &only) : NULL;
+        if (only.n && !item) goto done;
+        if (item && !rep_into(c->b, &s, item, lo, hi, 0)) s.oom = true;
+        free(item);
+        char *b = sb_take(&s);
+        r = quoted_body(c, b ? b : conv_oom(c));
+        goto done;
+    }
+    if (nc == 1 && cpset_is_all(&only) && lo <= rx_min_len(cons[0].x) && rx_max_len(cons[0].x) <= hi) {
+        /* the lengths add nothing: the constraint alone */
+        if (!cons[0].fmt) r = pattern_body(c, cons[0].x);
+        else {
+            const char *f = format_rule(c, cons[0].fmt);
+            struct sb s = {0};
+            if (f) sb_printf(&s, "\"\\\"\" %s \"\\\"\"", f);
+            r = f ? sb_take(&s) : NULL;
+            if (f && !r) conv_oom(c);
+        }
+        goto done;
+    }
+    for (size_t i = 0; i < nc; i++) xs[nx++] = cons[i].x;
+    if (!cpset_is_all(&only)) {
+        if (!(star = rx_star_of(&only))) {
+            conv_oom(c);
+            goto done;
+        }
+        xs[nx++] = star;
+    }
+    if ((st = rx_alphabet_build(xs, nx, &ab))) goto fail;
+    for (size_t i = 0; i < nx; i++) {
+        if ((st = sdfa_from_rx(xs[i], &ab, MAX_DFA_STATES, i ? &one : &acc))) goto fail;
+        if (i) {
+            st = sdfa_intersect(&acc, &one, MAX_DFA_STATES, &both);
+            sdfa_free(&one), sdfa_free(&acc);
+            if (st) goto fail;
+            acc = both, both = (struct sdfa){0};
+        }
+    }
+    if ((st = sdfa_plan_build(&acc, lo, hi, MAX_PLAN_NODES, &plan))) {
+        if (st == DJ_ERR_UNSUPPORTED) {
+            conv_fail(c, DJ_ERR_INVALID,
+                      "%s: the exact grammar would need more than %d rules (an automaton of %zu states, lengths "
+                      "counted one by one)",
+                      what, MAX_PLAN_NODES, acc.n);
+            goto done;
+        }
+        goto fail;
+    }
+    if (!plan.n) {
+        conv_fail(c, DJ_ERR_INVALID, "no string satisfies %s", what);
+        goto done;
+    }
+    r = plan_body(c, &acc, &ab, &plan, hint, what);
+    goto done;
+fail:
+    if (st == DJ_ERR_UNSUPPORTED)
+        conv_fail(c, DJ_ERR_INVALID, "%s: the automaton would need more than %d states", what, MAX_DFA_STATES);
+    else conv_oom(c);
+done:
+    for (size_t i = 0; i < n; i++) rx_free(cons[i].x);
+    rx_free(star);
+    free(xs);
+    cpset_free(&only);
+    rx_alphabet_free(&ab);
+    sdfa_free(&acc), sdfa_free(&one), sdfa_free(&both);
+    sdfa_plan_free(&plan);
+    return r;
+}
+
+static char *string_body(struct conv *c, json_t *s, const char *hint) {
+    struct dj_gbnf_builder *b = c->b;
+    json_t *minl = json_object_get(s, "minLength"), *maxl = json_object_get(s, "maxLength");
     size_t lo = minl ? (size_t)json_integer_value(minl) : 0, hi = maxl ? (size_t)json_integer_value(maxl) : INF;
     if (hi < lo) return conv_fail(c, DJ_ERR_INVALID, "'maxLength' is below 'minLength'");
-    sb_puts(&r, "\"\\\"\" ");
-    if (!rep_into(b, &r, ch, lo, hi, 0)) r.oom = true;
-    sb_puts(&r, " \"\\\"\"");
-    char *t = sb_take(&r);
-    return t ? t : conv_oom(c);
+    /* the regular constraints: patterns (allOf may bring several), formats */
+    json_t *pat = json_object_get(s, "pattern"), *pats = json_object_get(s, K_PATTERNS);
+    json_t *fmt = json_object_get(s, "format"), *fmts = json_object_get(s, K_FORMATS);
+    size_t n_pat = (pat ? 1 : 0) + json_array_size(pats), n_fmt = (fmt ? 1 : 0) + json_array_size(fmts), n = 0;
+    struct scon *cons = calloc(n_pat + n_fmt + 1, sizeof *cons);
+    struct sb what = {0};
+    char *r = NULL;
+    if (!cons) return conv_oom(c);
+    for (size_t i = 0; i < n_pat + n_fmt; i++) {
+        bool is_pat = i < n_pat;
+        json_t *v = is_pat ? (pat && i == 0 ? pat : json_array_get(pats, i - (pat ? 1 : 0)))
+                           : (fmt && i == n_pat ? fmt : json_array_get(fmts, i - n_pat - (fmt ? 1 : 0)));
+        const char *t = json_string_value(v);
+        if (is_pat) {
+            cons[n].x = parse_pattern(c, t, json_string_length(v), v == pat);
+        } else {
+            const char *rx = rx_format_regex(t);
+            if (!rx) {
+                if (b->opts.ignore_unknown_formats) continue;
+                conv_fail(c, DJ_ERR_INVALID, "unsupported format '%.100s'", t);
+                goto done;
+            }
+            cons[n].fmt = t;
+            cons[n].x = parse_pattern(c, rx, strlen(rx), false);
+        }
+        if (!cons[n].x) goto done;
+        n++;
+        sb_printf(&what, "%s%s '%.80s'", what.n ? ", " : "", is_pat ? "pattern" : "format", t);
+    }
+    if (n && minl) sb_printf(&what, ", minLength %zu", lo);
+    if (n && maxl) sb_printf(&what, ", maxLength %zu", hi);
+    if (n && what.oom) {
+        conv_oom(c);
+        goto done;
+    }
+    if (n == 1 && lo == 0 && hi == INF) { /* one regex: written out as it is */
+        if (!cons[0].fmt) r = pattern_body(c, cons[0].x);
+        else {
+            const char *f = format_rule(c, cons[0].fmt);
+            struct sb q = {0};
+            if (f) sb_printf(&q, "\"\\\"\" %s \"\\\"\"", f);
+            r = f ? sb_take(&q) : NULL;
+            if (f && !r) conv_oom(c);
+        }
+        goto done;
+    }
+    if (n) {
+        r = intersection_body(c, cons, n, lo, hi, what.p, hint);
+        n = 0; /* the trees are freed */
+        goto done;
+    }
+    /* no regex: any characters, lo..hi of them (cheap at any count) */
+    const char *ch = prim(b, P_CHAR);
+    if (!ch) {
+        conv_oom(c);
+        goto done;
+    }
+    struct sb q = {0};
+    sb_puts(&q, "\"\\\"\" ");
+    if (!rep_into(b, &q, ch, lo, hi, 0)) q.oom = true;
+    sb_puts(&q, " \"\\\"\"");
+    r = sb_take(&q);
+    if (!r) conv_oom(c);
+done:
+    for (size_t i = 0; i < n; i++) rx_free(cons[i].x);
+    free(cons);
+    sb_free(&what);
+    return r;
+}
+
+/* Does schema pn accept every string?  (propertyNames: {"type": "string"},
+ * what zod writes for a record with string keys, says nothing about keys.) */
+static bool all_strings(json_t *pn) {
+    if (json_is_true(pn)) return true;
+    if (!json_is_object(pn)) return false;
+    const char *k;
+    json_t *v;
+    json_object_foreach(pn, k, v) {
+        if (kw_lookup(k) == KW_ANNOT) continue;
+        if (strcmp(k, "type") || !(type_mask(pn) & T_STRING)) return false;
+        if (!json_is_string(v) && !json_is_array(v)) return false;
+    }
+    return true;
 }
 
 /* The body for s restricted to one type (bit t); keywords of other types ignored. */
@@ -2368,8 +2338,8 @@ static char *typed_body(struct conv *c, json_t *s, unsigned t, const char *hint)
     case T_BOOLEAN: p = prim(b, P_BOOLEAN); break;
     case T_STRING:
         if (json_object_get(s, "pattern") || json_object_get(s, "format") || json_object_get(s, "minLength") ||
-            json_object_get(s, "maxLength"))
-            return string_body(c, s);
+            json_object_get(s, "maxLength") || json_object_get(s, K_PATTERNS) || json_object_get(s, K_FORMATS))
+            return string_body(c, s, hint);
         p = prim(b, P_STRING);
         break;
     case T_NUMBER:
@@ -2391,6 +2361,8 @@ static char *typed_body(struct conv *c, json_t *s, unsigned t, const char *hint)
         return tx ? tx : conv_oom(c);
     }
     case T_OBJECT:
+        if (json_object_get(s, "propertyNames") && !all_strings(json_object_get(s, "propertyNames")))
+            return conv_fail(c, DJ_ERR_INVALID, "unsupported keyword 'propertyNames' (only one that every key satisfies)");
         if (json_object_get(s, "properties") || json_object_get(s, "required") ||
             json_object_get(s, "additionalProperties") || b->opts.strict || json_object_get(s, "minProperties") ||
             json_object_get(s, "maxProperties"))
@@ -2495,7 +2467,9 @@ static const char *visit_inner(struct conv *c, json_t *s, const char *hint) {
     if (en || cn) {
         static const char *const only_enum[] = {"enum", "const", "type", NULL};
         const char *o = other_constraint(s, only_enum);
-        if (o) return conv_fail(c, DJ_ERR_INVALID, "'%s' together with '%s' is not supported", en ? "enum" : "const", o);
+        if (o)
+            return conv_fail(c, DJ_ERR_INVALID, "'%s' together with '%s' is not supported", en ? "enum" : "const",
+                             kw_name(o));
         struct sb body = {0};
         size_t n_alt = 0;
         for (size_t i = 0; i < (en ? json_array_size(en) : 1); i++) {

@@ -10,8 +10,8 @@
  * grammar accepts.  The grammar fixes the spelling where JSON allows several:
  * object members in the order `properties` lists them (additional members
  * after them), integers without fraction or exponent and never "-0" under a
- * range, bounded numbers without exponent, strings produced for `pattern`/`format`/`enum` in canonical escapes,
- * whitespace as opts.whitespace says.
+ * range, bounded numbers without exponent, strings produced for `pattern`/`format`/`enum` in canonical escapes
+ * (a character any code point may take keeps every escape), whitespace as opts.whitespace says.
  *
  * Supported (draft 2020-12 meaning, with draft 4-7 spellings where noted):
  *   type (string or array; "integer", "number", "string", "boolean", "null",
@@ -20,8 +20,12 @@
  *   false with opts.strict), items (schema, or array = draft-4 tuple),
  *   prefixItems, additionalItems (with an items array), minItems, maxItems,
  *   minLength, maxLength (code points), pattern (regex subset, below), format
- *   (date, time, date-time, uuid, email, ipv4, hostname; others are an error
- *   unless opts.ignore_unknown_formats), minimum / maximum / exclusiveMinimum /
+ *   (date, time, date-time, uuid, email, hostname, ipv4, ipv6, uri,
+ *   uri-reference; others are an error unless opts.ignore_unknown_formats),
+ *   any combination of these string keywords (pattern with minLength /
+ *   maxLength, pattern with format, several patterns or formats from allOf,
+ *   format with lengths: exactly the intersection, see "Strings" below),
+ *   minimum / maximum / exclusiveMinimum /
  *   exclusiveMaximum on integers (exact, any int64 bounds; draft-4 boolean
  *   exclusive* too) and on numbers when the bounds are integral (exact:
  *   integer part by digit ranges, the fraction free, zero or non-zero at the
@@ -31,7 +35,8 @@
  *   JSON pointers ("#", "#/$defs/X", "#/definitions/X", any "#/a/b"),
  *   recursion through refs, boolean schemas, uniqueItems: false,
  *   minProperties / maxProperties when the required / declared properties
- *   already imply them.  Ignored annotations: description, title, examples,
+ *   already imply them, propertyNames that every string satisfies (true,
+ *   {"type": "string"}: zod's records).  Ignored annotations: description, title, examples,
  *   default, $schema, $id, $comment, deprecated, readOnly, writeOnly,
  *   contentEncoding, contentMediaType, $defs / definitions (only as ref
  *   targets).
@@ -43,22 +48,52 @@
  * groups ( ), (?: ), (?<name> ), alternation, * + ? {m} {m,} {m,n} (lazy `?`
  * suffix accepted: same language), ^ only at the start of a top-level branch
  * and $ only at its end.  Anything else (backreferences, lookaround, \b, \B,
- * \cX, \p{..}) is an error naming the construct.
+ * \cX, \p{..}) is an error naming the construct.  A class that matches no
+ * character and an unbounded repetition of something that can be empty are
+ * errors too (the second would make a GBNF loop).
+ *
+ * Strings (schema_regex.h, schema_dfa.c): a string with one pattern or one
+ * format and no length bound is the regex written as GBNF; with no regex,
+ * `char{m,n}` (cheap at any bound: maxLength 524288 is a few rules).  Several
+ * constraints together are intersected exactly: `^[set]{m,n}$`-shaped
+ * patterns fold into a character set and the length bounds; lengths that the
+ * one remaining regex implies anyway are dropped; otherwise each regex
+ * becomes a minimal DFA over code points, the DFAs are multiplied, and the
+ * result is multiplied with a length counter (counting only where a bound
+ * can still matter; a final state that only loops becomes one counted
+ * repetition, so `^wf_[a-z0-9-]{6,}$` with maxLength 524288 is about ten rules).
+ * Limits, past which the schema is refused with the constraints and the JSON
+ * pointer in the message: 4096 states for any one automaton, 8192 rules (one
+ * per automaton state and counted length: format "uri" with a maxLength
+ * over 55 is refused), 4 MB of their text.  An intersection that no string
+ * satisfies is an error ("no string satisfies pattern '^abc$', minLength 4").
+ *
+ * Formats are regexes in that subset (schema_regex.c): date (leap years
+ * exact), time and date-time (RFC 3339), uuid (any hex case), ipv4 (dotted
+ * decimal, no leading zeros), ipv6 (RFC 3986 IPv6address: every "::" form,
+ * an IPv4 tail, no zone), hostname (RFC 1123 labels of 1-63 letters, digits
+ * and hyphens, no hyphen at a label's ends, no trailing dot), email (RFC 5321
+ * dot-atom "@" letter-digit-hyphen labels: no quoted local part, no address
+ * literal), uri (RFC 3986 URI: scheme ":" hier-part, query, fragment; IP
+ * literals, IPvFuture, percent-encodings; ASCII only, as the RFC) and
+ * uri-reference (URI or relative-ref).
  *
  * Not supported (DJ_ERR_INVALID naming the keyword and its JSON pointer,
  * "json schema: unsupported keyword 'patternProperties' at /properties/foo"):
- * patternProperties, propertyNames, dependentRequired/Schemas, contains,
+ * patternProperties, propertyNames that constrain keys, dependentRequired/Schemas, contains,
  * uniqueItems: true, multipleOf, if/then/else, not, unevaluated*, $anchor,
- * $dynamicRef, remote refs; fractional bounds on type "number"; pattern
- * or format together with minLength/maxLength; enum/const with keywords other
- * than type; allOf branches with different patterns or formats.
+ * $dynamicRef, remote refs; fractional bounds on type "number"; enum/const
+ * with keywords other than type; allOf components with different
+ * prefixItems / tuple items; formats other than those above (unless
+ * opts.ignore_unknown_formats).
  *
  * Known gaps where the grammar is looser or stricter than the schema (a CFG
  * cannot do better or it was not worth it): duplicate keys among additional
  * properties are not excluded (declared names are, in any spelling: keys
  * close to a declared name must use canonical escapes); format "time"/"date-time" accept
  * seconds 00-59 (no leap second 60) and upper-case T/Z only; "email" is the
- * dot-atom@hostname subset of RFC 5321.
+ * dot-atom@hostname subset of RFC 5321 and "hostname" does not check the
+ * 253-character total (both: lengths unchecked, looser).
  *
  * Errors never abort: the input may be anything (the fuzz target feeds bytes).
  * Nesting deeper than 64 schemas is an error.  Owner of every returned string:

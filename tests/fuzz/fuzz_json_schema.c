@@ -4,8 +4,11 @@
  * first byte picks the options (whitespace mode, strict, format policy), the
  * rest is a schema (and, when it is an array, a tools list).  Whatever the
  * input: no crash, no leak (ASan/UBSan); a failure comes with a message; a
- * success is a grammar that grammar_parse accepts (abort otherwise).  Seeds:
- * hand-written schemas covering every keyword (tests/fuzz/seed.sh).
+ * success is a grammar that grammar_parse accepts (abort otherwise).  The
+ * string automata (schema_dfa.c) are reached through patterns with lengths,
+ * allOf patterns and formats; their size limits keep every input fast.
+ * Seeds: hand-written schemas covering every keyword and those shapes
+ * (tests/fuzz/seed.sh).
  */
 #include <stddef.h>
 #include <stdint.h>

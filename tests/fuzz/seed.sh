@@ -18,8 +18,10 @@
 #                   q8_0/q4_0/f16/bf16 weights, a qwen3 (q/k norms) with
 #                   q4_K/q6_K weights — every weight type the loader binds,
 #                   each small enough that the target also runs them
-#   fuzz_json_schema  hand-written JSON schemas (every supported keyword, a
-#                   tools array), each after one options byte
+#   fuzz_json_schema  hand-written JSON schemas (every supported keyword; strings
+#                   under several constraints: pattern with lengths, allOf
+#                   patterns and formats, the uri/hostname/ipv6 formats; tools
+#                   arrays), each after one options byte
 #   fuzz_request    request bodies of /v1/completions and the three chat dialects
 #                   (Claude Code-, Codex- and OpenAI SDK-like), each after its selector byte
 #   fuzz_toolcall   hand-written tools arrays (string / integer / enum / nested /
@@ -274,6 +276,14 @@ json_schema_seeds() { # CORPUS: one file a schema, the first byte the options (s
 {"type":"object","properties":{"ab":{},"abc":false},"additionalProperties":true,"minProperties":0}
 {"type":"string","format":"email"}
 {"type":"string","minLength":1200,"maxLength":2500}
+{"type":"string","allOf":[{"pattern":"^[^\\n\\r]*$"},{"pattern":"^[\\s\\S]{0,300}$"}]}
+{"type":"string","pattern":"^wf_[a-z0-9-]{6,}$","maxLength":524288}
+{"type":"string","pattern":"ab|^c","minLength":3,"maxLength":9}
+{"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","minLength":2,"maxLength":40}
+{"type":"object","propertyNames":{"type":"string"},"additionalProperties":{"type":"array","items":{"type":"string","format":"email","maxLength":24}}}
+{"allOf":[{"type":"string","pattern":"^a"},{"pattern":"b$"},{"format":"hostname"}],"maxLength":30}
+{"type":"object","properties":{"u":{"type":"string","format":"uri"},"r":{"type":"string","format":"uri-reference"},"h":{"type":"string","format":"hostname","maxLength":20},"i":{"type":"string","format":"ipv6"},"p":{"type":"string","format":"uri","pattern":"^https://"}}}
+[{"type":"function","function":{"name":"SendMessage","parameters":{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"to":{"type":"string","allOf":[{"pattern":"^[^\\n\\r]*$"},{"pattern":"^[\\s\\S]{0,300}$"}]},"message":{"default":"","type":"string"}},"required":["to","message"],"additionalProperties":false}}},{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"url":{"type":"string","format":"uri"},"n":{"type":"integer","minimum":0,"maximum":9007199254740991}}}}}]
 [{"type":"function","function":{"name":"f","description":"x","parameters":{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}}},{"type":"function","function":{"name":"g"}}]
 SCHEMAS
 }

@@ -17,7 +17,13 @@
  *       generator and the matcher agree).
  *   (c) hand-written valid instances match, and invalid ones (missing
  *       required, extra property, wrong enum / type, out of range, too few
- *       items, pattern mismatch, bad date, ...) do not.
+ *       items, pattern mismatch, bad date, ...) do not; among them strings
+ *       under several constraints at once (pattern with minLength/maxLength,
+ *       allOf patterns, pattern with format: the automaton path), the
+ *       formats uri, uri-reference, hostname and ipv6 against validators
+ *       written here from the RFCs (not from the converter's regexes), and
+ *       schemas of the shapes today's coding agents send (Claude Code,
+ *       Codex, qwen-code, opencode tools, written by hand).
  *   (d) unsupported keywords and bad input give the exact message with the
  *       JSON pointer.
  */
@@ -26,6 +32,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <pcre2.h>
+#include <arpa/inet.h>
 #include <stdint.h>
 
 #include "sample/grammar.h"
@@ -126,17 +133,142 @@ static bool is_email(const char *s, size_t n) {
     return true;
 }
 
-/* ECMA-262 search with PCRE2: $ only at the very end, and \s / \S (outside
- * classes) spelled as ECMA's set, which has Unicode spaces PCRE's lacks. */
-static bool regex_search(const char *pat, const char *s, size_t n) {
+/* RFC 1123 host name: letter-digit-hyphen labels of 1-63, not starting or
+ * ending with a hyphen, 253 characters at most.  (The converter does not
+ * check the 253: a documented gap; random sentences never get near it.) */
+static bool is_hostname(const char *s, size_t n) {
+    if (!n || n > 253) return false;
+    size_t label = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i == n || s[i] == '.') {
+            if (!label || label > 63 || s[i - 1] == '-' || s[i - label] == '-') return false;
+            label = 0;
+        } else if (isalnum((unsigned char)s[i]) || s[i] == '-') {
+            label++;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* RFC 4291 text form as the C library reads it (no zone, no brackets). */
+static bool is_ipv6(const char *s, size_t n) {
+    char buf[64];
+    struct in6_addr a;
+    if (n >= sizeof buf || memchr(s, 0, n)) return false;
+    memcpy(buf, s, n), buf[n] = 0;
+    return inet_pton(AF_INET6, buf, &a) == 1;
+}
+
+/* ---- RFC 3986, section 3 / appendix A, by hand ---- */
+
+static bool uri_unreserved(char c) { return isalnum((unsigned char)c) || (c && strchr("-._~", c)); }
+static bool uri_subdelim(char c) { return c && strchr("!$&'()*+,;=", c); }
+
+/* One pct-encoded or unreserved / sub-delims / extra character at s[*i]. */
+static bool uri_char(const char *s, size_t n, size_t *i, const char *extra) {
+    char c = s[*i];
+    if (c == '%') {
+        if (*i + 2 >= n || !is_hex(s[*i + 1]) || !is_hex(s[*i + 2])) return false;
+        *i += 3;
+        return true;
+    }
+    if (!uri_unreserved(c) && !uri_subdelim(c) && !(c && strchr(extra, c))) return false;
+    (*i)++;
+    return true;
+}
+
+/* authority = [ userinfo "@" ] host [ ":" port ] */
+static bool uri_authority(const char *s, size_t n) {
+    size_t i = 0;
+    const char *at = memchr(s, '@', n);
+    if (at) {
+        size_t end = (size_t)(at - s);
+        while (i < end)
+            if (!uri_char(s, end, &i, ":")) return false;
+        i = end + 1;
+    }
+    if (i < n && s[i] == '[') { /* IP-literal */
+        const char *rb = memchr(s + i, ']', n - i);
+        if (!rb) return false;
+        size_t a = i + 1, b = (size_t)(rb - s);
+        if (a < b && (s[a] == 'v' || s[a] == 'V')) { /* IPvFuture */
+            size_t j = a + 1, h = j;
+            while (j < b && is_hex(s[j])) j++;
+            if (j == h || j >= b || s[j] != '.' || j + 1 >= b) return false;
+            for (j++; j < b; j++)
+                if (!uri_unreserved(s[j]) && !uri_subdelim(s[j]) && s[j] != ':') return false;
+        } else if (!is_ipv6(s + a, b - a)) {
+            return false;
+        }
+        i = b + 1;
+    } else { /* reg-name (IPv4address is one) */
+        while (i < n && s[i] != ':')
+            if (!uri_char(s, n, &i, "")) return false;
+    }
+    if (i < n && s[i] == ':')
+        for (i++; i < n; i++)
+            if (s[i] < '0' || s[i] > '9') return false;
+    return i == n;
+}
+
+/* URI (scheme required) or relative-ref (scheme absent). */
+static bool uri_parse(const char *s, size_t n, bool with_scheme) {
+    size_t i = 0;
+    if (with_scheme) {
+        if (!n || !isalpha((unsigned char)s[0])) return false;
+        for (i = 1; i < n && (isalnum((unsigned char)s[i]) || s[i] == '+' || s[i] == '-' || s[i] == '.'); i++) {
+        }
+        if (i >= n || s[i] != ':') return false;
+        i++;
+    }
+    if (i + 1 < n && s[i] == '/' && s[i + 1] == '/') { /* "//" authority path-abempty */
+        size_t a = i + 2;
+        for (i = a; i < n && s[i] != '/' && s[i] != '?' && s[i] != '#'; i++) {
+        }
+        if (!uri_authority(s + a, i - a)) return false;
+    } else if (!with_scheme) { /* path-noscheme: no ':' before the first '/' */
+        for (size_t j = i; j < n && s[j] != '/' && s[j] != '?' && s[j] != '#'; j++)
+            if (s[j] == ':') return false;
+    }
+    while (i < n && s[i] != '?' && s[i] != '#') /* the path: segments of pchar */
+        if (s[i] == '/') i++;
+        else if (!uri_char(s, n, &i, ":@")) return false;
+    if (i < n && s[i] == '?')
+        for (i++; i < n && s[i] != '#';)
+            if (!uri_char(s, n, &i, ":@/?")) return false;
+    if (i < n && s[i] == '#')
+        for (i++; i < n;)
+            if (!uri_char(s, n, &i, ":@/?")) return false;
+    return i == n;
+}
+
+static bool is_uri(const char *s, size_t n) { return uri_parse(s, n, true); }
+static bool is_uri_reference(const char *s, size_t n) { return uri_parse(s, n, true) || uri_parse(s, n, false); }
+
+/* ECMA-262 search with PCRE2: $ only at the very end, `.` and \s / \S
+ * spelled as ECMA's sets (\s has Unicode spaces PCRE's lacks, `.` also
+ * excludes \r and the line separators). */
+static pcre2_code *regex_compile(const char *pat) {
     static const char ws[] = "\\t\\n\\v\\f\\r \\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}"
                              "\\x{3000}\\x{feff}";
-    char *p = malloc(strlen(pat) * sizeof ws + 1), *q = p;
+    /* ECMA's \S as ranges, for inside a class (the complement of the list above) */
+    static const char nws[] = "\\x{0}-\\x{8}\\x{e}-\\x{1f}\\x{21}-\\x{9f}\\x{a1}-\\x{167f}\\x{1681}-\\x{1fff}\\x{200b}-\\x{2027}"
+                              "\\x{202a}-\\x{202e}\\x{2030}-\\x{205e}\\x{2060}-\\x{2fff}\\x{3001}-\\x{d7ff}\\x{e000}-\\x{fefe}"
+                              "\\x{ff00}-\\x{10ffff}";
+    char *p = malloc(strlen(pat) * sizeof nws + 1), *q = p;
+    bool in_class = false;
     for (const char *c = pat; *c; c++) {
         if (c[0] == '\\' && (c[1] == 's' || c[1] == 'S')) {
-            q += sprintf(q, "[%s%s]", c[1] == 'S' ? "^" : "", ws);
+            if (in_class) q += sprintf(q, "%s", c[1] == 'S' ? nws : ws);
+            else q += sprintf(q, "[%s%s]", c[1] == 'S' ? "^" : "", ws);
             c++;
+        } else if (c[0] == '.' && !in_class) {
+            q += sprintf(q, "[^\\n\\r\\x{2028}\\x{2029}]");
         } else {
+            if (c[0] == '[') in_class = true; /* (the tests' patterns have no [] or [^]) */
+            if (c[0] == ']') in_class = false;
             if (c[0] == '\\' && c[1]) *q++ = *c++;
             *q++ = *c;
         }
@@ -146,12 +278,21 @@ static bool regex_search(const char *pat, const char *s, size_t n) {
     PCRE2_SIZE off;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)p, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &err, &off, NULL);
     free(p);
-    if (!re) return false;
+    return re;
+}
+
+static bool regex_match(const pcre2_code *re, const char *s, size_t n) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     int rc = pcre2_match(re, (PCRE2_SPTR)s, n, 0, 0, md, NULL);
     pcre2_match_data_free(md);
-    pcre2_code_free(re);
     return rc >= 0;
+}
+
+static bool regex_search(const char *pat, const char *s, size_t n) {
+    pcre2_code *re = regex_compile(pat);
+    bool r = re && regex_match(re, s, n);
+    pcre2_code_free(re);
+    return r;
 }
 
 static json_t *pointer(json_t *doc, const char *ref) {
@@ -250,6 +391,10 @@ static bool valid(json_t *doc, json_t *s, json_t *v, int depth) {
             if (!strcmp(f, "uuid") && !is_uuid(str, n)) return false;
             if (!strcmp(f, "ipv4") && !is_ipv4(str, n)) return false;
             if (!strcmp(f, "email") && !is_email(str, n)) return false;
+            if (!strcmp(f, "hostname") && !is_hostname(str, n)) return false;
+            if (!strcmp(f, "ipv6") && !is_ipv6(str, n)) return false;
+            if (!strcmp(f, "uri") && !is_uri(str, n)) return false;
+            if (!strcmp(f, "uri-reference") && !is_uri_reference(str, n)) return false;
         }
     }
     if (json_is_number(v) && !valid_bounds(s, v)) return false;
@@ -261,6 +406,13 @@ static bool valid(json_t *doc, json_t *s, json_t *v, int depth) {
             json_t *ps = json_object_get(props, k);
             if (ps ? !valid(doc, ps, e, depth + 1) : addl && !valid(doc, addl, e, depth + 1)) return false;
         }
+        if ((x = json_object_get(s, "propertyNames")))
+            json_object_foreach(v, k, e) {
+                json_t *key = json_string(k);
+                bool ok = valid(doc, x, key, depth + 1);
+                json_decref(key);
+                if (!ok) return false;
+            }
         x = json_object_get(s, "required");
         for (size_t i = 0; i < json_array_size(x); i++)
             if (!json_object_get(v, json_string_value(json_array_get(x, i)))) return false;
@@ -439,6 +591,15 @@ static struct dj_grammar *schema_grammar(json_t *schema, enum dj_json_ws ws) {
     return g;
 }
 
+/* Whole-string match from a matcher made once per grammar (grammar_match
+ * compiles the grammar on every call). */
+static bool gm_match(const struct dj_gmatch *m0, const char *s, size_t n) {
+    struct dj_gmatch *m = m0 ? gmatch_clone(m0) : NULL;
+    bool r = m && gmatch_accept_bytes(m, s, n) && gmatch_can_end(m);
+    gmatch_free(m);
+    return r;
+}
+
 static struct {
     size_t generated, valid, skipped_dup, skipped_num, skipped_long;
 } stats;
@@ -453,6 +614,8 @@ static void generate_and_validate(json_t *schema, const char *label, int n, uint
         gen.cost = malloc(g->n_rules * sizeof *gen.cost);
         gen.out = malloc(gen.cap);
         gen_costs(&gen);
+        struct dj_gmatch *m0 = NULL;
+        CHECK(gmatch_create(g, &m0) == DJ_OK);
         for (int i = 0; i < n; i++) {
             gen.n = 0, gen.too_long = false;
             gen_rule(&gen, g->root, 0);
@@ -461,7 +624,7 @@ static void generate_and_validate(json_t *schema, const char *label, int n, uint
                 continue;
             }
             stats.generated++;
-            bool m = grammar_match(g, gen.out, gen.n);
+            bool m = gm_match(m0, gen.out, gen.n);
             CHECKF(m, "%s: generated text not matched: %.*s", label, (int)gen.n, gen.out);
             json_error_t err;
             json_t *v = json_loadb(gen.out, gen.n, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
@@ -482,6 +645,7 @@ static void generate_and_validate(json_t *schema, const char *label, int n, uint
             json_decref(v);
         }
         free(gen.cost), free(gen.out);
+        gmatch_free(m0);
         grammar_free(g);
     }
 }
@@ -661,8 +825,8 @@ static void test_traces(const char *shared) {
 
 struct hcase {
     const char *schema;
-    const char *valid[8];    /* compact texts that must match */
-    const char *invalid[10]; /* compact texts that must not */
+    const char *valid[12];   /* compact texts that must match */
+    const char *invalid[14]; /* compact texts that must not */
 };
 
 static const struct hcase cases[] = {
@@ -756,6 +920,87 @@ static const struct hcase cases[] = {
     {"{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":2}},"
      "\"required\":[\"tags\"],\"additionalProperties\":false,\"minProperties\":1,\"maxProperties\":1,\"title\":\"t\",\"$comment\":\"c\"}",
      {"{\"tags\":[]}", "{\"tags\":[\"a\",\"a\"]}"}, {"{\"tags\":[\"c\"]}", "{\"tags\":[\"a\",\"b\",\"a\"]}"}},
+    {"{\"type\":\"object\",\"propertyNames\":{\"type\":\"string\"},\"additionalProperties\":{\"type\":\"integer\"}}",
+     {"{}", "{\"a\":1,\"\":2}"}, {"{\"a\":\"x\"}", "[]"}},
+    /* strings under several constraints at once, the formats, the agents' shapes */
+    {"{\"type\":\"string\",\"pattern\":\"\\\"\",\"minLength\":2,\"maxLength\":3}",
+     {"\"\\\"a\"", "\"a\\\"b\"", "\"\\\\\\\"\""},
+     {"\"\\\"\"", "\"ab\"", "\"\\\"abc\""}},
+    {"{\"type\":\"string\",\"pattern\":\"\\\\n|\\\\\\\\\",\"maxLength\":2}",
+     {"\"\\n\"", "\"a\\n\"", "\"\\\\\"", "\"\\\\\\\\\""},
+     {"\"\"", "\"ab\"", "\"a\\nb\"", "\"\\\\n\\\\\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^a.\",\"maxLength\":2}",
+     {"\"a\360\237\230\200\"", "\"ab\"", "\"a\303\251\""},
+     {"\"a\360\237\230\200\360\237\230\200\"", "\"a\"", "\"a\\n\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"minLength\":2,\"maxLength\":4}",
+     {"\"ab\"", "\"abcd\"", "\"xyz\""},
+     {"\"a\"", "\"abcde\"", "\"aB\"", "\"\"", "\"ab1\""}},
+    {"{\"type\":\"string\",\"pattern\":\"ab\",\"minLength\":3,\"maxLength\":5}",
+     {"\"abx\"", "\"xab\"", "\"xxabx\"", "\"aab\"", "\"a\\\"ab\"", "\"\303\251ab\""},
+     {"\"ab\"", "\"xxxxab\"", "\"xxxx\"", "\"xxxxx\"", "\"\"", "\"ba\\n\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^x\",\"minLength\":3}",
+     {"\"xyz\"", "\"x\303\251\344\270\255\360\237\230\200\""},
+     {"\"xy\"", "\"x\"", "\"yxz\"", "\"\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^[0-9]{3}$\",\"maxLength\":10,\"minLength\":1}",
+     {"\"123\"", "\"000\""},
+     {"\"12\"", "\"1234\"", "\"\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^[a-z]{2,6}$\",\"minLength\":3,\"maxLength\":4}",
+     {"\"abc\"", "\"abcd\""},
+     {"\"ab\"", "\"abcde\"", "\"ab1\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^(ab|c)*$\",\"maxLength\":3}",
+     {"\"\"", "\"ab\"", "\"c\"", "\"abc\"", "\"cab\"", "\"ccc\""},
+     {"\"abab\"", "\"a\"", "\"cccc\"", "\"b\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^[a-z]+(-[a-z]+)*$\",\"minLength\":3,\"maxLength\":7}",
+     {"\"abc\"", "\"a-b\"", "\"ab-cd-e\""},
+     {"\"ab\"", "\"a--b\"", "\"-ab\"", "\"abcdefgh\"", "\"ab-cd-ef\""}},
+    {"{\"type\":\"string\",\"allOf\":[{\"pattern\":\"^[^\\\\n\\\\r]*$\"},{\"pattern\":\"^[\\\\s\\\\S]{0,8}$\"}]}",
+     {"\"\"", "\"team-ld\"", "\"12345678\"", "\"a \\t\\\"b\""},
+     {"\"a\\nb\"", "\"123456789\"", "\"\\r\""}},
+    {"{\"allOf\":[{\"type\":\"string\",\"pattern\":\"^a\"},{\"pattern\":\"b$\"},{\"pattern\":\"c\"}]}",
+     {"\"acb\"", "\"abcb\"", "\"a c b\"", "\"acccb\""},
+     {"\"ab\"", "\"cb\"", "\"acbx\"", "\"ac\"", "\"\""}},
+    {"{\"type\":\"string\",\"allOf\":[{\"pattern\":\"^[a-z0-9_]+$\"},{\"pattern\":\"[0-9]\"},{\"minLength\":2}],\"maxLength\":5}",
+     {"\"a1\"", "\"12345\"", "\"_9_\""},
+     {"\"1\"", "\"abc\"", "\"a1b2c3\"", "\"a-1\""}},
+    {"{\"type\":\"string\",\"format\":\"uri\",\"pattern\":\"^https://\"}",
+     {"\"https://example.com/x\"", "\"https://[::1]:8080/?q#f\""},
+     {"\"http://example.com\"", "\"https://exa mple\"", "\"ftp://https://\""}},
+    {"{\"type\":\"string\",\"format\":\"date-time\",\"maxLength\":22}",
+     {"\"2024-01-01T00:00:00Z\"", "\"2024-02-29T23:59:59.5Z\""},
+     {"\"2024-01-01T00:00:00.55Z\"", "\"2023-02-29T00:00:00Z\""}},
+    {"{\"type\":\"string\",\"format\":\"uuid\",\"maxLength\":40}",
+     {"\"123e4567-e89b-12d3-a456-426614174000\""},
+     {"\"123e4567e89b12d3a456426614174000\""}},
+    {"{\"type\":\"string\",\"allOf\":[{\"format\":\"hostname\"},{\"format\":\"ipv4\"}]}",
+     {"\"1.2.3.4\"", "\"255.0.0.1\""},
+     {"\"a.b\"", "\"1.2.3.256\"", "\"1.2.3\""}},
+    {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":8}",
+     {"\"a@b.c\"", "\"ab@cd.ef\""},
+     {"\"abc@de.fg\"", "\"a@-b\"", "\"\""}},
+    {"{\"type\":\"string\",\"format\":\"uri\"}",
+     {"\"https://example.com\"", "\"mailto:a@b.c\"", "\"urn:isbn:0451450523\"", "\"http://[::1]:8080/p?q=1#f\"", "\"file:///tmp/x\"", "\"a:\"", "\"http://u:p@h/%20?/#?\"", "\"x://[v1.fe:x]\""},
+     {"\"example.com\"", "\"http://exa mple.com\"", "\"http://[::g]/\"", "\"1http://x\"", "\"http://x/%zz\"", "\"\"", "\"http://a@b@c\"", "\"http://h:8a/\"", "\"\303\251:x\""}},
+    {"{\"type\":\"string\",\"format\":\"uri-reference\"}",
+     {"\"/relative/path\"", "\"../x\"", "\"?q\"", "\"#frag\"", "\"\"", "\"//host:80/p\"", "\"a:b\"", "\"x/y:z\""},
+     {"\"a b\"", "\":x\"", "\"%zz\"", "\"//[::1/\"", "\"x:y z\""}},
+    {"{\"type\":\"string\",\"format\":\"hostname\"}",
+     {"\"example.com\"", "\"a-b.c\"", "\"xn--bcher-kva.example\"", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", "\"a1.b2\""},
+     {"\"-a.com\"", "\"a-.com\"", "\"a..b\"", "\"\"", "\"a_b.com\"", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", "\"a.\"", "\".a\""}},
+    {"{\"type\":\"string\",\"format\":\"ipv6\"}",
+     {"\"::\"", "\"::1\"", "\"1:2:3:4:5:6:7:8\"", "\"1::8\"", "\"::ffff:192.168.0.1\"", "\"fe80::1:2\"", "\"1:2:3:4:5:6:7::\"", "\"ABCD:ef01::\""},
+     {"\"1:2:3:4:5:6:7:8:9\"", "\":::\"", "\"1::2::3\"", "\"::ffff:256.1.1.1\"", "\"12345::\"", "\"g::\"", "\"1:2:3:4:5:6:7\"", "\"::1.2.3.04\"", "\"\""}},
+    {"{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\",\"type\":\"object\",\"properties\":{\"url\":{\"type\":\"string\",\"format\":\"uri\",\"description\":\"The URL\"},\"prompt\":{\"type\":\"string\"},\"offset\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9007199254740991}},\"required\":[\"url\",\"prompt\"],\"additionalProperties\":false}",
+     {"{\"url\":\"https://a.b/c\",\"prompt\":\"p\"}", "{\"url\":\"s:x\",\"prompt\":\"\",\"offset\":9007199254740991}"},
+     {"{\"url\":\"a.b\",\"prompt\":\"p\"}", "{\"url\":\"https://a.b\",\"prompt\":\"p\",\"offset\":9007199254740992}", "{\"url\":\"https://a.b\"}"}},
+    {"{\"type\":\"object\",\"properties\":{\"script\":{\"type\":\"string\",\"maxLength\":524288},\"args\":{},\"resumeFromRunId\":{\"type\":\"string\",\"pattern\":\"^wf_[a-z0-9-]{6,}$\"},\"runId\":{\"type\":\"string\",\"pattern\":\"^wf_[a-z0-9-]{6,}$\",\"maxLength\":524288}},\"additionalProperties\":false}",
+     {"{\"script\":\"x\",\"resumeFromRunId\":\"wf_abc-12\"}", "{\"args\":[1,{\"a\":null}],\"runId\":\"wf_abcdef\"}", "{}"},
+     {"{\"resumeFromRunId\":\"wf_abc\"}", "{\"runId\":\"xwf_abcdef\"}", "{\"runId\":\"wf_ABCDEF\"}", "{\"other\":1}"}},
+    {"{\"type\":\"object\",\"properties\":{\"fork_turns\":{\"oneOf\":[{\"type\":\"string\",\"enum\":[\"all\"]},{\"type\":\"string\",\"pattern\":\"^[1-9][0-9]*$\"}]},\"fork_profile\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":50},\"run_in_background\":{\"type\":\"boolean\",\"default\":true}},\"required\":[\"fork_turns\"]}",
+     {"{\"fork_turns\":\"all\"}", "{\"fork_turns\":\"12\",\"fork_profile\":\"ab\"}"},
+     {"{\"fork_turns\":\"0\"}", "{\"fork_turns\":\"al\"}", "{\"fork_turns\":\"1\",\"fork_profile\":\"a\"}"}},
+    {"{\"type\":\"object\",\"properties\":{\"timeout_ms\":{\"default\":300000,\"type\":\"number\",\"minimum\":1000,\"maximum\":3600000},\"ws\":{\"type\":\"object\",\"properties\":{\"url\":{\"type\":\"string\"},\"protocols\":{\"type\":\"array\",\"maxItems\":4,\"items\":{\"type\":\"string\",\"pattern\":\"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$\"}}},\"required\":[\"url\"],\"additionalProperties\":false}},\"required\":[\"timeout_ms\"],\"additionalProperties\":false}",
+     {"{\"timeout_ms\":1000}", "{\"timeout_ms\":3600000,\"ws\":{\"url\":\"u\",\"protocols\":[\"chat\",\"v1.json\"]}}"},
+     {"{\"timeout_ms\":999}", "{\"timeout_ms\":1000,\"ws\":{\"url\":\"u\",\"protocols\":[\"a b\"]}}", "{\"timeout_ms\":1000,\"ws\":{\"protocols\":[]}}"}},
 };
 
 static void test_cases(void) {
@@ -768,14 +1013,14 @@ static void test_cases(void) {
         if (!s) continue;
         struct dj_grammar *g = schema_grammar(s, DJ_JSON_WS_COMPACT);
         CHECKF(g != NULL, "case %zu", i);
-        for (size_t k = 0; g && k < 8 && c->valid[k]; k++) {
+        for (size_t k = 0; g && k < sizeof c->valid / sizeof c->valid[0] && c->valid[k]; k++) {
             json_t *v = json_loads(c->valid[k], JSON_DECODE_ANY, NULL);
             CHECKF(v && valid(s, s, v, 0), "case %zu: the test's valid[%zu] is not valid: %s", i, k, c->valid[k]);
             json_decref(v);
             CHECKF(grammar_match(g, c->valid[k], strlen(c->valid[k])), "case %zu: valid %s rejected", i, c->valid[k]);
             n_valid++;
         }
-        for (size_t k = 0; g && k < 10 && c->invalid[k]; k++) {
+        for (size_t k = 0; g && k < sizeof c->invalid / sizeof c->invalid[0] && c->invalid[k]; k++) {
             json_t *v = json_loads(c->invalid[k], JSON_DECODE_ANY, NULL);
             CHECKF(!v || !valid(s, s, v, 0), "case %zu: the test's invalid[%zu] is valid: %s", i, k, c->invalid[k]);
             json_decref(v);
@@ -789,6 +1034,274 @@ static void test_cases(void) {
     }
     printf("hand-written: %zu schemas, %zu valid instances accepted, %zu invalid rejected\n",
            sizeof cases / sizeof cases[0], n_valid, n_invalid);
+}
+
+/* ---- strings under several constraints: long texts, and every format two ways ---- */
+
+static struct dj_grammar *grammar_of(const char *schema) {
+    json_t *s = json_loads(schema, 0, NULL);
+    struct dj_grammar *g = s ? schema_grammar(s, DJ_JSON_WS_COMPACT) : NULL;
+    json_decref(s);
+    return g;
+}
+
+/* "<prefix><n times c><suffix>" as a JSON string text (malloc'd) */
+static char *long_text(const char *prefix, size_t n, char c, const char *suffix) {
+    size_t np = strlen(prefix), ns = strlen(suffix);
+    char *t = malloc(np + n + ns + 3);
+    t[0] = '"';
+    memcpy(t + 1, prefix, np);
+    memset(t + 1 + np, c, n);
+    memcpy(t + 1 + np + n, suffix, ns);
+    t[1 + np + n + ns] = '"', t[2 + np + n + ns] = 0;
+    return t;
+}
+
+static void test_long_strings(void) {
+    static const struct {
+        const char *schema, *prefix, *suffix;
+        char fill;
+        size_t ok, too_long; /* fill counts: matches, does not */
+    } longs[] = {
+        /* Claude Code's SendMessage `to`: no line break, at most 300 characters */
+        {"{\"type\":\"string\",\"allOf\":[{\"pattern\":\"^[^\\\\n\\\\r]*$\"},{\"pattern\":\"^[\\\\s\\\\S]{0,300}$\"}]}", "", "", 'x',
+         300, 301},
+        /* a prefix, then a loop counted up to a huge maxLength (one counted repetition, not 524288 rules) */
+        {"{\"type\":\"string\",\"pattern\":\"^wf_[a-z0-9-]{6,}$\",\"maxLength\":524288}", "wf_", "", 'k', 5000, 524286},
+        {"{\"type\":\"string\",\"pattern\":\"^wf_[a-z0-9-]{6,}$\",\"maxLength\":1503}", "wf_", "", 'k', 1500, 1501},
+        /* a cycle of two states counted one by one */
+        {"{\"type\":\"string\",\"pattern\":\"^[a-z]+(-[a-z]+)*$\",\"maxLength\":1200}", "", "-z", 'k', 1198, 1199},
+        /* search semantics with a length window */
+        {"{\"type\":\"string\",\"pattern\":\"needle\",\"minLength\":900,\"maxLength\":1000}", "", "needle", ' ', 994, 995},
+        {"{\"type\":\"string\",\"pattern\":\"needle\",\"minLength\":900,\"maxLength\":1000}", "", "needle", ' ', 894, 893},
+    };
+    for (size_t i = 0; i < sizeof longs / sizeof longs[0]; i++) {
+        struct dj_grammar *g = grammar_of(longs[i].schema);
+        CHECKF(g != NULL, "long case %zu", i);
+        if (!g) continue;
+        char *ok = long_text(longs[i].prefix, longs[i].ok, longs[i].fill, longs[i].suffix);
+        char *bad = long_text(longs[i].prefix, longs[i].too_long, longs[i].fill, longs[i].suffix);
+        CHECKF(grammar_match(g, ok, strlen(ok)), "long case %zu: %zu fill characters rejected", i, longs[i].ok);
+        CHECKF(!grammar_match(g, bad, strlen(bad)), "long case %zu: %zu fill characters accepted", i, longs[i].too_long);
+        free(ok), free(bad);
+        grammar_free(g);
+    }
+    /* the allOf shape's grammar is one counted repetition, not a rule per length */
+    char *gbnf = NULL;
+    const char *send = "{\"type\":\"string\",\"allOf\":[{\"pattern\":\"^[^\\\\n\\\\r]*$\"},{\"pattern\":\"^[\\\\s\\\\S]{0,300}$\"}]}";
+    CHECK(json_schema_to_gbnf(send, strlen(send), NULL, &gbnf) == DJ_OK && gbnf && strstr(gbnf, "{0,300}") &&
+          !strstr(gbnf, "-s1 ::="));
+    free(gbnf);
+}
+
+/* ---- random patterns, exhaustively over a small alphabet ---- */
+
+/* A random regex over {a, b, c} in the supported subset (it may still be
+ * refused: an unbounded repeat of something nullable). */
+static void rand_regex(struct gen *g, char *out, size_t *n, size_t cap, int depth) {
+#define PUT(s) do { const char *s_ = (s); size_t l_ = strlen(s_); if (*n + l_ < cap) memcpy(out + *n, s_, l_), *n += l_; } while (0)
+    static const char *atoms[] = {"a", "b", "c", "[ab]", "[^a]", ".", "[b-c]", "\\w"};
+    static const char *quants[] = {"", "", "", "*", "+", "?", "{2}", "{1,2}", "{0,3}", "{2,}"};
+    int items = 1 + (int)(rnd(g) % 3);
+    for (int i = 0; i < items; i++) {
+        uint64_t k = rnd(g) % 10;
+        if (k < 2 && depth < 3) {
+            PUT(k ? "(?:" : "(");
+            rand_regex(g, out, n, cap, depth + 1);
+            if (rnd(g) % 3 == 0) {
+                PUT("|");
+                rand_regex(g, out, n, cap, depth + 1);
+            }
+            PUT(")");
+        } else {
+            PUT(atoms[rnd(g) % (sizeof atoms / sizeof atoms[0])]);
+        }
+        PUT(quants[rnd(g) % (sizeof quants / sizeof quants[0])]);
+    }
+#undef PUT
+}
+
+static void rand_pattern(struct gen *g, char *out, size_t cap) {
+    size_t n = 0;
+    int branches = 1 + (rnd(g) % 4 == 0);
+    for (int b = 0; b < branches; b++) {
+        if (b && n + 1 < cap) out[n++] = '|';
+        if (rnd(g) % 2 && n + 1 < cap) out[n++] = '^';
+        rand_regex(g, out, &n, cap - 2, 0);
+        if (rnd(g) % 2 && n + 1 < cap) out[n++] = '$';
+    }
+    out[n] = 0;
+}
+
+/* Strings of a, b, c up to length 6 against schemas with one or two random
+ * patterns and random length bounds (the automaton path): the grammar admits
+ * exactly the strings PCRE2 finds every pattern in, within the bounds. */
+static void test_random_intersections(void) {
+    struct gen g = {.rng = 20240611};
+    size_t n_schemas = 0, n_refused = 0, n_strings = 0;
+    for (int t = 0; t < 160; t++) {
+        char p1[256], p2[256];
+        do rand_pattern(&g, p1, sizeof p1);
+        while (strlen(p1) > 40);
+        do rand_pattern(&g, p2, sizeof p2);
+        while (strlen(p2) > 40);
+        bool two = rnd(&g) % 2;
+        long lo = rnd(&g) % 3 ? -1 : (long)(rnd(&g) % 4), hi = rnd(&g) % 3 ? -1 : (long)(rnd(&g) % 6);
+        if (lo >= 0 && hi >= 0 && hi < lo) hi = lo + 1;
+        if (!two && lo < 0 && hi < 0) hi = 5; /* one pattern alone is not the automaton path */
+        json_t *s = json_pack("{s:s}", "type", "string");
+        if (two) json_object_set_new(s, "allOf", json_pack("[{s:s},{s:s}]", "pattern", p1, "pattern", p2));
+        else json_object_set_new(s, "pattern", json_string(p1));
+        if (lo >= 0) json_object_set_new(s, "minLength", json_integer(lo));
+        if (hi >= 0) json_object_set_new(s, "maxLength", json_integer(hi));
+        char *gbnf = NULL;
+        if (json_schema_to_gbnf_value(s, NULL, &gbnf) != DJ_OK) {
+            /* allowed refusals: a nullable unbounded repeat, or no string at all (checked below) */
+            const char *e = dj_last_error();
+            bool nullable = strstr(e, "can be empty") != NULL, empty = strstr(e, "no string satisfies") != NULL;
+            CHECKF(nullable || empty || strstr(e, "more than 4096 states"), "random %d: %s", t, e);
+            n_refused++;
+            if (!empty) {
+                json_decref(s);
+                continue;
+            }
+        }
+        struct dj_grammar *gr = gbnf ? parse_gbnf(gbnf) : NULL;
+        CHECKF(!gbnf || gr, "random %d: grammar does not parse", t);
+        if (!gr && gbnf) {
+            free(gbnf);
+            json_decref(s);
+            continue;
+        }
+        free(gbnf);
+        pcre2_code *r1 = regex_compile(p1), *r2 = regex_compile(p2);
+        CHECK(r1 && r2);
+        struct dj_gmatch *m0 = NULL;
+        CHECK(!gr || gmatch_create(gr, &m0) == DJ_OK);
+        n_schemas += gr != NULL;
+        /* every string over {a,b,c} of length 0..6 */
+        for (int len = 0; len <= 6; len++) {
+            size_t total = 1;
+            for (int i = 0; i < len; i++) total *= 3;
+            for (size_t code = 0; code < total; code++) {
+                char str[16], text[20];
+                size_t c = code;
+                for (int i = 0; i < len; i++) str[i] = (char)('a' + c % 3), c /= 3;
+                str[len] = 0;
+                bool want = (lo < 0 || len >= lo) && (hi < 0 || len <= hi) && r1 && regex_match(r1, str, (size_t)len) &&
+                            (!two || (r2 && regex_match(r2, str, (size_t)len)));
+                snprintf(text, sizeof text, "\"%s\"", str);
+                bool got = gm_match(m0, text, strlen(text));
+                CHECKF(got == want, "random %d: /%s/%s%s min %ld max %ld: \"%s\" %s", t, p1, two ? " and /" : "", two ? p2 : "",
+                       lo, hi, str, want ? "rejected" : "accepted");
+                n_strings++;
+                if (got != want) len = 7, code = total; /* one report per schema */
+            }
+        }
+        gmatch_free(m0);
+        grammar_free(gr);
+        pcre2_code_free(r1), pcre2_code_free(r2);
+        json_decref(s);
+    }
+    printf("random patterns: %zu schemas checked on every string of a, b, c up to length 6 (%zu strings), %zu refused\n",
+           n_schemas, n_strings, n_refused);
+}
+
+/* Each format as its own rule (the regex written as GBNF) and through the
+ * automata (with a maxLength that is not redundant): the same strings up to
+ * that length.  Sentences of each grammar are matched by the other. */
+static void test_formats_two_ways(void) {
+    static const char *formats[] = {"date", "time", "date-time", "uuid", "ipv4", "ipv6", "email", "hostname", "uri",
+                                    "uri-reference"};
+    size_t n_cross = 0;
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        char sa[128], sb[160];
+        /* the uri and address formats' grammars grow with maxLength (a rule per state and length): kept short */
+        size_t max = f >= 5 ? 24 : 40;
+        snprintf(sa, sizeof sa, "{\"type\":\"string\",\"format\":\"%s\"}", formats[f]);
+        snprintf(sb, sizeof sb, "{\"type\":\"string\",\"format\":\"%s\",\"minLength\":2,\"maxLength\":%zu}", formats[f], max);
+        struct dj_grammar *ga = grammar_of(sa), *gb = grammar_of(sb);
+        CHECKF(ga && gb, "format %s: %s", formats[f], dj_last_error());
+        struct dj_gmatch *ma = NULL, *mb = NULL;
+        CHECK(!ga || gmatch_create(ga, &ma) == DJ_OK);
+        CHECK(!gb || gmatch_create(gb, &mb) == DJ_OK);
+        for (int which = 0; ga && gb && which < 2; which++) {
+            struct dj_grammar *from = which ? gb : ga;
+            const struct dj_gmatch *to = which ? ma : mb;
+            struct gen gen = {.g = from, .rng = 77 + f * 2 + (uint64_t)which, .cap = 1 << 12};
+            gen.cost = malloc(from->n_rules * sizeof *gen.cost);
+            gen.out = malloc(gen.cap);
+            gen_costs(&gen);
+            for (int i = 0; i < 200; i++) {
+                gen.n = 0, gen.too_long = false;
+                gen_rule(&gen, from->root, 0);
+                if (gen.too_long) continue;
+                json_t *v = json_loadb(gen.out, gen.n, JSON_DECODE_ANY, NULL);
+                size_t len = v ? n_cp(json_string_value(v), json_string_length(v)) : 0;
+                json_decref(v);
+                bool in = len >= 2 && len <= max;
+                if (!which && !in) continue; /* longer than the second grammar allows */
+                CHECKF(which ? in : true, "format %s with maxLength: sentence of %zu characters", formats[f], len);
+                CHECKF(gm_match(to, gen.out, gen.n), "format %s: %s sentence not in the %s grammar: %.*s", formats[f],
+                       which ? "automaton" : "direct", which ? "direct" : "automaton", (int)gen.n, gen.out);
+                n_cross++;
+            }
+            free(gen.cost), free(gen.out);
+        }
+        gmatch_free(ma), gmatch_free(mb);
+        grammar_free(ga), grammar_free(gb);
+    }
+    printf("formats: %zu sentences matched by both the direct and the automaton grammar\n", n_cross);
+}
+
+/* Tool-call grammars for tools of the agents' shapes, every mode and format. */
+static void test_agent_tools(void) {
+    const char *tools =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"SendMessage\",\"parameters\":{\"$schema\":\"https://json-schema.org/"
+        "draft/2020-12/schema\",\"type\":\"object\",\"properties\":{\"to\":{\"type\":\"string\",\"allOf\":[{\"pattern\":\"^[^\\\\n"
+        "\\\\r]*$\"},{\"pattern\":\"^[\\\\s\\\\S]{0,300}$\"}]},\"summary\":{\"type\":\"string\",\"maxLength\":200},\"message\":{"
+        "\"default\":\"\",\"type\":\"string\"}},\"required\":[\"to\",\"message\"],\"additionalProperties\":false}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"WebFetch\",\"parameters\":{\"type\":\"object\",\"properties\":{\"url\":{"
+        "\"type\":\"string\",\"format\":\"uri\"},\"offset\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9007199254740991}},"
+        "\"required\":[\"url\"],\"additionalProperties\":false}}},"
+        "{\"type\":\"function\",\"name\":\"Workflow\",\"parameters\":{\"type\":\"object\",\"properties\":{\"script\":{\"type\":"
+        "\"string\",\"maxLength\":524288},\"resumeFromRunId\":{\"type\":\"string\",\"pattern\":\"^wf_[a-z0-9-]{6,}$\"}},"
+        "\"additionalProperties\":false}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"agent\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"fork_turns\":{\"oneOf\":[{\"type\":\"string\",\"enum\":[\"all\"]},{\"type\":\"string\",\"pattern\":\"^[1-9][0-9]*$\"}]}"
+        ",\"fork_profile\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":50}},\"required\":[\"fork_turns\"]}}}]";
+    size_t n = 0;
+    for (int ws = 0; ws < 3; ws++)
+        for (int fmt = 0; fmt < 2; fmt++)
+            for (int choice = 0; choice < 4; choice++) {
+                struct dj_toolcall_opts o = toolcall_default_opts();
+                o.schema.whitespace = (enum dj_json_ws)ws, o.format = (enum dj_tool_format)fmt;
+                o.choice = (enum dj_tool_choice)choice, o.name = "WebFetch";
+                struct dj_toolcall_grammar tg = {0};
+                CHECKF(toolcall_grammar_build(tools, strlen(tools), &o, &tg) == DJ_OK, "agent tools ws %d fmt %d: %s", ws, fmt,
+                       dj_last_error());
+                for (int lazy = 0; lazy < 2 && tg.gbnf; lazy++) {
+                    struct dj_grammar *g = parse_gbnf(lazy ? tg.lazy_gbnf : tg.gbnf);
+                    CHECK(g != NULL);
+                    n += g != NULL;
+                    grammar_free(g);
+                }
+                toolcall_grammar_free(&tg);
+            }
+    struct dj_toolcall_opts o = toolcall_default_opts();
+    struct dj_toolcall_grammar tg = {0};
+    CHECK(toolcall_grammar_build(tools, strlen(tools), &o, &tg) == DJ_OK);
+    struct dj_grammar *g = tg.gbnf ? parse_gbnf(tg.gbnf) : NULL;
+    const char *ok = "<tool_call>\n{\"name\": \"SendMessage\", \"arguments\": {\"to\": \"team-lead\", \"message\": \"hi\"}}\n"
+                     "</tool_call>\n<tool_call>\n{\"name\": \"WebFetch\", \"arguments\": {\"url\": \"https://example.com/a?b#c\"}}\n"
+                     "</tool_call>";
+    const char *bad1 = "<tool_call>\n{\"name\": \"SendMessage\", \"arguments\": {\"to\": \"a\\nb\", \"message\": \"hi\"}}\n</tool_call>";
+    const char *bad2 = "<tool_call>\n{\"name\": \"WebFetch\", \"arguments\": {\"url\": \"example.com\"}}\n</tool_call>";
+    CHECK(g && grammar_match(g, ok, strlen(ok)));
+    CHECK(g && !grammar_match(g, bad1, strlen(bad1)) && !grammar_match(g, bad2, strlen(bad2)));
+    grammar_free(g);
+    toolcall_grammar_free(&tg);
+    printf("agent-shaped tools: %zu tool-call grammars parsed\n", n);
 }
 
 /* a few texts in the other whitespace modes */
@@ -879,6 +1392,8 @@ static void test_errors(void) {
         {"{\"type\":\"object\",\"properties\":{\"foo\":{\"patternProperties\":{}}}}",
          "json schema: unsupported keyword 'patternProperties' at /properties/foo"},
         {"{\"not\":{}}", "json schema: unsupported keyword 'not' at /"},
+        {"{\"type\":\"object\",\"properties\":{\"m\":{\"propertyNames\":{\"maxLength\":3}}}}",
+         "json schema: unsupported keyword 'propertyNames' (only one that every key satisfies) at /properties/m"},
         {"{\"items\":{\"multipleOf\":2}}", "json schema: unsupported keyword 'multipleOf' at /items"},
         {"{\"anyOf\":[{\"type\":\"string\"},{\"uniqueItems\":true}]}", "json schema: unsupported keyword 'uniqueItems' (true) at /anyOf/1"},
         {"{\"prefixItems\":[{},{\"contains\":{}}]}", "json schema: unsupported keyword 'contains' at /prefixItems/1"},
@@ -894,8 +1409,24 @@ static void test_errors(void) {
         {"{\"type\":\"string\",\"pattern\":\"\\\\bword\"}", "json schema: pattern: word boundary \\b is not supported (at character 1) at /pattern"},
         {"{\"type\":\"string\",\"pattern\":\"(a*)*\"}",
          "json schema: pattern: an unbounded repetition of something that can be empty (at character 5) at /pattern"},
-        {"{\"type\":\"string\",\"format\":\"hostname\"}", "json schema: unsupported format 'hostname' at /"},
-        {"{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}", "json schema: 'pattern' together with 'maxLength' is not supported at /"},
+        {"{\"type\":\"string\",\"format\":\"iri\"}", "json schema: unsupported format 'iri' at /"},
+        {"{\"type\":\"string\",\"format\":\"idn-hostname\",\"maxLength\":3}", "json schema: unsupported format 'idn-hostname' at /"},
+        {"{\"type\":\"string\",\"pattern\":\"^abc$\",\"minLength\":4}",
+         "json schema: no string satisfies pattern '^abc$', minLength 4 at /"},
+        {"{\"type\":\"string\",\"allOf\":[{\"pattern\":\"^[a-z]*$\"},{\"pattern\":\"[0-9]\"}]}",
+         "json schema: no string satisfies pattern '^[a-z]*$', pattern '[0-9]' at /"},
+        {"{\"type\":\"string\",\"pattern\":\"^[0-9]{2,3}$\",\"minLength\":4}",
+         "json schema: no string satisfies pattern '^[0-9]{2,3}$', minLength 4 at /"},
+        {"{\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^[a-z]+(-[a-z]+)*$\",\"maxLength\":524288}}}",
+         "json schema: pattern '^[a-z]+(-[a-z]+)*$', maxLength 524288: the exact grammar would need more than 8192 rules (an "
+         "automaton of 2 states, lengths counted one by one) at /properties/s"},
+        {"{\"type\":\"string\",\"pattern\":\"^[ab]*a[ab]{20}$\",\"maxLength\":100}",
+         "json schema: pattern '^[ab]*a[ab]{20}$', maxLength 100: the automaton would need more than 4096 states at /"},
+        {"{\"type\":\"string\",\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"(b\"}]}",
+         "json schema: pattern '(b': missing ')' (at character 2) at /"},
+        {"{\"type\":\"string\",\"pattern\":\"(b\",\"maxLength\":3}", "json schema: pattern: missing ')' (at character 2) at /pattern"},
+        {"{\"enum\":[\"a\"],\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}",
+         "json schema: 'enum' together with 'pattern' is not supported at /"},
         {"{\"$ref\":\"https://example.com/s.json\"}", "json schema: only local $ref (\"#...\") are supported, not 'https://example.com/s.json' at /"},
         {"{\"$ref\":\"#/$defs/missing\"}", "json schema: $ref '#/$defs/missing' does not resolve at /"},
         {"{\"$ref\":\"#\"}", "json schema: $ref '#' refers to itself before any text (left recursion) at /"},
@@ -907,7 +1438,9 @@ static void test_errors(void) {
         {"{\"enum\":[1,2],\"type\":\"string\"}", "json schema: no value of 'enum' is allowed by the rest of the schema at /"},
         {"{\"enum\":[\"a\"],\"minLength\":3}", "json schema: 'enum' together with 'minLength' is not supported at /"},
         {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "json schema: allOf: the components' types have nothing in common at /"},
-        {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "json schema: allOf: components with different 'pattern' cannot be merged at /"},
+        {"{\"allOf\":[{\"minimum\":1},{\"const\":2}]}", "json schema: 'enum' together with 'minimum' is not supported at /"},
+        {"{\"allOf\":[{\"prefixItems\":[{}]},{\"prefixItems\":[{},{}]}]}",
+         "json schema: allOf: components with different 'prefixItems' cannot be merged at /"},
         {"{\"type\":\"object\",\"properties\":{},\"required\":[\"x\"],\"additionalProperties\":false}",
          "json schema: required property 'x' is not in properties and additionalProperties is false at /"},
         {"{\"type\":\"array\",\"prefixItems\":[{}],\"items\":false,\"minItems\":2}", "json schema: minItems 2 exceeds the items possible at /"},
@@ -940,6 +1473,10 @@ int main(int argc, char **argv) {
     test_whitespace();
     test_toolcall();
     test_cases();
+    test_long_strings();
+    test_random_intersections();
+    test_formats_two_ways();
+    test_agent_tools();
     test_traces(shared);
     printf("generated %zu sentences, %zu valid JSON instances (skipped: %zu with a repeated additional key, %zu "
            "beyond jansson's limits, %zu over 64 KB)\n",
