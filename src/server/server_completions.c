@@ -68,6 +68,7 @@ struct cmpl_choice {
     json_t *tokens, *token_logprobs, *top_logprobs, *text_offset; /* released, not sent yet */
     json_t *ids;      /* /infill return_tokens: the generated ids not sent yet */
     size_t n_tokens;  /* tokens generated */
+    bool has_new_line; /* /infill: the text so far holds a '\n' */
 };
 
 struct cmpl_state {
@@ -284,7 +285,7 @@ static json_t *infill_final(struct sreq *r, json_t *content, json_t *tokens) {
     const char *word = res->finish == DJ_FINISH_STOP && res->stop_index >= 0 && (size_t)res->stop_index < r->n_stops
                            ? r->stops[res->stop_index]
                            : "";
-    const bool nl = r->text && r->text[0] && memchr(r->text[0], '\n', r->n_text[0]);
+    const bool nl = !cs->no_predict && cs->ch[0].has_new_line;
     return json_pack("{s:I, s:o, s:o, s:I, s:b, s:s, s:I, s:I, s:O, s:o, s:b, s:b, s:s, s:s, s:I, s:o, s:o, s:o}",
                      "index", (json_int_t)0, "content", content, "tokens", tokens, "id_slot", (json_int_t)0, "stop", 1,
                      "model", r->s->alias, "tokens_predicted", (json_int_t)n_gen, "tokens_evaluated",
@@ -310,6 +311,7 @@ static void cmpl_on_token(void *ud, const struct dj_token_event *ev) {
         json_array_append_new(c->ids, json_integer(ev->tok));
     }
     c->n_emitted += ev->n_text;
+    c->has_new_line |= memchr(ev->text, '\n', ev->n_text) != NULL;
     lp_release(c);
     if (cs->no_predict || (ev->n_text == 0 && !(r->stream && cs->infill && c->ids))) {
         pthread_cond_broadcast(&r->cv);

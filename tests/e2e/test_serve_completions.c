@@ -353,6 +353,7 @@ static void test_fim(void) {
            "/infill: %d '%s' vs '%s'", st, sget(j, "content") ? sget(j, "content") : "-", want);
     json_decref(j);
     free(want);
+    json_decref(ids);
     /* an empty suffix is a plain completion (BOS + the prompt's tokens) */
     j = post("/v1/completions", json_pack("{s:s, s:s, s:i}", "prompt", prefix, "suffix", "", "max_tokens", 1), &st);
     CHECK(st == 200 && iget(json_object_get(j, "usage"), "prompt_tokens") == (json_int_t)n_tokens(prefix) + 1);
@@ -398,6 +399,11 @@ static void test_fim(void) {
     CHECKF(st == 200 && stops_ok && !strcmp(cat, sget(j, "content") ? sget(j, "content") : "") && raw &&
                !strstr(raw, "[DONE]"),
            "/infill stream: '%s' vs '%s'", cat, sget(j, "content") ? sget(j, "content") : "-");
+    /* has_new_line: whether the content holds a newline, streamed or not */
+    json_t *last = json_array_get(events, json_array_size(events) - 1);
+    const bool nl = strchr(cat, '\n') != NULL;
+    CHECK(json_is_boolean(json_object_get(j, "has_new_line")) && json_is_true(json_object_get(j, "has_new_line")) == nl &&
+          json_is_true(json_object_get(last, "has_new_line")) == nl);
     free(raw);
     json_decref(events);
     json_decref(j);
