@@ -1,6 +1,10 @@
 /*
  * server.c — `deja serve` (server.h): libmicrohttpd with a thread per
- * connection, jansson for JSON, one engine thread.
+ * connection, jansson for JSON, one engine thread.  The HTTP side (bodies,
+ * routing, responses, SSE streams, request records and their lifetime) and
+ * the small endpoints (/health, /metrics, /v1/models, /tokenize,
+ * /detokenize); the text completions are server_completions.c's, the chat
+ * endpoints server_chat.c's.
  */
 #include "server/server.h"
 
@@ -71,6 +75,7 @@ void sreq_unref(struct sreq *r) {
     s->n_live--;
     pthread_mutex_unlock(&s->mu);
     chat_sreq_free(r);
+    cmpl_sreq_free(r);
     for (uint32_t i = 0; i < r->n; i++) free(r->text ? r->text[i] : NULL);
     free(r->text);
     free(r->n_text);
@@ -89,32 +94,6 @@ json_t *jstr(const char *s, size_t n) {
     return v ? v : json_string("\xEF\xBF\xBD");
 }
 
-/* Appends `data: <json>\n\n` (takes j). Caller holds r->mu. */
-static void sse_locked(struct sreq *r, json_t *j) {
-    char *txt = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
-    json_decref(j);
-    if (!txt) return;
-    buf_append(&r->buf, &r->n_buf, &r->cap_buf, "data: ", 6);
-    buf_append(&r->buf, &r->n_buf, &r->cap_buf, txt, strlen(txt));
-    buf_append(&r->buf, &r->n_buf, &r->cap_buf, "\n\n", 2);
-    free(txt);
-}
-
-static json_t *chunk(const struct sreq *r, uint32_t index, json_t *text, const char *finish) {
-    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:I, s:o, s:o, s:n}]}", "id", r->cmpl_id, "object", "text_completion",
-                     "created", (json_int_t)r->created, "model", r->s->alias, "choices", "index", (json_int_t)index,
-                     "text", text, "finish_reason", finish ? json_string(finish) : json_null(), "logprobs");
-}
-
-static json_t *usage_json(const struct sreq *r) {
-    size_t gen = 0;
-    for (uint32_t i = 0; i < r->n; i++) gen += r->res[i].n_gen;
-    const struct dj_turn_result *r0 = &r->res[0];
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)r0->n_prompt, "completion_tokens",
-                     (json_int_t)gen, "total_tokens", (json_int_t)(r0->n_prompt + gen), "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)r0->n_cached);
-}
-
 /* deja's extension: where the prompt's tokens came from. */
 json_t *xdeja_json(const struct sreq *r) {
     const struct dj_turn_result *r0 = &r->res[0];
@@ -131,23 +110,6 @@ void server_note_token(struct sreq *r, uint32_t i) {
     r->t_last_us[i] = now;
 }
 
-static void on_token(void *ud, const struct dj_token_event *ev) {
-    struct sreq *r = ud;
-    pthread_mutex_lock(&r->mu);
-    server_note_token(r, ev->index);
-    if (ev->n_text == 0) {
-        pthread_mutex_unlock(&r->mu);
-        return;
-    }
-    if (r->stream) {
-        sse_locked(r, chunk(r, ev->index, jstr(ev->text, ev->n_text), NULL));
-    } else if (ev->index < r->n) {
-        buf_append(&r->text[ev->index], &r->n_text[ev->index], &r->cap_text[ev->index], ev->text, ev->n_text);
-    }
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-}
-
 static const char *finish_name(enum dj_finish f) {
     return f == DJ_FINISH_LENGTH ? "length" : f == DJ_FINISH_STOP ? "stop" : engine_finish_name(f);
 }
@@ -162,27 +124,6 @@ void server_log_request(const struct sreq *r) {
             r->path ? r->path : "?", r->stream ? "stream" : "json", x->n_prompt, x->n_cached, x->n_reused_own,
             x->n_reused_pool, x->n_reused_disk, x->n_computed, gen, finish_name(x->finish), x->t_ttft_ms,
             x->t_queue_ms + x->t_prefill_ms + x->t_decode_ms);
-}
-
-static void on_done(void *ud, const struct dj_turn_result *res) {
-    struct sreq *r = ud;
-    metrics_observe_done(&r->s->metrics, res);
-    pthread_mutex_lock(&r->mu);
-    if (res->index < r->n) r->res[res->index] = *res;
-    if (r->stream) sse_locked(r, chunk(r, res->index, json_string(""), finish_name(res->finish)));
-    const bool last = ++r->n_done == r->n;
-    if (last) {
-        server_log_request(r);
-        if (r->stream && r->include_usage)
-            sse_locked(r, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o, s:o}", "id", r->cmpl_id, "object", "text_completion",
-                                    "created", (json_int_t)r->created, "model", r->s->alias, "choices", "usage",
-                                    usage_json(r), "x_deja", xdeja_json(r)));
-        if (r->stream) buf_append(&r->buf, &r->n_buf, &r->cap_buf, "data: [DONE]\n\n", 14);
-        r->done = true;
-    }
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    if (last) sreq_unref(r);
 }
 
 /* ---- responses ----------------------------------------------------------------- */
@@ -215,9 +156,7 @@ enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) 
 }
 
 /* OpenAI's error shape: {"error": {"message", "type", "param", "code"}}. */
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *param, const char *fmt, ...) {
+enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *param, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -246,7 +185,7 @@ static enum MHD_Result send_loading(struct MHD_Connection *c) {
     return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "5") : MHD_NO;
 }
 
-/* ---- /v1/completions ----------------------------------------------------------- */
+/* ---- request plumbing (every generation endpoint) ------------------------------- */
 
 /* Has the client of r hung up?  (A request that sends nothing while it waits or
  * computes would otherwise never learn it.) */
@@ -377,67 +316,6 @@ enum MHD_Result send_stream(struct MHD_Connection *c, struct sreq *r) {
     return ret;
 }
 
-static enum MHD_Result completions(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body) {
-    struct dj_completion_req cr = {0};
-    if (server_full(s)) return send_busy(c);
-    int code = 400;
-    const char *param = NULL;
-    if (server_parse_completion(s->m->vocab, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
-        return send_error(c, (unsigned)code, param, "%s", dj_last_error());
-    struct dj_request_params rp = engine_default_request();
-    rp.sampling = cr.sp;
-    if (!cr.has_seed) rp.sampling.seed = server_fresh_seed(s);
-    rp.ignore_eos = cr.ignore_eos;
-    struct sreq *r = sreq_new(s, c, cr.n);
-    if (!r) {
-        server_completion_req_free(&cr);
-        return send_error(c, 500, NULL, "out of memory");
-    }
-    r->path = "/v1/completions";
-    r->stream = cr.stream;
-    r->include_usage = cr.include_usage;
-    snprintf(r->cmpl_id, sizeof r->cmpl_id, "cmpl-%016llx", (unsigned long long)dj_rng_u64(rp.sampling.seed, 7));
-    rp.prompt = cr.prompt;
-    rp.n_prompt = cr.n_prompt;
-    rp.max_tokens = server_gen_cap(s, cr.n_prompt, cr.max_tokens);
-    rp.n = r->n;
-    rp.cache_salt = cr.cache_salt && *cr.cache_salt ? cr.cache_salt : NULL;
-    rp.stop = cr.stop;
-    rp.n_stop = cr.n_stop;
-    rp.on_token = on_token;
-    rp.on_done = on_done;
-    rp.ud = r;
-    enum dj_status st = engine_submit(s->e, &rp, &r->id);
-    server_completion_req_free(&cr);
-    if (st) {
-        r->refs = 1;
-        sreq_unref(r);
-        return send_error(c, st == DJ_ERR_NOMEM ? 503 : 400, NULL, "%s", dj_last_error());
-    }
-    if (r->stream) return send_stream(c, r);
-    server_wait_done(r);
-    json_t *choices = json_array();
-    unsigned status = 200;
-    for (uint32_t i = 0; i < r->n; i++) {
-        if (r->res[i].finish == DJ_FINISH_ERROR) status = 500;
-        json_array_append_new(choices, json_pack("{s:I, s:o, s:s, s:n}", "index", (json_int_t)i, "text",
-                                                 jstr(r->text[i] ? r->text[i] : "", r->n_text[i]), "finish_reason",
-                                                 finish_name(r->res[i].finish), "logprobs"));
-    }
-    enum MHD_Result ret;
-    if (status == 500) {
-        ret = send_error(c, 500, NULL, "generation failed: %s", r->res[0].error);
-        json_decref(choices);
-    } else {
-        ret = send_json(c, 200,
-                        json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:o}", "id", r->cmpl_id, "object", "text_completion",
-                                  "created", (json_int_t)r->created, "model", s->alias, "choices", choices, "usage",
-                                  usage_json(r), "x_deja", xdeja_json(r)));
-    }
-    sreq_unref(r);
-    return ret;
-}
-
 /* ---- small endpoints --------------------------------------------------------------- */
 
 static enum MHD_Result tokenize(struct dj_server *s, struct MHD_Connection *c, json_t *req) {
@@ -543,8 +421,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     static const struct {
         const char *path;
-        int api; /* enum dj_api; -1: completions; -2: apply-template; -3 tokenize; -4 detokenize */
-    } routes[] = {{"/v1/completions", -1}, {"/completions", -1}, {"/v1/chat/completions", DJ_API_CHAT},
+        int api; /* enum dj_api; -1: completions; -2: apply-template; -3 tokenize; -4 detokenize; -5 infill */
+    } routes[] = {{"/v1/completions", -1}, {"/completions", -1}, {"/infill", -5}, {"/v1/chat/completions", DJ_API_CHAT},
                   {"/chat/completions", DJ_API_CHAT}, {"/v1/responses", DJ_API_RESPONSES},
                   {"/responses", DJ_API_RESPONSES}, {"/v1/messages", DJ_API_MESSAGES},
                   {"/v1/messages/count_tokens", DJ_API_MESSAGES_COUNT}, {"/apply-template", -2},
@@ -556,9 +434,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (strcmp(method, "POST")) return send_error(c, 405, NULL, "use POST for %s", url);
     if (b->too_big) return send_error(c, 413, NULL, "request body over the limit");
     const char *body = b->buf ? b->buf : "";
-    if (api == -1) {
+    if (api == -1 || api == -5) {
         metrics_count_request(&s->metrics, DJ_MK_COMPLETIONS);
-        return completions(s, c, body, b->n);
+        return api == -1 ? completions_endpoint(s, c, body, b->n) : infill_endpoint(s, c, body, b->n);
     }
     if (api >= 0) {
         metrics_count_request(&s->metrics, api == DJ_API_CHAT        ? DJ_MK_CHAT

@@ -30,16 +30,6 @@
 
 enum { GCACHE_MAX = 16 };
 
-struct gent {
-    struct gent *next;
-    char *gbnf;
-    struct dj_grammar *g;
-    struct dj_gtok *gt;
-    struct dj_gdraft_memo *memo;
-    int refs;
-    uint64_t used;
-};
-
 static void gent_free(struct gent *e) {
     gtok_free(e->gt);
     grammar_free(e->g);
@@ -49,7 +39,7 @@ static void gent_free(struct gent *e) {
 }
 
 /* A grammar for gbnf, from the cache or made now (a reference the caller releases). */
-static enum dj_status gcache_get(struct dj_server *s, const char *gbnf, struct gent **out) {
+enum dj_status gcache_get(struct dj_server *s, const char *gbnf, struct gent **out) {
     enum dj_status st = DJ_OK;
     pthread_mutex_lock(&s->gmu);
     if (!s->gvocab && (st = gvocab_create(s->m->vocab, &s->gvocab)) != DJ_OK) goto done;
@@ -93,7 +83,7 @@ done:
     return st;
 }
 
-static void gcache_release(struct dj_server *s, struct gent *e) {
+void gcache_release(struct dj_server *s, struct gent *e) {
     pthread_mutex_lock(&s->gmu);
     e->refs--;
     pthread_mutex_unlock(&s->gmu);

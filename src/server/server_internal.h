@@ -1,6 +1,7 @@
 /*
- * server_internal.h — what server.c (HTTP, /v1/completions, small endpoints)
- * and server_chat.c (the chat endpoints) share.
+ * server_internal.h — what server.c (HTTP, routing, small endpoints),
+ * server_completions.c (/v1/completions, /infill) and server_chat.c (the chat
+ * endpoints, the grammar cache) share.
  */
 #ifndef DJ_SERVER_INTERNAL_H
 #define DJ_SERVER_INTERNAL_H
@@ -17,7 +18,18 @@
 #include "server/metrics.h"
 #include "server/server.h"
 
-struct gent; /* a cached grammar (server_chat.c) */
+/* A cached grammar (server_chat.c's gcache): the parse, its masks over the vocabulary
+ * and the draft memo, shared by the requests that hold a reference. */
+struct gent {
+    struct gent *next;
+    char *gbnf;
+    struct dj_grammar *g;
+    struct dj_gtok *gt;
+    struct dj_gdraft_memo *memo;
+    int refs;
+    uint64_t used;
+};
+struct cmpl_state; /* a text completion's own state (server_completions.c) */
 
 struct dj_server {
     const struct dj_model *m;
@@ -96,6 +108,8 @@ struct sreq {
     char *stops[DJ_SERVER_STOP_MAX + 1]; /* copies: the request's stop strings, then turn_end_stop */
     size_t n_stops, n_user_stops;
     char *model; /* /v1/messages: the request's model, echoed in the response (malloc'd) */
+    /* text completions (server_completions.c; gent, gp and stops above serve them too) */
+    struct cmpl_state *cmpl;
 };
 
 struct body {
@@ -112,6 +126,9 @@ struct sreq *sreq_new(struct dj_server *s, struct MHD_Connection *c, uint32_t n)
 enum MHD_Result send_text_hdr(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype,
                               const char *hname, const char *hvalue);
 enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j);
+/* OpenAI's error shape: {"error": {"message", "type", "param", "code": null}}; param NULL: null. */
+enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 enum MHD_Result send_busy(struct MHD_Connection *c);
 bool server_full(struct dj_server *s);
 /* One line per request on stderr (method, path, tokens, TTFT, total) and the metrics. */
@@ -136,5 +153,15 @@ enum MHD_Result apply_template_endpoint(struct dj_server *s, struct MHD_Connecti
 void chat_sreq_free(struct sreq *r);     /* the chat parts of r (any thread) */
 void server_gcache_collect(struct dj_server *s); /* engine thread: frees grammars no request uses */
 void server_gcache_free(struct dj_server *s);
+/* A grammar for gbnf, from the cache or compiled now: a reference the caller gives back
+ * with gcache_release (once the engine is done with the request).  A bad grammar:
+ * grammar_parse's status and message. */
+enum dj_status gcache_get(struct dj_server *s, const char *gbnf, struct gent **out);
+void gcache_release(struct dj_server *s, struct gent *e);
+
+/* server_completions.c */
+enum MHD_Result completions_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body);
+enum MHD_Result infill_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body);
+void cmpl_sreq_free(struct sreq *r); /* the text-completion parts of r (any thread) */
 
 #endif

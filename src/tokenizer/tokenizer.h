@@ -60,6 +60,19 @@ const char *vocab_token_text(const struct dj_vocab *v, dj_token tok);
 enum dj_token_type vocab_token_type(const struct dj_vocab *v, dj_token tok);
 bool vocab_is_eog(const struct dj_vocab *v, dj_token tok); /* eos, eot, or another end-of-generation token */
 
+/* Fill-in-the-middle tokens, as llama.cpp's llama_vocab_fim_*() finds them at load:
+ * the GGUF ids first (tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id, or the
+ * older prefix/suffix/middle_token_id), else by text: <|fim_prefix|>, <fim-prefix>,
+ * <fim_prefix>, <｜fim▁begin｜>, <PRE>, ▁<PRE>, <|code_prefix|>, <|prefix|> (and the
+ * matching suffix / middle / pad / repo texts; <|file_sep|> for sep).  -1 where the
+ * vocabulary has none.  pad, rep and sep are end-of-generation tokens (vocab_is_eog). */
+struct dj_fim_tokens {
+    dj_token pre, suf, mid; /* prefix, suffix (the hole), middle (generate from here) */
+    dj_token pad, rep, sep; /* padding, repository name, file separator */
+};
+/* Fills *out; true when pre, suf and mid all exist (a FIM prompt can be built). */
+bool vocab_fim_tokens(const struct dj_vocab *v, struct dj_fim_tokens *out);
+
 /* Encodes text[0..len).  add_special: BOS/EOS as the vocab's add_bos/add_eos
  * say.  parse_special: control (and unknown) tokens written literally in the
  * text are matched as those tokens; otherwise they are plain text.

@@ -654,3 +654,13 @@ bool vocab_is_eog(const struct dj_vocab *v, dj_token tok) {
     if (tok < 0 || (size_t)tok >= v->n_tokens) return false;
     return (v->attr[tok] & TOK_ATTR_EOG) != 0;
 }
+
+bool vocab_fim_tokens(const struct dj_vocab *v, struct dj_fim_tokens *out) {
+    out->pre = v->fim_pre;
+    out->suf = v->fim_suf;
+    out->mid = v->fim_mid;
+    out->pad = v->fim_pad;
+    out->rep = v->fim_rep;
+    out->sep = v->fim_sep;
+    return out->pre >= 0 && out->suf >= 0 && out->mid >= 0;
+}

@@ -1,11 +1,18 @@
 /*
  * fuzz_request.c — the server's request parsers on arbitrary bodies: the
  * first byte picks /v1/completions (server_parse_completion, src/server/
- * request.c) or a chat dialect (api_parse_chat, src/server/api.h: Chat
- * Completions, Responses, Messages, Messages count_tokens); the rest is the
- * body.  Each returns a request or an error with an HTTP status and a
- * message, never crashes.  Checked on success:
- *   completions  a non-empty prompt of valid ids, 1..16 completions, at most 16 stop strings;
+ * request.c), a chat dialect (api_parse_chat, src/server/api.h: Chat
+ * Completions, Responses, Messages, Messages count_tokens) or /infill
+ * (server_parse_infill); the rest is the body.  Each returns a request or an
+ * error with an HTTP status and a message, never crashes.  Checked on success:
+ *   completions  a non-empty prompt of valid ids (or, with a suffix, the FIM parts), 1..16
+ *                completions, at most 16 stop strings, logprobs -1..20, at most one
+ *                output constraint (a non-empty grammar, a schema object or any object)
+ *                and its field named;
+ *   infill       the FIM parts (strings; input_extra chunks with a string text), one
+ *                completion, no logprobs; for both, server_fim_prompt's prompt (a context
+ *                size drawn from the body's length) is valid ids ending in the MID token,
+ *                and within the context when there is no /infill prompt;
  *   chat         messages in api.h's shape (roles, string / null / text-part content, tool
  *                calls with string arguments, tool messages with a tool_call_id), tools
  *                non-empty with unique names or NULL (then tool_choice NONE), a NAMED choice
@@ -29,6 +36,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct dj_vocab *vocab;
 static bool loaded;
+
+/* The constraint and FIM fields of a parsed completion or infill request. */
+static void check_completion(const struct dj_completion_req *r, size_t size) {
+    if (r->n < 1 || r->n > DJ_SERVER_N_MAX || r->n_stop > DJ_SERVER_STOP_MAX) abort();
+    if (r->logprobs < -1 || r->logprobs > DJ_SERVER_LOGPROBS_MAX) abort();
+    const struct dj_constraint_req *c = &r->cons;
+    const int n_cons = (c->grammar != NULL) + (c->json_schema != NULL) + c->json_object;
+    if (n_cons > 1 || (n_cons == 1) != (c->param != NULL)) abort();
+    if (c->grammar && !c->grammar[0]) abort();
+    if (c->json_schema && !json_is_object(c->json_schema)) abort();
+    if (!r->fim) {
+        if (r->n_prompt == 0) abort();
+        for (size_t i = 0; i < r->n_prompt; i++)
+            if (r->prompt[i] < 0 || (size_t)r->prompt[i] >= vocab_n_tokens(vocab)) abort();
+        return;
+    }
+    const struct dj_fim_req *f = &r->fr;
+    if (r->prompt || !json_is_string(f->prefix) || !json_is_string(f->suffix)) abort();
+    if (f->prompt && !json_is_string(f->prompt)) abort();
+    size_t i;
+    json_t *ch;
+    json_array_foreach(f->extra, i, ch) if (!json_is_string(json_object_get(ch, "text"))) abort();
+    const size_t n_ctx = 16 + size % 3000;
+    dj_token *p = NULL;
+    size_t n = 0;
+    struct dj_fim_tokens ft;
+    if (!vocab_fim_tokens(vocab, &ft)) abort(); /* the parser refused such vocabularies */
+    if (server_fim_prompt(vocab, f, n_ctx, r->max_tokens, &p, &n) != DJ_OK) {
+        if (!dj_last_error()[0]) abort();
+        return;
+    }
+    if (n < 3 || p[n - 1] != ft.mid || (!f->prompt && n > n_ctx)) abort();
+    for (size_t k = 0; k < n; k++)
+        if (p[k] < 0 || (size_t)p[k] >= vocab_n_tokens(vocab)) abort();
+    free(p);
+}
 
 static bool is_text_parts(const json_t *c) {
     size_t i;
@@ -173,20 +216,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (dj_vocab_load_file(path, &vocab) != DJ_OK) vocab = NULL;
     }
     if (size == 0) return 0;
-    const unsigned which = data[0] % 5;
+    const unsigned which = data[0] % 6;
     const char *body = (const char *)data + 1;
     const size_t n = size - 1;
     int status = 0;
     const char *param = NULL;
-    if (which == 0) {
+    if (which == 0 || which == 5) {
         if (!vocab) return 0;
         struct dj_completion_req r = {0};
-        if (server_parse_completion(vocab, "m", body, n, &r, &status, &param) == DJ_OK) {
-            if (r.n_prompt == 0 || r.n < 1 || r.n > DJ_SERVER_N_MAX || r.n_stop > DJ_SERVER_STOP_MAX) abort();
-            for (size_t i = 0; i < r.n_prompt; i++)
-                if (r.prompt[i] < 0 || (size_t)r.prompt[i] >= vocab_n_tokens(vocab)) abort();
+        const enum dj_status st = which == 0 ? server_parse_completion(vocab, "m", body, n, &r, &status, &param)
+                                             : server_parse_infill(vocab, "m", body, n, &r, &status, &param);
+        if (st == DJ_OK) {
+            if (which == 5 && (!r.fim || r.n != 1 || r.logprobs != -1)) abort();
+            check_completion(&r, size);
             server_completion_req_free(&r);
-        } else if (status != 400 && status != 404 && status != 500) {
+        } else if ((status != 400 && status != 404 && status != 500) || !dj_last_error()[0] || r.root || r.prompt) {
             abort();
         }
         return 0;

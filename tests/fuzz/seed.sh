@@ -22,8 +22,10 @@
 #                   under several constraints: pattern with lengths, allOf
 #                   patterns and formats, the uri/hostname/ipv6 formats; tools
 #                   arrays), each after one options byte
-#   fuzz_request    request bodies of /v1/completions and the three chat dialects
-#                   (Claude Code-, Codex- and OpenAI SDK-like), each after its selector byte
+#   fuzz_request    request bodies of /v1/completions (logprobs, suffix, grammar,
+#                   json_schema, response_format), the three chat dialects (Claude
+#                   Code-, Codex- and OpenAI SDK-like) and /infill (llama.vscode-like),
+#                   each after its selector byte
 #   fuzz_toolcall   hand-written tools arrays (string / integer / enum / nested /
 #                   optional / nullable / anyOf parameters, odd names), each
 #                   after a family byte and an options byte, for every family
@@ -294,7 +296,7 @@ esac
 
 # fuzz_request: request bodies, one a file, each after the byte that picks the parser
 # (fuzz_request.c): 0 /v1/completions, 1 chat completions, 2 responses, 3 messages,
-# 4 messages/count_tokens
+# 4 messages/count_tokens, 5 /infill
 if [ "$name" = fuzz_request ]; then
     i=0
     while IFS=' ' read -r sel line; do
@@ -308,6 +310,15 @@ if [ "$name" = fuzz_request ]; then
 0 {"prompt": [1, 2, 3], "stream": true, "stream_options": {"include_usage": true}, "n": 2, "seed": 5}
 0 {"model": "m", "prompt": "x", "stop": ["\n", "END"], "top_k": 40, "top_p": 0.9, "min_p": 0.05, "ignore_eos": true}
 0 {"prompt": "x", "frequency_penalty": 0.5, "presence_penalty": -0.5, "repeat_penalty": 1.1, "max_tokens": 1, "cache_salt": "s"}
+0 {"prompt": "def fib(n):", "max_tokens": 24, "temperature": 0, "logprobs": 5, "echo": false, "stream": true}
+0 {"prompt": "def add(a, b):\n    ", "suffix": "\n\nprint(add(1, 2))\n", "max_tokens": 16, "temperature": 0.2, "stop": ["\n\n"]}
+0 {"prompt": "Answer:", "grammar": "root ::= (\"yes\" | \"no\") \".\"", "logprobs": 0}
+0 {"prompt": "x", "json_schema": {"type": "object", "properties": {"lang": {"enum": ["c", "py"]}}, "required": ["lang"]}}
+0 {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "array", "items": {"type": "integer"}}}}}
+0 {"prompt": "x", "response_format": {"type": "json_object", "schema": {"type": "object"}}, "logprobs": 20}
+5 {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n", "input_extra": [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"}, {"text": "MAX = 10\n"}], "prompt": "return", "n_predict": 128, "top_k": 40, "top_p": 0.99, "stream": false, "samplers": ["top_k", "top_p", "infill"], "cache_prompt": true, "t_max_prompt_ms": 500, "t_max_predict_ms": 1000, "n_indent": 4}
+5 {"input_prefix": "", "input_suffix": "", "input_extra": [{"filename": "a.c", "text": "int main(void) { return 0; }\n"}], "prompt": "", "n_predict": 0, "samplers": [], "cache_prompt": true, "t_max_prompt_ms": 500, "t_max_predict_ms": 1}
+5 {"input_prefix": "x = ", "input_suffix": "\n", "grammar": "root ::= [0-9]+", "n_predict": -1, "return_tokens": true, "stream": true, "seed": 3, "stop": ["\n"]}
 1 {"model": "m", "messages": [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]}, {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}, {"role": "tool", "tool_call_id": "call_1", "content": "18C"}], "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": false, "stream": true, "stream_options": {"include_usage": true}}
 1 {"messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "refusal", "refusal": "b"}], "reasoning_content": "r"}, {"role": "function", "name": "f", "content": "x"}], "n": 3, "max_completion_tokens": 64, "max_tokens": 9, "seed": -1, "stop": "END", "logprobs": true, "top_logprobs": 3, "logit_bias": {"15": -100, "7": 2.5}, "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}}, "reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": false}, "cache_salt": "s1", "ignore_eos": true, "top_k": 20, "min_p": 0.1, "repeat_penalty": 1.1}
 1 {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}], "logit_bias": [[5, false], [6, -1]], "response_format": {"type": "json_object"}, "tool_choice": "required"}

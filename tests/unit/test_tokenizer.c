@@ -709,6 +709,65 @@ static void test_models(struct dj_vocab *ds) {
     dj_vocab_free(cl);
 }
 
+/* ---- fill-in-the-middle tokens ---------------------------------------------------------- */
+
+static bool text_is(const struct dj_vocab *v, dj_token t, const char *want) {
+    const char *got = vocab_token_text(v, t);
+    return got && !strcmp(got, want);
+}
+
+/* vocab_fim_tokens: by text (DeepSeek's <｜fim▁begin｜>, StarCoder's <fim_prefix>), by the
+ * GGUF ids first when they are set, none in a vocabulary without them. */
+static void test_fim(struct dj_vocab *ds) {
+    struct dj_fim_tokens f;
+    if (ds) {
+        CHECK(vocab_fim_tokens(ds, &f));
+        CHECK(text_is(ds, f.pre, "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>") &&
+              text_is(ds, f.suf, "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>") &&
+              text_is(ds, f.mid, "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>"));
+        CHECK(f.pad == -1 && f.rep == -1 && f.sep == -1);
+        /* a control token: one id with parse_special, plain text without */
+        size_t n = 0;
+        dj_token *ids = tok(ds, vocab_token_text(ds, f.pre), strlen(vocab_token_text(ds, f.pre)), false, true, &n);
+        CHECK(ids && n == 1 && ids[0] == f.pre);
+        free(ids);
+        ids = tok(ds, vocab_token_text(ds, f.pre), strlen(vocab_token_text(ds, f.pre)), false, false, &n);
+        CHECK(ids && n > 1);
+        free(ids);
+    }
+    struct dj_vocab *sc = load_vocab("vocab/ggml-vocab-starcoder.gguf");
+    if (sc) {
+        CHECK(vocab_fim_tokens(sc, &f));
+        CHECK(text_is(sc, f.pre, "<fim_prefix>") && text_is(sc, f.suf, "<fim_suffix>") && text_is(sc, f.mid, "<fim_middle>"));
+        CHECK(text_is(sc, f.pad, "<fim_pad>") && vocab_is_eog(sc, f.pad)); /* pad ends generation, as llama.cpp */
+        CHECK(!vocab_is_eog(sc, f.pre) && !vocab_is_eog(sc, f.mid));
+        dj_vocab_free(sc);
+    }
+    struct dj_vocab *st = load_vocab("models/stories260K.gguf");
+    if (st) {
+        CHECK(!vocab_fim_tokens(st, &f) && f.pre == -1 && f.suf == -1 && f.mid == -1 && f.pad == -1 && f.sep == -1);
+        dj_vocab_free(st);
+    }
+    /* a GGUF id wins over the texts; the older prefix/suffix/middle keys too */
+    static const char *const keys[] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"};
+    for (size_t k = 0; k < 2; k++) {
+        struct dj_vocab *ed = NULL;
+        CHECK(load_edited("vocab/ggml-vocab-deepseek-coder.gguf", (struct edit){SET_U32, keys[k], NULL, 100, 0}, &ed) ==
+              DJ_OK);
+        struct dj_fim_tokens d = {0};
+        CHECKF(ed && ds && vocab_fim_tokens(ed, &f) && vocab_fim_tokens(ds, &d) && f.pre == 100 && d.pre != 100 &&
+                   f.suf == d.suf && f.mid == d.mid,
+               "%s = 100: pre %d", keys[k], ed ? f.pre : -2);
+        dj_vocab_free(ed);
+    }
+    /* the sep key makes a file separator (an end-of-generation token) */
+    struct dj_vocab *ed = NULL;
+    CHECK(load_edited("vocab/ggml-vocab-deepseek-coder.gguf",
+                      (struct edit){SET_U32, "tokenizer.ggml.fim_sep_token_id", NULL, 101, 0}, &ed) == DJ_OK);
+    CHECK(ed && vocab_fim_tokens(ed, &f) && f.sep == 101 && vocab_is_eog(ed, 101) && ds && !vocab_is_eog(ds, 101));
+    dj_vocab_free(ed);
+}
+
 int main(int argc, char **argv) {
     shared = argc > 1 ? argv[1] : "../shared";
     struct dj_vocab *spm = load_vocab("vocab/ggml-vocab-llama-spm.gguf");
@@ -724,6 +783,7 @@ int main(int argc, char **argv) {
     test_invalid_utf8(spm, ds);
     test_errors();
     test_models(ds);
+    test_fim(ds);
 
     dj_vocab_free(spm);
     dj_vocab_free(ds);
