@@ -47,6 +47,7 @@ struct dj_server {
     struct dj_gvocab *gvocab; /* made on first use */
     struct gent *gcache, *graveyard;
     uint64_t gclock;
+    struct dj_response_store *rstore; /* stored Responses (response_store.h); NULL: storing is off */
 };
 
 /* Per completion of a chat request: what the parser produced. */
@@ -92,6 +93,8 @@ struct sreq {
     char *stops[DJ_SERVER_STOP_MAX + 1]; /* copies: the request's stop strings, then turn_end_stop */
     size_t n_stops, n_user_stops;
     char *model; /* /v1/messages: the request's model, echoed in the response (malloc'd) */
+    json_t *resp_meta;  /* /v1/responses: the request echo and namespace names (api.h), or NULL */
+    json_t *resp_items; /* /v1/responses with store: the conversation's input items, kept with the response */
 };
 
 struct body {
