@@ -52,7 +52,8 @@ static bool is_text_parts(const json_t *c) {
 }
 
 static void check_chat(const struct dj_chat_req *r, enum dj_api api) {
-    if (!json_is_array(r->messages) || json_array_size(r->messages) == 0) abort();
+    /* (a Responses turn continuing a stored one may add no input of its own) */
+    if (!json_is_array(r->messages) || (json_array_size(r->messages) == 0 && !r->previous_response_id)) abort();
     size_t i;
     json_t *m;
     json_array_foreach(r->messages, i, m) {
