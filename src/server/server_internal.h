@@ -94,7 +94,9 @@ struct sreq {
     size_t n_stops, n_user_stops;
     char *model; /* /v1/messages: the request's model, echoed in the response (malloc'd) */
     json_t *resp_meta;  /* /v1/responses: the request echo and namespace names (api.h), or NULL */
-    json_t *resp_items; /* /v1/responses with store: the conversation's input items, kept with the response */
+    json_t *resp_items; /* /v1/responses with store: the conversation's input items, kept with the response
+                           (both read-only once set; their nodes are shared with the parsed body, which
+                           the connection thread frees meanwhile: jansson's refcounts are atomic) */
 };
 
 struct body {
