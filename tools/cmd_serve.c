@@ -41,12 +41,15 @@ static void serve_usage(FILE *f) {
             "  --body-max BYTES    request body limit (default 8 MiB; larger: HTTP 413)\n"
             "  --timeout S         idle connection timeout in seconds (default 600)\n"
             "  --queue-max N       with --parallel: requests waiting beyond N get 503 + Retry-After (default 64)\n"
+            "  --responses-max N   /v1/responses kept for previous_response_id and GET /v1/responses/{id}\n"
+            "                      (store: true, OpenAI's default), oldest evicted first (default 256; 0: none)\n"
+            "  --responses-max-mib M  the memory those may hold (default 64)\n"
             "  --shutdown-ms MS    on SIGINT/SIGTERM, how long in-flight streams get to end (default 5000)\n"
             "  --chat-template-file F  the chat template (Jinja) instead of the model's tokenizer.chat_template\n"
             "                      (a model without one gets the built-in ChatML / Hermes template)\n"
             "Endpoints (docs/SERVER.md): POST /v1/chat/completions, /v1/completions, /v1/responses,\n"
             "/v1/messages, /v1/messages/count_tokens, /apply-template, /tokenize, /detokenize;\n"
-            "GET /v1/models, /health, /metrics.\n");
+            "GET /v1/models, /health, /metrics; GET and DELETE /v1/responses/{id}.\n");
 }
 
 static bool num(const char *s, double lo, double hi, double *out) {
@@ -127,6 +130,8 @@ int cmd_serve(int argc, char **argv) {
         NUMOPT("--body-max", "--body-max", 1024, 1 << 30, p.body_max = (size_t)v)
         NUMOPT("--timeout", "--timeout", 1, 86400, p.timeout_s = (unsigned)v)
         NUMOPT("--queue-max", "--queue-max", 0, 1 << 20, p.queue_max = (size_t)v)
+        NUMOPT("--responses-max", "--responses-max", 0, 1 << 24, p.responses_max = (size_t)v)
+        NUMOPT("--responses-max-mib", "--responses-max-mib", 0, 1 << 20, p.responses_max_bytes = (size_t)(v * 1048576.0))
         NUMOPT("--shutdown-ms", "--shutdown-ms", 0, 600000, shutdown_ms = v)
 #undef NUMOPT
         serve_usage(stderr);

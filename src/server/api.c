@@ -196,6 +196,16 @@ enum dj_status api_kwarg(struct api_ctx *c, const char *key, json_t *v) {
     return api_set(r->template_kwargs, key, v) ? DJ_OK : api_oom(c);
 }
 
+enum dj_status api_effort(struct api_ctx *c, json_t *effort) {
+    const char *e = json_string_value(effort);
+    if (!e) return DJ_OK;
+    const bool on = strcmp(e, "none") && strcmp(e, "minimal");
+    enum dj_status st = api_kwarg(c, "reasoning_effort", json_incref(effort));
+    if (!st) st = api_kwarg(c, "enable_thinking", json_boolean(on));
+    if (!st) st = api_kwarg(c, "thinking", json_boolean(on));
+    return st;
+}
+
 static bool in_list(const char *s, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (list[i] && !strcmp(s, list[i])) return true;
@@ -381,7 +391,8 @@ static enum dj_status parse_chat(struct api_ctx *c, const char *alias) {
          : c->api == DJ_API_RESPONSES ? api_responses_parse(c, root)
                                       : api_anthropic_parse(c, root);
     if (st) return st;
-    if (!r->messages || json_array_size(r->messages) == 0) {
+    /* (a Responses turn continuing a stored one may add no input: api_responses_attach checks) */
+    if (!r->messages || (json_array_size(r->messages) == 0 && !r->previous_response_id)) {
         const char *p = c->api == DJ_API_RESPONSES ? "input" : "messages";
         return api_fail(c, 400, p, "%s: no messages to answer", p);
     }
@@ -428,6 +439,8 @@ void api_chat_req_free(struct dj_chat_req *r) {
     json_decref(r->messages);
     json_decref(r->tools);
     json_decref(r->template_kwargs);
+    json_decref(r->items);
+    json_decref(r->resp_meta);
     free(r->bias);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
@@ -436,6 +449,11 @@ void api_chat_req_free(struct dj_chat_req *r) {
 /* ---- errors and ids --------------------------------------------------------------------- */
 
 json_t *api_error_json(enum dj_api api, unsigned http_status, const char *param, const char *msg) {
+    return api_error_json_ex(api, http_status, NULL, param, NULL, msg);
+}
+
+json_t *api_error_json_ex(enum dj_api api, unsigned http_status, const char *type_given, const char *param,
+                          const char *code, const char *msg) {
     const unsigned s = http_status;
     if (!msg) msg = "";
     json_t *m = api_jstr(msg, strlen(msg));
@@ -449,9 +467,11 @@ json_t *api_error_json(enum dj_api api, unsigned http_status, const char *param,
                            : s == 503 || s == 529 ? "overloaded_error"
                            : s >= 500 ? "api_error"
                                       : "invalid_request_error";
-        return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type, "message", m);
+        return json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type", type_given ? type_given : type,
+                         "message", m);
     }
-    const char *type = s == 401   ? "authentication_error"
+    const char *type = type_given ? type_given
+                       : s == 401 ? "authentication_error"
                        : s == 403 ? "permission_error"
                        : s == 404 ? "not_found_error"
                        : s == 413 ? "request_too_large"
@@ -459,7 +479,7 @@ json_t *api_error_json(enum dj_api api, unsigned http_status, const char *param,
                        : s >= 500 ? "server_error"
                                   : "invalid_request_error";
     return json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", m, "type", type, "param",
-                     param ? json_string(param) : json_null(), "code", json_null());
+                     param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
 }
 
 void api_make_id(enum dj_api api, uint64_t seed, char *out, size_t cap) {
@@ -613,6 +633,8 @@ void api_stream_free(struct dj_api_stream *st) {
     }
     free(st->ch);
     json_decref(st->output);
+    json_decref(st->meta);
+    json_decref(st->final);
     free(st->model);
     free(st);
 }

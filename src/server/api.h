@@ -79,6 +79,15 @@ struct dj_chat_req {
                                  signature carries it (back to deja on the next turn) */
     bool cache_control;       /* Anthropic: a block or tool asked for caching (usage then reports the
                                  prompt computed and kept as cache_creation_input_tokens) */
+    /* Responses only (zero elsewhere): */
+    const char *previous_response_id; /* points into root, or NULL (api_responses_attach resolves it) */
+    bool store;      /* keep the finished response for previous_response_id / GET (the request's
+                        `store`; true when absent, as OpenAI) */
+    json_t *items;   /* owned: the conversation's input items in Responses form (a string input
+                        becomes one user message item); after api_responses_attach with a
+                        previous_response_id, the stored conversation's items first */
+    json_t *resp_meta; /* owned: what the response object echoes of the request and the names of
+                          flattened namespace tools (api_stream_set_meta, api_responses_apply_meta) */
 };
 
 /* Parses body[0..n) as dialect `api` for a server of model `alias` (any
@@ -97,6 +106,10 @@ void api_chat_req_free(struct dj_chat_req *r); /* accepts a zeroed struct */
 /* An error body in the dialect's shape (OpenAI: {error: {message, type, param,
  * code}}; Anthropic: {type: "error", error: {type, message}}). */
 json_t *api_error_json(enum dj_api api, unsigned http_status, const char *param, const char *msg);
+/* The same with OpenAI's type and code given (NULL: the type the status implies / code null);
+ * Anthropic bodies have no code. */
+json_t *api_error_json_ex(enum dj_api api, unsigned http_status, const char *type, const char *param, const char *code,
+                          const char *msg);
 
 struct dj_chat_call {
     char id[48];
@@ -178,5 +191,47 @@ void api_stream_end(struct dj_api_stream *st, const struct dj_chat_usage *u, str
  * (chat: `data: {"error": ...}`, no [DONE]; Responses: response.failed;
  * Messages: `event: error`).  The stream is over: nothing may follow. */
 void api_stream_error(struct dj_api_stream *st, const char *msg, struct dj_sbuf *out);
+
+/* ---- Responses: stored conversations, namespace tools, the request echo -------------------
+ *
+ * With `store` (true unless the request says false) a finished response is kept
+ * (response_store.h) as two JSON texts: the conversation's input items up to it
+ * (r->items) and the response object.  A request with previous_response_id then
+ * translates  stored input items + stored response's output items + its own input
+ * as ONE input array — exactly what the client would send to say it all again — so
+ * the prompt renders byte for byte as the full conversation sent explicitly (and
+ * reuses the previous turn's KV).  Its `instructions` replace the previous ones
+ * (OpenAI: instructions are not carried over). */
+struct dj_response_store;
+
+/* Binds a parsed Responses request to the server's store (NULL: storing is off): resolves
+ * previous_response_id (its conversation goes before r's input: r->messages and r->items are
+ * rebuilt) and settles r->store (false without a store).  On failure: *err (a new reference) is
+ * the error body for *http_status — 404 {type: invalid_request_error, param:
+ * previous_response_id, code: previous_response_not_found} for an id never stored, deleted or
+ * evicted; 500 when out of memory or the stored texts do not parse.  A no-op for other dialects. */
+enum dj_status api_responses_attach(struct dj_chat_req *r, struct dj_response_store *store, json_t **err,
+                                    unsigned *http_status);
+
+/* Stores a finished response object (as sent to the client) with its conversation's input items
+ * under the response's id.  Failed (status failed / in_progress) responses are not kept; a store
+ * error (the entry over the byte bound) is returned but leaves the response valid. */
+enum dj_status api_responses_keep(struct dj_response_store *store, const json_t *items, const json_t *response);
+
+/* A Responses stream's request echo and namespace names (r->resp_meta; a reference is taken):
+ * call before api_stream_start.  Ignored for other dialects and for NULL. */
+void api_stream_set_meta(struct dj_api_stream *st, const json_t *meta);
+/* A non-streamed response object (api_response) made to say what the stream says with the same
+ * meta: the request echo, and function calls of flattened namespace tools named back {name,
+ * namespace}.  Modifies resp in place; NULL meta: nothing. */
+void api_responses_apply_meta(json_t *resp, const json_t *meta);
+/* The final response object of an ended Responses stream (what response.completed / .incomplete
+ * carried), a new reference; NULL before the end, after an error, or for other dialects. */
+json_t *api_stream_response(const struct dj_api_stream *st);
+
+/* GET /v1/responses/{id}: the stored response object (a new reference) or NULL with *err the 404
+ * body; DELETE: {id, object: "response", deleted: true} or the 404.  store may be NULL. */
+json_t *api_responses_get(struct dj_response_store *store, const char *id, json_t **err);
+json_t *api_responses_delete(struct dj_response_store *store, const char *id, json_t **err);
 
 #endif

@@ -63,6 +63,13 @@ enum dj_status api_named_tool(struct api_ctx *c, const char *param, json_t *name
 /* Sets template_kwargs[key] = v (taken) unless chat_template_kwargs gave key already. */
 enum dj_status api_kwarg(struct api_ctx *c, const char *key, json_t *v);
 
+/* A reasoning effort (OpenAI's none / minimal / low / medium / high / xhigh, or another string)
+ * onto the template's switches: reasoning_effort = effort as given (gpt-oss, Solar Open and
+ * DeepSeek V4 read it), and enable_thinking = thinking = false for none / minimal, true for any
+ * other value (Qwen3, DeepSeek V3.1, Granite, Kimi-K3, ... read one of them).  api_kwarg's rule:
+ * chat_template_kwargs win.  effort borrowed. */
+enum dj_status api_effort(struct api_ctx *c, json_t *effort);
+
 /* The part types of a dialect's content arrays. */
 struct api_part_names {
     const char *text[3];  /* parts whose "text" is text ({type, text}) */
@@ -138,6 +145,8 @@ struct dj_api_stream {
     size_t prompt_tokens;
     uint64_t seq;              /* Responses: sequence_number of the next event */
     json_t *output;            /* Responses: the finished output items, for response.completed */
+    json_t *meta;              /* Responses: the request echo and namespace names (api_stream_set_meta), or NULL */
+    json_t *final;             /* Responses: the response object of response.completed / .incomplete */
     bool ended;                /* end or error was written */
     bool reasoning_omitted;    /* Messages: thinking display "omitted" */
     struct api_choice_state *ch; /* n of them */

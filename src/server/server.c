@@ -30,6 +30,7 @@
 #include "core/timer.h"
 #include "gguf/gguf.h"
 #include "model/context.h"
+#include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
 
 
@@ -38,6 +39,8 @@ struct dj_server_params server_default_params(void) {
     p.host = "127.0.0.1";
     p.port = 8080;
     p.queue_max = 64;
+    p.responses_max = 256;
+    p.responses_max_bytes = (size_t)64 << 20;
     p.engine = engine_default_params();
     return p;
 }
@@ -357,6 +360,21 @@ static enum MHD_Result detokenize(struct dj_server *s, struct MHD_Connection *c,
     return send_json(c, 200, j);
 }
 
+/* GET / DELETE /v1/responses/{id}: a response kept with store (api.h). */
+static enum MHD_Result stored_response(struct dj_server *s, struct MHD_Connection *c, const char *id,
+                                       const char *method) {
+    const bool get = !strcmp(method, "GET");
+    if (!get && strcmp(method, "DELETE")) return send_error(c, 405, NULL, "use GET or DELETE for /v1/responses/{id}");
+    metrics_count_request(&s->metrics, DJ_MK_OTHER);
+    json_t *err = NULL;
+    json_t *j = get ? api_responses_get(s->rstore, id, &err) : api_responses_delete(s->rstore, id, &err);
+    if (!j) {
+        const char *type = json_string_value(json_object_get(json_object_get(err, "error"), "type"));
+        return send_json(c, type && !strcmp(type, "server_error") ? 500 : 404, err);
+    }
+    return send_json(c, 200, j);
+}
+
 /* ---- dispatch -------------------------------------------------------------------------- */
 
 static bool authorized(struct dj_server *s, struct MHD_Connection *c) {
@@ -419,6 +437,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                          json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", s->alias, "object",
                                    "model", "created", (json_int_t)time(NULL), "owned_by", "deja"));
     }
+    if (!strncmp(url, "/v1/responses/", 14) && url[14]) return stored_response(s, c, url + 14, method);
+    if (!strncmp(url, "/responses/", 11) && url[11]) return stored_response(s, c, url + 11, method);
     static const struct {
         const char *path;
         int api; /* enum dj_api; -1: completions; -2: apply-template; -3 tokenize; -4 detokenize; -5 infill */
@@ -553,6 +573,11 @@ enum dj_status server_listen(const char *model_path, const struct dj_server_para
         server_stop(s, 0);
         return dj_fail(DJ_ERR_IO, "serve: cannot listen on %s:%u (in use, or not allowed)", p->host, p->port);
     }
+    if (p->responses_max && p->responses_max_bytes &&
+        response_store_create(p->responses_max, p->responses_max_bytes, &s->rstore) != DJ_OK) {
+        server_stop(s, 0);
+        return dj_fail(DJ_ERR_NOMEM, "serve: out of memory");
+    }
     *out = s;
     return DJ_OK;
 }
@@ -607,6 +632,7 @@ void server_stop(struct dj_server *s, int deadline_ms) {
     if (s->engine_started) pthread_join(s->engine_thread, NULL);
     engine_destroy(s->e);
     server_gcache_free(s);
+    response_store_destroy(s->rstore);
     chat_template_free(s->tmpl);
     metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->gmu);

@@ -38,6 +38,9 @@ struct dj_server_params {
                                   tokenizer.chat_template, or the built-in ChatML when it has none */
     size_t queue_max;       /* with engine.n_running_max: completions beyond running + queue_max
                                get 503 + Retry-After; 0: no cap (they wait in order) */
+    size_t responses_max;   /* /v1/responses with store: responses kept for previous_response_id and
+                               GET, oldest evicted first (256); 0: none are kept */
+    size_t responses_max_bytes; /* and the bytes they may hold (64 MiB) */
     struct dj_engine_params engine;
 };
 

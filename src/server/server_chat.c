@@ -134,6 +134,8 @@ void chat_sreq_free(struct sreq *r) {
     free(r->acc);
     for (size_t k = 0; k < r->n_stops; k++) free(r->stops[k]);
     free(r->model);
+    json_decref(r->resp_meta);
+    json_decref(r->resp_items);
     api_stream_free(r->st);
     /* the engine is done with the request (its last on_done ran): the processor
      * is the caller's again; the grammar goes back to the cache */
@@ -251,6 +253,15 @@ static const char *user_stop(const struct sreq *r, const struct dj_turn_result *
                : NULL;
 }
 
+/* /v1/responses with store: keeps the response object (a new reference, taken) with its
+ * conversation's items for previous_response_id and GET.  Called before the response reaches the
+ * client, so a follow-up it sends at once finds it. */
+static void keep_response(struct sreq *r, json_t *resp) {
+    if (r->resp_items && api_responses_keep(r->s->rstore, r->resp_items, resp) != DJ_OK)
+        fprintf(stderr, "deja serve: %s: %s: not stored: %s\n", r->path, r->cmpl_id, dj_last_error());
+    json_decref(resp);
+}
+
 static void chat_on_done(void *ud, const struct dj_turn_result *res) {
     struct sreq *r = ud;
     metrics_observe_done(&r->s->metrics, res);
@@ -284,6 +295,7 @@ static void chat_on_done(void *ud, const struct dj_turn_result *res) {
             struct dj_sbuf b = {0};
             api_stream_end(r->st, &u, &b);
             json_decref(xd);
+            keep_response(r, api_stream_response(r->st)); /* before the last event is readable */
             flush_sse(r, &b);
         }
         r->done = true;
@@ -443,6 +455,8 @@ static enum MHD_Result send_final(struct MHD_Connection *c, struct sreq *r) {
     u.x_deja = xd;
     json_t *j = api_response(r->api, r->cmpl_id, r->model ? r->model : r->s->alias, r->created, ch, r->n, &u);
     json_decref(xd);
+    api_responses_apply_meta(j, r->resp_meta);
+    keep_response(r, json_incref(j));
     for (uint32_t i = 0; i < r->n; i++) json_decref(ch[i].logprobs);
     free(ch);
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -474,6 +488,12 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     const char *param = NULL;
     if (api_parse_chat(api, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
         return send_api_error(c, api, (unsigned)code, param, "%s", dj_last_error());
+    json_t *err = NULL;
+    unsigned err_status = 0;
+    if (api_responses_attach(&cr, s->rstore, &err, &err_status) != DJ_OK) { /* previous_response_id */
+        api_chat_req_free(&cr);
+        return send_json(c, err_status, err);
+    }
     struct dj_jinja_out o = {0};
     dj_token *toks = NULL;
     size_t n_toks = 0;
@@ -561,6 +581,8 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
     if (ok && s->turn_end_stop) ok = (r->stops[r->n_stops++] = strdup(s->turn_end_stop)) != NULL;
     const char *model = json_string_value(json_object_get(cr.root, "model"));
     if (ok && api == DJ_API_MESSAGES && model) ok = (r->model = strdup(model)) != NULL;
+    r->resp_meta = json_incref(cr.resp_meta);
+    r->resp_items = cr.store ? json_incref(cr.items) : NULL;
     const bool parse_tools = cr.tools && json_array_size(cr.tools) && cr.tool_choice != DJ_TOOL_NONE;
     for (uint32_t i = 0; ok && i < r->n; i++)
         ok = (r->tp[i] = toolparse_new(&syn, parse_tools, true, dj_rng_u64(rp.sampling.seed, 100 + i))) != NULL;
@@ -568,6 +590,7 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
         ok = (r->st = api_stream_new(api, r->cmpl_id, r->model ? r->model : s->alias, r->created, r->n, r->include_usage, n_toks)) != NULL;
         if (ok) {
             api_stream_set_reasoning_omitted(r->st, r->reasoning_omitted);
+            api_stream_set_meta(r->st, r->resp_meta);
             struct dj_sbuf b = {0};
             api_stream_start(r->st, &b);
             flush_sse(r, &b);

@@ -60,6 +60,7 @@ struct dj_server {
     struct dj_gvocab *gvocab; /* made on first use */
     struct gent *gcache, *graveyard;
     uint64_t gclock;
+    struct dj_response_store *rstore; /* stored Responses (response_store.h); NULL: storing is off */
 };
 
 /* Per completion of a chat request: what the parser produced. */
@@ -110,6 +111,10 @@ struct sreq {
     char *model; /* /v1/messages: the request's model, echoed in the response (malloc'd) */
     /* text completions (server_completions.c; gent, gp and stops above serve them too) */
     struct cmpl_state *cmpl;
+    json_t *resp_meta;  /* /v1/responses: the request echo and namespace names (api.h), or NULL */
+    json_t *resp_items; /* /v1/responses with store: the conversation's input items, kept with the response
+                           (both read-only once set; their nodes are shared with the parsed body, which
+                           the connection thread frees meanwhile: jansson's refcounts are atomic) */
 };
 
 struct body {

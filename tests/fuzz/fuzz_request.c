@@ -21,6 +21,16 @@
  * delta text, split into pieces of every kind): every SSE event must be
  * whole and its data valid JSON, whatever bytes (invalid UTF-8 included)
  * the deltas held.
+ *
+ * Responses also go through the stored-response path (api.h): the parsed
+ * request is bound to a small store (api_responses_attach: its own
+ * previous_response_id, usually unknown: a 404 body), its response (with the
+ * request's echo and namespace names, calls named after its first flattened
+ * namespace tool) is kept, and the same body with previous_response_id set to
+ * that response must parse, attach and translate to stored items + output +
+ * its own input (checked as above, messages at least as many as before);
+ * GET / DELETE of the id answer the stored object / {deleted: true}.  The
+ * stream's final object (api_stream_response) must equal its last event's.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,6 +41,7 @@
 #include "core/status.h"
 #include "server/api.h"
 #include "server/request.h"
+#include "server/response_store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -84,7 +95,8 @@ static bool is_text_parts(const json_t *c) {
 }
 
 static void check_chat(const struct dj_chat_req *r, enum dj_api api) {
-    if (!json_is_array(r->messages) || json_array_size(r->messages) == 0) abort();
+    /* (a Responses turn continuing a stored one may add no input of its own) */
+    if (!json_is_array(r->messages) || (json_array_size(r->messages) == 0 && !r->previous_response_id)) abort();
     size_t i;
     json_t *m;
     json_array_foreach(r->messages, i, m) {
@@ -129,6 +141,24 @@ static void check_chat(const struct dj_chat_req *r, enum dj_api api) {
                              r->tool_name);
         if (!found) abort();
     }
+    if (api == DJ_API_RESPONSES) {
+        if (!json_is_array(r->items)) abort();
+        if (r->previous_response_id && !json_is_string(json_object_get(r->root, "previous_response_id"))) abort();
+        /* every flattened namespace name is one of the tools */
+        const char *flat;
+        json_t *e;
+        json_object_foreach(json_object_get(r->resp_meta, "namespaces"), flat, e) {
+            bool found = false;
+            for (size_t a = 0; a < json_array_size(r->tools); a++)
+                found |= !strcmp(json_string_value(json_object_get(
+                                     json_object_get(json_array_get(r->tools, a), "function"), "name")),
+                                 flat);
+            if (!found || !json_is_string(json_object_get(e, "namespace")) || !json_is_string(json_object_get(e, "name")))
+                abort();
+        }
+    } else if (r->items || r->resp_meta || r->previous_response_id || r->store) {
+        abort();
+    }
     if (r->n < 1 || r->n > DJ_SERVER_N_MAX || (api != DJ_API_CHAT && r->n != 1)) abort();
     if (r->n_stop > DJ_SERVER_STOP_MAX || r->top_logprobs > 20) abort();
     if (r->n_bias && r->sp.logit_bias != r->bias) abort();
@@ -159,11 +189,19 @@ static void check_sse(const struct dj_sbuf *b) {
     }
 }
 
-/* A stream and a response of dialect api whose deltas are the input's bytes. */
-static void fuzz_output(enum dj_api api, const uint8_t *data, size_t size) {
+/* The name the model calls with: meta's first flattened namespace tool, else "f\xff". */
+static const char *call_name(const json_t *meta) {
+    void *it = json_object_iter(json_object_get(meta, "namespaces"));
+    return it ? json_object_iter_key(it) : "f\xff";
+}
+
+/* A stream and a response of dialect api whose deltas are the input's bytes (meta: the parsed
+ * Responses request's, or NULL). */
+static void fuzz_output(enum dj_api api, const uint8_t *data, size_t size, const json_t *meta) {
     struct dj_api_stream *st = api_stream_new(api, "id_1", "m", 1, 2, true, size);
     if (!st) return;
     struct dj_sbuf b = {0};
+    api_stream_set_meta(st, meta);
     api_stream_start(st, &b);
     char ids[4][16];
     uint32_t n_tools = 0;
@@ -179,7 +217,7 @@ static void fuzz_output(enum dj_api api, const uint8_t *data, size_t size) {
         if (d.kind == DJ_DELTA_TOOL_START) {
             snprintf(ids[n_tools & 3], sizeof ids[0], "call_%u", n_tools);
             d.id = ids[n_tools & 3];
-            d.name = "f\xff";
+            d.name = call_name(meta);
             d.tool_index = n_tools++;
         }
         api_stream_delta(st, (ctl >> 3) & 1, &d, NULL, &b);
@@ -190,21 +228,93 @@ static void fuzz_output(enum dj_api api, const uint8_t *data, size_t size) {
     snprintf(msg, sizeof msg, "%.*s", (int)(size < 63 ? size : 63), (const char *)data);
     if (size & 4) api_stream_error(st, msg, &b);
     struct dj_chat_usage u = {size, size / 2, size, NULL};
+    const size_t before = b.n;
     api_stream_end(st, &u, &b);
     check_sse(&b);
+    /* the final object a server stores is the one the last event carried */
+    json_t *fin = api_stream_response(st);
+    if (fin && !b.oom) {
+        const char *last = strstr(b.p + before, "data: ");
+        json_t *ev = last ? json_loads(last + 6, JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL, NULL) : NULL;
+        if (!ev || !json_equal(json_object_get(ev, "response"), fin)) abort();
+        json_decref(ev);
+    }
+    json_decref(fin);
     sbuf_free(&b);
     api_stream_free(st);
 
-    struct dj_chat_call call = {.name = (char *)"f", .args = (char *)data, .n_args = size};
+    struct dj_chat_call call = {.name = (char *)call_name(meta), .args = (char *)data, .n_args = size};
     snprintf(call.id, sizeof call.id, "call_x");
     struct dj_chat_choice c = {.content = (char *)data, .n_content = size, .reasoning = (char *)data,
                                .n_reasoning = size / 2, .calls = &call, .n_calls = size & 1,
                                .finish = size & 2 ? DJ_FINISH_LENGTH : DJ_FINISH_STOP};
     json_t *j = api_response(api, "id_1", "m", 1, &c, 1, &u);
+    api_responses_apply_meta(j, meta);
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     if (j && !txt) abort();
     free(txt);
     json_decref(j);
+}
+
+static struct dj_response_store *store;
+
+/* The stored-response path of a parsed Responses request r (see the header). */
+static void fuzz_store(struct dj_chat_req *r, const uint8_t *data, size_t size) {
+    if (!store && response_store_create(8, 1 << 20, &store) != DJ_OK) return;
+    json_t *err = NULL;
+    unsigned http = 0;
+    if (api_responses_attach(r, store, &err, &http) != DJ_OK) {
+        if (!err || (http != 404 && http != 400 && http != 500) || !json_is_object(json_object_get(err, "error"))) abort();
+        json_decref(err);
+        return;
+    }
+    if (err) abort();
+    /* this turn's response (its output: a reasoning item, text and a call of the request's names) */
+    struct dj_chat_call call = {.name = (char *)call_name(r->resp_meta), .args = (char *)data, .n_args = size};
+    snprintf(call.id, sizeof call.id, "call_s");
+    struct dj_chat_choice c = {.content = (char *)data, .n_content = size / 2, .reasoning = (char *)data,
+                               .n_reasoning = size / 3, .calls = &call, .n_calls = size & 1,
+                               .finish = size & 2 ? DJ_FINISH_LENGTH : DJ_FINISH_STOP};
+    struct dj_chat_usage u = {size, 0, size, NULL};
+    json_t *resp = api_response(DJ_API_RESPONSES, "resp_fz", "m", 1, &c, 1, &u);
+    api_responses_apply_meta(resp, r->resp_meta);
+    if (!resp || api_responses_keep(store, r->items, resp) != DJ_OK) {
+        json_decref(resp);
+        return;
+    }
+    json_t *got = api_responses_get(store, "resp_fz", &err);
+    if (!got || !json_equal(got, resp)) abort();
+    json_decref(got);
+    /* the same body continuing resp_fz */
+    json_t *next = json_copy(r->root);
+    char *txt = next && !json_object_set_new(next, "previous_response_id", json_string("resp_fz"))
+                    ? json_dumps(next, JSON_COMPACT | JSON_ENCODE_ANY)
+                    : NULL;
+    json_decref(next);
+    struct dj_chat_req r2;
+    memset(&r2, 0, sizeof r2);
+    int status = 0;
+    const char *param = NULL;
+    if (txt && api_parse_chat(DJ_API_RESPONSES, "m", txt, strlen(txt), &r2, &status, &param) == DJ_OK) {
+        const size_t own = json_array_size(r2.items);
+        if (api_responses_attach(&r2, store, &err, &http) == DJ_OK) {
+            check_chat(&r2, DJ_API_RESPONSES);
+            if (json_array_size(r2.items) != json_array_size(r->items) + json_array_size(json_object_get(resp, "output")) + own)
+                abort();
+        } else if (http != 500) {
+            abort(); /* resp_fz was just stored: only a failure to read it back may fail */
+        } else {
+            json_decref(err);
+        }
+        api_chat_req_free(&r2);
+    }
+    free(txt);
+    json_t *del = api_responses_delete(store, "resp_fz", &err);
+    if (!del || !json_is_true(json_object_get(del, "deleted"))) abort();
+    json_decref(del);
+    if (api_responses_get(store, "resp_fz", &err) || !err) abort();
+    json_decref(err);
+    json_decref(resp);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -238,8 +348,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const enum dj_api api = (enum dj_api)(which - 1);
     struct dj_chat_req r;
     memset(&r, 0, sizeof r);
+    json_t *meta = NULL;
     if (api_parse_chat(api, "m", body, n, &r, &status, &param) == DJ_OK) {
         check_chat(&r, api);
+        meta = json_incref(r.resp_meta);
+        if (api == DJ_API_RESPONSES) fuzz_store(&r, (const uint8_t *)body, n);
         api_chat_req_free(&r);
     } else {
         if (status != 400 && status != 404 && status != 500) abort();
@@ -248,6 +361,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!e) abort();
         json_decref(e);
     }
-    fuzz_output(api, (const uint8_t *)body, n);
+    fuzz_output(api, (const uint8_t *)body, n, meta);
+    json_decref(meta);
     return 0;
 }

@@ -227,6 +227,152 @@ await check("responses API: function tools", async () => {
   assert.equal(r2.status === "completed" || r2.status === "incomplete", true);
 });
 
+// ---- Responses: stored responses (previous_response_id, retrieve, delete), namespace tools, Codex's fields ----
+
+const q1 = "Write a Python function that adds two numbers.";
+const q2 = "Now make it subtract them.";
+const rbase = { model: "codelm", instructions: "You are a helpful assistant.", max_output_tokens: 12, temperature: 0 };
+// what a Responses output says, without its ids (they differ per response)
+const said = (out) => out.map((o) => ({ type: o.type, text: o.content?.map((c) => c.text).join(""), name: o.name,
+  namespace: o.namespace, arguments: o.arguments }));
+
+await check("responses API: previous_response_id renders the stored turn exactly and reuses its KV", async () => {
+  const r1 = await client.responses.create({ ...rbase, input: q1, store: true });
+  assert.equal(r1.store, true);
+  assert.equal(r1.instructions, rbase.instructions);
+  const r2 = await client.responses.create({ ...rbase, previous_response_id: r1.id, input: q2 });
+  assert.equal(r2.previous_response_id, r1.id);
+  assert.equal(r2.store, true); // OpenAI's default
+  // the follow-up's prompt starts with the whole previous prompt (and its output): all of it is reused
+  assert.ok(r2.usage.input_tokens_details.cached_tokens >= r1.usage.input_tokens,
+    `cached ${r2.usage.input_tokens_details.cached_tokens} < previous prompt ${r1.usage.input_tokens}`);
+  assert.ok(r2.x_deja.reused_own >= r1.usage.input_tokens);
+  // the same conversation sent explicitly: same prompt, same (greedy) answer
+  const r3 = await client.responses.create({ ...rbase, store: false, input: [{ role: "user", content: q1 }, ...r1.output,
+    { role: "user", content: q2 }] });
+  assert.equal(r3.usage.input_tokens, r2.usage.input_tokens);
+  assert.deepEqual(said(r3.output), said(r2.output));
+  assert.equal(r3.output_text, r2.output_text);
+  assert.equal(r3.store, false);
+  // instructions are not carried over from the previous response (OpenAI's rule): without them the prompt is shorter
+  const r4 = await client.responses.create({ model: "codelm", max_output_tokens: 4, temperature: 0, previous_response_id: r1.id, input: q2 });
+  assert.ok(r4.usage.input_tokens < r2.usage.input_tokens, `${r4.usage.input_tokens} vs ${r2.usage.input_tokens}`);
+  assert.equal(r4.instructions, null);
+  // GET /v1/responses/{id}: the stored object
+  const got = await client.responses.retrieve(r1.id);
+  assert.equal(got.id, r1.id);
+  assert.equal(got.object, "response");
+  assert.deepEqual(got.output, r1.output);
+  assert.deepEqual(got.usage, r1.usage);
+  assert.equal(got.output_text, r1.output_text);
+  // a chain of three: r2's conversation continues
+  const r5 = await client.responses.create({ ...rbase, previous_response_id: r2.id, input: "Thanks." });
+  assert.ok(r5.usage.input_tokens_details.cached_tokens >= r2.usage.input_tokens);
+});
+
+await check("responses API: a streamed response is stored before its last event (chained at once)", async () => {
+  let id = null, fin = null;
+  const types = [];
+  for await (const ev of await client.responses.create({ ...rbase, input: q1, stream: true })) {
+    types.push(ev.type);
+    if (ev.type === "response.created") id = ev.response.id;
+    if (ev.type === "response.completed" || ev.type === "response.incomplete") fin = ev.response;
+    if (ev.type === "response.reasoning_text.delta") assert.equal(typeof ev.content_index, "number"); // Codex needs it
+  }
+  assert.ok(id && fin && fin.id === id);
+  // Codex reads usage with input_tokens_details.cached_tokens from the final event
+  assert.equal(typeof fin.usage.input_tokens_details.cached_tokens, "number");
+  assert.equal(fin.usage.total_tokens, fin.usage.input_tokens + fin.usage.output_tokens);
+  if (fin.status === "incomplete") assert.equal(fin.incomplete_details.reason, "max_output_tokens");
+  const next = await client.responses.create({ ...rbase, previous_response_id: id, input: q2 });
+  assert.ok(next.usage.input_tokens_details.cached_tokens >= fin.usage.input_tokens);
+  const got = await client.responses.retrieve(id);
+  assert.deepEqual(got.output, fin.output);
+});
+
+await check("responses API: store false, delete and unknown ids get OpenAI's 404", async () => {
+  const r = await client.responses.create({ ...rbase, input: q1, store: false, max_output_tokens: 2 });
+  assert.equal(r.store, false);
+  await assert.rejects(client.responses.retrieve(r.id), (e) => e.status === 404);
+  await assert.rejects(client.responses.create({ ...rbase, previous_response_id: r.id, input: q2 }), (e) => {
+    assert.equal(e.status, 404);
+    assert.equal(e.code, "previous_response_not_found");
+    assert.equal(e.param, "previous_response_id");
+    assert.equal(e.type, "invalid_request_error");
+    assert.equal(e.error.message, `Previous response with id '${r.id}' not found.`);
+    return true;
+  });
+  const s = await client.responses.create({ ...rbase, input: q1, max_output_tokens: 2 });
+  await client.responses.delete(s.id);
+  await assert.rejects(client.responses.retrieve(s.id), (e) => e.status === 404);
+  await assert.rejects(client.responses.create({ ...rbase, previous_response_id: s.id, input: q2 }), (e) => e.status === 404);
+  await assert.rejects(client.responses.delete(s.id), (e) => e.status === 404);
+});
+
+await check("responses API: namespace tools come back as calls with name and namespace", async () => {
+  const tools = [{ type: "namespace", name: "crm", description: "Customer records.", tools: [
+    { type: "function", name: "lookup", description: "Find a customer.", strict: false, parameters: weather.function.parameters }] },
+  { type: "web_search" }]; // a hosted tool: dropped
+  const r = await client.responses.create({ model: "codelm", input: "Find the customer in Oslo.", tools, tool_choice: "required",
+    max_output_tokens: 96, seed: 2 });
+  const fc = r.output.find((o) => o.type === "function_call");
+  assert.ok(fc, JSON.stringify(r.output));
+  assert.equal(fc.name, "lookup");
+  assert.equal(fc.namespace, "crm");
+  assert.match(fc.call_id, /^call_/);
+  // streamed: the same call in output_item.added / .done
+  let added = null, done = null;
+  for await (const ev of await client.responses.create({ model: "codelm", input: "Find the customer in Oslo.", tools,
+    tool_choice: "required", max_output_tokens: 96, seed: 2, stream: true })) {
+    if (ev.type === "response.output_item.added" && ev.item.type === "function_call") added = ev.item;
+    if (ev.type === "response.output_item.done" && ev.item.type === "function_call") done = ev.item;
+  }
+  assert.equal(added.name, "lookup");
+  assert.equal(added.namespace, "crm");
+  assert.equal(done.arguments, fc.arguments);
+  // the call and its output sent back (by reference and explicitly) render alike
+  const out = { type: "function_call_output", call_id: fc.call_id, output: "{\"customer\": \"Ada\"}" };
+  const a = await client.responses.create({ model: "codelm", tools, previous_response_id: r.id, input: [out], max_output_tokens: 8, temperature: 0 });
+  const b = await client.responses.create({ model: "codelm", tools, store: false, input: [{ role: "user", content: "Find the customer in Oslo." }, ...r.output, out],
+    max_output_tokens: 8, temperature: 0 });
+  assert.equal(a.usage.input_tokens, b.usage.input_tokens);
+  assert.deepEqual(said(a.output), said(b.output));
+  assert.ok(a.usage.input_tokens_details.cached_tokens >= r.usage.input_tokens);
+});
+
+await check("responses API: every field Codex and the SDK send is accepted; background: true is refused", async () => {
+  const r = await client.responses.create({
+    model: "codelm", input: [{ type: "message", role: "developer", content: [{ type: "input_text", text: "Be brief." }] },
+      { type: "message", role: "user", content: [{ type: "input_text", text: "hi" }] }],
+    store: false, include: ["reasoning.encrypted_content"], prompt_cache_key: "k1", client_metadata: { turn_id: "t" },
+    metadata: { a: "b" }, service_tier: "auto", safety_identifier: "s", truncation: "auto", user: "u",
+    text: { verbosity: "low" }, top_logprobs: 0, background: false, reasoning: { effort: "low", summary: "auto" },
+    parallel_tool_calls: true, tool_choice: "auto", max_tool_calls: 3, prompt_cache_retention: "in-memory",
+    stream_options: null, conversation: null, prompt: null, previous_response_id: null, max_output_tokens: 4,
+  });
+  assert.equal(r.object, "response");
+  assert.deepEqual(r.metadata, { a: "b" });
+  assert.deepEqual(r.reasoning, { effort: "low", summary: "auto" });
+  await assert.rejects(client.responses.create({ model: "codelm", input: "hi", background: true }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, "background");
+    return true;
+  });
+});
+
+await check("responses API: cut by max_output_tokens ends with response.incomplete", async () => {
+  const types = [];
+  let fin = null;
+  for await (const ev of await client.responses.create({ model: "codelm", input: q1, max_output_tokens: 3, stream: true, store: false })) {
+    types.push(ev.type);
+    if (ev.type === "response.incomplete") fin = ev.response;
+  }
+  assert.equal(types[types.length - 1], "response.incomplete");
+  assert.equal(fin.status, "incomplete");
+  assert.equal(fin.incomplete_details.reason, "max_output_tokens");
+  assert.equal(fin.usage.output_tokens, 3);
+});
+
 const anthropic = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0 });
 await check("anthropic messages: text, tools, streaming, count_tokens", async () => {
   const m = await anthropic.messages.create({ model: "local-model", max_tokens: 8, system: "Be brief.", messages: [{ role: "user", content: "Hi" }] });

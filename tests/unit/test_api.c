@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "server/api.h"
 #include "server/request.h"
+#include "server/response_store.h"
 #include "test.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -38,7 +39,7 @@ static const char *Q(const char *s) {
 /* got equals the JSON text want (in Q form); prints both otherwise. */
 static bool jeq_(const json_t *got, const char *want, const char *file, int line) {
     json_error_t e;
-    json_t *w = json_loads(Q(want), 0, &e);
+    json_t *w = json_loads(Q(want), JSON_DECODE_ANY, &e);
     if (!w) {
         fprintf(stderr, "%s:%d: bad expected JSON: %s\n", file, line, e.text);
         return false;
@@ -446,7 +447,23 @@ static void test_responses_request(void) {
                  "`required`: [`command`]}, `strict`: false}}]");
     CHECK(r.api == DJ_API_RESPONSES && r.tool_choice == DJ_TOOL_AUTO && !r.parallel_tool_calls);
     CHECK(r.max_tokens == 256 && r.stream && r.n == 1 && !r.include_usage);
-    JEQ(r.template_kwargs, "{`reasoning_effort`: `medium`}");
+    JEQ(r.template_kwargs, "{`reasoning_effort`: `medium`, `enable_thinking`: true, `thinking`: true}");
+    CHECK(!r.store && r.previous_response_id == NULL);
+    JEQ(r.items, "[{`type`: `message`, `role`: `developer`, `content`: [{`type`: `input_text`, `text`: `<permissions>`}]},"
+                 "{`type`: `message`, `role`: `user`, `content`: [{`type`: `input_text`, `text`: `<environment_context>`},"
+                 "{`type`: `input_text`, `text`: `list files`}]},"
+                 "{`type`: `reasoning`, `id`: `rs_1`, `summary`: [{`type`: `summary_text`, `text`: `sum`}], `content`: "
+                 "[{`type`: `reasoning_text`, `text`: `I should run ls`}], `encrypted_content`: null},"
+                 "{`type`: `message`, `role`: `assistant`, `id`: `msg_1`, `content`: [{`type`: `output_text`, `text`: `Running ls.`, "
+                 "`annotations`: []}]},"
+                 "{`type`: `function_call`, `id`: `fc_1`, `call_id`: `call_a`, `name`: `shell`, `arguments`: `{\\`command\\`:[\\`ls\\`]}`},"
+                 "{`type`: `function_call`, `call_id`: `call_b`, `name`: `shell`, `arguments`: `{\\`command\\`:[\\`pwd\\`]}`},"
+                 "{`type`: `function_call_output`, `call_id`: `call_a`, `output`: `a.txt`},"
+                 "{`type`: `function_call_output`, `call_id`: `call_b`, `output`: `/w`},"
+                 "{`type`: `reasoning`, `summary`: [{`type`: `summary_text`, `text`: `one`}, {`type`: `summary_text`, `text`: `two`}]},"
+                 "{`type`: `function_call`, `call_id`: `call_c`, `name`: `shell`, `arguments`: `{}`},"
+                 "{`type`: `function_call_output`, `call_id`: `call_c`, `output`: [{`type`: `input_text`, `text`: `ok`}]},"
+                 "{`role`: `user`, `content`: `thanks`}]");
     api_chat_req_free(&r);
 
     /* a string input; text.format json_schema; a named function; a trailing reasoning item is dropped */
@@ -456,6 +473,8 @@ static void test_responses_request(void) {
                 "`name`: `f`}, `reasoning`: {`effort`: null}}",
                 &r, &status, &param) == DJ_OK);
     JEQ(r.messages, "[{`role`: `user`, `content`: `hello`}]");
+    JEQ(r.items, "[{`type`: `message`, `role`: `user`, `content`: `hello`}]"); /* the same message as an item */
+    CHECK(r.store); /* OpenAI's default */
     JEQ(r.json_schema, "{`type`: `array`}");
     CHECK(r.tool_choice == DJ_TOOL_NAMED && !strcmp(r.tool_name, "f") && r.template_kwargs == NULL);
     api_chat_req_free(&r);
@@ -468,8 +487,14 @@ static void test_responses_request(void) {
     api_chat_req_free(&r);
 
     const enum dj_api R = DJ_API_RESPONSES;
-    EXPECT_ERR(R, "{`input`: `x`, `previous_response_id`: `resp_1`}", 400, "previous_response_id");
+    EXPECT_ERR(R, "{`input`: `x`, `previous_response_id`: 5}", 400, "previous_response_id");
     EXPECT_ERR(R, "{`input`: `x`, `conversation`: `conv_1`}", 400, "conversation");
+    EXPECT_ERR(R, "{`input`: `x`, `conversation`: {`id`: `conv_1`}}", 400, "conversation");
+    EXPECT_ERR(R, "{`input`: `x`, `prompt`: {`id`: `pmpt_1`}}", 400, "prompt");
+    EXPECT_ERR(R, "{`input`: `x`, `background`: true}", 400, "background");
+    EXPECT_ERR(R, "{`input`: `x`, `background`: 1}", 400, "background");
+    EXPECT_ERR(R, "{`input`: `x`, `store`: `yes`}", 400, "store");
+    EXPECT_ERR(R, "{`previous_response_id`: `resp_1`, `input`: 5}", 400, "input");
     EXPECT_ERR(R, "{`model`: `o3`, `input`: `x`}", 404, "model");
     EXPECT_ERR(R, "{}", 400, "input");
     EXPECT_ERR(R, "{`input`: 5}", 400, "input");
@@ -1129,6 +1154,382 @@ static void test_responses_stream(void) {
     api_stream_free(st);
 }
 
+/* ---- Responses: Codex's fields, namespace tools, effort, stored conversations ------------------ */
+
+/* Every field Codex 0.171 and the OpenAI SDK send is accepted (ignored where deja has no use for
+ * it); hosted tools are dropped; a namespace tool becomes NS__NAME functions. */
+static void test_responses_codex_fields(void) {
+    struct dj_chat_req r;
+    int status;
+    const char *param;
+    const char *body =
+        "{`model`: `m`, `stream`: true, `input`: [{`type`: `message`, `id`: `msg_1`, `role`: `developer`, `content`: "
+        "[{`type`: `input_text`, `text`: `You are a coding agent.`}]}, {`type`: `message`, `role`: `user`, `content`: "
+        "[{`type`: `input_text`, `text`: `list the files`}]}],"
+        "`tools`: [{`type`: `function`, `name`: `exec_command`, `description`: `Runs a command.`, `strict`: false, "
+        "`parameters`: {`type`: `object`, `properties`: {`cmd`: {`type`: `string`}}, `required`: [`cmd`]}},"
+        "{`type`: `namespace`, `name`: `multi_agent_v1`, `description`: `Tools for sub-agents.`, `tools`: ["
+        "{`type`: `function`, `name`: `close_agent`, `description`: `Close an agent.`, `strict`: false, `parameters`: "
+        "{`type`: `object`, `properties`: {`id`: {`type`: `string`}}}},"
+        "{`type`: `function`, `name`: `spawn_agent`, `defer_loading`: true},"
+        "{`type`: `custom`, `name`: `freeform`, `format`: {`type`: `grammar`}}]},"
+        "{`type`: `namespace`, `name`: `mcp__fs_`, `description`: `x`, `tools`: [{`type`: `function`, `name`: `_read`}]},"
+        "{`type`: `web_search`, `external_web_access`: false}, {`type`: `image_generation`}, {`type`: `file_search`, "
+        "`vector_store_ids`: []}, {`type`: `local_shell`}, {`type`: `mcp`, `server_label`: `s`}, {`type`: `custom`, `name`: `c`}],"
+        "`tool_choice`: `auto`, `parallel_tool_calls`: true, `reasoning`: {`summary`: `auto`}, `store`: false, "
+        "`include`: [`reasoning.encrypted_content`], `prompt_cache_key`: `01a2206a`, `client_metadata`: {`turn_id`: `t`}, "
+        "`metadata`: {`k`: `v`}, `service_tier`: `auto`, `safety_identifier`: `h`, `truncation`: `auto`, `user`: `u`, "
+        "`text`: {`verbosity`: `low`}, `top_logprobs`: 2, `background`: false, `max_tool_calls`: 5, "
+        "`stream_options`: {`include_obfuscation`: false}, `context_management`: [{`type`: `compaction`}], "
+        "`prompt_cache_retention`: `24h`, `prompt`: null, `conversation`: null, `previous_response_id`: null}";
+    CHECK(parse(DJ_API_RESPONSES, body, &r, &status, &param) == DJ_OK);
+    JEQ(r.tools,
+        "[{`type`: `function`, `function`: {`name`: `exec_command`, `description`: `Runs a command.`, `parameters`: "
+        "{`type`: `object`, `properties`: {`cmd`: {`type`: `string`}}, `required`: [`cmd`]}, `strict`: false}},"
+        "{`type`: `function`, `function`: {`name`: `multi_agent_v1__close_agent`, `description`: `Close an agent.`, "
+        "`parameters`: {`type`: `object`, `properties`: {`id`: {`type`: `string`}}}, `strict`: false}},"
+        "{`type`: `function`, `function`: {`name`: `multi_agent_v1__spawn_agent`, `parameters`: {`type`: `object`, "
+        "`properties`: {}}}},"
+        "{`type`: `function`, `function`: {`name`: `mcp__fs__read`, `parameters`: {`type`: `object`, `properties`: {}}}}]");
+    JEQ(json_object_get(r.resp_meta, "namespaces"),
+        "{`multi_agent_v1__close_agent`: {`namespace`: `multi_agent_v1`, `name`: `close_agent`},"
+        "`multi_agent_v1__spawn_agent`: {`namespace`: `multi_agent_v1`, `name`: `spawn_agent`},"
+        "`mcp__fs__read`: {`namespace`: `mcp__fs_`, `name`: `_read`}}");
+    CHECK(r.stream && !r.store && r.tool_choice == DJ_TOOL_AUTO && r.parallel_tool_calls && r.template_kwargs == NULL);
+    CHECK(r.previous_response_id == NULL && json_array_size(r.messages) == 2);
+    json_t *echo = json_object_get(r.resp_meta, "echo");
+    JEQ(json_object_get(echo, "metadata"), "{`k`: `v`}");
+    JEQ(json_object_get(echo, "store"), "false");
+    JEQ(json_object_get(echo, "truncation"), "`auto`");
+    JEQ(json_object_get(echo, "reasoning"), "{`summary`: `auto`}");
+    JEQ(json_object_get(echo, "temperature"), "0.8"); /* deja's default, as used */
+    CHECK(json_array_size(json_object_get(echo, "tools")) == 9); /* as the request gave them */
+    api_chat_req_free(&r);
+
+    /* the captured Codex 0.171.0 request, when this machine has it */
+    size_t n = 0;
+    char *cap = test_read_file("/tmp/cap/codex1/000_req.txt", &n);
+    const char *cbody = cap ? strstr(cap, "\n\n{") : NULL;
+    if (cbody) {
+        cbody += 2;
+        memset(&r, 0, sizeof r);
+        CHECKF(api_parse_chat(DJ_API_RESPONSES, "local", cbody, strlen(cbody), &r, &status, &param) == DJ_OK,
+               "the captured Codex body: %s", dj_last_error());
+        size_t nt = json_array_size(r.tools);
+        CHECKF(nt >= 8, "%zu tools", nt);
+        bool has_ns = false;
+        for (size_t i = 0; i < nt; i++)
+            has_ns |= !strcmp(sget(json_array_get(r.tools, i), "function.name"), "multi_agent_v1__spawn_agent");
+        CHECK(has_ns && !r.store);
+        api_chat_req_free(&r);
+    }
+    free(cap);
+
+    const enum dj_api R = DJ_API_RESPONSES;
+    EXPECT_ERR(R, "{`input`: `x`, `tools`: [{`type`: `namespace`, `tools`: []}]}", 400, "tools[0].name");
+    EXPECT_ERR(R, "{`input`: `x`, `tools`: [{`type`: `namespace`, `name`: ``, `tools`: []}]}", 400, "tools[0].name");
+    EXPECT_ERR(R, "{`input`: `x`, `tools`: [{`type`: `namespace`, `name`: `n`}]}", 400, "tools[0].tools");
+    EXPECT_ERR(R, "{`input`: `x`, `tools`: [{`type`: `namespace`, `name`: `n`, `tools`: [5]}]}", 400, "tools[0].tools[0]");
+    EXPECT_ERR(R, "{`input`: `x`, `tools`: [{`type`: `namespace`, `name`: `n`, `tools`: [{`type`: `function`}]}]}", 400,
+               "tools[0].tools[0].name");
+    EXPECT_ERR(R, "{`input`: `x`, `tools`: [{`type`: `namespace`, `name`: `n`, `tools`: [{`type`: `function`, `name`: `f`, "
+                  "`parameters`: 1}]}]}",
+               400, "tools[0].tools[0].parameters");
+    /* a flat function and a namespace function that flatten to the same name cannot both be shown */
+    EXPECT_ERR(R, "{`input`: `x`, `tools`: [{`type`: `function`, `name`: `n__f`}, {`type`: `namespace`, `name`: `n`, "
+                  "`tools`: [{`type`: `function`, `name`: `f`}]}]}",
+               400, "tools[1].tools[0].name");
+    EXPECT_ERR(R, "{`input`: `x`, `tools`: [{`type`: `function`, `name`: `f`}], `tool_choice`: {`type`: `allowed_tools`, "
+                  "`mode`: `never`, `tools`: []}}",
+               400, "tool_choice.mode");
+    EXPECT_ERR(R, "{`input`: `x`, `tools`: [{`type`: `function`, `name`: `f`}], `tool_choice`: {`type`: `function`}}", 400,
+               "tool_choice.name");
+    EXPECT_ERR(R, "{`input`: [{`type`: `function_call`, `call_id`: `c`, `name`: `f`, `namespace`: 5, `arguments`: `{}`}]}",
+               400, "input[0]");
+}
+
+/* Namespace calls both ways: history items with a namespace render under the flat name; the
+ * model's call of a flat name comes back as {name, namespace}, streamed and not. */
+static void test_responses_namespaces(void) {
+    struct dj_chat_req r;
+    int status;
+    const char *param;
+    const char *tools = "`tools`: [{`type`: `namespace`, `name`: `crm`, `description`: `CRM`, `tools`: [{`type`: `function`, "
+                        "`name`: `lookup`, `parameters`: {`type`: `object`, `properties`: {`q`: {`type`: `string`}}}}]}, "
+                        "{`type`: `function`, `name`: `plain`}]";
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{`input`: [{`role`: `user`, `content`: `find bob`}, {`type`: `function_call`, `call_id`: `c1`, `name`: "
+             "`lookup`, `namespace`: `crm`, `arguments`: `{}`}, {`type`: `function_call`, `call_id`: `c2`, `name`: "
+             "`plain`, `arguments`: `{}`}, {`type`: `function_call_output`, `call_id`: `c1`, `output`: `bob`}], %s, "
+             "`tool_choice`: {`type`: `function`, `name`: `lookup`, `namespace`: `crm`}}",
+             tools);
+    CHECK(parse(DJ_API_RESPONSES, body, &r, &status, &param) == DJ_OK);
+    JEQ(r.messages, "[{`role`: `user`, `content`: `find bob`}, {`role`: `assistant`, `content`: null, `tool_calls`: ["
+                    "{`id`: `c1`, `type`: `function`, `function`: {`name`: `crm__lookup`, `arguments`: `{}`}},"
+                    "{`id`: `c2`, `type`: `function`, `function`: {`name`: `plain`, `arguments`: `{}`}}]},"
+                    "{`role`: `tool`, `tool_call_id`: `c1`, `content`: `bob`}]");
+    CHECK(r.tool_choice == DJ_TOOL_NAMED && r.tool_name && !strcmp(r.tool_name, "crm__lookup"));
+    /* allowed_tools: its mode; the list is not enforced */
+    json_t *meta = json_incref(r.resp_meta);
+    api_chat_req_free(&r);
+    snprintf(body, sizeof body,
+             "{`input`: `x`, %s, `tool_choice`: {`type`: `allowed_tools`, `mode`: `required`, `tools`: [{`type`: "
+             "`function`, `name`: `plain`}]}}",
+             tools);
+    CHECK(parse(DJ_API_RESPONSES, body, &r, &status, &param) == DJ_OK);
+    CHECK(r.tool_choice == DJ_TOOL_REQUIRED && json_array_size(r.tools) == 2);
+    api_chat_req_free(&r);
+
+    /* the model calls crm__lookup and plain: streamed */
+    const struct dj_chat_delta d[] = {
+        {DJ_DELTA_CONTENT, 0, NULL, NULL, "ok", 2},
+        {DJ_DELTA_TOOL_START, 0, "call_1", "crm__lookup", NULL, 0},
+        {DJ_DELTA_TOOL_ARGS, 0, NULL, NULL, "{\"q\": \"bob\"}", 12},
+        {DJ_DELTA_TOOL_START, 1, "call_2", "plain", NULL, 0},
+        {DJ_DELTA_TOOL_ARGS, 1, NULL, NULL, "{}", 2},
+    };
+    struct dj_api_stream *st = api_stream_new(DJ_API_RESPONSES, "resp_N", "m", 5, 1, false, 3);
+    api_stream_set_meta(st, meta);
+    struct dj_sbuf b = {0};
+    api_stream_start(st, &b);
+    CHECK(api_stream_response(st) == NULL); /* not before the end */
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) api_stream_delta(st, 0, &d[i], NULL, &b);
+    api_stream_finish(st, 0, DJ_FINISH_STOP, &b);
+    struct dj_chat_usage u = {.prompt = 10, .cached = 4, .completion = 6};
+    api_stream_end(st, &u, &b);
+    struct evs v;
+    sse_parse(b.p, b.n, &v);
+    json_t *added = NULL, *done = NULL, *fin = NULL;
+    for (size_t i = 0; i < v.n; i++) {
+        json_t *it = json_object_get(v.e[i].data, "item");
+        if (!strcmp(v.e[i].name, "response.output_item.added") && !strcmp(sget(it, "type"), "function_call") && !added)
+            added = it;
+        if (!strcmp(v.e[i].name, "response.output_item.done") && !strcmp(sget(it, "type"), "function_call") && !done)
+            done = it;
+        if (!strcmp(v.e[i].name, "response.function_call_arguments.done") && !strcmp(sget(v.e[i].data, "item_id"), "fc_N_1"))
+            CHECK(!strcmp(sget(v.e[i].data, "name"), "lookup"));
+        if (!strcmp(v.e[i].name, "response.completed")) fin = json_object_get(v.e[i].data, "response");
+    }
+    JEQ(added, "{`type`: `function_call`, `id`: `fc_N_1`, `call_id`: `call_1`, `name`: `lookup`, `namespace`: `crm`, "
+               "`arguments`: ``, `status`: `in_progress`}");
+    JEQ(done, "{`type`: `function_call`, `id`: `fc_N_1`, `call_id`: `call_1`, `name`: `lookup`, `namespace`: `crm`, "
+              "`arguments`: `{\\`q\\`: \\`bob\\`}`, `status`: `completed`}");
+    json_t *final = api_stream_response(st);
+    CHECK(final && fin && json_equal(final, fin)); /* what the server stores is what the client got */
+    JEQ(json_object_get(fin, "tools"), "[{`type`: `namespace`, `name`: `crm`, `description`: `CRM`, `tools`: [{`type`: "
+                                       "`function`, `name`: `lookup`, `parameters`: {`type`: `object`, `properties`: "
+                                       "{`q`: {`type`: `string`}}}}]}, {`type`: `function`, `name`: `plain`}]");
+    /* not streamed: the same output once the meta is applied */
+    static char n0[] = "crm__lookup", n1[] = "plain", a0[] = "{\"q\": \"bob\"}", a1[] = "{}";
+    struct dj_chat_call calls[2] = {{"call_1", n0, a0, 12}, {"call_2", n1, a1, 2}};
+    struct dj_chat_choice c = {.content = (char *)"ok", .n_content = 2, .calls = calls, .n_calls = 2};
+    json_t *j = api_response(DJ_API_RESPONSES, "resp_N", "m", 5, &c, 1, &u);
+    api_responses_apply_meta(j, meta);
+    CHECK(fin && json_equal(json_object_get(j, "output"), json_object_get(fin, "output")));
+    CHECK(json_equal(json_object_get(j, "tools"), json_object_get(fin, "tools")));
+    JEQ(json_array_get(json_object_get(j, "output"), 2),
+        "{`type`: `function_call`, `id`: `fc_N_2`, `call_id`: `call_2`, `name`: `plain`, `arguments`: `{}`, `status`: "
+        "`completed`}");
+    /* and sent back as input, those items render under the flat names again */
+    json_t *next = json_pack("{s:O, s:O}", "input", json_object_get(j, "output"), "tools", json_object_get(fin, "tools"));
+    char *txt = json_dumps(next, JSON_COMPACT);
+    memset(&r, 0, sizeof r);
+    CHECK(txt && api_parse_chat(DJ_API_RESPONSES, "m", txt, strlen(txt), &r, &status, &param) == DJ_OK);
+    JEQ(r.messages, "[{`role`: `assistant`, `content`: `ok`, `tool_calls`: ["
+                    "{`id`: `call_1`, `type`: `function`, `function`: {`name`: `crm__lookup`, `arguments`: `{\\`q\\`: \\`bob\\`}`}},"
+                    "{`id`: `call_2`, `type`: `function`, `function`: {`name`: `plain`, `arguments`: `{}`}}]}]");
+    api_chat_req_free(&r);
+    free(txt);
+    json_decref(next);
+    json_decref(j);
+    json_decref(final);
+    evs_free(&v);
+    sbuf_free(&b);
+    api_stream_free(st);
+    json_decref(meta);
+}
+
+/* reasoning.effort onto the template's switches. */
+static void test_responses_effort(void) {
+    static const struct {
+        const char *effort;
+        bool on;
+    } cases[] = {{"none", false}, {"minimal", false}, {"low", true}, {"medium", true}, {"high", true}, {"xhigh", true}};
+    struct dj_chat_req r;
+    int status;
+    const char *param;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[256], want[160];
+        snprintf(body, sizeof body, "{`input`: `x`, `reasoning`: {`effort`: `%s`, `summary`: `auto`}}", cases[i].effort);
+        snprintf(want, sizeof want, "{`reasoning_effort`: `%s`, `enable_thinking`: %s, `thinking`: %s}", cases[i].effort,
+                 cases[i].on ? "true" : "false", cases[i].on ? "true" : "false");
+        CHECK(parse(DJ_API_RESPONSES, body, &r, &status, &param) == DJ_OK);
+        JEQ(r.template_kwargs, want);
+        api_chat_req_free(&r);
+    }
+    /* chat_template_kwargs win over the mapping */
+    CHECK(parse(DJ_API_RESPONSES,
+                "{`input`: `x`, `reasoning`: {`effort`: `none`}, `chat_template_kwargs`: {`enable_thinking`: true}}", &r,
+                &status, &param) == DJ_OK);
+    JEQ(r.template_kwargs, "{`enable_thinking`: true, `reasoning_effort`: `none`, `thinking`: false}");
+    api_chat_req_free(&r);
+    /* summary only (Codex's default): the template's own default */
+    CHECK(parse(DJ_API_RESPONSES, "{`input`: `x`, `reasoning`: {`summary`: `auto`}}", &r, &status, &param) == DJ_OK);
+    CHECK(r.template_kwargs == NULL);
+    api_chat_req_free(&r);
+}
+
+/* Parses body (Q form) into r and binds it to store; returns attach's status. */
+static enum dj_status parse_attach(const char *body, struct dj_response_store *store, struct dj_chat_req *r,
+                                   json_t **err, unsigned *http) {
+    int status;
+    const char *param;
+    if (parse(DJ_API_RESPONSES, body, r, &status, &param) != DJ_OK) {
+        fprintf(stderr, "parse: %s\n", dj_last_error());
+        *err = NULL;
+        return DJ_ERR_INVALID;
+    }
+    enum dj_status st = api_responses_attach(r, store, err, http);
+    return st;
+}
+
+/* previous_response_id: the stored conversation + its output + the new input, translated exactly
+ * as the same items sent explicitly; instructions not carried over; 404 for unknown, deleted or
+ * evicted ids; GET and DELETE. */
+static void test_responses_previous(void) {
+    struct dj_response_store *store = NULL;
+    CHECK(response_store_create(2, 1 << 20, &store) == DJ_OK);
+    struct dj_chat_req r1, r2, rx;
+    json_t *err = NULL;
+    unsigned http = 0;
+    const char *ns = "`tools`: [{`type`: `namespace`, `name`: `crm`, `description`: `d`, `tools`: [{`type`: `function`, "
+                     "`name`: `lookup`}]}]";
+    char body[2048];
+    snprintf(body, sizeof body, "{`instructions`: `Be brief.`, `input`: `find bob`, %s, `temperature`: 0}", ns);
+    CHECK(parse_attach(body, store, &r1, &err, &http) == DJ_OK && err == NULL && r1.store);
+    /* turn 1's output: reasoning, text, a namespace call (what the server would send and keep) */
+    static char n0[] = "crm__lookup", a0[] = "{\"q\": \"bob\"}";
+    struct dj_chat_call call = {"call_1", n0, a0, 12};
+    struct dj_chat_choice c = {.content = (char *)"Looking.", .n_content = 8, .reasoning = (char *)"hm", .n_reasoning = 2,
+                               .calls = &call, .n_calls = 1};
+    struct dj_chat_usage u = {.prompt = 20, .completion = 5};
+    json_t *resp1 = api_response(DJ_API_RESPONSES, "resp_one", "m", 5, &c, 1, &u);
+    api_responses_apply_meta(resp1, r1.resp_meta);
+    JEQ(json_object_get(resp1, "store"), "true");
+    JEQ(json_object_get(resp1, "instructions"), "`Be brief.`");
+    JEQ(json_object_get(resp1, "temperature"), "0.0");
+    CHECK(api_responses_keep(store, r1.items, resp1) == DJ_OK);
+
+    /* turn 2 by reference: new instructions, the call's output and a question */
+    snprintf(body, sizeof body,
+             "{`instructions`: `Be terse.`, `previous_response_id`: `resp_one`, `input`: [{`type`: "
+             "`function_call_output`, `call_id`: `call_1`, `output`: `bob is 42`}, {`role`: `user`, `content`: `age?`}], %s}",
+             ns);
+    CHECK(parse_attach(body, store, &r2, &err, &http) == DJ_OK && err == NULL);
+    JEQ(r2.messages, "[{`role`: `system`, `content`: `Be terse.`}, {`role`: `user`, `content`: `find bob`},"
+                     "{`role`: `assistant`, `content`: `Looking.`, `reasoning_content`: `hm`, `tool_calls`: [{`id`: `call_1`, "
+                     "`type`: `function`, `function`: {`name`: `crm__lookup`, `arguments`: `{\\`q\\`: \\`bob\\`}`}}]},"
+                     "{`role`: `tool`, `tool_call_id`: `call_1`, `content`: `bob is 42`}, {`role`: `user`, `content`: `age?`}]");
+    /* the same conversation sent explicitly translates identically */
+    json_t *explicit_in = json_deep_copy(r1.items);
+    json_array_extend(explicit_in, json_object_get(resp1, "output"));
+    json_t *own = json_loads(Q("[{`type`: `function_call_output`, `call_id`: `call_1`, `output`: `bob is 42`}, "
+                               "{`role`: `user`, `content`: `age?`}]"),
+                             0, NULL);
+    json_array_extend(explicit_in, own);
+    json_t *xb = json_pack("{s:s, s:o}", "instructions", "Be terse.", "input", explicit_in);
+    char *xt = json_dumps(xb, JSON_COMPACT);
+    int status;
+    const char *param;
+    memset(&rx, 0, sizeof rx);
+    CHECK(api_parse_chat(DJ_API_RESPONSES, "m", xt, strlen(xt), &rx, &status, &param) == DJ_OK);
+    CHECK(json_equal(rx.messages, r2.messages));
+    CHECK(json_equal(rx.items, r2.items)); /* what turn 2 will store: the whole conversation's items */
+    free(xt);
+    json_decref(xb);
+    json_decref(own);
+    api_chat_req_free(&rx);
+    JEQ(json_object_get(json_object_get(r2.resp_meta, "echo"), "previous_response_id"), "`resp_one`");
+
+    /* a chain: turn 2's response stored, turn 3 continues it with no instructions (none carried) */
+    struct dj_chat_choice c2 = {.content = (char *)"42.", .n_content = 3};
+    json_t *resp2 = api_response(DJ_API_RESPONSES, "resp_two", "m", 6, &c2, 1, &u);
+    api_responses_apply_meta(resp2, r2.resp_meta);
+    CHECK(api_responses_keep(store, r2.items, resp2) == DJ_OK);
+    struct dj_chat_req r3;
+    CHECK(parse_attach("{`previous_response_id`: `resp_two`, `input`: `thanks`}", store, &r3, &err, &http) == DJ_OK);
+    CHECK(json_array_size(r3.messages) == 6);
+    JEQ(json_array_get(r3.messages, 0), "{`role`: `user`, `content`: `find bob`}");
+    JEQ(json_array_get(r3.messages, 4), "{`role`: `assistant`, `content`: `42.`}");
+    JEQ(json_array_get(r3.messages, 5), "{`role`: `user`, `content`: `thanks`}");
+    api_chat_req_free(&r3);
+    /* no new input: the stored conversation alone */
+    CHECK(parse_attach("{`previous_response_id`: `resp_two`}", store, &r3, &err, &http) == DJ_OK);
+    CHECK(json_array_size(r3.messages) == 5);
+    api_chat_req_free(&r3);
+
+    /* GET returns the stored object; a failed response is not kept */
+    json_t *got = api_responses_get(store, "resp_one", &err);
+    CHECK(got && json_equal(got, resp1) && err == NULL);
+    json_decref(got);
+    json_t *failed = json_pack("{s:s, s:s, s:[]}", "id", "resp_bad", "status", "failed", "output");
+    CHECK(api_responses_keep(store, r1.items, failed) == DJ_OK);
+    CHECK(api_responses_get(store, "resp_bad", &err) == NULL && err);
+    json_decref(err);
+    json_decref(failed);
+
+    /* 404: unknown id, in OpenAI's shape */
+    CHECK(parse_attach("{`previous_response_id`: `resp_nope`, `input`: `x`}", store, &rx, &err, &http) == DJ_ERR_NOT_FOUND);
+    CHECK(http == 404);
+    JEQ(err, "{`error`: {`message`: `Previous response with id 'resp_nope' not found.`, `type`: `invalid_request_error`, "
+             "`param`: `previous_response_id`, `code`: `previous_response_not_found`}}");
+    json_decref(err);
+    api_chat_req_free(&rx);
+    /* evicted (the store holds 2): a third response pushes resp_one out */
+    json_t *resp3 = api_response(DJ_API_RESPONSES, "resp_three", "m", 7, &c2, 1, &u);
+    CHECK(api_responses_keep(store, r2.items, resp3) == DJ_OK);
+    CHECK(parse_attach("{`previous_response_id`: `resp_one`, `input`: `x`}", store, &rx, &err, &http) == DJ_ERR_NOT_FOUND &&
+          http == 404 && err);
+    json_decref(err);
+    api_chat_req_free(&rx);
+    /* DELETE, then GET and previous_response_id find nothing */
+    json_t *del = api_responses_delete(store, "resp_two", &err);
+    JEQ(del, "{`id`: `resp_two`, `object`: `response`, `deleted`: true}");
+    json_decref(del);
+    CHECK(api_responses_delete(store, "resp_two", &err) == NULL && err);
+    json_decref(err);
+    CHECK(api_responses_get(store, "resp_two", &err) == NULL);
+    JEQ(err, "{`error`: {`message`: `Response with id 'resp_two' not found.`, `type`: `invalid_request_error`, `param`: "
+             "null, `code`: null}}");
+    json_decref(err);
+    CHECK(parse_attach("{`previous_response_id`: `resp_two`, `input`: `x`}", store, &rx, &err, &http) == DJ_ERR_NOT_FOUND);
+    json_decref(err);
+    api_chat_req_free(&rx);
+
+    /* storing off (no store): store false in the echo, every previous id unknown */
+    CHECK(parse_attach("{`input`: `x`, `store`: true}", NULL, &rx, &err, &http) == DJ_OK && !rx.store);
+    JEQ(json_object_get(json_object_get(rx.resp_meta, "echo"), "store"), "false");
+    api_chat_req_free(&rx);
+    CHECK(parse_attach("{`previous_response_id`: `resp_three`, `input`: `x`}", NULL, &rx, &err, &http) == DJ_ERR_NOT_FOUND &&
+          http == 404 && err);
+    json_decref(err);
+    api_chat_req_free(&rx);
+    CHECK(api_responses_get(NULL, "resp_three", &err) == NULL && err);
+    json_decref(err);
+    /* other dialects: a no-op */
+    memset(&rx, 0, sizeof rx);
+    rx.api = DJ_API_CHAT;
+    CHECK(api_responses_attach(&rx, store, &err, &http) == DJ_OK && err == NULL);
+
+    json_decref(resp1);
+    json_decref(resp2);
+    json_decref(resp3);
+    api_chat_req_free(&r1);
+    api_chat_req_free(&r2);
+    response_store_destroy(store);
+}
+
 static void test_messages_stream(void) {
     struct evs v;
     struct dj_chat_usage u = {.prompt = 30, .cached = 12, .completion = 9};
@@ -1369,6 +1770,10 @@ int main(int argc, char **argv) {
     test_messages_response();
     test_chat_stream();
     test_responses_stream();
+    test_responses_codex_fields();
+    test_responses_namespaces();
+    test_responses_effort();
+    test_responses_previous();
     test_messages_stream();
     test_misc();
     for (size_t i = 0; i < n_allocs; i++) free(allocs[i]);
