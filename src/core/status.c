@@ -13,10 +13,14 @@ static _Thread_local char errbuf[DJ_ERRBUF];
 static enum dj_log_level log_level = DJ_LOG_INFO;
 
 enum dj_status dj_fail(enum dj_status st, const char *fmt, ...) {
+    /* formatted aside first: an argument may be dj_last_error() itself (a message wrapped with a
+     * prefix), and vsnprintf's output must not overlap its input */
+    char msg[DJ_ERRBUF];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(errbuf, msg, sizeof errbuf);
     return st;
 }
 

@@ -411,6 +411,15 @@ static enum dj_status request_grammar(struct dj_server *s, const struct dj_chat_
     enum dj_status st = toolcall_grammar_build_value(cr->tools, &to, &tg);
     /* a schema one syntax cannot express (Qwen3-Coder XML values): free output, parsed as before */
     if (st == DJ_ERR_UNSUPPORTED) return DJ_OK;
+    /* a tool schema the converter refuses (docs/SERVER.md "JSON Schema coverage"): with tool_choice
+     * auto the calls are parsed from free output, as for the families without grammars, rather than
+     * failing a request whose tools the model may never call; required / named still fail (the
+     * client asked for a call deja cannot guarantee) */
+    if (st && st != DJ_ERR_NOMEM && cr->tool_choice == DJ_TOOL_AUTO) {
+        fprintf(stderr, "deja serve: tools: %s: tool calls are parsed from free output for this request\n",
+                dj_last_error());
+        return DJ_OK;
+    }
     if (st) return dj_fail(st, "%s", dj_last_error());
     const bool lazy = cr->tool_choice == DJ_TOOL_AUTO;
     *gbnf = strdup(lazy ? tg.lazy_gbnf : tg.gbnf);

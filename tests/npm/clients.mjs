@@ -465,6 +465,16 @@ await check("openai: a prompt past the context is context_length_exceeded", asyn
   assert.ok(err && err.status === 400 && err.code === "context_length_exceeded", String(err));
 });
 
+await check("a tool schema the converter refuses: served with tool_choice auto (calls parsed from free output), 400 with required", async () => {
+  const odd = { type: "function", function: { name: "odd", parameters: { type: "object", properties: { x: { not: { type: "string" } } } } } };
+  const r = await client.chat.completions.create({ model: "codelm", messages: msgs, max_tokens: 4, tools: [weather, odd] });
+  assert.equal(r.object, "chat.completion");
+  let err = null;
+  try { await client.chat.completions.create({ model: "codelm", messages: msgs, max_tokens: 4, tools: [weather, odd], tool_choice: "required" }); } catch (e) { err = e; }
+  assert.ok(err && err.status === 400 && err.param === "tools", String(err));
+  assert.match(err.message, /\bnot\b/, JSON.stringify(err.error));
+});
+
 await check("HEAD and GET / and /api/hello answer 200 without a key (clients' connection probes)", async () => {
   for (const path of ["/", "/api/hello"]) {
     for (const method of ["HEAD", "GET"]) {

@@ -1757,9 +1757,20 @@ static void test_misc(void) {
     CHECK(api_parse_chat((enum dj_api)42, "m", "{}", 2, &r, &status, &param) != DJ_OK);
 }
 
+/* A message wrapped in a prefix, with dj_last_error() itself as the argument (the server wraps the
+ * converter's and the template's messages so): the whole message survives. */
+static void test_error_wrapping(void) {
+    dj_fail(DJ_ERR_INVALID, "json schema: 'not' is not supported at /properties/x");
+    CHECK(dj_fail(DJ_ERR_INVALID, "tools: %s", dj_last_error()) == DJ_ERR_INVALID);
+    CHECK(!strcmp(dj_last_error(), "tools: json schema: 'not' is not supported at /properties/x"));
+    dj_fail(DJ_ERR_INVALID, "%s", dj_last_error());
+    CHECK(!strcmp(dj_last_error(), "tools: json schema: 'not' is not supported at /properties/x"));
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     (void)argv;
+    test_error_wrapping();
     test_chat_request();
     test_chat_errors();
     test_responses_request();
