@@ -163,6 +163,11 @@ static void check_chat(const struct dj_chat_req *r, enum dj_api api) {
     if (r->n_stop > DJ_SERVER_STOP_MAX || r->top_logprobs > 20) abort();
     if (r->n_bias && r->sp.logit_bias != r->bias) abort();
     if (api == DJ_API_MESSAGES && r->max_tokens == 0) abort();
+    /* Anthropic's thinking budget, display and cache_control: set by /v1/messages only */
+    if (r->reasoning_budget < -1) abort();
+    if (api != DJ_API_MESSAGES && api != DJ_API_MESSAGES_COUNT &&
+        (r->reasoning_budget != -1 || r->reasoning_omitted || r->cache_control))
+        abort();
 }
 
 /* Every event of the stream is whole and its data JSON. */
@@ -202,6 +207,7 @@ static void fuzz_output(enum dj_api api, const uint8_t *data, size_t size, const
     if (!st) return;
     struct dj_sbuf b = {0};
     api_stream_set_meta(st, meta);
+    api_stream_set_reasoning_omitted(st, size & 8); /* Messages: reasoning in the signature */
     api_stream_start(st, &b);
     char ids[4][16];
     uint32_t n_tools = 0;
@@ -227,7 +233,7 @@ static void fuzz_output(enum dj_api api, const uint8_t *data, size_t size, const
     char msg[64];
     snprintf(msg, sizeof msg, "%.*s", (int)(size < 63 ? size : 63), (const char *)data);
     if (size & 4) api_stream_error(st, msg, &b);
-    struct dj_chat_usage u = {size, size / 2, size, NULL};
+    struct dj_chat_usage u = {.prompt = size, .cached = size / 2, .completion = size, .cache_write = size / 4};
     const size_t before = b.n;
     api_stream_end(st, &u, &b);
     check_sse(&b);
@@ -247,7 +253,7 @@ static void fuzz_output(enum dj_api api, const uint8_t *data, size_t size, const
     snprintf(call.id, sizeof call.id, "call_x");
     struct dj_chat_choice c = {.content = (char *)data, .n_content = size, .reasoning = (char *)data,
                                .n_reasoning = size / 2, .calls = &call, .n_calls = size & 1,
-                               .finish = size & 2 ? DJ_FINISH_LENGTH : DJ_FINISH_STOP};
+                               .finish = size & 2 ? DJ_FINISH_LENGTH : DJ_FINISH_STOP, .reasoning_omitted = size & 8};
     json_t *j = api_response(api, "id_1", "m", 1, &c, 1, &u);
     api_responses_apply_meta(j, meta);
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -275,7 +281,7 @@ static void fuzz_store(struct dj_chat_req *r, const uint8_t *data, size_t size) 
     struct dj_chat_choice c = {.content = (char *)data, .n_content = size / 2, .reasoning = (char *)data,
                                .n_reasoning = size / 3, .calls = &call, .n_calls = size & 1,
                                .finish = size & 2 ? DJ_FINISH_LENGTH : DJ_FINISH_STOP};
-    struct dj_chat_usage u = {size, 0, size, NULL};
+    struct dj_chat_usage u = {.prompt = size, .completion = size};
     json_t *resp = api_response(DJ_API_RESPONSES, "resp_fz", "m", 1, &c, 1, &u);
     api_responses_apply_meta(resp, r->resp_meta);
     if (!resp || api_responses_keep(store, r->items, resp) != DJ_OK) {
