@@ -27,4 +27,33 @@ static inline struct dj_turn_result test_turn(struct dj_engine *e, struct dj_ses
     return r;
 }
 
+/* Pairs each emitted token with the logits that chose it (request callbacks, one request's
+ * completions at a time): the engine calls on_logits right before the on_token of the token
+ * those logits chose, and computes none for a token emitted without a pass (forced). */
+static struct {
+    uint64_t pending;
+    bool has;
+} test_tap;
+
+/* dj_request_params.on_logits: remembers the hash of the logits. */
+static inline void test_tap_logits(void *ud, const float *l, size_t n) {
+    (void)ud;
+    test_tap.pending = dj_fnv1a(DJ_FNV_OFFSET, l, n * sizeof(float));
+    test_tap.has = true;
+}
+
+/* From on_token: the hash of the logits that chose this token (checked present), or 0 for a
+ * forced one (checked absent). */
+static inline uint64_t test_tap_take(bool forced, size_t pos) {
+    uint64_t h = 0;
+    if (!forced) {
+        CHECKF(test_tap.has, "pos %zu: a sampled token without logits", pos);
+        h = test_tap.has ? test_tap.pending : 1;
+    } else {
+        CHECKF(!test_tap.has, "pos %zu: logits computed for a forced token", pos);
+    }
+    test_tap.has = false;
+    return h;
+}
+
 #endif

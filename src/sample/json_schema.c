@@ -2016,6 +2016,19 @@ struct scon {
     const char *fmt; /* a format (its rule is named after it), or NULL */
 };
 
+/* The string rule body of one constraint alone: its pattern written out, or its format's rule
+ * between quotes.  malloc'd; NULL with the message set. */
+static char *one_constraint_body(struct conv *c, const struct scon *k) {
+    if (!k->fmt) return pattern_body(c, k->x);
+    const char *f = format_rule(c, k->fmt);
+    if (!f) return NULL;
+    struct sb s = {0};
+    sb_printf(&s, "\"\\\"\" %s \"\\\"\"", f);
+    char *r = sb_take(&s);
+    if (!r) conv_oom(c);
+    return r;
+}
+
 /* The GBNF for "one character of s": the shared any-character rule when s is
  * everything, else the set's expression.  malloc'd; NULL with the message set. */
 static char *charset_expr(struct conv *c, const struct cpset *s) {
@@ -2180,14 +2193,7 @@ static char *intersection_body(struct conv *c, struct scon *cons, size_t n, size
     }
     if (nc == 1 && cpset_is_all(&only) && lo <= rx_min_len(cons[0].x) && rx_max_len(cons[0].x) <= hi) {
         /* the lengths add nothing: the constraint alone */
-        if (!cons[0].fmt) r = pattern_body(c, cons[0].x);
-        else {
-            const char *f = format_rule(c, cons[0].fmt);
-            struct sb s = {0};
-            if (f) sb_printf(&s, "\"\\\"\" %s \"\\\"\"", f);
-            r = f ? sb_take(&s) : NULL;
-            if (f && !r) conv_oom(c);
-        }
+        r = one_constraint_body(c, &cons[0]);
         goto done;
     }
     for (size_t i = 0; i < nc; i++) xs[nx++] = cons[i].x;
@@ -2280,14 +2286,7 @@ static char *string_body(struct conv *c, json_t *s, const char *hint) {
         goto done;
     }
     if (n == 1 && lo == 0 && hi == INF) { /* one regex: written out as it is */
-        if (!cons[0].fmt) r = pattern_body(c, cons[0].x);
-        else {
-            const char *f = format_rule(c, cons[0].fmt);
-            struct sb q = {0};
-            if (f) sb_printf(&q, "\"\\\"\" %s \"\\\"\"", f);
-            r = f ? sb_take(&q) : NULL;
-            if (f && !r) conv_oom(c);
-        }
+        r = one_constraint_body(c, &cons[0]);
         goto done;
     }
     if (n) {

@@ -95,21 +95,13 @@ void rx_alphabet_free(struct rx_alphabet *a) {
     *a = (struct rx_alphabet){0};
 }
 
-/* The symbol whose interval starts at lo / ends at hi (both exist by construction). */
-static uint32_t sym_from_lo(const struct rx_alphabet *a, uint32_t lo) {
+/* The symbol whose interval holds code point cp (the one starting at a range's lo, or ending at
+ * its hi: both exist by construction). */
+static uint32_t sym_of(const struct rx_alphabet *a, uint32_t cp) {
     size_t l = 0, h = a->n;
     while (l + 1 < h) {
         size_t mid = (l + h) / 2;
-        if (a->lo[mid] <= lo) l = mid;
-        else h = mid;
-    }
-    return (uint32_t)l;
-}
-static uint32_t sym_from_hi(const struct rx_alphabet *a, uint32_t hi) {
-    size_t l = 0, h = a->n;
-    while (l + 1 < h) {
-        size_t mid = (l + h) / 2;
-        if (a->lo[mid] <= hi) l = mid;
+        if (a->lo[mid] <= cp) l = mid;
         else h = mid;
     }
     return (uint32_t)l;
@@ -207,7 +199,7 @@ static bool nfa_sets(struct nfa *a, const struct rx_node *x, const struct rx_alp
     for (size_t i = 0; i < a->n_sets; i++) {
         const struct cpset *s = &a->set_node[i]->set;
         a->set_off[i] = a->ranges.n / 2;
-        for (size_t j = 0; j < s->n; j += 2) u32v_push(&a->ranges, sym_from_lo(ab, s->r[j])), u32v_push(&a->ranges, sym_from_hi(ab, s->r[j + 1]));
+        for (size_t j = 0; j < s->n; j += 2) u32v_push(&a->ranges, sym_of(ab, s->r[j])), u32v_push(&a->ranges, sym_of(ab, s->r[j + 1]));
         a->set_len[i] = s->n / 2;
     }
     return !a->ranges.oom;

@@ -16,6 +16,7 @@
 #include "sample/grammar.h"
 #include "sample/schema_skip.h"
 #include "test.h"
+#include "test_engine.h"
 #include "tokenizer/tokenizer.h"
 
 enum { MAX_GEN = 160, MAX_REQ = 12 };
@@ -30,30 +31,14 @@ struct out {
     bool done;
 };
 
-/* The engine runs on this thread and calls on_logits right before the
- * on_token of the token those logits chose (completions one after another). */
-static uint64_t pending;
-static bool has_pending;
-
-static void on_logits(void *ud, const float *l, size_t n) {
-    (void)ud;
-    pending = dj_fnv1a(DJ_FNV_OFFSET, l, n * sizeof(float));
-    has_pending = true;
-}
 /* ud: the job's out[] array, one per completion */
 static void on_token(void *ud, const struct dj_token_event *ev) {
     struct out *o = (struct out *)ud + ev->index;
+    const uint64_t h = test_tap_take(ev->forced, ev->pos);
     if (o->n < MAX_GEN) {
-        o->pos_hash[o->n] = 0;
-        if (!ev->forced) {
-            CHECKF(has_pending, "pos %zu: a sampled token without logits", ev->pos);
-            o->pos_hash[o->n] = pending;
-        } else {
-            CHECKF(!has_pending, "pos %zu: logits computed for a forced token", ev->pos);
-        }
+        o->pos_hash[o->n] = h;
         o->tok[o->n++] = ev->tok;
     }
-    has_pending = false;
     if (o->n_text + ev->n_text < sizeof o->text) {
         memcpy(o->text + o->n_text, ev->text, ev->n_text);
         o->n_text += ev->n_text;
@@ -117,7 +102,7 @@ static void job_submit(struct dj_engine *e, const struct dj_model *m, struct job
     rp.sampling.min_p = 0.0f;
     rp.on_token = on_token;
     rp.on_done = on_done;
-    rp.on_logits = on_logits;
+    rp.on_logits = test_tap_logits;
     memset(j->o, 0, sizeof j->o);
     rp.ud = &j->o[0];
     j->gp = NULL;

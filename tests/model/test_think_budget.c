@@ -18,6 +18,7 @@
 #include "sample/schema_skip.h"
 #include "sample/think_budget.h"
 #include "test.h"
+#include "test_engine.h"
 #include "tokenizer/tokenizer.h"
 
 enum { MAX_GEN = 96 };
@@ -31,21 +32,13 @@ struct out {
     struct dj_turn_result r;
 };
 
-static uint64_t pending;
-static bool has_pending;
-
-static void on_logits(void *ud, const float *l, size_t n) {
-    (void)ud;
-    pending = dj_fnv1a(DJ_FNV_OFFSET, l, n * sizeof(float));
-    has_pending = true;
-}
 static void on_token(void *ud, const struct dj_token_event *ev) {
     struct out *o = (struct out *)ud + ev->index;
+    const uint64_t h = test_tap_take(ev->forced, ev->pos);
     if (o->n < MAX_GEN) {
-        o->hash[o->n] = ev->forced ? 0 : (has_pending ? pending : 1);
+        o->hash[o->n] = h;
         o->tok[o->n++] = ev->tok;
     }
-    has_pending = false;
     if (o->n_text + ev->n_text < sizeof o->text) {
         memcpy(o->text + o->n_text, ev->text, ev->n_text);
         o->n_text += ev->n_text;
@@ -83,7 +76,7 @@ static void job_submit(struct dj_engine *e, const struct dj_model *m, struct job
     rp.sampling.seed = j->seed;
     rp.on_token = on_token;
     rp.on_done = on_done;
-    rp.on_logits = on_logits;
+    rp.on_logits = test_tap_logits;
     memset(j->o, 0, sizeof j->o);
     rp.ud = &j->o[0];
     struct dj_logits_processor inner;
