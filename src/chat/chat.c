@@ -182,9 +182,9 @@ static const char *system_text(const json_t *m, size_t *n) {
     return len ? s : NULL;
 }
 
-/* Every system message from index `from` on has its text in the render. */
-static bool systems_shown(const json_t *messages, size_t from, const struct dj_jinja_out *o) {
-    for (size_t i = from; i < json_array_size(messages); i++) {
+/* Every system message has its text in the render. */
+static bool systems_shown(const json_t *messages, const struct dj_jinja_out *o) {
+    for (size_t i = 0; i < json_array_size(messages); i++) {
         size_t n = 0;
         const char *s = system_text(json_array_get(messages, i), &n);
         if (s && !memmem(o->text, o->n, s, n)) return false;
@@ -250,32 +250,34 @@ oom:
 enum dj_status chat_render_placed(const struct dj_chat_template *t, const json_t *messages, const json_t *tools,
                                   const json_t *kwargs, bool add_generation_prompt, int64_t now, struct dj_jinja_out *out,
                                   enum dj_system_placement *how) {
-    struct dj_jinja_out o = {0};
+    struct dj_jinja_out first = {0};
     *how = DJ_SYSTEM_AS_IS;
-    enum dj_status st = chat_render(t, messages, tools, kwargs, add_generation_prompt, now, &o);
-    if (st == DJ_OK && systems_shown(messages, 0, &o)) {
-        *out = o;
+    const enum dj_status first_st = chat_render(t, messages, tools, kwargs, add_generation_prompt, now, &first);
+    if (first_st == DJ_OK && systems_shown(messages, &first)) {
+        *out = first;
         return DJ_OK;
     }
     char first_error[512];
-    snprintf(first_error, sizeof first_error, "%s", st ? dj_last_error() : "");
-    const enum dj_status first_st = st;
-    jinja_out_free(&o);
+    snprintf(first_error, sizeof first_error, "%s", first_st ? dj_last_error() : "");
     bool any_system = false;
     for (size_t i = 0; i < json_array_size(messages); i++) {
         const char *role = json_string_value(json_object_get(json_array_get(messages, i), "role"));
         any_system |= role && !strcmp(role, "system");
     }
-    /* nothing to place differently: the template's own verdict stands */
-    if (!any_system) goto keep_first;
-    /* the system messages after the first message, then all of them */
-    for (size_t from = 1;; from = 0) {
+    /* the system messages after the first message, then all of them (with none, nothing to place
+     * differently: the template's own verdict stands) */
+    for (size_t from = 1; any_system; from = 0) {
         json_t *folded = fold_systems(messages, from);
-        if (!folded) return dj_fail(DJ_ERR_NOMEM, "out of memory");
-        st = chat_render(t, folded, tools, kwargs, add_generation_prompt, now, &o);
-        const bool shown = st == DJ_OK && systems_shown(folded, 0, &o);
+        if (!folded) {
+            jinja_out_free(&first);
+            return dj_fail(DJ_ERR_NOMEM, "out of memory");
+        }
+        struct dj_jinja_out o = {0};
+        const enum dj_status st = chat_render(t, folded, tools, kwargs, add_generation_prompt, now, &o);
+        const bool shown = st == DJ_OK && systems_shown(folded, &o);
         json_decref(folded);
         if (shown) {
+            jinja_out_free(&first);
             *how = from ? DJ_SYSTEM_FOLDED_LATER : DJ_SYSTEM_FOLDED_ALL;
             *out = o;
             return DJ_OK;
@@ -283,11 +285,11 @@ enum dj_status chat_render_placed(const struct dj_chat_template *t, const json_t
         jinja_out_free(&o);
         if (from == 0) break;
     }
-keep_first:
     /* no placement shows every system text: the first render as the template made it (its error,
      * or its output without the texts it leaves out) */
     if (first_st) return dj_fail(first_st, "%s", first_error);
-    return chat_render(t, messages, tools, kwargs, add_generation_prompt, now, out);
+    *out = first;
+    return DJ_OK;
 }
 
 enum dj_status chat_tokenize(const struct dj_vocab *v, const struct dj_chat_template *t, const struct dj_jinja_out *o,

@@ -2016,19 +2016,6 @@ struct scon {
     const char *fmt; /* a format (its rule is named after it), or NULL */
 };
 
-/* The string rule body of one constraint alone: its pattern written out, or its format's rule
- * between quotes.  malloc'd; NULL with the message set. */
-static char *one_constraint_body(struct conv *c, const struct scon *k) {
-    if (!k->fmt) return pattern_body(c, k->x);
-    const char *f = format_rule(c, k->fmt);
-    if (!f) return NULL;
-    struct sb s = {0};
-    sb_printf(&s, "\"\\\"\" %s \"\\\"\"", f);
-    char *r = sb_take(&s);
-    if (!r) conv_oom(c);
-    return r;
-}
-
 /* The GBNF for "one character of s": the shared any-character rule when s is
  * everything, else the set's expression.  malloc'd; NULL with the message set. */
 static char *charset_expr(struct conv *c, const struct cpset *s) {
@@ -2050,6 +2037,16 @@ static char *quoted_body(struct conv *c, char *body) {
     free(body);
     char *r = sb_take(&s);
     return r ? r : conv_oom(c);
+}
+
+/* The string rule body of one constraint alone: its pattern written out, or its format's rule
+ * between quotes.  malloc'd; NULL with the message set. */
+static char *one_constraint_body(struct conv *c, const struct scon *k) {
+    if (!k->fmt) return pattern_body(c, k->x);
+    const char *f = format_rule(c, k->fmt);
+    if (!f) return NULL;
+    char *d = xstrdup(f);
+    return d ? quoted_body(c, d) : conv_oom(c);
 }
 
 /* The GBNF of plan node i's language (what follows it): "" for none, a

@@ -378,6 +378,18 @@ static enum dj_status table_grow(struct sdfa *d, size_t n_states) {
     return t && acc ? DJ_OK : DJ_ERR_NOMEM;
 }
 
+/* Room in d's tables for n states (the subset constructions' states so far): doubles *cap,
+ * never past max_states. */
+static enum dj_status table_reserve(struct sdfa *d, size_t *cap, size_t n, size_t max_states) {
+    if (n <= *cap) return DJ_OK;
+    size_t nc = *cap ? 2 * *cap : 64;
+    if (nc > max_states) nc = max_states;
+    if (nc < n) nc = n;
+    enum dj_status st = table_grow(d, nc);
+    if (!st) *cap = nc;
+    return st;
+}
+
 enum dj_status sdfa_from_rx(const struct rx_node *x, const struct rx_alphabet *ab, size_t max_states, struct sdfa *out) {
     struct nfa a = {.max = 1u << 20};
     struct subsets S = {0};
@@ -410,13 +422,7 @@ enum dj_status sdfa_from_rx(const struct rx_node *x, const struct rx_alphabet *a
         goto done;
     }
     for (size_t i = 0; i < S.n; i++) {
-        if (S.n > cap_states) {
-            size_t nc = cap_states ? 2 * cap_states : 64;
-            if (nc > max_states) nc = max_states;
-            if (nc < S.n) nc = S.n;
-            if ((st = table_grow(&d, nc))) goto done;
-            cap_states = nc;
-        }
+        if ((st = table_reserve(&d, &cap_states, S.n, max_states))) goto done;
         int32_t *row = d.delta + i * d.k;
         for (size_t k = 0; k < d.k; k++) row[k] = -1;
         size_t n_key = S.off[i + 1] - S.off[i];
@@ -681,13 +687,7 @@ enum dj_status sdfa_intersect(const struct sdfa *x, const struct sdfa *y, size_t
     uint32_t key[2] = {0, 0};
     if (subset_get(&S, key, 2, max_states, &made, &st) < 0) goto done;
     for (size_t i = 0; i < S.n; i++) {
-        if (S.n > cap_states) {
-            size_t nc = cap_states ? 2 * cap_states : 64;
-            if (nc > max_states) nc = max_states;
-            if (nc < S.n) nc = S.n;
-            if ((st = table_grow(&d, nc))) goto done;
-            cap_states = nc;
-        }
+        if ((st = table_reserve(&d, &cap_states, S.n, max_states))) goto done;
         uint32_t p = S.keys.v[S.off[i]], q = S.keys.v[S.off[i] + 1];
         d.acc[i] = x->acc[p] && y->acc[q];
         for (size_t k = 0; k < d.k; k++) {

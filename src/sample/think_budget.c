@@ -212,12 +212,11 @@ static void *tb_fork(void *ud, uint32_t index) {
     *f = *b;
     f->win = NULL;
     f->n_win = f->cap_win = 0;
-    f->st = b->starts_open ? (b->budget == 0 ? TB_FORCING : TB_IN) : TB_PRE;
     f->used = 0;
-    f->k = 0;
-    f->rest = b->force; /* (the whole marker: a fork starts with no text) */
-    f->n_rest = b->n_force;
-    f->own_rest = false;
+    f->own_rest = false; /* (the parent's rest is the parent's) */
+    f->st = TB_PRE;
+    /* the state think_budget_create starts in (with no text, no tokenization can fail) */
+    if (b->starts_open) enter_in(f);
     if (b->has_inner) {
         if (!b->inner.fork || !(f->inner.ud = b->inner.fork(b->inner.ud, index))) {
             free(f);

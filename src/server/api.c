@@ -171,6 +171,19 @@ enum dj_status api_add_tool(struct api_ctx *c, const char *param, json_t *name, 
     return api_push(r->tools, tool) ? DJ_OK : api_oom(c);
 }
 
+enum dj_status api_add_function(struct api_ctx *c, json_t *fn, const char *p, json_t *name) {
+    char q[176];
+    json_t *desc, *params, *strict;
+    snprintf(q, sizeof q, "%s.description", p);
+    if (!api_opt(c, fn, "description", JSON_STRING, q, &desc)) return DJ_ERR_INVALID;
+    snprintf(q, sizeof q, "%s.parameters", p);
+    if (!api_opt(c, fn, "parameters", JSON_OBJECT, q, &params)) return DJ_ERR_INVALID;
+    snprintf(q, sizeof q, "%s.strict", p);
+    if (!api_opt(c, fn, "strict", JSON_TRUE, q, &strict)) return DJ_ERR_INVALID;
+    snprintf(q, sizeof q, "%s.name", p);
+    return api_add_tool(c, q, name, desc, params, strict);
+}
+
 enum dj_status api_named_tool(struct api_ctx *c, const char *param, json_t *name) {
     if (!json_is_string(name)) return api_fail(c, 400, param, "%s must be a string (the tool to call)", param);
     if (strlen(json_string_value(name)) == json_string_length(name) &&

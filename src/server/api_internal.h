@@ -57,6 +57,10 @@ bool api_opt(struct api_ctx *c, json_t *obj, const char *key, json_type want, co
 enum dj_status api_add_tool(struct api_ctx *c, const char *param, json_t *name, json_t *description,
                             json_t *parameters, json_t *strict);
 
+/* api_add_tool from a function object fn (OpenAI's `function`, a Responses flat tool) at param
+ * path p: its description, parameters and strict, checked, with the given name (borrowed). */
+enum dj_status api_add_function(struct api_ctx *c, json_t *fn, const char *p, json_t *name);
+
 /* Checks the name of a NAMED tool_choice against the tools and sets r->tool_choice / tool_name. */
 enum dj_status api_named_tool(struct api_ctx *c, const char *param, json_t *name);
 

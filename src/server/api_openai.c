@@ -135,16 +135,9 @@ static enum dj_status parse_tools(struct api_ctx *c, json_t *root) {
         if (type && !json_is_string(type)) return api_fail(c, 400, p, "%s.type must be a string", p);
         if (type && strcmp(json_string_value(type), "function")) continue;
         if (!json_is_object(fn)) return api_fail(c, 400, p, "%s.function must be an object", p);
-        json_t *desc, *params, *strict;
-        char q[80];
-        snprintf(q, sizeof q, "%s.function.description", p);
-        if (!api_opt(c, fn, "description", JSON_STRING, q, &desc)) return DJ_ERR_INVALID;
-        snprintf(q, sizeof q, "%s.function.parameters", p);
-        if (!api_opt(c, fn, "parameters", JSON_OBJECT, q, &params)) return DJ_ERR_INVALID;
-        snprintf(q, sizeof q, "%s.function.strict", p);
-        if (!api_opt(c, fn, "strict", JSON_TRUE, q, &strict)) return DJ_ERR_INVALID;
-        snprintf(q, sizeof q, "%s.function.name", p);
-        enum dj_status st = api_add_tool(c, q, json_object_get(fn, "name"), desc, params, strict);
+        char q[64];
+        snprintf(q, sizeof q, "%s.function", p);
+        enum dj_status st = api_add_function(c, fn, q, json_object_get(fn, "name"));
         if (st) return st;
     }
     json_t *tc = json_object_get(root, "tool_choice");

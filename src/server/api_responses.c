@@ -285,20 +285,6 @@ static json_t *meta_get(struct api_ctx *c, const char *key) {
     return v;
 }
 
-/* One function tool t (flat form) at param path p, named `name` (a string, borrowed). */
-static enum dj_status add_function(struct api_ctx *c, json_t *t, const char *p, json_t *name) {
-    char q[112];
-    json_t *desc, *params, *strict;
-    snprintf(q, sizeof q, "%s.description", p);
-    if (!api_opt(c, t, "description", JSON_STRING, q, &desc)) return DJ_ERR_INVALID;
-    snprintf(q, sizeof q, "%s.parameters", p);
-    if (!api_opt(c, t, "parameters", JSON_OBJECT, q, &params)) return DJ_ERR_INVALID;
-    snprintf(q, sizeof q, "%s.strict", p);
-    if (!api_opt(c, t, "strict", JSON_TRUE, q, &strict)) return DJ_ERR_INVALID;
-    snprintf(q, sizeof q, "%s.name", p);
-    return api_add_tool(c, q, name, desc, params, strict);
-}
-
 /* A namespace tool {type: "namespace", name, description, tools: [...]} at tools[i]: its functions
  * as NS__NAME, each recorded in meta.namespaces; its other tools (custom) dropped. */
 static enum dj_status add_namespace(struct api_ctx *c, json_t *t, size_t i) {
@@ -327,7 +313,7 @@ static enum dj_status add_namespace(struct api_ctx *c, json_t *t, size_t i) {
         char *flat = ns_join(json_string_value(ns), json_string_value(name));
         json_t *fl = flat ? json_string(flat) : NULL;
         json_t *names = meta_get(c, "namespaces");
-        enum dj_status st = fl && names ? add_function(c, f, q, fl) : api_oom(c);
+        enum dj_status st = fl && names ? api_add_function(c, f, q, fl) : api_oom(c);
         if (!st && !api_set(names, flat, json_pack("{s:O, s:O}", "namespace", ns, "name", name))) st = api_oom(c);
         json_decref(fl);
         free(flat);
@@ -352,7 +338,7 @@ static enum dj_status parse_tools(struct api_ctx *c, json_t *root) {
         const char *type = json_string_value(json_object_get(t, "type"));
         if (!json_is_object(t) || !type) return api_fail(c, 400, p, "%s must be an object with a string type", p);
         enum dj_status st = DJ_OK;
-        if (!strcmp(type, "function")) st = add_function(c, t, p, json_object_get(t, "name"));
+        if (!strcmp(type, "function")) st = api_add_function(c, t, p, json_object_get(t, "name"));
         else if (!strcmp(type, "namespace")) st = add_namespace(c, t, i);
         if (st) return st;
     }

@@ -323,22 +323,16 @@ static enum MHD_Result send_api_error(struct MHD_Connection *c, enum dj_api api,
  * compacts its conversation on Anthropic's "prompt is too long" message). */
 static enum MHD_Result send_too_long(struct MHD_Connection *c, enum dj_api api, size_t n_prompt, size_t n_ctx) {
     char msg[256];
-    json_t *j;
-    if (api == DJ_API_MESSAGES || api == DJ_API_MESSAGES_COUNT) {
-        /* a prompt must leave room for one generated token: the largest is n_ctx - 1 */
+    if (api == DJ_API_MESSAGES || api == DJ_API_MESSAGES_COUNT) /* a prompt must leave room for one token */
         snprintf(msg, sizeof msg, "prompt is too long: %zu tokens > %zu maximum", n_prompt, n_ctx - 1);
-        j = api_error_json(api, 400, NULL, msg);
-    } else {
-        if (api == DJ_API_RESPONSES)
-            snprintf(msg, sizeof msg, "Your input exceeds the context window of this model (%zu tokens; the input "
-                     "has %zu). Please adjust your input and try again.", n_ctx, n_prompt);
-        else
-            snprintf(msg, sizeof msg, "This model's maximum context length is %zu tokens. However, your messages "
-                     "resulted in %zu tokens. Please reduce the length of the messages.", n_ctx, n_prompt);
-        j = api_error_json(api, 400, api == DJ_API_RESPONSES ? "input" : "messages", msg);
-        if (j) json_object_set_new(json_object_get(j, "error"), "code", json_string("context_length_exceeded"));
-    }
-    return send_json(c, 400, j);
+    else if (api == DJ_API_RESPONSES)
+        snprintf(msg, sizeof msg, "Your input exceeds the context window of this model (%zu tokens; the input "
+                 "has %zu). Please adjust your input and try again.", n_ctx, n_prompt);
+    else
+        snprintf(msg, sizeof msg, "This model's maximum context length is %zu tokens. However, your messages "
+                 "resulted in %zu tokens. Please reduce the length of the messages.", n_ctx, n_prompt);
+    return send_json(c, 400, api_error_json_ex(api, 400, NULL, api == DJ_API_RESPONSES ? "input" : "messages",
+                                               "context_length_exceeded", msg));
 }
 
 /* Renders and tokenizes the request's messages. */

@@ -373,9 +373,7 @@ static enum MHD_Result send_context_error(struct MHD_Connection *c, size_t n_ctx
     const size_t gen = n_prompt >= n_ctx + 1 ? 0 : 1; /* n_prompt == n_ctx: the one token is what does not fit */
     char msg[512];
     snprintf(msg, sizeof msg, CONTEXT_ERROR_FMT, n_ctx, n_prompt + gen, n_prompt, gen);
-    return send_json(c, 400,
-                     json_pack("{s:{s:s, s:s, s:s, s:s}}", "error", "message", msg, "type", "invalid_request_error",
-                               "param", "prompt", "code", "context_length_exceeded"));
+    return send_json(c, 400, api_error_json_ex(DJ_API_CHAT, 400, NULL, "prompt", "context_length_exceeded", msg));
 }
 
 /* The request's grammar as GBNF (NULL: none), a message naming the field on failure. */
