@@ -13,7 +13,7 @@ FUZZERS    := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
 # Debian packages the build needs.  Checked with dpkg first so the common case
 # (everything present) costs a few milliseconds and needs no root.
-DEPS      := cmake gcc make pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev libxxhash-dev
+DEPS      := cmake gcc make pkg-config libpcre2-dev libjansson-dev node-llhttp libxxhash-dev
 FUZZ_DEPS := clang libclang-rt-14-dev
 # Test-only: promtool (lints GET /metrics in tests/e2e/test_clients.sh).
 TEST_DEPS := prometheus

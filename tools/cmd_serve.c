@@ -36,10 +36,16 @@ static void serve_usage(FILE *f) {
             CLI_KV_DIR_USAGE
             CLI_SPEC_HELP
             "                      (serve: --spec is the default; --no-spec turns it off)\n"
-            "  --api-key KEY       require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (all endpoints but /health)\n"
+            "  --api-key KEY       require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (all endpoints but\n"
+            "                      /health, / and /api/hello; checked on the headers, before any body is read)\n"
             "  --alias NAME        the model id reported by /v1/models (default: the file name)\n"
             "  --body-max BYTES    request body limit (default 8 MiB; larger: HTTP 413)\n"
-            "  --timeout S         idle connection timeout in seconds (default 600)\n"
+            "  --timeout S         keep-alive idle and stalled-write timeout in seconds (default 600)\n"
+            "  --header-timeout S  a request's headers must arrive within S s of its first byte (default 10)\n"
+            "  --body-timeout S    and its body within S s of the headers (default 60); neither moves as bytes arrive\n"
+            "  --conn-max N        open connections in all (default 1024); past it, the longest-waiting\n"
+            "                      connection without a request being answered is closed to make room\n"
+            "  --conn-per-ip N     open connections from one client address (default 0: no cap)\n"
             "  --queue-max N       with --parallel: requests waiting beyond N get 503 + Retry-After (default 64)\n"
             "  --responses-max N   /v1/responses kept for previous_response_id and GET /v1/responses/{id}\n"
             "                      (store: true, OpenAI's default), oldest evicted first (default 256; 0: none)\n"
@@ -102,6 +108,8 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--api-key")) {
             if (!(p.api_key = cli_value("serve", argc, argv, &i))) return 1;
+            if (!*p.api_key) /* it would admit requests that send an empty key */
+                return cli_error("serve", "--api-key is empty: give a key, or leave the option out to serve without one");
             continue;
         }
         if (!strcmp(a, "--chat-template-file")) {
@@ -129,6 +137,10 @@ int cmd_serve(int argc, char **argv) {
         NUMOPT("--kv-dir-max-gib", "--kv-dir-max-gib", 0, 1 << 20, p.engine.persist_max_bytes = (uint64_t)(v * 1073741824.0))
         NUMOPT("--body-max", "--body-max", 1024, 1 << 30, p.body_max = (size_t)v)
         NUMOPT("--timeout", "--timeout", 1, 86400, p.timeout_s = (unsigned)v)
+        NUMOPT("--header-timeout", "--header-timeout", 1, 3600, p.header_timeout_s = (unsigned)v)
+        NUMOPT("--body-timeout", "--body-timeout", 1, 86400, p.body_timeout_s = (unsigned)v)
+        NUMOPT("--conn-max", "--conn-max", 4, 1 << 20, p.conn_max = (size_t)v)
+        NUMOPT("--conn-per-ip", "--conn-per-ip", 0, 1 << 20, p.conn_per_ip = (size_t)v)
         NUMOPT("--queue-max", "--queue-max", 0, 1 << 20, p.queue_max = (size_t)v)
         NUMOPT("--responses-max", "--responses-max", 0, 1 << 24, p.responses_max = (size_t)v)
         NUMOPT("--responses-max-mib", "--responses-max-mib", 0, 1 << 20, p.responses_max_bytes = (size_t)(v * 1048576.0))

@@ -245,6 +245,8 @@ void engine_destroy(struct dj_engine *e) {
     spec_memo_destroy(e->memo);
     free(e->logits);
     free(e->work);
+    free(e->idle_refs);
+    free(e->idle_ids);
     free(e->top);
     free(e->b_tok);
     free(e->b_pos);
@@ -315,6 +317,40 @@ bool engine_persist_on(const struct dj_engine *e) { return e->store != NULL; }
 uint32_t engine_block_size(const struct dj_engine *e) { return e->block_size; }
 uint32_t engine_n_ctx(const struct dj_engine *e) { return e->ctx->p.n_ctx; }
 uint64_t engine_n_forward(const struct dj_engine *e) { return e->n_forward; }
+
+uint32_t engine_n_blocks_idle(struct dj_engine *e) {
+    struct kv_pool_stats ps;
+    kv_pool_get_stats(e->pool, &ps);
+    if (!e->idle_refs) {
+        e->idle_refs = calloc(ps.capacity ? ps.capacity : 1, sizeof *e->idle_refs);
+        e->idle_ids = malloc((ps.capacity ? ps.capacity : 1) * sizeof *e->idle_ids);
+        if (!e->idle_refs || !e->idle_ids) {
+            free(e->idle_refs);
+            free(e->idle_ids);
+            e->idle_refs = NULL;
+            e->idle_ids = NULL;
+            return 0;
+        }
+    }
+    /* the references idle sessions hold, per block: a block whose every reference is an
+     * idle session's is freed (or cached) when those sessions are parked */
+    uint32_t n_ids = 0;
+    for (const struct dj_session *o = e->sessions; o; o = o->next) {
+        if (o->busy) continue;
+        for (size_t i = 0; i < o->seq.n_blocks; i++) {
+            const uint32_t id = o->seq.table[i];
+            if (id >= ps.capacity) continue;
+            if (e->idle_refs[id]++ == 0) e->idle_ids[n_ids++] = id;
+        }
+    }
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < n_ids; i++) {
+        const uint32_t id = e->idle_ids[i];
+        n += e->idle_refs[id] == kv_pool_refcount(e->pool, id);
+        e->idle_refs[id] = 0;
+    }
+    return n;
+}
 
 void engine_peak_blocks(const struct dj_engine *e, uint32_t *allocated, uint32_t *pinned) {
     *allocated = e->peak_allocated;

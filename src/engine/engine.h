@@ -294,6 +294,9 @@ const struct llama_opt_config *engine_config(const struct dj_engine *e);
 void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out);
 void engine_pool_stats(const struct dj_engine *e, struct kv_pool_stats *out);
 /* Most blocks allocated / pinned at the end of any step so far. */
+/* Pinned blocks that only idle sessions hold (kept for their next turn; released when
+ * memory is needed): of kv_pool_stats.pinned, the part no running request uses. */
+uint32_t engine_n_blocks_idle(struct dj_engine *e);
 void engine_peak_blocks(const struct dj_engine *e, uint32_t *allocated, uint32_t *pinned);
 /* true when the persistent KV store is open (opt.persist_enabled with a directory, the
  * pool on, and the store opened: engine_create only warns when it cannot be). */

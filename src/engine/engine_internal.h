@@ -110,6 +110,8 @@ struct dj_engine {
     uint32_t block_size;
     size_t block_bytes;
     uint32_t peak_allocated, peak_pinned;
+    uint16_t *idle_refs; /* engine_n_blocks_idle's scratch: references per block (capacity entries) */
+    uint32_t *idle_ids;  /* and the blocks it touched */
     struct dj_session *sessions; /* doubly linked list */
     uint64_t n_step, n_forward, n_forward_tok;
     uint64_t n_forward_prefill; /* passes that held a prompt chunk */

@@ -87,6 +87,12 @@ void metrics_set_snapshot(struct dj_metrics *m, const struct dj_engine_snapshot 
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_set_http(struct dj_metrics *m, const struct http_stats *h) {
+    pthread_mutex_lock(&m->mu);
+    m->http = h;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* ---- rendering ------------------------------------------------------------------ */
 
 struct out {
@@ -169,15 +175,21 @@ char *metrics_render(struct dj_metrics *mm) {
     scalar(&o, "num_requests_waiting", "gauge", "Requests queued for admission (inference-gateway queue length).",
            (double)s->waiting);
     const double cap = s->pool.capacity ? (double)s->pool.capacity : 1.0;
+    const uint32_t idle = s->idle_blocks <= s->pool.pinned ? s->idle_blocks : s->pool.pinned;
+    const uint32_t used = s->pool.pinned - idle;
     scalar(&o, "kv_cache_usage_perc", "gauge",
-           "Fraction of the KV block budget pinned by running sequences (0..1; inference-gateway KV utilisation).",
-           (double)s->pool.pinned / cap);
+           "Fraction of the KV block budget held by running requests (0..1; inference-gateway KV utilisation).",
+           (double)used / cap);
 
-    head(&o, "kv_blocks", "gauge", "KV blocks of the budget by state: used (pinned), cached (reusable), free.");
+    head(&o, "kv_blocks", "gauge",
+         "KV blocks of the budget by state: used (held by running requests), idle (held only by idle sessions "
+         "for their next turn; released when memory is needed), cached (reusable), free.");
     const uint32_t cached = s->pool.allocated >= s->pool.pinned ? s->pool.allocated - s->pool.pinned : 0;
     const uint32_t freeb = s->pool.capacity >= s->pool.allocated ? s->pool.capacity - s->pool.allocated : 0;
-    put(&o, "deja_kv_blocks{state=\"used\"} %u\ndeja_kv_blocks{state=\"cached\"} %u\ndeja_kv_blocks{state=\"free\"} %u\n",
-        s->pool.pinned, cached, freeb);
+    put(&o,
+        "deja_kv_blocks{state=\"used\"} %u\ndeja_kv_blocks{state=\"idle\"} %u\ndeja_kv_blocks{state=\"cached\"} %u\n"
+        "deja_kv_blocks{state=\"free\"} %u\n",
+        used, idle, cached, freeb);
     scalar(&o, "kv_blocks_evicted_total", "counter", "Cached KV blocks evicted to make room.", (double)s->pool.evicted);
 
     /* prefix reuse: vLLM's prefix_cache_queries / hits, in tokens, hits by source */
@@ -213,6 +225,32 @@ char *metrics_render(struct dj_metrics *mm) {
     for (int f = DJ_FINISH_STOP; f <= DJ_FINISH_ERROR; f++)
         put(&o, "deja_completions_finished_total{reason=\"%s\"} %llu\n", engine_finish_name((enum dj_finish)f),
             (unsigned long long)m.finished[f]);
+
+    if (m.http) { /* the HTTP layer (http.h): connections and what closed them */
+        const struct http_stats *h = m.http;
+        scalar(&o, "http_connections", "gauge", "Client connections open.", (double)atomic_load(&h->open));
+        scalar(&o, "http_connections_accepted_total", "counter", "Client connections accepted.",
+               (double)atomic_load(&h->accepted));
+        head(&o, "http_connections_closed_total", "counter",
+             "Connections the server closed before a handler answered, by reason: evicted (to make room under "
+             "--conn-max / --conn-per-ip), refused (503: every connection busy), head_timeout / body_timeout "
+             "(--header-timeout / --body-timeout), idle (keep-alive past --timeout), bad_request (framing errors "
+             "and refusals before the body: 400, 401, 413, 415, 431, ...), write_timeout (a client that stopped "
+             "reading), aborted (answered with nothing: the client left or cancelled).");
+        const struct {
+            const char *reason;
+            unsigned long long n;
+        } rs[] = {{"evicted", atomic_load(&h->evicted)},
+                  {"refused", atomic_load(&h->refused)},
+                  {"head_timeout", atomic_load(&h->head_timeouts)},
+                  {"body_timeout", atomic_load(&h->body_timeouts)},
+                  {"idle", atomic_load(&h->idle_closed)},
+                  {"bad_request", atomic_load(&h->bad_requests)},
+                  {"write_timeout", atomic_load(&h->write_timeouts)},
+                  {"aborted", atomic_load(&h->aborted)}};
+        for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++)
+            put(&o, "deja_http_connections_closed_total{reason=\"%s\"} %llu\n", rs[i].reason, rs[i].n);
+    }
 
     histogram(&o, "time_to_first_token_seconds", "Submit to first generated token.", &m.ttft, TTFT_LE);
     histogram(&o, "inter_token_latency_seconds", "Time between two tokens of one completion as streamed.", &m.itl,

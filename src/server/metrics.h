@@ -26,6 +26,7 @@
 #include "spec/spec.h"
 #include "kv/pool.h"
 #include "opt/opt.h"
+#include "server/http.h"
 
 enum { DJ_METRICS_BUCKETS = 14 };
 
@@ -39,6 +40,7 @@ struct dj_histogram {
 struct dj_engine_snapshot {
     size_t running, waiting;
     struct kv_pool_stats pool;
+    uint32_t idle_blocks; /* of pool.pinned, those only idle sessions hold (engine_n_blocks_idle) */
     struct llama_opt_stats opt;
     uint64_t n_forward;
 };
@@ -55,6 +57,7 @@ struct dj_metrics {
     double prompt_seconds, predicted_seconds;
     struct dj_histogram ttft, itl, e2e, queue;
     struct dj_engine_snapshot snap;
+    const struct http_stats *http; /* the HTTP layer's counters (metrics_set_http), or NULL */
 };
 
 enum dj_metric_kind { DJ_MK_COMPLETIONS, DJ_MK_CHAT, DJ_MK_RESPONSES, DJ_MK_MESSAGES, DJ_MK_OTHER };
@@ -69,6 +72,8 @@ void metrics_observe_done(struct dj_metrics *m, const struct dj_turn_result *r);
 /* The gap between two tokens of one completion, in seconds. */
 void metrics_observe_itl(struct dj_metrics *m, double seconds);
 void metrics_set_snapshot(struct dj_metrics *m, const struct dj_engine_snapshot *s);
+/* The HTTP layer's counters to render (they outlive m's use). */
+void metrics_set_http(struct dj_metrics *m, const struct http_stats *h);
 
 /* The exposition text (malloc'd, NUL-terminated); NULL when out of memory. */
 char *metrics_render(struct dj_metrics *m);

@@ -14,7 +14,7 @@
 
 #include <arpa/inet.h>
 #include <jansson.h>
-#include <microhttpd.h>
+#include "server/http.h"
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -131,61 +131,67 @@ void server_log_request(const struct sreq *r) {
 
 /* ---- responses ----------------------------------------------------------------- */
 
-/* Sends txt (malloc'd; freed by MHD) with one optional extra header (hname NULL: none). */
-enum MHD_Result send_text_hdr(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype,
-                                     const char *hname, const char *hvalue) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(txt);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", ctype);
-    if (hname) MHD_add_response_header(resp, hname, hvalue);
+/* Sends txt (malloc'd; freed here) with one optional extra header (hname NULL: none). */
+bool send_text_hdr(struct http_req *c, unsigned status, char *txt, const char *ctype, const char *hname,
+                   const char *hvalue) {
+    const char *h[3] = {hname, hvalue, NULL};
     if (tls_server) metrics_count_status(&tls_server->metrics, status);
-    enum MHD_Result ret = MHD_queue_response(c, status, resp);
-    MHD_destroy_response(resp);
+    const bool ret = http_respond(c, status, ctype, txt, strlen(txt), hname ? h : NULL);
+    free(txt);
     return ret;
 }
 
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype) {
+static bool send_text(struct http_req *c, unsigned status, char *txt, const char *ctype) {
     return send_text_hdr(c, status, txt, ctype, NULL, NULL);
 }
 
-enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) {
+bool send_json(struct http_req *c, unsigned status, json_t *j) {
     char *txt = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     json_decref(j);
-    if (!txt) return MHD_NO;
+    if (!txt) return false;
     return send_text(c, status, txt, "application/json");
 }
 
-/* OpenAI's error shape: {"error": {"message", "type", "param", "code"}}. */
-enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *param, const char *fmt, ...) {
+/* The error dialect of a path: Anthropic's shape under /v1/messages, OpenAI's elsewhere. */
+static enum dj_api path_dialect(const char *path) {
+    return path && (!strncmp(path, "/v1/messages", 12) || !strncmp(path, "/messages", 9)) ? DJ_API_MESSAGES
+                                                                                          : DJ_API_CHAT;
+}
+
+/* The error body of status for path, never with an empty message. */
+static json_t *error_for(const char *path, unsigned status, const char *type, const char *param, const char *msg) {
+    if (!msg || !*msg) msg = status >= 500 ? "internal error (no detail recorded)" : "invalid request (no detail recorded)";
+    return api_error_json_ex(path_dialect(path), status, type, param, NULL, msg);
+}
+
+/* The error shape of the request's dialect (api_error_json): OpenAI's {"error": {"message",
+ * "type", "param", "code"}}, or Anthropic's {"type": "error", "error": {...}} on /v1/messages. */
+bool send_error(struct http_req *c, unsigned status, const char *param, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    const char *type = status == 401 ? "authentication_error"
-                       : status == 404 ? "not_found_error"
-                       : status == 413 ? "request_too_large"
-                       : status >= 500 ? "server_error"
-                                       : "invalid_request_error";
-    return send_json(c, status,
-                     json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type", type, "param",
-                               param ? json_string(param) : json_null(), "code", json_null()));
+    return send_json(c, status, error_for(http_req_msg(c)->path, status, NULL, param, msg));
 }
 
 /* 503 + Retry-After: more requests in flight than --parallel + --queue-max. */
-enum MHD_Result send_busy(struct MHD_Connection *c) {
-    char *txt = strdup("{\"error\":{\"message\":\"the server is busy: too many requests in flight\","
-                       "\"type\":\"server_busy\",\"param\":null,\"code\":null}}");
-    return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "1") : MHD_NO;
+bool send_busy(struct http_req *c) {
+    const char *path = http_req_msg(c)->path;
+    json_t *j = error_for(path, 503, path_dialect(path) == DJ_API_MESSAGES ? NULL : "server_busy", NULL,
+                          "the server is busy: too many requests in flight");
+    char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "1") : false;
 }
 
-static enum MHD_Result send_loading(struct MHD_Connection *c) {
-    char *txt = strdup("{\"error\":{\"message\":\"the model is still loading\","
-                       "\"type\":\"unavailable_error\",\"param\":null,\"code\":503}}");
-    return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "5") : MHD_NO;
+static bool send_loading(struct http_req *c) {
+    const char *path = http_req_msg(c)->path;
+    json_t *j = error_for(path, 503, path_dialect(path) == DJ_API_MESSAGES ? NULL : "unavailable_error", NULL,
+                          "the model is still loading");
+    char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "5") : false;
 }
 
 /* ---- request plumbing (every generation endpoint) ------------------------------- */
@@ -209,29 +215,38 @@ static void wait_a_little(struct sreq *r) {
     pthread_cond_timedwait(&r->cv, &r->mu, &ts);
 }
 
-void server_wait_done(struct sreq *r) {
-    bool cancelled = false;
+bool server_wait_done(struct sreq *r, struct http_req *c) {
+    bool gone = false;
     pthread_mutex_lock(&r->mu);
     while (!r->done) {
-        if (!cancelled && client_gone(r)) { /* non-streaming client gone: stop computing for it */
-            cancelled = true;
+        if (!gone && client_gone(r)) { /* the client hung up (or half-closed): stop computing for it */
+            gone = true;
             engine_cancel(r->s->e, r->id);
         }
         wait_a_little(r);
     }
     pthread_mutex_unlock(&r->mu);
+    bool cancelled = false;
+    for (uint32_t i = 0; i < r->n; i++) cancelled |= r->res[i].finish == DJ_FINISH_CANCELLED;
+    if (!cancelled) return true;
+    /* a cancelled request is never reported as finished: a client that left gets nothing (it
+     * cannot read it; a half-closed one sees the connection close), one still there (the
+     * server is stopping) gets 503 */
+    if (gone || client_gone(r)) http_abort(c);
+    else send_error(c, 503, NULL, "the request was cancelled: the server is shutting down");
+    return false;
 }
 
-static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
-    (void)pos;
+/* The SSE bytes of r as they come: > 0 bytes, 0 at the end, -1 when the client left. */
+static long stream_reader(void *cls, char *out, size_t max) {
     struct sreq *r = cls;
     pthread_mutex_lock(&r->mu);
     while (r->off == r->n_buf && !r->done) {
-        /* a request waiting for its turn sends nothing, so MHD would never notice the client
-         * leaving: look for the hang-up ourselves */
+        /* a request waiting for its turn sends nothing, so a write would never notice the
+         * client leaving: look for the hang-up ourselves */
         if (client_gone(r)) {
             pthread_mutex_unlock(&r->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return -1;
         }
         wait_a_little(r);
     }
@@ -239,19 +254,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     if (n > max) n = max;
     memcpy(out, r->buf + r->off, n);
     r->off += n;
-    const bool end = n == 0 && r->done;
     pthread_mutex_unlock(&r->mu);
-    return end ? MHD_CONTENT_READER_END_OF_STREAM : (ssize_t)n;
-}
-
-/* The connection is finished (sent, or the client went away): cancel what still runs. */
-static void stream_free(void *cls) {
-    struct sreq *r = cls;
-    pthread_mutex_lock(&r->mu);
-    const bool running = !r->done;
-    pthread_mutex_unlock(&r->mu);
-    if (running) engine_cancel(r->s->e, r->id);
-    sreq_unref(r);
+    return (long)n;
 }
 
 bool server_full(struct dj_server *s) {
@@ -274,16 +278,14 @@ size_t server_gen_cap(const struct dj_server *s, size_t n_prompt, size_t max_tok
     return gen;
 }
 
-struct sreq *sreq_new(struct dj_server *s, struct MHD_Connection *c, uint32_t n) {
+struct sreq *sreq_new(struct dj_server *s, struct http_req *c, uint32_t n) {
     struct sreq *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->s = s;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->refs = 2;
-    r->fd = -1;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci) r->fd = ci->connect_fd;
+    r->fd = http_req_fd(c);
     r->n = n;
     r->created = time(NULL);
     r->text = calloc(n, sizeof *r->text);
@@ -305,23 +307,22 @@ struct sreq *sreq_new(struct dj_server *s, struct MHD_Connection *c, uint32_t n)
     return r;
 }
 
-enum MHD_Result send_stream(struct MHD_Connection *c, struct sreq *r) {
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, r, stream_free);
-    if (!resp) {
-        stream_free(r);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+bool send_stream(struct http_req *c, struct sreq *r) {
+    static const char *const h[] = {"Cache-Control", "no-cache", NULL};
     if (tls_server) metrics_count_status(&tls_server->metrics, 200);
-    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-    MHD_destroy_response(resp);
+    const bool ret = http_respond_stream(c, 200, "text/event-stream", h, stream_reader, r);
+    /* sent, or the client went away: cancel what still runs */
+    pthread_mutex_lock(&r->mu);
+    const bool running = !r->done;
+    pthread_mutex_unlock(&r->mu);
+    if (running) engine_cancel(r->s->e, r->id);
+    sreq_unref(r);
     return ret;
 }
 
 /* ---- small endpoints --------------------------------------------------------------- */
 
-static enum MHD_Result tokenize(struct dj_server *s, struct MHD_Connection *c, json_t *req) {
+static bool tokenize(struct dj_server *s, struct http_req *c, json_t *req) {
     json_t *content = json_object_get(req, "content");
     if (!json_is_string(content)) return send_error(c, 400, "content", "content must be a string");
     json_t *as = json_object_get(req, "add_special");
@@ -336,7 +337,7 @@ static enum MHD_Result tokenize(struct dj_server *s, struct MHD_Connection *c, j
     return send_json(c, 200, json_pack("{s:o}", "tokens", arr));
 }
 
-static enum MHD_Result detokenize(struct dj_server *s, struct MHD_Connection *c, json_t *req) {
+static bool detokenize(struct dj_server *s, struct http_req *c, json_t *req) {
     json_t *toks = json_object_get(req, "tokens");
     if (!json_is_array(toks)) return send_error(c, 400, "tokens", "tokens must be an array of token ids");
     const size_t n = json_array_size(toks);
@@ -361,7 +362,7 @@ static enum MHD_Result detokenize(struct dj_server *s, struct MHD_Connection *c,
 }
 
 /* GET / DELETE /v1/responses/{id}: a response kept with store (api.h). */
-static enum MHD_Result stored_response(struct dj_server *s, struct MHD_Connection *c, const char *id,
+static bool stored_response(struct dj_server *s, struct http_req *c, const char *id,
                                        const char *method) {
     const bool get = !strcmp(method, "GET");
     if (!get && strcmp(method, "DELETE")) return send_error(c, 405, NULL, "use GET or DELETE for /v1/responses/{id}");
@@ -377,41 +378,93 @@ static enum MHD_Result stored_response(struct dj_server *s, struct MHD_Connectio
 
 /* ---- dispatch -------------------------------------------------------------------------- */
 
-static bool authorized(struct dj_server *s, struct MHD_Connection *c) {
+enum route_kind { R_COMPLETIONS = -1, R_APPLY_TEMPLATE = -2, R_TOKENIZE = -3, R_DETOKENIZE = -4, R_INFILL = -5,
+                  R_NONE = -100 };
+
+/* The POST endpoints: a dialect (enum dj_api, >= 0) or one of enum route_kind. */
+static int route_of(const char *path) {
+    static const struct {
+        const char *path;
+        int api;
+    } routes[] = {{"/v1/completions", R_COMPLETIONS}, {"/completions", R_COMPLETIONS}, {"/infill", R_INFILL},
+                  {"/v1/chat/completions", DJ_API_CHAT}, {"/chat/completions", DJ_API_CHAT},
+                  {"/v1/responses", DJ_API_RESPONSES}, {"/responses", DJ_API_RESPONSES},
+                  {"/v1/messages", DJ_API_MESSAGES}, {"/v1/messages/count_tokens", DJ_API_MESSAGES_COUNT},
+                  {"/apply-template", R_APPLY_TEMPLATE}, {"/apply_template", R_APPLY_TEMPLATE},
+                  {"/tokenize", R_TOKENIZE}, {"/detokenize", R_DETOKENIZE}};
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(path, routes[i].path)) return routes[i].api;
+    return R_NONE;
+}
+
+/* What answers without a key: probes (load balancers, Claude Code's HEAD /api/hello). */
+static bool is_public(const char *path) {
+    return !strcmp(path, "/health") || !strcmp(path, "/") || !strcmp(path, "/api/hello");
+}
+
+/* OpenAI clients send "Authorization: Bearer KEY" (the scheme is case-insensitive, RFC 9110
+ * §11.1), Anthropic's "x-api-key: KEY".  Constant time in the key's bytes. */
+static bool authorized(const struct dj_server *s, const struct http_msg *m) {
     if (!s->p.api_key) return true;
-    /* OpenAI clients send "Authorization: Bearer KEY", Anthropic's "x-api-key: KEY" */
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *h = http_msg_header(m, "Authorization");
+    if (h && !strncasecmp(h, "Bearer ", 7)) {
+        h += 7;
+        while (*h == ' ') h++;
+    } else {
+        h = http_msg_header(m, "x-api-key");
+    }
+    if (!h || !*h) return false;
     const char *want = s->p.api_key;
-    if (h && strncmp(h, "Bearer ", 7) == 0) h += 7;
-    else h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-    if (!h) return false;
     const size_t nh = strlen(h), nw = strlen(want);
     unsigned diff = (unsigned)(nh ^ nw);
-    for (size_t i = 0; i < nh; i++) diff |= (unsigned char)h[i] ^ (unsigned char)want[i % (nw ? nw : 1)]; /* constant time */
+    for (size_t i = 0; i < nh; i++) diff |= (unsigned char)h[i] ^ (unsigned char)want[i % nw];
     return diff == 0;
 }
 
-static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
-    struct dj_server *s = cls;
-    struct body *b = *con_cls;
-    if (!b) {
-        if (!(b = calloc(1, sizeof *b))) return MHD_NO;
-        *con_cls = b;
-        return MHD_YES;
+/* A JSON body's media type: application/json or any +json type.  Others are refused (415),
+ * as FastAPI (vLLM) does: a browser page may POST text/plain, form and multipart bodies
+ * cross-site without a CORS preflight, so a local server must not read them as requests.
+ * None given is taken as JSON (scripts, curl without -H) unless the request comes from a
+ * browser (an Origin header): a page can send a typeless Blob body without a preflight too. */
+static bool json_media_type(const struct http_msg *m) {
+    const char *ct = http_msg_header(m, "Content-Type");
+    if (!ct) return http_msg_header(m, "Origin") == NULL;
+    while (*ct == ' ') ct++;
+    const size_t n = strcspn(ct, "; \t");
+    if (n == 16 && !strncasecmp(ct, "application/json", 16)) return true;
+    return n > 17 && !strncasecmp(ct, "application/", 12) && !strncasecmp(ct + n - 5, "+json", 5);
+}
+
+/* The head is complete, no byte of the body is kept yet: refuse here what needs no body. */
+static unsigned on_head(void *user, const struct http_msg *m, char *msg, size_t cap) {
+    struct dj_server *s = user;
+    if (is_public(m->path)) return 0;
+    if (!authorized(s, m)) {
+        snprintf(msg, cap, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)");
+        return 401;
     }
-    if (*upload_size) {
-        const size_t max = s->p.body_max ? s->p.body_max : (size_t)8 << 20;
-        if (!b->too_big && b->n + *upload_size <= max) {
-            if (!buf_append(&b->buf, &b->n, &b->cap, upload, *upload_size)) b->too_big = true;
-        } else {
-            b->too_big = true;
-        }
-        *upload_size = 0;
-        return MHD_YES;
+    if (!strcmp(m->method, "POST") && route_of(m->path) != R_NONE && !json_media_type(m)) {
+        const char *ct = http_msg_header(m, "Content-Type");
+        snprintf(msg, cap, "Content-Type %s%.120s%s is not JSON: send Content-Type: application/json", ct ? "'" : "",
+                 ct ? ct : "(none, from a browser)", ct ? "'" : "");
+        return 415;
     }
-    tls_server = s;
+    return 0;
+}
+
+/* The layer's own errors (framing, limits, deadlines, on_head refusals) in the dialect of the path. */
+static char *error_body(void *user, const char *path, unsigned status, const char *msg) {
+    struct dj_server *s = user;
+    metrics_count_status(&s->metrics, status);
+    json_t *j = error_for(path, status, NULL, NULL, msg);
+    char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return txt;
+}
+
+static bool serve(struct dj_server *s, struct http_req *c) {
+    const struct http_msg *m = http_req_msg(c);
+    const char *url = m->path, *method = m->method;
     if (!atomic_load(&s->ready)) { /* as llama-server while it loads */
         if (!strcmp(url, "/health"))
             return send_json(c, 503, json_pack("{s:s, s:{s:s, s:s, s:I}}", "status", "loading model", "error",
@@ -424,7 +477,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
      * HEAD /api/hello, without a key, to warm the connection); no key needed, nothing revealed */
     if ((!strcmp(url, "/") || !strcmp(url, "/api/hello")) && (!strcmp(method, "GET") || !strcmp(method, "HEAD")))
         return send_json(c, 200, json_pack("{s:s, s:s}", "status", "ok", "server", "deja"));
-    if (!authorized(s, c)) return send_error(c, 401, NULL, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)");
+    if (!is_public(url) && !authorized(s, m)) /* on_head refused these already; kept as a second lock */
+        return send_error(c, 401, NULL, "invalid or missing API key (Authorization: Bearer KEY, or x-api-key: KEY)");
     if (!strcmp(url, "/metrics")) {
         if (strcmp(method, "GET")) return send_error(c, 405, NULL, "use GET for %s", url);
         char *txt = metrics_render(&s->metrics);
@@ -439,49 +493,35 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (!strncmp(url, "/v1/responses/", 14) && url[14]) return stored_response(s, c, url + 14, method);
     if (!strncmp(url, "/responses/", 11) && url[11]) return stored_response(s, c, url + 11, method);
-    static const struct {
-        const char *path;
-        int api; /* enum dj_api; -1: completions; -2: apply-template; -3 tokenize; -4 detokenize; -5 infill */
-    } routes[] = {{"/v1/completions", -1}, {"/completions", -1}, {"/infill", -5}, {"/v1/chat/completions", DJ_API_CHAT},
-                  {"/chat/completions", DJ_API_CHAT}, {"/v1/responses", DJ_API_RESPONSES},
-                  {"/responses", DJ_API_RESPONSES}, {"/v1/messages", DJ_API_MESSAGES},
-                  {"/v1/messages/count_tokens", DJ_API_MESSAGES_COUNT}, {"/apply-template", -2},
-                  {"/apply_template", -2}, {"/tokenize", -3}, {"/detokenize", -4}};
-    int api = -100;
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (!strcmp(url, routes[i].path)) api = routes[i].api;
-    if (api == -100) return send_error(c, 404, NULL, "no endpoint %s %s (not implemented or unknown)", method, url);
+    const int api = route_of(url);
+    if (api == R_NONE) return send_error(c, 404, NULL, "no endpoint %s %s (not implemented or unknown)", method, url);
     if (strcmp(method, "POST")) return send_error(c, 405, NULL, "use POST for %s", url);
-    if (b->too_big) return send_error(c, 413, NULL, "request body over the limit");
-    const char *body = b->buf ? b->buf : "";
-    if (api == -1 || api == -5) {
+    const char *body = m->body;
+    const size_t n_body = m->n_body;
+    if (api == R_COMPLETIONS || api == R_INFILL) {
         metrics_count_request(&s->metrics, DJ_MK_COMPLETIONS);
-        return api == -1 ? completions_endpoint(s, c, body, b->n) : infill_endpoint(s, c, body, b->n);
+        return api == R_COMPLETIONS ? completions_endpoint(s, c, body, n_body) : infill_endpoint(s, c, body, n_body);
     }
     if (api >= 0) {
         metrics_count_request(&s->metrics, api == DJ_API_CHAT        ? DJ_MK_CHAT
                                            : api == DJ_API_RESPONSES ? DJ_MK_RESPONSES
                                            : api == DJ_API_MESSAGES  ? DJ_MK_MESSAGES
                                                                      : DJ_MK_OTHER);
-        return chat_endpoint(s, c, (enum dj_api)api, body, b->n);
+        return chat_endpoint(s, c, (enum dj_api)api, body, n_body);
     }
     metrics_count_request(&s->metrics, DJ_MK_OTHER);
-    if (api == -2) return apply_template_endpoint(s, c, body, b->n);
-    json_t *req = server_parse_body(body, b->n);
+    if (api == R_APPLY_TEMPLATE) return apply_template_endpoint(s, c, body, n_body);
+    json_t *req = server_parse_body(body, n_body);
     if (!req) return send_error(c, 400, NULL, "%s", dj_last_error());
-    enum MHD_Result ret = api == -3 ? tokenize(s, c, req) : detokenize(s, c, req);
+    bool ret = api == R_TOKENIZE ? tokenize(s, c, req) : detokenize(s, c, req);
     json_decref(req);
     return ret;
 }
 
-static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)cls;
-    (void)c;
-    (void)code;
-    struct body *b = *con_cls;
-    if (b) free(b->buf);
-    free(b);
-    *con_cls = NULL;
+static void on_request(void *user, struct http_req *c) {
+    struct dj_server *s = user;
+    tls_server = s;
+    serve(s, c);
 }
 
 /* Copies what /metrics shows of the engine (only this thread may read it). */
@@ -491,6 +531,7 @@ static void snapshot(struct dj_server *s) {
     const size_t pending = engine_n_pending(s->e);
     sn.waiting = pending > sn.running ? pending - sn.running : 0;
     engine_pool_stats(s->e, &sn.pool);
+    sn.idle_blocks = engine_n_blocks_idle(s->e);
     engine_get_stats(s->e, &sn.opt);
     sn.n_forward = engine_n_forward(s->e);
     metrics_set_snapshot(&s->metrics, &sn);
@@ -546,6 +587,8 @@ static void load_template(struct dj_server *s) {
 }
 
 enum dj_status server_listen(const char *model_path, const struct dj_server_params *p, struct dj_server **out) {
+    if (p->api_key && !*p->api_key) /* it would let in a request with an empty key */
+        return dj_fail(DJ_ERR_INVALID, "serve: --api-key is empty: give a key, or leave the option out to serve without one");
     struct dj_server *s = calloc(1, sizeof *s);
     if (!s) return dj_fail(DJ_ERR_NOMEM, "serve: out of memory");
     s->p = *p;
@@ -558,21 +601,25 @@ enum dj_status server_listen(const char *model_path, const struct dj_server_para
         server_stop(s, 0);
         return dj_fail(DJ_ERR_NOMEM, "serve: out of memory");
     }
-    struct sockaddr_in addr = {0};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(p->port);
-    if (inet_pton(AF_INET, p->host, &addr.sin_addr) != 1) {
+    struct http_params hp = http_default_params();
+    hp.host = p->host;
+    hp.port = p->port;
+    if (p->conn_max) hp.conn_max = p->conn_max;
+    hp.conn_per_ip = p->conn_per_ip;
+    if (p->header_timeout_s) hp.head_timeout_ms = p->header_timeout_s * 1000u;
+    if (p->body_timeout_s) hp.body_timeout_ms = p->body_timeout_s * 1000u;
+    if (p->timeout_s) hp.idle_timeout_ms = hp.write_timeout_ms = p->timeout_s * 1000u;
+    if (p->body_max) hp.body_max = p->body_max;
+    hp.on_head = on_head;
+    hp.on_request = on_request;
+    hp.error_body = error_body;
+    hp.user = s;
+    char err[256];
+    if (http_start(&hp, &s->http, err, sizeof err) != 0) {
         server_stop(s, 0);
-        return dj_fail(DJ_ERR_INVALID, "serve: --host '%s' is not an IPv4 address", p->host);
+        return dj_fail(DJ_ERR_IO, "serve: %s", err);
     }
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
-                            NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)(p->timeout_s ? p->timeout_s : 600), MHD_OPTION_END);
-    if (!s->d) {
-        server_stop(s, 0);
-        return dj_fail(DJ_ERR_IO, "serve: cannot listen on %s:%u (in use, or not allowed)", p->host, p->port);
-    }
+    metrics_set_http(&s->metrics, http_get_stats(s->http));
     if (p->responses_max && p->responses_max_bytes &&
         response_store_create(p->responses_max, p->responses_max_bytes, &s->rstore) != DJ_OK) {
         server_stop(s, 0);
@@ -607,13 +654,12 @@ enum dj_status server_attach(struct dj_server *s, const struct dj_model *m) {
 }
 
 uint16_t server_port(const struct dj_server *s) {
-    const union MHD_DaemonInfo *i = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    return i ? i->port : 0;
+    return http_port(s->http);
 }
 
 void server_stop(struct dj_server *s, int deadline_ms) {
     if (!s) return;
-    if (s->d) MHD_quiesce_daemon(s->d);
+    http_quiesce(s->http);
     /* cancel what runs; streams end once their requests finish */
     pthread_mutex_lock(&s->mu);
     for (struct sreq *r = s->live; r; r = r->next) engine_cancel(s->e, r->id);
@@ -627,7 +673,8 @@ void server_stop(struct dj_server *s, int deadline_ms) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    if (s->d) MHD_stop_daemon(s->d);
+    http_stop(s->http, 1000);
+    s->http = NULL;
     atomic_store(&s->stop, true);
     if (s->engine_started) pthread_join(s->engine_thread, NULL);
     engine_destroy(s->e);

@@ -1,7 +1,7 @@
 /*
  * server.h — the HTTP server over the serving engine (`deja serve`).
  *
- *   client ── HTTP (libmicrohttpd, a thread per connection) ──▶ handler
+ *   client ── HTTP (http.h: an I/O thread, a thread per request answered) ──▶ handler
  *       parse JSON (jansson) → tokenize → engine_submit ──▶ engine thread
  *       ◀── SSE chunks / one JSON body ◀── per-request queue ◀── on_token/on_done
  *
@@ -33,7 +33,11 @@ struct dj_server_params {
     const char *alias;      /* the model id /v1/models reports; NULL: the file name */
     size_t n_predict;       /* tokens generated when a request sets no limit; 0: up to the context */
     size_t body_max;        /* request body limit in bytes; 0: 8 MiB */
-    unsigned timeout_s;     /* idle connection timeout; 0: 600 */
+    unsigned timeout_s;     /* keep-alive idle and stalled-write timeout; 0: 600 */
+    unsigned header_timeout_s; /* a request's head must arrive within this of its first byte; 0: 10 */
+    unsigned body_timeout_s;   /* and its body within this of the head's end; 0: 60 */
+    size_t conn_max;        /* open connections in all; 0: 1024 (http.h: waiting ones make room) */
+    size_t conn_per_ip;     /* open connections from one address; 0: no cap */
     const char *chat_template; /* template source (--chat-template-file); NULL: the model's
                                   tokenizer.chat_template, or the built-in ChatML when it has none */
     size_t queue_max;       /* with engine.n_running_max: completions beyond running + queue_max

@@ -307,9 +307,9 @@ static void chat_on_done(void *ud, const struct dj_turn_result *res) {
 
 /* ---- replies ------------------------------------------------------------------------ */
 
-static enum MHD_Result send_api_error(struct MHD_Connection *c, enum dj_api api, unsigned status, const char *param,
+static bool send_api_error(struct http_req *c, enum dj_api api, unsigned status, const char *param,
                                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static enum MHD_Result send_api_error(struct MHD_Connection *c, enum dj_api api, unsigned status, const char *param,
+static bool send_api_error(struct http_req *c, enum dj_api api, unsigned status, const char *param,
                                       const char *fmt, ...) {
     char msg[768];
     va_list ap;
@@ -321,7 +321,7 @@ static enum MHD_Result send_api_error(struct MHD_Connection *c, enum dj_api api,
 
 /* 400 for a prompt longer than the context, in the shape each API's clients read (Claude Code
  * compacts its conversation on Anthropic's "prompt is too long" message). */
-static enum MHD_Result send_too_long(struct MHD_Connection *c, enum dj_api api, size_t n_prompt, size_t n_ctx) {
+static bool send_too_long(struct http_req *c, enum dj_api api, size_t n_prompt, size_t n_ctx) {
     char msg[256];
     if (api == DJ_API_MESSAGES || api == DJ_API_MESSAGES_COUNT) /* a prompt must leave room for one token */
         snprintf(msg, sizeof msg, "prompt is too long: %zu tokens > %zu maximum", n_prompt, n_ctx - 1);
@@ -422,20 +422,22 @@ static enum dj_status request_grammar(struct dj_server *s, const struct dj_chat_
     return *gbnf ? DJ_OK : dj_fail(DJ_ERR_NOMEM, "out of memory");
 }
 
-static void add_deja_headers(struct MHD_Response *resp, const struct sreq *r) {
-    char v[32];
+/* deja's reuse counts as response headers (name, value pairs; vals holds the numbers). */
+static void deja_headers(const struct sreq *r, char vals[4][24], const char *h[9]) {
     const struct dj_turn_result *x = &r->res[0];
-    snprintf(v, sizeof v, "%zu", x->n_cached);
-    MHD_add_response_header(resp, "X-Deja-Cached-Tokens", v);
-    snprintf(v, sizeof v, "%zu", x->n_reused_own);
-    MHD_add_response_header(resp, "X-Deja-Reused-Own", v);
-    snprintf(v, sizeof v, "%zu", x->n_reused_pool);
-    MHD_add_response_header(resp, "X-Deja-Reused-Pool", v);
-    snprintf(v, sizeof v, "%zu", x->n_computed);
-    MHD_add_response_header(resp, "X-Deja-Computed-Tokens", v);
+    snprintf(vals[0], 24, "%zu", x->n_cached);
+    snprintf(vals[1], 24, "%zu", x->n_reused_own);
+    snprintf(vals[2], 24, "%zu", x->n_reused_pool);
+    snprintf(vals[3], 24, "%zu", x->n_computed);
+    const char *names[4] = {"X-Deja-Cached-Tokens", "X-Deja-Reused-Own", "X-Deja-Reused-Pool", "X-Deja-Computed-Tokens"};
+    for (int i = 0; i < 4; i++) {
+        h[2 * i] = names[i];
+        h[2 * i + 1] = vals[i];
+    }
+    h[8] = NULL;
 }
 
-static enum MHD_Result send_final(struct MHD_Connection *c, struct sreq *r) {
+static bool send_final(struct http_req *c, struct sreq *r) {
     struct dj_chat_choice *ch = calloc(r->n, sizeof *ch);
     if (!ch) return send_api_error(c, r->api, 500, NULL, "out of memory");
     for (uint32_t i = 0; i < r->n; i++) {
@@ -465,16 +467,12 @@ static enum MHD_Result send_final(struct MHD_Connection *c, struct sreq *r) {
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!txt) return send_api_error(c, r->api, 500, NULL, "out of memory");
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(txt);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    add_deja_headers(resp, r);
+    char vals[4][24];
+    const char *h[9];
+    deja_headers(r, vals, h);
     metrics_count_status(&r->s->metrics, 200);
-    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-    MHD_destroy_response(resp);
+    const bool ret = http_respond(c, 200, "application/json", txt, strlen(txt), h);
+    free(txt);
     return ret;
 }
 
@@ -482,7 +480,7 @@ static const char *id_prefix(enum dj_api api) {
     return api == DJ_API_RESPONSES ? "resp_" : api == DJ_API_MESSAGES ? "msg_" : "chatcmpl-";
 }
 
-enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enum dj_api api, const char *body,
+bool chat_endpoint(struct dj_server *s, struct http_req *c, enum dj_api api, const char *body,
                               size_t n_body) {
     if (!s->tmpl) return send_api_error(c, api, 500, NULL, "%s", s->tmpl_error);
     if (api != DJ_API_MESSAGES_COUNT && server_full(s)) return send_busy(c);
@@ -636,16 +634,16 @@ enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enu
         return send_api_error(c, api, st == DJ_ERR_NOMEM ? 503 : 400, NULL, "%s", dj_last_error());
     }
     if (r->stream) return send_stream(c, r);
-    server_wait_done(r);
-    enum MHD_Result ret;
-    if (r->res[0].finish == DJ_FINISH_ERROR) ret = send_api_error(c, api, 500, NULL, "generation failed: %s", r->res[0].error);
+    bool ret;
+    if (!server_wait_done(r, c)) ret = false; /* cancelled: answered with nothing or a 503 */
+    else if (r->res[0].finish == DJ_FINISH_ERROR) ret = send_api_error(c, api, 500, NULL, "generation failed: %s", r->res[0].error);
     else ret = send_final(c, r);
     sreq_unref(r);
     return ret;
 }
 
 /* POST /apply-template (llama-server): a chat-completions body → {"prompt": the rendered text}. */
-enum MHD_Result apply_template_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body) {
+bool apply_template_endpoint(struct dj_server *s, struct http_req *c, const char *body, size_t n_body) {
     if (!s->tmpl) return send_api_error(c, DJ_API_CHAT, 500, NULL, "%s", s->tmpl_error);
     struct dj_chat_req cr = {0};
     int code = 400;

@@ -369,7 +369,7 @@ static void cmpl_on_done(void *ud, const struct dj_turn_result *res) {
 /* ---- requests ----------------------------------------------------------------------------- */
 
 /* OpenAI's 400 for a prompt that does not fit: the engine needs room for one generated token. */
-static enum MHD_Result send_context_error(struct MHD_Connection *c, size_t n_ctx, size_t n_prompt) {
+static bool send_context_error(struct http_req *c, size_t n_ctx, size_t n_prompt) {
     const size_t gen = n_prompt >= n_ctx + 1 ? 0 : 1; /* n_prompt == n_ctx: the one token is what does not fit */
     char msg[512];
     snprintf(msg, sizeof msg, CONTEXT_ERROR_FMT, n_ctx, n_prompt + gen, n_prompt, gen);
@@ -406,7 +406,7 @@ static json_t *settings_json(const struct dj_completion_req *cr, const struct dj
                      (int)cr->ignore_eos, "stream", (int)cr->stream, "stop", stop);
 }
 
-static enum MHD_Result send_completion(struct MHD_Connection *c, struct sreq *r) {
+static bool send_completion(struct http_req *c, struct sreq *r) {
     struct cmpl_state *cs = r->cmpl;
     if (cs->infill) {
         json_t *ids = cs->ch[0].ids ? json_incref(cs->ch[0].ids) : json_array();
@@ -425,7 +425,7 @@ static enum MHD_Result send_completion(struct MHD_Connection *c, struct sreq *r)
 }
 
 /* Both endpoints, after their parser. */
-static enum MHD_Result run_completion(struct dj_server *s, struct MHD_Connection *c, struct dj_completion_req *cr,
+static bool run_completion(struct dj_server *s, struct http_req *c, struct dj_completion_req *cr,
                                       bool infill) {
     const size_t n_ctx = engine_n_ctx(s->e);
     if (cr->fim) {
@@ -524,18 +524,19 @@ static enum MHD_Result run_completion(struct dj_server *s, struct MHD_Connection
         return send_error(c, st == DJ_ERR_NOMEM ? 503 : 400, NULL, "%s", dj_last_error());
     }
     if (r->stream) return send_stream(c, r);
-    server_wait_done(r);
-    enum MHD_Result ret;
+    bool ret;
+    const bool finished = server_wait_done(r, c); /* false: cancelled, answered with nothing or a 503 */
     uint32_t failed = r->n;
     for (uint32_t i = 0; i < r->n; i++)
         if (r->res[i].finish == DJ_FINISH_ERROR) failed = i;
-    if (failed < r->n) ret = send_error(c, 500, NULL, "generation failed: %s", r->res[failed].error);
+    if (!finished) ret = false;
+    else if (failed < r->n) ret = send_error(c, 500, NULL, "generation failed: %s", r->res[failed].error);
     else ret = send_completion(c, r);
     sreq_unref(r);
     return ret;
 }
 
-enum MHD_Result completions_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body) {
+bool completions_endpoint(struct dj_server *s, struct http_req *c, const char *body, size_t n_body) {
     struct dj_completion_req cr = {0};
     if (server_full(s)) return send_busy(c);
     int code = 400;
@@ -545,7 +546,7 @@ enum MHD_Result completions_endpoint(struct dj_server *s, struct MHD_Connection 
     return run_completion(s, c, &cr, false);
 }
 
-enum MHD_Result infill_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body) {
+bool infill_endpoint(struct dj_server *s, struct http_req *c, const char *body, size_t n_body) {
     struct dj_completion_req cr = {0};
     if (server_full(s)) return send_busy(c);
     int code = 400;

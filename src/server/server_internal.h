@@ -7,7 +7,7 @@
 #define DJ_SERVER_INTERNAL_H
 
 #include <jansson.h>
-#include <microhttpd.h>
+#include "server/http.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -34,7 +34,7 @@ struct cmpl_state; /* a text completion's own state (server_completions.c) */
 struct dj_server {
     const struct dj_model *m;
     struct dj_engine *e;
-    struct MHD_Daemon *d;
+    struct http_server *http;
     struct dj_server_params p;
     char *alias;
     pthread_t engine_thread;
@@ -117,24 +117,18 @@ struct sreq {
                            the connection thread frees meanwhile: jansson's refcounts are atomic) */
 };
 
-struct body {
-    char *buf;
-    size_t n, cap;
-    bool too_big;
-};
-
 bool buf_append(char **buf, size_t *n, size_t *cap, const char *s, size_t len);
 json_t *jstr(const char *s, size_t n);
 void sreq_unref(struct sreq *r);
 /* A new request record with two references, registered in s->live; NULL when out of memory. */
-struct sreq *sreq_new(struct dj_server *s, struct MHD_Connection *c, uint32_t n);
-enum MHD_Result send_text_hdr(struct MHD_Connection *c, unsigned status, char *txt, const char *ctype,
+struct sreq *sreq_new(struct dj_server *s, struct http_req *c, uint32_t n);
+bool send_text_hdr(struct http_req *c, unsigned status, char *txt, const char *ctype,
                               const char *hname, const char *hvalue);
-enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j);
+bool send_json(struct http_req *c, unsigned status, json_t *j);
 /* OpenAI's error shape: {"error": {"message", "type", "param", "code": null}}; param NULL: null. */
-enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *param, const char *fmt, ...)
+bool send_error(struct http_req *c, unsigned status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-enum MHD_Result send_busy(struct MHD_Connection *c);
+bool send_busy(struct http_req *c);
 bool server_full(struct dj_server *s);
 /* One line per request on stderr (method, path, tokens, TTFT, total) and the metrics. */
 void server_log_request(const struct sreq *r);
@@ -142,19 +136,21 @@ void server_log_request(const struct sreq *r);
 json_t *xdeja_json(const struct sreq *r);
 /* Inter-token latency of completion i (engine thread, on each token). */
 void server_note_token(struct sreq *r, uint32_t i);
-/* Non-streaming: blocks until r is done; cancels it if the client hangs up meanwhile. */
-void server_wait_done(struct sreq *r);
+/* Non-streaming: blocks until r is done; cancels it if the client hangs up (or half-closes)
+ * meanwhile.  True when r finished; false when it was cancelled, and then c is answered
+ * already: with nothing (http_abort) if the client left, 503 if the server is stopping. */
+bool server_wait_done(struct sreq *r, struct http_req *c);
 /* Queues an SSE response reading r (stream_reader / stream_free of server.c). */
-enum MHD_Result send_stream(struct MHD_Connection *c, struct sreq *r);
+bool send_stream(struct http_req *c, struct sreq *r);
 /* The seed for a request that gives none: a fresh one per request, as OpenAI. */
 uint64_t server_fresh_seed(struct dj_server *s);
 /* The generation cap for a request that sets none (or sets more than fits). */
 size_t server_gen_cap(const struct dj_server *s, size_t n_prompt, size_t max_tokens);
 
 /* server_chat.c */
-enum MHD_Result chat_endpoint(struct dj_server *s, struct MHD_Connection *c, enum dj_api api, const char *body,
+bool chat_endpoint(struct dj_server *s, struct http_req *c, enum dj_api api, const char *body,
                               size_t n_body);
-enum MHD_Result apply_template_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body);
+bool apply_template_endpoint(struct dj_server *s, struct http_req *c, const char *body, size_t n_body);
 void chat_sreq_free(struct sreq *r);     /* the chat parts of r (any thread) */
 void server_gcache_collect(struct dj_server *s); /* engine thread: frees grammars no request uses */
 void server_gcache_free(struct dj_server *s);
@@ -165,8 +161,8 @@ enum dj_status gcache_get(struct dj_server *s, const char *gbnf, struct gent **o
 void gcache_release(struct dj_server *s, struct gent *e);
 
 /* server_completions.c */
-enum MHD_Result completions_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body);
-enum MHD_Result infill_endpoint(struct dj_server *s, struct MHD_Connection *c, const char *body, size_t n_body);
+bool completions_endpoint(struct dj_server *s, struct http_req *c, const char *body, size_t n_body);
+bool infill_endpoint(struct dj_server *s, struct http_req *c, const char *body, size_t n_body);
 void cmpl_sreq_free(struct sreq *r); /* the text-completion parts of r (any thread) */
 
 #endif

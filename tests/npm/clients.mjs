@@ -497,7 +497,7 @@ if (thinkBase) {
       const m = await th.messages.create({ model: "m", max_tokens: 48, temperature: 0, messages: msgs, thinking: { type: "enabled", budget_tokens: budget } });
       const t = m.content.find((b) => b.type === "thinking");
       assert.ok(t, JSON.stringify(m.content));
-      const ntok = (await fetch(`${thinkBase}/tokenize`, { method: "POST", headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ content: t.thinking }) }).then((r) => r.json())).tokens.length;
+      const ntok = (await fetch(`${thinkBase}/tokenize`, { method: "POST", headers: { authorization: `Bearer ${key}`, "content-type": "application/json" }, body: JSON.stringify({ content: t.thinking }) }).then((r) => r.json())).tokens.length;
       assert.ok(ntok <= budget + 1, `budget ${budget}: ${ntok} tokens of reasoning: ${JSON.stringify(t.thinking)}`);
       assert.ok(m.content.some((b) => b.type === "text") || m.stop_reason === "max_tokens", JSON.stringify(m.content));
     }
