@@ -97,13 +97,17 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t n) {
 static int on_header_field_complete(llhttp_t *ll) {
     struct http_parser *hp = of(ll);
     if (hp->head_done) return 0;
+    if (!hp->in_name || hp->n_hb == hp->name_off[hp->n_hdr]) /* llhttp calls on_header_field with 0 bytes */
+        return refuse(hp, 400, "a header line has no name (it starts with ':')%s", NULL);
     hp->in_name = false;
+    hp->name_ok = true;
     return hb_end(hp);
 }
 
 static int on_header_value(llhttp_t *ll, const char *at, size_t n) {
     struct http_parser *hp = of(ll);
     if (hp->head_done) return 0;
+    if (!hp->name_ok) return refuse(hp, 400, "a header line has no name (it starts with ':')%s", NULL);
     if (!hp->in_value) {
         hp->value_off[hp->n_hdr] = hp->n_hb;
         hp->in_value = true;
@@ -114,6 +118,8 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t n) {
 static int on_header_value_complete(llhttp_t *ll) {
     struct http_parser *hp = of(ll);
     if (hp->head_done) return 0;
+    if (!hp->name_ok) return refuse(hp, 400, "a header line has no name (it starts with ':')%s", NULL);
+    hp->name_ok = false;
     if (!hp->in_value) hp->value_off[hp->n_hdr] = hp->n_hb; /* an empty value */
     hp->in_value = false;
     hp->n_hdr++;
@@ -255,7 +261,7 @@ static int on_chunk_header(llhttp_t *ll) {
 static int on_message_complete(llhttp_t *ll) {
     struct http_parser *hp = of(ll);
     hp->msg_done = true;
-    hp->msg.body = hp->body ? hp->body : "";
+    hp->msg.body = hp->body && hp->n_body ? hp->body : ""; /* the buffer may hold an earlier request's */
     hp->msg.n_body = hp->n_body;
     hp->msg.keep_alive = llhttp_should_keep_alive(ll);
     return HPE_PAUSED; /* one request per feed: what follows waits for this one's response */
@@ -296,7 +302,7 @@ void http_parse_free(struct http_parser *hp) {
 
 void http_parse_next(struct http_parser *hp) {
     hp->n_hb = hp->n_hdr = hp->n_body = hp->n_raw = 0;
-    hp->in_name = hp->in_value = hp->in_url = hp->head_done = hp->msg_done = false;
+    hp->in_name = hp->name_ok = hp->in_value = hp->in_url = hp->head_done = hp->msg_done = false;
     hp->err_status = 0;
     hp->err_msg[0] = 0;
     memset(&hp->msg, 0, sizeof hp->msg);
@@ -318,15 +324,12 @@ enum http_event http_parse_feed(struct http_parser *hp, const char *data, size_t
     if (n == 0) return HTTP_NEED_MORE;
     /* the head's raw bytes are bounded too: llhttp skips some (blank lines before a request,
      * the CRLFs) without a callback */
+    bool clamped = false;
     if (!hp->head_done && hp->n_raw + n > hp->head_max + 2 * HTTP_HDR_MAX + 64) {
-        const size_t room = hp->head_max + 2 * HTTP_HDR_MAX + 64 - hp->n_raw;
-        if (room < n) n = room;
-        if (n == 0) {
-            refuse(hp, 431, "the request head is over the limit%s", NULL);
-            return HTTP_ERROR;
-        }
+        n = hp->head_max + 2 * HTTP_HDR_MAX + 64 - hp->n_raw;
+        clamped = true;
     }
-    const llhttp_errno_t e = llhttp_execute(&hp->ll, data, n);
+    const llhttp_errno_t e = n ? llhttp_execute(&hp->ll, data, n) : HPE_OK;
     size_t k = n;
     if (e != HPE_OK) {
         const char *pos = llhttp_get_error_pos(&hp->ll);
@@ -335,6 +338,12 @@ enum http_event http_parse_feed(struct http_parser *hp, const char *data, size_t
     hp->n_raw += k;
     *used = k;
     if (e == HPE_PAUSED && hp->msg_done) return HTTP_DONE;
+    if (e == HPE_OK && clamped && !hp->head_done) { /* the raw bytes of the head ran out of room */
+        char lim[32];
+        snprintf(lim, sizeof lim, "%zu", hp->head_max);
+        refuse(hp, 431, "the request head is over the limit of %s bytes", lim);
+        return HTTP_ERROR;
+    }
     if (e == HPE_OK) return HTTP_NEED_MORE;
     if (!hp->err_status) {
         if (e == HPE_PAUSED_H2_UPGRADE) {

@@ -62,6 +62,7 @@ struct http_parser {
     size_t name_off[HTTP_HDR_MAX], value_off[HTTP_HDR_MAX];
     size_t n_hdr;
     bool in_name, in_value, in_url;
+    bool name_ok;      /* the current header line's name is complete (a value may follow) */
     size_t n_raw;      /* bytes of this request fed so far (its head, then its body) */
     bool head_done;    /* on_headers_complete ran: header callbacks now are trailers */
     bool msg_done;

@@ -279,7 +279,11 @@ static void chat_on_done(void *ud, const struct dj_turn_result *res) {
                 const struct dj_chat_delta d = {.kind = DJ_DELTA_CONTENT, .text = "", .n = 0};
                 api_stream_delta(r->st, i, &d, a->logprobs, &b);
             }
+            /* a cancelled completion did not finish: its stream ends in an error event, never in
+             * a finish_reason / stop_reason a client would take for the whole answer */
             if (res->finish == DJ_FINISH_ERROR) api_stream_error(r->st, res->error, &b);
+            else if (res->finish == DJ_FINISH_CANCELLED)
+                api_stream_error(r->st, "the request was cancelled (the client left, or the server is stopping)", &b);
             else api_stream_finish_seq(r->st, i, res->finish, user_stop(r, res), &b);
             flush_sse(r, &b);
         }

@@ -37,6 +37,11 @@
 #   fuzz_kv_record  hand-built KV store records (see its section below)
 #   fuzz_spec       the node-bound byte 64 or 200, then the first 4 KB of a few traces
 #                   (as op/length/token bytes: real text repeats, which the sources index)
+#   fuzz_http       raw HTTP/1.1 request streams (a chat POST with Content-Length, a
+#                   chunked one with a trailer, two pipelined GETs, Expect: 100-continue,
+#                   absolute-form, and the smuggling shapes of issue 28: two
+#                   Content-Lengths, CL + TE, a space before a colon, xchunked, a
+#                   2^64-1 chunk, %00 in the path), each after a split byte
 #   fuzz_jinja      every chat template in golden/chat_templates/templates/ (the
 #                   50 real templates of the golden renders), twice: after the
 #                   options byte 1 (a plain chat) and 6 (a tool loop with tools
@@ -443,5 +448,27 @@ if [ "$name" = fuzz_spec ]; then
 fi
 # ---- fuzz_spec (end) ----
 
+http_seeds() {
+    i=0
+    for req in \
+        'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}' \
+        'POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{"a"\r\n3\r\n:1}\r\n0\r\nX-T: 1\r\n\r\n' \
+        'GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' \
+        'POST /v1/messages HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n{ }' \
+        'GET http://h:1/v1/mod%65ls?x=1 HTTP/1.0\r\n\r\n' \
+        'POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 20\r\n\r\n{}' \
+        'POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /s HTTP/1.1\r\n\r\n' \
+        'POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n' \
+        'POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n' \
+        'POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nabc' \
+        'POST /v1/chat/completions%00x HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n'; do
+        for split in 0 1 7; do
+            { byte $split; printf "%b" "$req"; } > "$1/http_${i}_$split"
+        done
+        i=$((i + 1))
+    done
+}
+case "$name" in
+fuzz_http) http_seeds "$corpus" ;;
+esac
 exit 0
-

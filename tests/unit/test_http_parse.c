@@ -111,6 +111,8 @@ int main(void) {
     expect_error("bad percent escape", "GET /a%zz HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     expect_error("encoded control byte", "GET /a%0d%0aX HTTP/1.1\r\nHost: a\r\n\r\n", 400);
     expect_error("two Authorization headers", "GET /a HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer x\r\nAuthorization: Bearer y\r\n\r\n", 400);
+    expect_error("a header without a name", "GET /a HTTP/1.1\r\nHost: a\r\n: x\r\n\r\n", 400);
+    expect_error("a header line starting with ':'", "POST /a HTTP/1.1\r\n:Htso x\r\nContent-Length: 0\r\n\r\n", 400);
     expect_error("a bare LF line ending", "GET /a HTTP/1.1\nHost: a\n\n", 400);
     expect_error("CONNECT", "CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 405);
     expect_error("HTTP/2 prior knowledge", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505);
