@@ -18,7 +18,7 @@ FUZZ_DEPS := clang libclang-rt-14-dev
 # Test-only: promtool (lints GET /metrics in tests/e2e/test_clients.sh).
 TEST_DEPS := prometheus
 
-.PHONY: all deps deps-fuzz npm-deps py-deps build test asan fuzz run clean bench soak
+.PHONY: all deps deps-fuzz npm-deps py-deps build test asan fuzz run clean bench soak soak-http
 
 all: build
 
@@ -96,6 +96,13 @@ bench: build
 SOAK_ITER ?= 200
 soak: build
 	./tests/soak/kill9_kvdir.sh $(BUILD)/bin/deja $(SHARED)/models/codelm-15m-f16.gguf $(SOAK_ITER)
+
+# A normal client's latency while 2,000 slow connections trickle request heads (the
+# server's connection budget and deadlines, docs/SERVER.md); phases interleaved.
+SOAK_HTTP_SLOW ?= 2000
+SOAK_HTTP_SECONDS ?= 10
+soak-http: build
+	python3 tests/soak/soak_http.py $(BUILD)/bin/deja $(SHARED)/models/stories260K.gguf $(SOAK_HTTP_SLOW) $(SOAK_HTTP_SECONDS)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -12,6 +12,7 @@ The default model is the 260K-parameter stories260K, so the model costs little a
 JSON and scheduling path is what is measured.
 
 usage: bench/http_overhead.py --peer /tmp/llamacpp/build/bin/llama-server [--model M] [-t 2]
+       bench/http_overhead.py --peer OLD/build/bin/deja --peer-is-deja   (an older deja as the peer)
        [--requests 400] [--rounds 2]
 """
 import argparse
@@ -78,8 +79,8 @@ def stream_overhead(port, reps, n=128):
 
 def run_pass(kind, args):
     port = free_port()
-    if kind == "deja":
-        cmd = [args.deja, "serve", "-m", args.model, "--port", str(port), "-t", str(args.threads), "-c", "512",
+    if kind == "deja" or args.peer_is_deja:
+        cmd = [args.deja if kind == "deja" else args.peer, "serve", "-m", args.model, "--port", str(port), "-t", str(args.threads), "-c", "512",
                "--parallel", "16", "--queue-max", "1000"]
     else:
         cmd = [args.peer, "-m", args.model, "--port", str(port), "-t", str(args.threads), "-c", str(512 * 16),
@@ -102,6 +103,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--deja", default=os.path.join(root, "build/bin/deja"))
     ap.add_argument("--peer", required=True)
+    ap.add_argument("--peer-is-deja", action="store_true",
+                    help="the peer is another deja binary (an older build): a regression check")
     ap.add_argument("--model", default=os.path.join(shared, "models/stories260K.gguf"))
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--requests", type=int, default=400)

@@ -364,15 +364,19 @@ static void conn_readable(struct http_server *h, struct conn *c) {
     }
 }
 
-/* The connection to close to make room: none busy; lingering ones first, then idle
- * keep-alive ones, then those still sending a request; oldest first.  ip: only that
- * address's (per-address cap), or 0 for any. */
+/* The connection to close to make room: never a busy one; a lingering one first (it is
+ * closing anyway), then the one whose wait began longest ago, whatever it waits for (an
+ * idle keep-alive connection dates from the end of its last answer, one sending a request
+ * from its accept or first byte).  So a flood of new connections evicts its own oldest
+ * members, not the keep-alive connection a client used a moment ago.  by_ip: only
+ * connections from ip (the per-address cap). */
 static struct conn *pick_victim(struct http_server *h, uint32_t ip, bool by_ip) {
-    static const int rank[] = {[C_LINGER] = 0, [C_IDLE] = 1, [C_HEAD] = 2, [C_BODY] = 3, [C_BUSY] = 99, [C_DEAD] = 99};
     struct conn *best = NULL;
     for (struct conn *c = h->conns; c; c = c->next) {
-        if (c->st == C_BUSY || (by_ip && c->ip != ip)) continue;
-        if (!best || rank[c->st] < rank[best->st] || (rank[c->st] == rank[best->st] && c->t_phase < best->t_phase)) best = c;
+        if (c->st == C_BUSY || c->st == C_DEAD || (by_ip && c->ip != ip)) continue;
+        if (!best || (c->st == C_LINGER && best->st != C_LINGER) ||
+            ((c->st == C_LINGER) == (best->st == C_LINGER) && c->t_phase < best->t_phase))
+            best = c;
     }
     return best;
 }

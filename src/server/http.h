@@ -16,10 +16,11 @@
  * The budget: at most conn_max open connections, conn_per_ip from one IPv4
  * address (0: no per-address cap).  When a new connection would pass either,
  * the one that has waited longest without a request being answered (idle
- * keep-alive first, then one still sending its head or body) is closed to make
- * room; when every connection is busy answering, the new one gets 503 and is
- * closed.  So connections that send nothing useful never lock out a client
- * that sends a request at once (/health included).
+ * keep-alive since its last answer, or still sending its head or body) is
+ * closed to make room; when every connection is busy answering, the new one
+ * gets 503 and is closed.  So connections that send nothing useful never lock
+ * out a client that sends a request at once (/health included), and a flood
+ * of them evicts its own oldest members first.
  *
  * Errors the layer answers itself (framing 400, 405, 408 on a deadline, 413,
  * 417, 431, 503 over the budget, 505) carry a JSON body from error_body, then

@@ -414,8 +414,8 @@ static enum dj_status request_grammar(struct dj_server *s, const struct dj_chat_
      * failing a request whose tools the model may never call; required / named still fail (the
      * client asked for a call deja cannot guarantee) */
     if (st && st != DJ_ERR_NOMEM && cr->tool_choice == DJ_TOOL_AUTO) {
-        fprintf(stderr, "deja serve: tools: %s: tool calls are parsed from free output for this request\n",
-                dj_last_error());
+        fprintf(stderr, "deja serve: %s: tool calls are parsed from free output for this request\n",
+                dj_last_error()); /* the message starts with "tools: " */
         return DJ_OK;
     }
     if (st) return dj_fail(st, "%s", dj_last_error());
