@@ -2333,7 +2333,8 @@ too_many:
 fail:
     if (st == DJ_ERR_UNSUPPORTED)
         conv_fail(c, DJ_ERR_INVALID, "%s: the automaton would need more than %d states", what, MAX_DFA_STATES);
-    else conv_oom(c);
+    else if (st == DJ_ERR_NOMEM) conv_oom(c);
+    else conv_fail(c, st, "%s: the automata could not be built (%s)", what, dj_status_str(st));
 done:
     for (size_t i = 0; i < n; i++) rx_free(cons[i].x);
     rx_free(star);

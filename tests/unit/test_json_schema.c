@@ -1384,6 +1384,47 @@ static void test_toolcall(void) {
            dj_last_error());
 }
 
+/* Refused schemas keep their message through the wrappers the server puts around it
+ * (server_chat.c: `dj_fail(st, "%s", dj_last_error())` for tools, "response_format: %s"):
+ * these 400s once said nothing, as dj_fail formatted the shared buffer into itself. */
+static void test_wrapped_messages(void) {
+    static const struct {
+        const char *params, *msg;
+    } tools[] = {
+        {"{\"$ref\":\"#/x\"}", "tools: f: json schema: $ref '#/x' does not resolve at /"},
+        {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\",\"pattern\":\"((((\"}}}",
+         "tools: f: json schema: pattern: missing ')' (at character 4) at /properties/p/pattern"},
+    };
+    for (size_t i = 0; i < sizeof tools / sizeof tools[0]; i++) {
+        char t[512];
+        snprintf(t, sizeof t, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":%s}}]", tools[i].params);
+        struct dj_toolcall_opts o = toolcall_default_opts();
+        o.choice = DJ_TOOL_REQUIRED;
+        struct dj_toolcall_grammar tg = {0};
+        dj_clear_error();
+        enum dj_status st = toolcall_grammar_build(t, strlen(t), &o, &tg);
+        CHECK(st == DJ_ERR_INVALID);
+        CHECKF(!strcmp(dj_last_error(), tools[i].msg), "%s: %s", tools[i].params, dj_last_error());
+        CHECK(dj_fail(st, "%s", dj_last_error()) == DJ_ERR_INVALID);
+        CHECKF(!strcmp(dj_last_error(), tools[i].msg), "wrapped: %s", dj_last_error());
+    }
+    static const struct {
+        const char *schema, *msg;
+    } formats[] = {
+        {"{\"$ref\":\"#/x\"}", "response_format: json schema: $ref '#/x' does not resolve at /"},
+        {"{\"type\":\"string\",\"pattern\":\"((((\"}",
+         "response_format: json schema: pattern: missing ')' (at character 4) at /pattern"},
+    };
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        char *g = NULL;
+        dj_clear_error();
+        enum dj_status st = json_schema_to_gbnf(formats[i].schema, strlen(formats[i].schema), NULL, &g);
+        CHECK(st == DJ_ERR_INVALID && !g);
+        CHECK(dj_fail(st, "response_format: %s", dj_last_error()) == DJ_ERR_INVALID);
+        CHECKF(!strcmp(dj_last_error(), formats[i].msg), "%s: %s", formats[i].schema, dj_last_error());
+    }
+}
+
 /* ---- (e) limits: conversion is bounded in time and memory ---- */
 
 /* CPU seconds of this process (the conversions are single-threaded). */
@@ -1611,6 +1652,7 @@ static void test_errors(void) {
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : "../shared";
     test_errors();
+    test_wrapped_messages();
     test_limits();
     test_whitespace();
     test_toolcall();
