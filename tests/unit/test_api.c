@@ -1751,6 +1751,32 @@ static void test_error_wrapping(void) {
     CHECK(!strcmp(dj_last_error(), "tools: json schema: 'not' is not supported at /properties/x"));
     dj_fail(DJ_ERR_INVALID, "%s", dj_last_error());
     CHECK(!strcmp(dj_last_error(), "tools: json schema: 'not' is not supported at /properties/x"));
+    /* nested prefixes, each around the message before it */
+    dj_fail(DJ_ERR_INVALID, "json schema: pattern: missing ')' (at character 4) at /pattern");
+    dj_fail(DJ_ERR_INVALID, "tools: f: %s", dj_last_error());
+    dj_fail(DJ_ERR_INVALID, "response_format: %s", dj_last_error());
+    CHECKF(!strcmp(dj_last_error(), "response_format: tools: f: json schema: pattern: missing ')' (at character 4) at "
+                                    "/pattern"),
+           "%s", dj_last_error());
+    /* a message as long as the buffer (1023 characters and the NUL): the wrapped one is the prefix
+     * and the first 1023 - 17 characters of it, every byte where it belongs */
+    char lng[1200], want[1100];
+    for (size_t i = 0; i < sizeof lng - 1; i++) lng[i] = (char)('a' + i % 26);
+    lng[sizeof lng - 1] = 0;
+    dj_fail(DJ_ERR_INVALID, "%s", lng);
+    CHECK(strlen(dj_last_error()) == 1023 && !strncmp(dj_last_error(), lng, 1023));
+    dj_fail(DJ_ERR_INVALID, "response_format: %s", dj_last_error());
+    memcpy(want, "response_format: ", 17);
+    memcpy(want + 17, lng, 1023 - 17);
+    want[1023] = 0;
+    CHECKF(!strcmp(dj_last_error(), want), "%.80s... (%zu bytes)", dj_last_error(), strlen(dj_last_error()));
+    /* dj_error_prefix keeps 600 characters of the message under a prefix of at most 400 */
+    dj_fail(DJ_ERR_INVALID, "%s", lng);
+    dj_error_prefix("tools: %s", "f");
+    memcpy(want, "tools: f: ", 10);
+    memcpy(want + 10, lng, 600);
+    want[610] = 0;
+    CHECKF(!strcmp(dj_last_error(), want), "%.80s... (%zu bytes)", dj_last_error(), strlen(dj_last_error()));
 }
 
 int main(int argc, char **argv) {
