@@ -50,6 +50,30 @@
 #define MAX_BRANCH_PRODUCT 256   /* anyOf x anyOf combinations merge() may make */
 #define INF SIZE_MAX
 
+/* Size limits on one grammar (one schema, or every tool of a request), so
+ * that converting outside input is bounded in time and memory; past one the
+ * schema is refused with the limit and the JSON pointer in the message.
+ * Agents' tool schemas are far inside them (Claude Code's and Codex's tools:
+ * tens of KB, a few hundred schemas, enums of at most a few hundred values).
+ *   MAX_ENUM_VALUES  values of one enum: each is an alternative the grammar
+ *                    matcher keeps a stack for where the value starts, and it
+ *                    holds at most 4096 (DJ_GMATCH_MAX_STACKS), whitespace
+ *                    and sibling alternatives included: an enum of 4097
+ *                    strings converted, then failed generation midway.
+ *   MAX_SCHEMAS      schemas converted (visit()): properties, items, anyOf
+ *                    branches, $ref targets, and the copies that merging
+ *                    allOf / anyOf siblings makes, so a small schema cannot
+ *                    multiply into a huge grammar (100 properties merged
+ *                    into each of 1000 anyOf branches: 23 KB became 22 MB).
+ *   MAX_GRAMMAR_TEXT bytes of rule bodies, as MAX_PLAN_TEXT below for one
+ *                    string; the largest grammar the tests make is 1.1 MB,
+ *                    and writing 4 MB of rules costs about 0.2-0.3 s.
+ * (MAX_DFA_STATES and the others below bound each string's automata, and
+ * MAX_AUTOMATA_TOTAL all of them together.) */
+#define MAX_ENUM_VALUES 1024
+#define MAX_SCHEMAS 10000
+#define MAX_GRAMMAR_TEXT ((size_t)4 << 20)
+
 /* Internal keywords of merged schemas (merge()): the patterns, or formats,
  * of allOf components that differ, all of which must hold.  Their first byte
  * is not UTF-8, so no parsed schema has them; messages call them by their
@@ -233,7 +257,8 @@ char *gbnf_sanitize_name(const char *s) {
 
 struct rule {
     char *name;
-    char *body; /* NULL: reserved, defined later (a $ref target being converted) */
+    char *body;   /* NULL: reserved, defined later (a $ref target being converted) */
+    size_t n_sfx; /* rules name1 .. name<n_sfx - 1> exist (0: none tried yet), see builder_put */
 };
 
 struct dj_gbnf_builder {
@@ -243,6 +268,9 @@ struct dj_gbnf_builder {
     size_t *slot, n_slot; /* names -> rules: rule index + 1, 0 empty (open addressing) */
     char *punct[6]; /* { } [ ] , :  with the whitespace policy */
     const char *prim[16];
+    size_t n_text;    /* bytes of all rule bodies (MAX_GRAMMAR_TEXT) */
+    size_t n_schemas; /* schemas converted into this builder's rules (MAX_SCHEMAS) */
+    size_t n_states;  /* string automaton states and plan nodes made for them (MAX_AUTOMATA_TOTAL) */
 };
 
 enum prim_id { P_CHAR, P_STRING, P_NUMBER, P_INTEGER, P_BOOLEAN, P_NULL, P_VALUE, P_OBJECT, P_ARRAY, P_WS, P_N };
@@ -283,20 +311,30 @@ static bool rule_index(struct dj_gbnf_builder *b, size_t i) {
 }
 
 /* Adds a rule (body NULL: reserved) under name or the first free name<k>; a
- * rule of that name with the same body is reused. */
+ * rule of that name with the same body is reused.  The numbered names taken
+ * are remembered on the rule `name` (n_sfx), so the search for a free one
+ * starts past them: an object's tail rules all ask for "<hint>-rest", and
+ * trying rest, rest1, rest2, ... every time made 4000 optional properties
+ * cost 1.4 s (quadratic).  A numbered rule skipped so is not reused when its
+ * body comes again (the grammar then has two equal rules: the same language). */
 static const char *builder_put(struct dj_gbnf_builder *b, const char *name, const char *body) {
     struct sb nm = {0};
-    for (size_t k = 0;; k++) {
+    size_t base = SIZE_MAX; /* index of the rule `name`, when it exists */
+    for (size_t k = 0;; k = k ? k + 1 : b->rules[base].n_sfx ? b->rules[base].n_sfx : 1) {
         nm.n = 0;
         if (k) sb_printf(&nm, "%s%zu", name, k);
         else sb_puts(&nm, name);
         if (nm.oom) break;
         struct rule *r = rule_find(b, nm.p);
-        if (!r) break;
+        if (!r) {
+            if (k) b->rules[base].n_sfx = k + 1; /* name1 .. name<k> will exist */
+            break;
+        }
         if (body && r->body && !strcmp(r->body, body)) {
             sb_free(&nm);
             return r->name;
         }
+        if (!k) base = (size_t)(r - b->rules);
     }
     char *n = sb_take(&nm);
     if (!n) return NULL;
@@ -315,13 +353,14 @@ static const char *builder_put(struct dj_gbnf_builder *b, const char *name, cons
         }
         b->rules = r, b->cap_rules = cap;
     }
-    b->rules[b->n_rules] = (struct rule){n, bd};
+    b->rules[b->n_rules] = (struct rule){n, bd, 0};
     if (!rule_index(b, b->n_rules)) {
         free(n), free(bd);
         dj_fail(DJ_ERR_NOMEM, "json schema: out of memory");
         return NULL;
     }
     b->n_rules++;
+    b->n_text += bd ? strlen(bd) : 0;
     return n;
 }
 
@@ -336,6 +375,8 @@ bool gbnf_builder_define(struct dj_gbnf_builder *b, const char *name, const char
         free(bd);
         return false;
     }
+    b->n_text -= r->body ? strlen(r->body) : 0;
+    b->n_text += strlen(bd);
     free(r->body);
     r->body = bd;
     return true;
@@ -394,6 +435,8 @@ enum dj_status gbnf_builder_finish(struct dj_gbnf_builder *b, const char *root, 
     if (!r) return dj_fail(DJ_ERR_INVALID, "json schema: no rule '%s'", root);
     for (size_t i = 0; i < b->n_rules; i++)
         if (!b->rules[i].body) return dj_fail(DJ_ERR_INVALID, "json schema: rule '%s' never defined", b->rules[i].name);
+    if (b->n_text > MAX_GRAMMAR_TEXT)
+        return dj_fail(DJ_ERR_INVALID, "json schema: the grammar would be over the limit of %zu MB", MAX_GRAMMAR_TEXT >> 20);
     sb_printf(&s, "%s ::= %s\n", r->name, r->body);
     for (size_t i = 0; i < b->n_rules; i++)
         if (&b->rules[i] != r) sb_printf(&s, "%s ::= %s\n", b->rules[i].name, b->rules[i].body);
@@ -734,7 +777,14 @@ static bool check_keywords(struct conv *c, json_t *s) {
         else if (!strcmp(k, "required")) {
             ok = json_is_array(v), want = "an array of strings";
             for (size_t i = 0; ok && i < json_array_size(v); i++) ok = json_is_string(json_array_get(v, i));
-        } else if (!strcmp(k, "enum")) ok = json_is_array(v), want = "an array";
+        } else if (!strcmp(k, "enum")) {
+            ok = json_is_array(v), want = "an array";
+            if (ok && json_array_size(v) > MAX_ENUM_VALUES) {
+                conv_fail(c, DJ_ERR_INVALID, "'enum' has %zu values, over the limit of %d", json_array_size(v),
+                          MAX_ENUM_VALUES);
+                return false;
+            }
+        }
         else if (!strcmp(k, "anyOf") || !strcmp(k, "oneOf") || !strcmp(k, "allOf"))
             ok = json_is_array(v) && json_array_size(v) > 0, want = "a non-empty array";
         else if (!strcmp(k, "prefixItems")) ok = json_is_array(v), want = "an array";
@@ -883,6 +933,40 @@ static bool value_literal_into(struct conv *c, struct sb *s, json_t *v, int dept
         free(t);
         return true;
     }
+    }
+}
+
+/* A hash of v consistent with json_equal (equal values, equal hashes: the
+ * type, then the content; object members in any order; 0.0 and -0.0 alike).
+ * Below MAX_DEPTH levels only the type counts, which stays consistent. */
+static uint64_t value_hash(json_t *v, int depth) {
+    uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(json_typeof(v) + 1);
+    if (depth > MAX_DEPTH) return h;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *x;
+        uint64_t sum = 0;
+        json_object_foreach(v, k, x) sum += (name_hash(k) * 0xBF58476D1CE4E5B9ull) ^ value_hash(x, depth + 1);
+        return h ^ sum;
+    }
+    case JSON_ARRAY:
+        for (size_t i = 0; i < json_array_size(v); i++) h = (h ^ value_hash(json_array_get(v, i), depth + 1)) * 0x100000001B3ull;
+        return h;
+    case JSON_STRING: {
+        const unsigned char *p = (const unsigned char *)json_string_value(v);
+        for (size_t i = 0; i < json_string_length(v); i++) h = (h ^ p[i]) * 0x100000001B3ull;
+        return h;
+    }
+    case JSON_INTEGER: return h ^ (uint64_t)json_integer_value(v) * 0x94D049BB133111EBull;
+    case JSON_REAL: {
+        double d = json_real_value(v);
+        if (d == 0) d = 0; /* -0.0 equals 0.0 */
+        uint64_t bits;
+        memcpy(&bits, &d, sizeof bits);
+        return h ^ bits * 0x94D049BB133111EBull;
+    }
+    default: return h;
     }
 }
 
@@ -1683,14 +1767,17 @@ static char *object_body(struct conv *c, json_t *s, const char *hint) {
     char *result = NULL;
     struct sb body = {0};
     struct trie trie = {0};
-    if (!kv || !is_req) goto oom;
+    /* the required names as a set (a pairwise search was quadratic in the properties) */
+    json_t *req_set = json_object();
+    if (!kv || !is_req || !req_set) goto oom;
+    for (size_t i = 0; i < json_array_size(req); i++)
+        if (json_object_set_new(req_set, json_string_value(json_array_get(req, i)), json_null())) goto oom;
     size_t n = 0;
     const char *k;
     json_t *v;
     json_object_foreach(props, k, v) {
         if (json_is_false(v)) continue;
-        bool r = false;
-        for (size_t i = 0; i < json_array_size(req); i++) r |= !strcmp(json_string_value(json_array_get(req, i)), k);
+        bool r = json_object_get(req_set, k) != NULL;
         char *h = hint_join(hint, k);
         if (!h) goto oom;
         size_t old = path_push(c, "properties");
@@ -1709,9 +1796,9 @@ static char *object_body(struct conv *c, json_t *s, const char *hint) {
     for (size_t i = 0; i < json_array_size(req); i++) {
         const char *r = json_string_value(json_array_get(req, i));
         if (json_object_get(props, r)) continue;
-        bool dup = false;
-        for (size_t j = 0; j < i; j++) dup |= !strcmp(json_string_value(json_array_get(req, j)), r);
-        if (dup) continue;
+        json_t *once = json_object_get(req_set, r); /* null until its member is written, then true */
+        if (json_is_true(once)) continue;
+        if (json_object_set_new(req_set, r, json_true())) goto oom;
         char *h = hint_join(hint, r);
         if (!h) goto oom;
         size_t old = path_push(c, "additionalProperties");
@@ -1875,6 +1962,7 @@ fail:
     sb_free(&body);
 out:
     trie_free(&trie);
+    json_decref(req_set);
     free(kv), free(is_req);
     return result;
 }
@@ -2009,6 +2097,12 @@ static char *array_body(struct conv *c, json_t *s, const char *hint) {
 #define MAX_DFA_STATES 4096
 #define MAX_PLAN_NODES 8192
 #define MAX_PLAN_TEXT ((size_t)4 << 20) /* bytes of those rules */
+/* All the automata of one grammar together: the states their constructions
+ * made (before minimizing) and the plans' nodes.  One automaton near its
+ * limit costs about 5 ms and can leave a rule of 1 KB, so without a total
+ * 500 copies of one such string cost 2.3 s; this is 32 automata at their
+ * limit (about 0.3 s). */
+#define MAX_AUTOMATA_TOTAL 131072
 
 /* One regular constraint on a string: a pattern or a format. */
 struct scon {
@@ -2204,12 +2298,15 @@ static char *intersection_body(struct conv *c, struct scon *cons, size_t n, size
     if ((st = rx_alphabet_build(xs, nx, &ab))) goto fail;
     for (size_t i = 0; i < nx; i++) {
         if ((st = sdfa_from_rx(xs[i], &ab, MAX_DFA_STATES, i ? &one : &acc))) goto fail;
+        c->b->n_states += (i ? &one : &acc)->n_made;
         if (i) {
             st = sdfa_intersect(&acc, &one, MAX_DFA_STATES, &both);
             sdfa_free(&one), sdfa_free(&acc);
             if (st) goto fail;
             acc = both, both = (struct sdfa){0};
+            c->b->n_states += acc.n_made;
         }
+        if (c->b->n_states > MAX_AUTOMATA_TOTAL) goto too_many;
     }
     if ((st = sdfa_plan_build(&acc, lo, hi, MAX_PLAN_NODES, &plan))) {
         if (st == DJ_ERR_UNSUPPORTED) {
@@ -2225,12 +2322,19 @@ static char *intersection_body(struct conv *c, struct scon *cons, size_t n, size
         conv_fail(c, DJ_ERR_INVALID, "no string satisfies %s", what);
         goto done;
     }
+    if ((c->b->n_states += plan.n) > MAX_AUTOMATA_TOTAL) goto too_many;
     r = plan_body(c, &acc, &ab, &plan, hint, what);
+    goto done;
+too_many:
+    conv_fail(c, DJ_ERR_INVALID,
+              "%s: the string automata of this grammar would be over the limit of %d states and rules in all", what,
+              MAX_AUTOMATA_TOTAL);
     goto done;
 fail:
     if (st == DJ_ERR_UNSUPPORTED)
         conv_fail(c, DJ_ERR_INVALID, "%s: the automaton would need more than %d states", what, MAX_DFA_STATES);
-    else conv_oom(c);
+    else if (st == DJ_ERR_NOMEM) conv_oom(c);
+    else conv_fail(c, st, "%s: the automata could not be built (%s)", what, dj_status_str(st));
 done:
     for (size_t i = 0; i < n; i++) rx_free(cons[i].x);
     rx_free(star);
@@ -2467,20 +2571,28 @@ static const char *visit_inner(struct conv *c, json_t *s, const char *hint) {
             return conv_fail(c, DJ_ERR_INVALID, "'%s' together with '%s' is not supported", en ? "enum" : "const",
                              kw_name(o));
         struct sb body = {0};
-        size_t n_alt = 0;
-        for (size_t i = 0; i < (en ? json_array_size(en) : 1); i++) {
+        size_t n_alt = 0, n_vals = en ? json_array_size(en) : 1, n_seen = 1;
+        while (n_seen < 2 * n_vals) n_seen *= 2;
+        /* the values kept so far (index + 1, 0 empty), open addressing on value_hash: a
+         * pairwise search for repeats made a 50,000-value enum cost 10 s */
+        size_t *seen = calloc(n_seen, sizeof *seen);
+        if (!seen) return conv_oom(c);
+        for (size_t i = 0; i < n_vals; i++) {
             json_t *v = en ? json_array_get(en, i) : cn;
             if (en && cn && !json_equal(v, cn)) continue;
             if (!value_has_type(v, types)) continue;
-            bool dup = false;
-            for (size_t j = 0; en && j < i; j++) dup |= json_equal(v, json_array_get(en, j));
-            if (dup) continue;
+            size_t j = (size_t)value_hash(v, 0) & (n_seen - 1);
+            while (seen[j] && !json_equal(v, en ? json_array_get(en, seen[j] - 1) : cn)) j = (j + 1) & (n_seen - 1);
+            if (seen[j]) continue; /* a repeat */
+            seen[j] = i + 1;
             if (n_alt++) sb_puts(&body, " | ");
             if (!value_literal_into(c, &body, v, 0)) {
                 sb_free(&body);
+                free(seen);
                 return NULL;
             }
         }
+        free(seen);
         if (!n_alt) {
             sb_free(&body);
             return conv_fail(c, DJ_ERR_INVALID, "no value of '%s' is allowed by the rest of the schema", en ? "enum" : "const");
@@ -2519,9 +2631,16 @@ static const char *visit_inner(struct conv *c, json_t *s, const char *hint) {
 
 static const char *visit(struct conv *c, json_t *s, const char *hint) {
     if (c->depth >= MAX_DEPTH) return conv_fail(c, DJ_ERR_INVALID, "schemas nested deeper than %d", MAX_DEPTH);
+    if (++c->b->n_schemas > MAX_SCHEMAS)
+        return conv_fail(c, DJ_ERR_INVALID,
+                         "over the limit of %d schemas converted into one grammar (each property, item, anyOf "
+                         "branch and $ref target counts, and each copy that merging allOf or anyOf siblings makes)",
+                         MAX_SCHEMAS);
     c->depth++;
     const char *r = visit_inner(c, s, hint);
     c->depth--;
+    if (r && c->b->n_text > MAX_GRAMMAR_TEXT)
+        return conv_fail(c, DJ_ERR_INVALID, "the grammar would be over the limit of %zu MB", MAX_GRAMMAR_TEXT >> 20);
     if (!r && !c->st) conv_oom(c);
     return r;
 }

@@ -96,7 +96,12 @@
  * 253-character total (both: lengths unchecked, looser).
  *
  * Errors never abort: the input may be anything (the fuzz target feeds bytes).
- * Nesting deeper than 64 schemas is an error.  Owner of every returned string:
+ * Nesting deeper than 64 schemas is an error, and so is a grammar past the
+ * limits that bound conversion in time and memory (json_schema.c says why
+ * each): an enum of over 1024 values, over 10000 schemas converted into one
+ * grammar (a builder's), over 4 MB of rule text, string automata of over
+ * 131072 states and plan nodes in all; the message names the limit and the
+ * JSON pointer.  Owner of every returned string:
  * the caller (free()).  Out-params are set only on success.
  */
 #ifndef DJ_SAMPLE_JSON_SCHEMA_H

@@ -469,6 +469,7 @@ enum dj_status sdfa_from_rx(const struct rx_node *x, const struct rx_alphabet *a
     }
     d.n = S.n;
     st = sdfa_minimize(&d);
+    d.n_made = S.n;
 done:
     if (st) sdfa_free(&d);
     else *out = d;
@@ -701,6 +702,7 @@ enum dj_status sdfa_intersect(const struct sdfa *x, const struct sdfa *y, size_t
     }
     d.n = S.n;
     st = sdfa_minimize(&d);
+    d.n_made = S.n;
 done:
     if (st) sdfa_free(&d);
     else *out = d;

@@ -108,6 +108,7 @@ struct sdfa {
     size_t n, k;     /* states, symbols */
     int32_t *delta;  /* n * k: the next state, -1 none */
     bool *acc;       /* n */
+    size_t n_made;   /* states the construction made before minimizing (what it cost) */
 };
 
 /* The alphabet that splits every set of xs[0..n) into whole symbols.  NOMEM. */

@@ -288,6 +288,9 @@ static enum dj_status parse_logit_bias(struct api_ctx *c, json_t *lb) {
     if (!json_is_object(lb) && !json_is_array(lb))
         return api_fail(c, 400, "logit_bias", "logit_bias must be an object of token id -> bias (or [[id, bias], ...])");
     if (n == 0) return DJ_OK;
+    if (n > DJ_LOGIT_BIAS_MAX)
+        return api_fail(c, 400, "logit_bias", "logit_bias has %zu entries, over the limit of %zu (no vocabulary has more "
+                        "tokens)", n, DJ_LOGIT_BIAS_MAX);
     if (!(r->bias = calloc(n, sizeof *r->bias))) return api_oom(c);
     if (json_is_object(lb)) {
         const char *key;
@@ -316,6 +319,17 @@ static enum dj_status parse_logit_bias(struct api_ctx *c, json_t *lb) {
             r->bias[r->n_bias++].bias = json_is_false(b) ? -INFINITY : (float)json_number_value(b);
         }
     }
+    return DJ_OK;
+}
+
+enum dj_status api_chat_check_vocab(const struct dj_chat_req *r, size_t n_vocab, int *http_status, const char **param) {
+    for (size_t i = 0; i < r->n_bias; i++)
+        if (r->bias[i].tok < 0 || (size_t)r->bias[i].tok >= n_vocab) {
+            *http_status = 400;
+            *param = "logit_bias";
+            return dj_fail(DJ_ERR_INVALID, "logit_bias: token %d is outside the vocabulary (%zu tokens, ids 0..%zu)",
+                           (int)r->bias[i].tok, n_vocab, n_vocab ? n_vocab - 1 : 0);
+        }
     return DJ_OK;
 }
 

@@ -97,10 +97,18 @@ struct dj_chat_req {
  * memory) and *param (the offending field with its path, e.g.
  * "messages[2].content[0]", in thread-local storage valid until the next
  * call on this thread; or NULL); *out is left zeroed.  Logit-bias token ids
- * are checked against [0, INT32_MAX] only (no vocabulary here): the
- * sampler rejects ids past the vocabulary. */
+ * are checked against [0, INT32_MAX] only (no vocabulary here; then
+ * api_chat_check_vocab), and at most DJ_LOGIT_BIAS_MAX entries. */
 enum dj_status api_parse_chat(enum dj_api api, const char *alias, const char *body, size_t n,
                               struct dj_chat_req *out, int *http_status, const char **param);
+/* logit_bias entries a request may give: as many as the largest vocabularies have tokens (Gemma 3:
+ * 262,144), so a list past it repeats ids or names tokens no model has.  (OpenAI allows 300;
+ * llama-server has no limit and drops ids past the vocabulary, deja refuses them: see below.) */
+#define DJ_LOGIT_BIAS_MAX ((size_t)1 << 18)
+/* The parts of a parsed request that depend on the model: every logit_bias token id below
+ * n_vocab.  Failure: DJ_ERR_INVALID, message ("logit_bias: token 512 is outside the vocabulary
+ * (512 tokens, ids 0..511)"), *http_status 400, *param "logit_bias" (static). */
+enum dj_status api_chat_check_vocab(const struct dj_chat_req *r, size_t n_vocab, int *http_status, const char **param);
 void api_chat_req_free(struct dj_chat_req *r); /* accepts a zeroed struct */
 
 /* An error body in the dialect's shape (OpenAI: {error: {message, type, param,

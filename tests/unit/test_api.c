@@ -1743,6 +1743,58 @@ static void test_misc(void) {
     CHECK(api_parse_chat((enum dj_api)42, "m", "{}", 2, &r, &status, &param) != DJ_OK);
 }
 
+/* A body {"messages": [user "x"], "logit_bias": {"0": -1, ..., "<n-1>": -1}} (malloc'd). */
+static char *bias_body(size_t n) {
+    char *b = malloc(n * 16 + 128), *p = b;
+    p += sprintf(p, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logit_bias\": {");
+    for (size_t i = 0; i < n; i++) p += sprintf(p, "%s\"%zu\": -1", i ? ", " : "", i);
+    sprintf(p, "}}");
+    return b;
+}
+
+/* logit_bias at scale: up to DJ_LOGIT_BIAS_MAX entries are read (linear: 100,000 take milliseconds),
+ * more are refused; ids past the model's vocabulary are a 400 naming logit_bias (it was the
+ * engine's message with param null, found only when the request was submitted). */
+static void test_logit_bias_scale(void) {
+    struct dj_chat_req r;
+    int status = 0;
+    const char *param = NULL;
+    char *b = bias_body(100000);
+    CHECK(api_parse_chat(DJ_API_CHAT, "m", b, strlen(b), &r, &status, &param) == DJ_OK);
+    CHECK(r.n_bias == 100000 && r.sp.n_logit_bias == 100000 && r.bias[99999].tok == 99999);
+    /* a vocabulary of 151,936 (Qwen) takes them all; one of 512 (stories260K) does not */
+    status = 0, param = NULL;
+    CHECK(api_chat_check_vocab(&r, 151936, &status, &param) == DJ_OK && !param);
+    CHECK(api_chat_check_vocab(&r, 512, &status, &param) == DJ_ERR_INVALID);
+    CHECK(status == 400 && param && !strcmp(param, "logit_bias"));
+    CHECKF(!strcmp(dj_last_error(), "logit_bias: token 512 is outside the vocabulary (512 tokens, ids 0..511)"), "%s",
+           dj_last_error());
+    api_chat_req_free(&r);
+    free(b);
+    /* the array form, and a request without logit_bias */
+    const char *arr = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logit_bias\": [[3, false], [9, 1]]}";
+    CHECK(api_parse_chat(DJ_API_CHAT, "m", arr, strlen(arr), &r, &status, &param) == DJ_OK);
+    param = NULL;
+    CHECK(api_chat_check_vocab(&r, 10, &status, &param) == DJ_OK && !param);
+    CHECK(api_chat_check_vocab(&r, 9, &status, &param) == DJ_ERR_INVALID && param && !strcmp(param, "logit_bias"));
+    CHECKF(!strcmp(dj_last_error(), "logit_bias: token 9 is outside the vocabulary (9 tokens, ids 0..8)"), "%s",
+           dj_last_error());
+    api_chat_req_free(&r);
+    const char *none = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}";
+    CHECK(api_parse_chat(DJ_API_CHAT, "m", none, strlen(none), &r, &status, &param) == DJ_OK);
+    CHECK(api_chat_check_vocab(&r, 1, &status, &param) == DJ_OK);
+    api_chat_req_free(&r);
+    /* past the cap: refused while parsing, before a sampler copy is made */
+    b = bias_body(DJ_LOGIT_BIAS_MAX + 1);
+    status = 0, param = NULL;
+    CHECK(api_parse_chat(DJ_API_CHAT, "m", b, strlen(b), &r, &status, &param) == DJ_ERR_INVALID);
+    CHECK(status == 400 && param && !strcmp(param, "logit_bias"));
+    CHECKF(!strcmp(dj_last_error(), "logit_bias has 262145 entries, over the limit of 262144 (no vocabulary has more "
+                                    "tokens)"),
+           "%s", dj_last_error());
+    free(b);
+}
+
 /* A message wrapped in a prefix, with dj_last_error() itself as the argument (the server wraps the
  * converter's and the template's messages so): the whole message survives. */
 static void test_error_wrapping(void) {
@@ -1751,12 +1803,39 @@ static void test_error_wrapping(void) {
     CHECK(!strcmp(dj_last_error(), "tools: json schema: 'not' is not supported at /properties/x"));
     dj_fail(DJ_ERR_INVALID, "%s", dj_last_error());
     CHECK(!strcmp(dj_last_error(), "tools: json schema: 'not' is not supported at /properties/x"));
+    /* nested prefixes, each around the message before it */
+    dj_fail(DJ_ERR_INVALID, "json schema: pattern: missing ')' (at character 4) at /pattern");
+    dj_fail(DJ_ERR_INVALID, "tools: f: %s", dj_last_error());
+    dj_fail(DJ_ERR_INVALID, "response_format: %s", dj_last_error());
+    CHECKF(!strcmp(dj_last_error(), "response_format: tools: f: json schema: pattern: missing ')' (at character 4) at "
+                                    "/pattern"),
+           "%s", dj_last_error());
+    /* a message as long as the buffer (1023 characters and the NUL): the wrapped one is the prefix
+     * and the first 1023 - 17 characters of it, every byte where it belongs */
+    char lng[1200], want[1100];
+    for (size_t i = 0; i < sizeof lng - 1; i++) lng[i] = (char)('a' + i % 26);
+    lng[sizeof lng - 1] = 0;
+    dj_fail(DJ_ERR_INVALID, "%s", lng);
+    CHECK(strlen(dj_last_error()) == 1023 && !strncmp(dj_last_error(), lng, 1023));
+    dj_fail(DJ_ERR_INVALID, "response_format: %s", dj_last_error());
+    memcpy(want, "response_format: ", 17);
+    memcpy(want + 17, lng, 1023 - 17);
+    want[1023] = 0;
+    CHECKF(!strcmp(dj_last_error(), want), "%.80s... (%zu bytes)", dj_last_error(), strlen(dj_last_error()));
+    /* dj_error_prefix keeps 600 characters of the message under a prefix of at most 400 */
+    dj_fail(DJ_ERR_INVALID, "%s", lng);
+    dj_error_prefix("tools: %s", "f");
+    memcpy(want, "tools: f: ", 10);
+    memcpy(want + 10, lng, 600);
+    want[610] = 0;
+    CHECKF(!strcmp(dj_last_error(), want), "%.80s... (%zu bytes)", dj_last_error(), strlen(dj_last_error()));
 }
 
 int main(int argc, char **argv) {
     (void)argc;
     (void)argv;
     test_error_wrapping();
+    test_logit_bias_scale();
     test_chat_request();
     test_chat_errors();
     test_responses_request();

@@ -34,6 +34,7 @@
 #include <pcre2.h>
 #include <arpa/inet.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "sample/grammar.h"
 #include "sample/json_schema.h"
@@ -1383,6 +1384,187 @@ static void test_toolcall(void) {
            dj_last_error());
 }
 
+/* Refused schemas keep their message through the wrappers the server puts around it
+ * (server_chat.c: `dj_fail(st, "%s", dj_last_error())` for tools, "response_format: %s"):
+ * these 400s once said nothing, as dj_fail formatted the shared buffer into itself. */
+static void test_wrapped_messages(void) {
+    static const struct {
+        const char *params, *msg;
+    } tools[] = {
+        {"{\"$ref\":\"#/x\"}", "tools: f: json schema: $ref '#/x' does not resolve at /"},
+        {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\",\"pattern\":\"((((\"}}}",
+         "tools: f: json schema: pattern: missing ')' (at character 4) at /properties/p/pattern"},
+    };
+    for (size_t i = 0; i < sizeof tools / sizeof tools[0]; i++) {
+        char t[512];
+        snprintf(t, sizeof t, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":%s}}]", tools[i].params);
+        struct dj_toolcall_opts o = toolcall_default_opts();
+        o.choice = DJ_TOOL_REQUIRED;
+        struct dj_toolcall_grammar tg = {0};
+        dj_clear_error();
+        enum dj_status st = toolcall_grammar_build(t, strlen(t), &o, &tg);
+        CHECK(st == DJ_ERR_INVALID);
+        CHECKF(!strcmp(dj_last_error(), tools[i].msg), "%s: %s", tools[i].params, dj_last_error());
+        CHECK(dj_fail(st, "%s", dj_last_error()) == DJ_ERR_INVALID);
+        CHECKF(!strcmp(dj_last_error(), tools[i].msg), "wrapped: %s", dj_last_error());
+    }
+    static const struct {
+        const char *schema, *msg;
+    } formats[] = {
+        {"{\"$ref\":\"#/x\"}", "response_format: json schema: $ref '#/x' does not resolve at /"},
+        {"{\"type\":\"string\",\"pattern\":\"((((\"}",
+         "response_format: json schema: pattern: missing ')' (at character 4) at /pattern"},
+    };
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        char *g = NULL;
+        dj_clear_error();
+        enum dj_status st = json_schema_to_gbnf(formats[i].schema, strlen(formats[i].schema), NULL, &g);
+        CHECK(st == DJ_ERR_INVALID && !g);
+        CHECK(dj_fail(st, "response_format: %s", dj_last_error()) == DJ_ERR_INVALID);
+        CHECKF(!strcmp(dj_last_error(), formats[i].msg), "%s: %s", formats[i].schema, dj_last_error());
+    }
+}
+
+/* ---- (e) limits: conversion is bounded in time and memory ---- */
+
+/* CPU seconds of this process (the conversions are single-threaded). */
+static double cpu_s(void) { return (double)clock() / CLOCKS_PER_SEC; }
+
+#ifdef DJ_SANITIZE_BUILD
+#define LIMIT_S 5.0 /* ASan/UBSan at -O0: several times slower */
+#else
+#define LIMIT_S 1.0
+#endif
+
+/* {"type":"object","properties":{"p0": one, "p1": one, ...}} with n copies of schema one. */
+static json_t *props_of(size_t n, json_t *one) {
+    json_t *props = json_object();
+    for (size_t i = 0; i < n; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "p%zu", i);
+        json_object_set(props, k, one);
+    }
+    json_decref(one);
+    return json_pack("{s:s, s:o}", "type", "object", "properties", props);
+}
+
+/* An enum of n strings "v0".."v<n-1>" (a new array). */
+static json_t *enum_of(size_t n) {
+    json_t *e = json_array();
+    for (size_t i = 0; i < n; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "v%zu", i);
+        json_array_append_new(e, json_string(v));
+    }
+    return e;
+}
+
+/* Converts s (stolen): the status, *sec the CPU seconds it took, *gbnf_out (may be NULL) the grammar. */
+static enum dj_status convert_timed(json_t *s, double *sec, char **gbnf_out) {
+    char *g = NULL;
+    double t0 = cpu_s();
+    enum dj_status st = json_schema_to_gbnf_value(s, NULL, &g);
+    *sec = cpu_s() - t0;
+    json_decref(s);
+    if (gbnf_out) *gbnf_out = g;
+    else free(g);
+    return st;
+}
+
+static void test_limits(void) {
+    double sec;
+    /* a 50,000-value enum: refused at once (it took 10 s of pairwise comparisons, then its
+     * 50,000 alternatives overflowed the grammar matcher's 4096 stacks) */
+    json_t *big = json_pack("{s:s, s:{s:{s:s, s:o}}}", "type", "object", "properties", "mode", "type", "string", "enum",
+                            enum_of(50000));
+    CHECK(convert_timed(json_incref(big), &sec, NULL) == DJ_ERR_INVALID);
+    CHECKF(!strcmp(dj_last_error(), "json schema: 'enum' has 50000 values, over the limit of 1024 at /properties/mode"),
+           "%s", dj_last_error());
+    CHECKF(sec < LIMIT_S, "a 50,000-value enum: %.2f s to refuse", sec);
+    /* the same as a tool's parameters: the tool's name and the pointer */
+    json_t *tools = json_pack("[{s:s, s:{s:s, s:O}}]", "type", "function", "function", "name", "pick", "parameters", big);
+    struct dj_toolcall_opts to = toolcall_default_opts();
+    to.choice = DJ_TOOL_REQUIRED;
+    struct dj_toolcall_grammar tg = {0};
+    CHECK(toolcall_grammar_build_value(tools, &to, &tg) == DJ_ERR_INVALID);
+    CHECKF(!strcmp(dj_last_error(),
+                   "tools: pick: json schema: 'enum' has 50000 values, over the limit of 1024 at /properties/mode"),
+           "%s", dj_last_error());
+    json_decref(tools), json_decref(big);
+
+    /* at the limit: 1024 values convert fast, and the grammar matcher takes them (in flexible
+     * whitespace, where the value follows optional blanks) */
+    json_t *at = json_pack("{s:s, s:{s:{s:o}}, s:[s]}", "type", "object", "properties", "mode", "enum", enum_of(1024),
+                           "required", "mode");
+    struct dj_grammar *g = schema_grammar(at, DJ_JSON_WS_FLEXIBLE);
+    CHECK(g != NULL);
+    const char *t1 = "{ \"mode\": \"v1023\" }", *t2 = "{\"mode\":\"v1024\"}";
+    CHECK(g && grammar_match(g, t1, strlen(t1)) && !grammar_match(g, t2, strlen(t2)));
+    grammar_free(g);
+    /* repeats are dropped with json_equal's meaning: member order, 0.0 and -0.0 alike; 1 and 1.0 differ */
+    char *gbnf = NULL;
+    const char *rep = "{\"enum\":[\"a\",\"b\",\"a\",{\"x\":1,\"y\":[2]},{\"y\":[2],\"x\":1},0.0,-0.0,1,1.0,null,null]}";
+    CHECK(json_schema_to_gbnf(rep, strlen(rep), NULL, &gbnf) == DJ_OK);
+    size_t n_alt = 0;
+    for (const char *p = gbnf ? strstr(gbnf, "root ::=") : NULL; p && *p && *p != '\n'; p++) n_alt += *p == '|';
+    CHECKF(n_alt + 1 == 7, "%zu alternatives: %s", n_alt + 1, gbnf ? gbnf : "");
+    free(gbnf);
+    json_decref(at);
+
+    /* 9000 optional properties (under MAX_SCHEMAS): each object tail rule asks for the same
+     * name, and trying name1, name2, ... each time made this quadratic (7 s) */
+    CHECK(convert_timed(props_of(9000, json_pack("{s:s}", "type", "string")), &sec, NULL) == DJ_OK);
+    CHECKF(sec < LIMIT_S, "9000 optional properties: %.2f s", sec);
+    /* ... and as many required ones */
+    json_t *req = json_array(), *s = props_of(9000, json_pack("{s:s}", "type", "integer"));
+    for (size_t i = 0; i < 9000; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "p%zu", i);
+        json_array_append_new(req, json_string(k));
+    }
+    json_object_set_new(s, "required", req);
+    CHECK(convert_timed(s, &sec, NULL) == DJ_OK);
+    CHECKF(sec < LIMIT_S, "9000 required properties: %.2f s", sec);
+
+    /* a small schema that multiplies: 100 properties merged into each of 1000 anyOf branches
+     * (23 KB of JSON made a 22 MB grammar and 340 MB of memory) */
+    json_t *props = json_object(), *alts = json_array();
+    for (size_t i = 0; i < 100; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "p%zu", i);
+        json_object_set_new(props, k, json_pack("{s:s}", "type", "string"));
+    }
+    for (size_t i = 0; i < 1000; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "p%zu", i % 100);
+        json_array_append_new(alts, json_pack("{s:[s]}", "required", k));
+    }
+    CHECK(convert_timed(json_pack("{s:o, s:o}", "properties", props, "anyOf", alts), &sec, NULL) == DJ_ERR_INVALID);
+    CHECKF(!strcmp(dj_last_error(), "json schema: over the limit of 10000 schemas converted into one grammar (each "
+                                    "property, item, anyOf branch and $ref target counts, and each copy that merging "
+                                    "allOf or anyOf siblings makes) at /anyOf/99"),
+           "%s", dj_last_error());
+    CHECKF(sec < LIMIT_S, "anyOf x 100 siblings: %.2f s to refuse", sec);
+
+    /* strings whose automata are large but whose rules are small (each about 5 ms and 1 KB):
+     * 500 of them took 2.3 s */
+    CHECK(convert_timed(props_of(500, json_pack("{s:s, s:[{s:s}, {s:s}]}", "type", "string", "allOf", "pattern",
+                                                "^(x|[ab]*a[ab]{10}c)$", "pattern", "^[x-z]*$")),
+                        &sec, NULL) == DJ_ERR_INVALID);
+    CHECKF(!strcmp(dj_last_error(), "json schema: pattern '^(x|[ab]*a[ab]{10}c)$', pattern '^[x-z]*$': the string "
+                                    "automata of this grammar would be over the limit of 131072 states and rules in "
+                                    "all at /properties/p63"),
+           "%s", dj_last_error());
+    CHECKF(sec < LIMIT_S, "500 costly strings: %.2f s to refuse", sec);
+
+    /* the grammar's text: format "uri" with maxLength 55 is 8192 rules, 490 KB of rule bodies each */
+    CHECK(convert_timed(props_of(20, json_pack("{s:s, s:s, s:i}", "type", "string", "format", "uri", "maxLength", 55)),
+                        &sec, NULL) == DJ_ERR_INVALID);
+    CHECKF(!strcmp(dj_last_error(), "json schema: the grammar would be over the limit of 4 MB at /properties/p8"), "%s",
+           dj_last_error());
+    CHECKF(sec < LIMIT_S, "20 uri strings: %.2f s to refuse", sec);
+}
+
 /* ---- (d) errors ---- */
 
 static void test_errors(void) {
@@ -1470,6 +1652,8 @@ static void test_errors(void) {
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : "../shared";
     test_errors();
+    test_wrapped_messages();
+    test_limits();
     test_whitespace();
     test_toolcall();
     test_cases();
