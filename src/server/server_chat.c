@@ -493,6 +493,10 @@ bool chat_endpoint(struct dj_server *s, struct http_req *c, enum dj_api api, con
     const char *param = NULL;
     if (api_parse_chat(api, s->alias, body, n_body, &cr, &code, &param) != DJ_OK)
         return send_api_error(c, api, (unsigned)code, param, "%s", dj_last_error());
+    if (api_chat_check_vocab(&cr, vocab_n_tokens(s->m->vocab), &code, &param) != DJ_OK) { /* logit_bias ids */
+        api_chat_req_free(&cr);
+        return send_api_error(c, api, (unsigned)code, param, "%s", dj_last_error());
+    }
     json_t *err = NULL;
     unsigned err_status = 0;
     if (api_responses_attach(&cr, s->rstore, &err, &err_status) != DJ_OK) { /* previous_response_id */
