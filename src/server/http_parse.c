@@ -94,11 +94,14 @@ static int on_header_field(llhttp_t *ll, const char *at, size_t n) {
     return hb_add(hp, at, n);
 }
 
+static int no_name(struct http_parser *hp) {
+    return refuse(hp, 400, "a header line has no name (it starts with ':')%s", NULL);
+}
+
 static int on_header_field_complete(llhttp_t *ll) {
     struct http_parser *hp = of(ll);
     if (hp->head_done) return 0;
-    if (!hp->in_name || hp->n_hb == hp->name_off[hp->n_hdr]) /* llhttp calls on_header_field with 0 bytes */
-        return refuse(hp, 400, "a header line has no name (it starts with ':')%s", NULL);
+    if (!hp->in_name || hp->n_hb == hp->name_off[hp->n_hdr]) return no_name(hp); /* llhttp hands over 0 bytes */
     hp->in_name = false;
     hp->name_ok = true;
     return hb_end(hp);
@@ -107,7 +110,7 @@ static int on_header_field_complete(llhttp_t *ll) {
 static int on_header_value(llhttp_t *ll, const char *at, size_t n) {
     struct http_parser *hp = of(ll);
     if (hp->head_done) return 0;
-    if (!hp->name_ok) return refuse(hp, 400, "a header line has no name (it starts with ':')%s", NULL);
+    if (!hp->name_ok) return no_name(hp);
     if (!hp->in_value) {
         hp->value_off[hp->n_hdr] = hp->n_hb;
         hp->in_value = true;
@@ -118,7 +121,7 @@ static int on_header_value(llhttp_t *ll, const char *at, size_t n) {
 static int on_header_value_complete(llhttp_t *ll) {
     struct http_parser *hp = of(ll);
     if (hp->head_done) return 0;
-    if (!hp->name_ok) return refuse(hp, 400, "a header line has no name (it starts with ':')%s", NULL);
+    if (!hp->name_ok) return no_name(hp);
     hp->name_ok = false;
     if (!hp->in_value) hp->value_off[hp->n_hdr] = hp->n_hb; /* an empty value */
     hp->in_value = false;

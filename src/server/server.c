@@ -175,23 +175,22 @@ bool send_error(struct http_req *c, unsigned status, const char *param, const ch
     return send_json(c, status, error_for(http_req_msg(c)->path, status, NULL, param, msg));
 }
 
-/* 503 + Retry-After: more requests in flight than --parallel + --queue-max. */
-bool send_busy(struct http_req *c) {
+/* 503 + Retry-After in the path's dialect (OpenAI's type given; Anthropic's is overloaded_error). */
+static bool send_unavailable(struct http_req *c, const char *openai_type, const char *retry_after, const char *msg) {
     const char *path = http_req_msg(c)->path;
-    json_t *j = error_for(path, 503, path_dialect(path) == DJ_API_MESSAGES ? NULL : "server_busy", NULL,
-                          "the server is busy: too many requests in flight");
+    json_t *j = error_for(path, 503, path_dialect(path) == DJ_API_MESSAGES ? NULL : openai_type, NULL, msg);
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "1") : false;
+    return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", retry_after) : false;
+}
+
+/* More requests in flight than --parallel + --queue-max. */
+bool send_busy(struct http_req *c) {
+    return send_unavailable(c, "server_busy", "1", "the server is busy: too many requests in flight");
 }
 
 static bool send_loading(struct http_req *c) {
-    const char *path = http_req_msg(c)->path;
-    json_t *j = error_for(path, 503, path_dialect(path) == DJ_API_MESSAGES ? NULL : "unavailable_error", NULL,
-                          "the model is still loading");
-    char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    return txt ? send_text_hdr(c, 503, txt, "application/json", "Retry-After", "5") : false;
+    return send_unavailable(c, "unavailable_error", "5", "the model is still loading");
 }
 
 /* ---- request plumbing (every generation endpoint) ------------------------------- */
