@@ -9,7 +9,7 @@
  *    flipped → never a hit, corrupt counted, the file removed, one log line
  *    per record;
  *  - the start-up scan: a record damaged at the right size is removed by
- *    kv_store_open (counted, logged), so a put of its block
+ *    kv_store_open (counted, logged, in /metrics), so a put of its block
  *    writes it again; bounded by bytes (the oldest left to its first load),
  *    off with a zero bound;
  *  - foreign things in the folders (random names and contents, wrong magic, a
@@ -29,7 +29,7 @@
  *  - a write error (EFBIG from RLIMIT_FSIZE in a child): one warning, writes
  *    paused, later puts dropped, reads still served, no temp file left;
  *  - failed writes with no pause (retry_ms 0): each counted as a failure and
- *    not as a write (stats, process totals), one warning per burst,
+ *    not as a write (stats, process totals, /metrics), one warning per burst,
  *    an info line when writes work again, no partial file;
  *  - kv_store_file_id: the XXH3-128 of the content, cached (a doctored cache
  *    entry is returned: the file was not read again), a changed file (even
@@ -50,6 +50,7 @@
 
 #include "kv/hash.h"
 #include "kv/persist.h"
+#include "server/metrics.h"
 #include "test.h"
 
 enum { NL = 2, W = 3, BS = 4, KV_TYPE = 1, BB = 2 * NL * BS * W * 4 /* K and V, f32 */ };
@@ -208,7 +209,7 @@ static void host_part(char *out, size_t n) {
     out[j] = '\0';
 }
 
-/* ---- stderr ---------------------------------------------------------- */
+/* ---- stderr, /metrics ---------------------------------------------------------- */
 
 /* stderr into a file between capture_begin and capture_end, which returns what
  * was written (malloc'd) and copies to the real stderr the lines that are not
@@ -257,6 +258,21 @@ static size_t lines_with(const char *text, const char *needle) {
         l += len + (e != NULL);
     }
     return n;
+}
+
+/* The value of a counter in GET /metrics' text, with its HELP line; -1 when absent. */
+static double metric(const char *name) {
+    struct dj_metrics m;
+    metrics_init(&m);
+    char *text = metrics_render(&m);
+    metrics_destroy(&m);
+    char help[128], line[128];
+    snprintf(help, sizeof help, "# HELP %s ", name);
+    snprintf(line, sizeof line, "\n%s ", name);
+    const char *at = text && strstr(text, help) ? strstr(text, line) : NULL;
+    double v = at ? strtod(at + strlen(line), NULL) : -1;
+    free(text);
+    return v;
 }
 
 /* ---- the tests -------------------------------------------------------------- */
@@ -520,7 +536,7 @@ static void set_mtime(const char *path, time_t t) {
 
 /* The start-up scan (persist.h).  A record damaged at the right size — one
  * payload bit — is found by kv_store_open before any lookup: removed, counted
- * (stats, the process totals) and logged in one line; and a put of
+ * (stats, the process totals, /metrics) and logged in one line; and a put of
  * its block writes it afresh (left there, the file would count as "present"
  * and stay until a lookup reached it).  Bounded by bytes: the most recently
  * used records first, the oldest left to its first load.  A zero bound: no
@@ -544,6 +560,7 @@ static void test_scan(void) {
 
     struct kv_store_totals t0, t1;
     kv_store_get_totals(&t0);
+    const double m0 = metric("deja_persist_corrupt_total");
     struct capture cap;
     capture_begin(&cap, "scan");
     s = open_store(&p);
@@ -564,6 +581,8 @@ static void test_scan(void) {
            "stderr: %s", log);
     printf("start-up scan: %s", log);
     free(log);
+    CHECKF(metric("deja_persist_corrupt_total") == m0 + 1 && m0 == (double)t0.corrupt, "/metrics: %g -> %g", m0,
+           metric("deja_persist_corrupt_total"));
     CHECK(get_blk(s, &b[0]) && get_blk(s, &b[2]) && !get_blk(s, &b[1]) && stats(s).corrupt == 1);
     CHECK(kv_store_put(s, b[1].chain, b[1].parent, b[1].tok, b[1].data));
     kv_store_flush(s);
@@ -993,7 +1012,7 @@ static void test_write_error(void) {
  * record makes every write fail with EFBIG — an error from the kernel, as
  * ENOSPC would be, and one root gets too (a read-only folder would not stop
  * root).  retry_ms 0: no pause, every put is tried.  20 puts → write_errors
- * 20 and written 0 in the stats and in the process totals; no
+ * 20 and written 0 in the stats, in the process totals and in /metrics; no
  * block or temporary file left; ONE warning for the burst.  The limit lifted,
  * the next write succeeds (an info line); lowered again, a new burst and a new
  * warning. */
@@ -1031,6 +1050,8 @@ static void test_write_failures(void) {
         kv_store_get_totals(&t1);
         bad |= 2 * !(st.write_errors == 20 && st.written == 0 && st.dropped == 0);
         bad |= 4 * !(t1.write_failures == t0.write_failures + 20 && t1.written == t0.written);
+        bad |= 8 * !(metric("deja_persist_save_failures_total") == (double)t1.write_failures &&
+                          metric("deja_persist_writes_total") == (double)t1.written);
         bad |= 16 * (count_blocks(kv_store_key_dir(s), NULL) != 0 || count_files(kv_store_key_dir(s), ".tmp-", NULL) != 0);
         /* the disk has room again: written, one info line; then full again: a new burst */
         rl.rlim_cur = hard;
