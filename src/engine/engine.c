@@ -311,6 +311,11 @@ const struct llama_opt_config *engine_config(const struct dj_engine *e) { return
 void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out) {
     *out = e->stats;
     out->precompute_rope_hits = e->ctx->rope_hits; /* counted by the forward pass */
+    if (e->store) { /* blocks the writer thread put on disk, or found there: not the failed or dropped ones */
+        struct kv_store_stats ks;
+        kv_store_get_stats(e->store, &ks);
+        out->persist_saves = ks.written + ks.present;
+    }
 }
 void engine_pool_stats(const struct dj_engine *e, struct kv_pool_stats *out) { kv_pool_get_stats(e->pool, out); }
 bool engine_persist_on(const struct dj_engine *e) { return e->store != NULL; }
@@ -505,9 +510,8 @@ void seal_blocks(struct dj_engine *e, struct dj_session *s) {
         } else if (kv_pool_seal(e->pool, id, chains[b], parent, bt) != DJ_OK) {
             dj_log(DJ_LOG_WARN, "%s (block %zu stays private)", dj_last_error(), b);
             return;
-        } else if (e->store) { /* a copy to the writer thread's queue: no I/O here */
-            if (kv_store_put(e->store, chains[b], b ? chains[b - 1] : s->hist.root, bt, kv_pool_data(e->pool, id)))
-                e->stats.persist_saves++;
+        } else if (e->store) { /* a copy to the writer thread's queue: no I/O here (saves: engine_get_stats) */
+            kv_store_put(e->store, chains[b], b ? chains[b - 1] : s->hist.root, bt, kv_pool_data(e->pool, id));
         }
         if (s->n_sealed == b) s->n_sealed = b + 1;
     }

@@ -3,7 +3,8 @@
  * API are described in persist.h.  This file holds, in order: the record
  * codec (pure functions over a buffer, fuzzed by tests/fuzz/fuzz_kv_record.c),
  * temporary-file naming and cleanup, the approximate index, the remove-if-same
- * dance, the writer thread (writes and budget eviction), the public calls, and
+ * dance and the reporting of corrupt files, the start-up scan, the writer
+ * thread (writes, failure bursts and budget eviction), the public calls, and
  * kv_store_file_id.
  *
  * Threads and locks.  `mu` guards the queue, the index and the stats; no I/O
@@ -175,9 +176,29 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
 }
 
+/* For durations (scan bound, write pause, log spacing): immune to clock changes. */
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
+}
+
 static int64_t mtime_ns(const struct stat *st) { return (int64_t)st->st_mtim.tv_sec * NS_PER_S + st->st_mtim.tv_nsec; }
 
 static const char *errno_text(int err, char *buf, size_t n) { return strerror_r(err, buf, n); /* GNU: returns the text */ }
+
+/* pread until n bytes or EOF; the bytes read, or -1 on an I/O error. */
+static ssize_t read_full(int fd, uint8_t *buf, size_t n) {
+    size_t off = 0;
+    while (off < n) {
+        ssize_t r = pread(fd, buf + off, n - off, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        off += (size_t)r;
+    }
+    return (ssize_t)off;
+}
 
 /* mkdir -p: creates every missing component of path. 0 or an errno. */
 static int mkdir_p(const char *path) {
@@ -394,12 +415,30 @@ struct kv_store {
     bool idx_stale;
     int64_t last_scan;
     struct kv_store_stats st;
+    /* failed writes (write_item): writes_disabled until paused_until (mono_ns);
+     * the burst since the last successful write, and its last log line */
+    int64_t paused_until;
+    uint64_t burst_failures, burst_logged_failures;
+    int64_t burst_logged_at;
+    /* corrupt files that could not be removed (a read-only folder), already
+     * reported: a later get of one is a silent miss */
+    uint64_t *unremovable;
+    size_t n_unremovable, cap_unremovable;
 
     pthread_mutex_t read_mu; /* the disk path of kv_store_get */
     uint8_t *rbuf;           /* rec_bytes */
 
     pthread_t writer;
 };
+
+/* kv_store_get_totals: every store of the process, updated with st. */
+static atomic_uint_fast64_t total_written, total_write_failures, total_corrupt;
+
+void kv_store_get_totals(struct kv_store_totals *out) {
+    out->written = atomic_load(&total_written);
+    out->write_failures = atomic_load(&total_write_failures);
+    out->corrupt = atomic_load(&total_corrupt);
+}
 
 static void block_path(const struct kv_store *s, uint64_t chain, char *out, size_t n) {
     snprintf(out, n, "%s/%016" PRIx64 ".kvb", s->kdir, chain);
@@ -411,24 +450,59 @@ static void block_path(const struct kv_store *s, uint64_t chain, char *out, size
  * the name in between; so the file is first renamed aside (atomic), the file
  * that moved is checked, and if it is not the one judged, it is put back with
  * link() — which fails if yet another copy took the name meanwhile, a copy as
- * valid as it.  true when the judged file was removed. */
-static bool remove_if_same(const struct kv_store *s, const char *path, const struct stat *seen, bool check_mtime) {
+ * valid as it.  0 when the judged file was removed; ENOENT when it was gone
+ * already or another file holds the name now; else the errno of the rename
+ * that failed (EACCES, EROFS...: the file stays). */
+static int remove_if_same(const struct kv_store *s, const char *path, const struct stat *seen, bool check_mtime) {
     char aside[PATH_MAX];
     tmp_path(s->kdir, aside, sizeof aside);
-    if (rename(path, aside) != 0) return false; /* gone already */
+    if (rename(path, aside) != 0) return errno ? errno : EIO;
     struct stat st;
     bool same = lstat(aside, &st) == 0 && st.st_dev == seen->st_dev && st.st_ino == seen->st_ino &&
                 (!check_mtime || mtime_ns(&st) == mtime_ns(seen));
     if (same) {
         unlink(aside);
-        return true;
+        return 0;
     }
     if (link(aside, path) == 0 || errno == EEXIST) {
         unlink(aside);
     } else if (rename(aside, path) != 0) { /* no hard links here: rename back (may replace an equal copy) */
         unlink(aside);
     }
-    return false;
+    return ENOENT;
+}
+
+/* A block file judged corrupt (why: what is wrong, the parser's message):
+ * removed if it is still the file read, then counted and logged — once: the
+ * process whose removal succeeded reports it; one that finds it gone or
+ * replaced says nothing (another process or thread reported it).  A file that
+ * cannot be removed (a read-only folder) is reported the first time only.
+ * Takes mu; called with read_mu held, or from the start-up scan. */
+static void drop_corrupt(struct kv_store *s, const char *path, uint64_t chain, const struct stat *seen,
+                         const char *why) {
+    int err = remove_if_same(s, path, seen, false);
+    if (err == ENOENT) return;
+    pthread_mutex_lock(&s->mu);
+    bool seen_before = false;
+    for (size_t i = 0; err && i < s->n_unremovable; i++) seen_before |= s->unremovable[i] == chain;
+    if (err && !seen_before && s->n_unremovable == s->cap_unremovable) {
+        size_t cap = s->cap_unremovable ? 2 * s->cap_unremovable : 8;
+        uint64_t *nu = realloc(s->unremovable, cap * sizeof *nu);
+        if (nu) {
+            s->unremovable = nu;
+            s->cap_unremovable = cap;
+        }
+    }
+    if (err && !seen_before && s->n_unremovable < s->cap_unremovable) s->unremovable[s->n_unremovable++] = chain;
+    if (!seen_before) {
+        s->st.corrupt++;
+        atomic_fetch_add(&total_corrupt, 1);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (seen_before) return;
+    char eb[128];
+    if (err == 0) dj_log(DJ_LOG_WARN, "kv-dir: %s: %s — removed", path, why);
+    else dj_log(DJ_LOG_WARN, "kv-dir: %s: %s — cannot be removed: %s", path, why, errno_text(err, eb, sizeof eb));
 }
 
 /* Rebuilds the index from the folder and removes abandoned temporary files.
@@ -517,7 +591,7 @@ static void make_room(struct kv_store *s, uint64_t need) {
                 pthread_mutex_unlock(&s->mu);
                 continue;
             }
-            bool removed = remove_if_same(s, path, &st, true);
+            bool removed = remove_if_same(s, path, &st, true) == 0;
             pthread_mutex_lock(&s->mu);
             idx_del(&s->idx, v[i].chain);
             if (removed) s->st.evicted++;
@@ -526,6 +600,70 @@ static void make_room(struct kv_store *s, uint64_t need) {
         }
         free(v);
     }
+}
+
+/* ---- the start-up scan (persist.h) ---------------------------------------------
+ * Whole records, the most recently used first (the blocks the next prompts
+ * are likeliest to load, and whose chains a damaged file would cut), while the
+ * next file fits in scan_max_bytes and scan_max_ms have not passed.  Reading
+ * is the cost (XXH3 hashes far faster than a disk reads); the listing and the
+ * stat of every file were done by rescan already.  Runs in kv_store_open
+ * before the writer thread starts; the order is the index's last use (mtime). */
+static void scan_at_open(struct kv_store *s) {
+    const int64_t t0 = mono_ns();
+    const uint64_t max_bytes = s->p.scan_max_bytes;
+    const int64_t max_ns = (int64_t)s->p.scan_max_ms * 1000000;
+    size_t n = 0;
+    struct kv_victim *v = malloc((s->idx.n ? s->idx.n : 1) * sizeof *v);
+    for (size_t i = 0; v && i < s->idx.cap; i++)
+        if (s->idx.e[i].used) v[n++] = (struct kv_victim){s->idx.e[i].chain, s->idx.e[i].last_use};
+    if (!v || !max_bytes || !max_ns) {
+        s->st.scan_unchecked = s->idx.n;
+        free(v);
+        return;
+    }
+    qsort(v, n, sizeof *v, victim_cmp); /* oldest first: walked from the end */
+    uint64_t bytes = 0, checked = 0, unchecked = 0;
+    for (size_t k = n; k-- > 0;) {
+        char path[PATH_MAX];
+        block_path(s, v[k].chain, path, sizeof path);
+        struct kv_index_entry *e = idx_find(&s->idx, v[k].chain);
+        uint64_t size = e ? e->size : 0;
+        if (size > 2 * (uint64_t)s->rec_bytes + KV_STORE_VERIFY_SLACK) continue; /* not judged (as in get) */
+        if (size > max_bytes - bytes || mono_ns() - t0 >= max_ns) {
+            unchecked = k + 1; /* this one and the older ones */
+            break;
+        }
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0) continue;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+            close(fd); /* changed since the listing: its first load judges it */
+            continue;
+        }
+        uint8_t *buf = size <= s->rec_bytes ? s->rbuf : malloc((size_t)size);
+        ssize_t got = buf ? read_full(fd, buf, (size_t)size) : -1;
+        close(fd);
+        if (got >= 0) {
+            bytes += (uint64_t)got;
+            checked++;
+            struct kv_store_record r;
+            if (kv_store_parse_record(buf, (size_t)got, &r) == DJ_ERR_FORMAT) {
+                drop_corrupt(s, path, v[k].chain, &st, dj_last_error());
+                idx_del(&s->idx, v[k].chain);
+            }
+        }
+        if (buf != s->rbuf) free(buf);
+    }
+    free(v);
+    s->st.scan_checked = checked;
+    s->st.scan_unchecked = unchecked;
+    s->st.scan_bytes = bytes;
+    s->st.scan_us = (uint64_t)(mono_ns() - t0) / 1000;
+    dj_log(unchecked ? DJ_LOG_INFO : DJ_LOG_DEBUG,
+           "kv-dir: %s: start-up scan verified %" PRIu64 " records (%.1f MiB in %.0f ms), %" PRIu64
+           " left to be verified when first read",
+           s->kdir, checked, (double)bytes / (1 << 20), (double)s->st.scan_us / 1000, unchecked);
 }
 
 /* Writes rec[n] to path through a temporary file: create, write, fsync,
@@ -580,9 +718,44 @@ fail:
     return err;
 }
 
+/* Writes are paused after a failed one (writes_disabled) until paused_until.
+ * Called with mu held; true when writes are allowed now. */
+static bool writes_allowed(struct kv_store *s) {
+    if (s->st.writes_disabled && mono_ns() >= s->paused_until) s->st.writes_disabled = false;
+    return !s->st.writes_disabled;
+}
+
+/* A failed write (err at `stage`): counted, writes paused for retry_ms, and
+ * logged per burst — the first failure since the last successful write, then
+ * at most once every KV_STORE_LOG_EVERY_S, so a full disk costs a line every
+ * ten minutes, not one per block.  Called with mu held; releases it. */
+static void write_failed(struct kv_store *s, int err, const char *stage) {
+    const int64_t now = mono_ns();
+    s->paused_until = now + (int64_t)s->p.retry_ms * 1000000;
+    s->st.writes_disabled = s->p.retry_ms > 0;
+    bool first = s->burst_failures++ == 0;
+    bool log = first || now - s->burst_logged_at >= (int64_t)KV_STORE_LOG_EVERY_S * NS_PER_S;
+    uint64_t since = s->burst_failures - s->burst_logged_failures;
+    if (log) {
+        s->burst_logged_at = now;
+        s->burst_logged_failures = s->burst_failures;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!log) return;
+    char eb[128];
+    if (first && s->p.retry_ms)
+        dj_log(DJ_LOG_WARN, "kv-dir: %s: %s failed: %s; writes to the KV store pause for %.0f s, then are tried again; reads go on",
+               s->kdir, stage, errno_text(err, eb, sizeof eb), s->p.retry_ms / 1000.0);
+    else if (first)
+        dj_log(DJ_LOG_WARN, "kv-dir: %s: %s failed: %s; reads go on", s->kdir, stage, errno_text(err, eb, sizeof eb));
+    else
+        dj_log(DJ_LOG_WARN, "kv-dir: %s: %s failed: %s; %" PRIu64 " failed writes since the last such line", s->kdir,
+               stage, errno_text(err, eb, sizeof eb), since);
+}
+
 static void write_item(struct kv_store *s, struct kv_queue_item *it) {
     pthread_mutex_lock(&s->mu);
-    bool disabled = s->st.writes_disabled;
+    bool disabled = !writes_allowed(s);
     if (disabled) s->st.dropped++;
     pthread_mutex_unlock(&s->mu);
     if (disabled) return;
@@ -615,11 +788,16 @@ static void write_item(struct kv_store *s, struct kv_queue_item *it) {
     pthread_mutex_lock(&s->mu);
     if (err == 0) {
         s->st.written++;
+        atomic_fetch_add(&total_written, 1);
         idx_put(&s->idx, it->chain, s->rec_bytes, now_ns());
+        uint64_t burst = s->burst_failures;
+        s->burst_failures = s->burst_logged_failures = 0;
         pthread_mutex_unlock(&s->mu);
+        if (burst) dj_log(DJ_LOG_INFO, "kv-dir: %s: writes work again, after %" PRIu64 " failed", s->kdir, burst);
         return;
     }
     s->st.write_errors++;
+    atomic_fetch_add(&total_write_failures, 1);
     if (strcmp(stage, "fsync of the folder") == 0) /* renamed, complete: on disk, maybe not durable */
         idx_put(&s->idx, it->chain, s->rec_bytes, now_ns());
     /* Our temporary file vanished before the rename: another process judged it
@@ -628,14 +806,7 @@ static void write_item(struct kv_store *s, struct kv_queue_item *it) {
         pthread_mutex_unlock(&s->mu);
         return;
     }
-    bool first = !s->st.writes_disabled;
-    s->st.writes_disabled = true;
-    pthread_mutex_unlock(&s->mu);
-    if (first) {
-        char eb[128];
-        dj_log(DJ_LOG_WARN, "kv store %s: %s failed: %s; writes to the KV store are disabled, reads go on", s->kdir,
-               stage, errno_text(err, eb, sizeof eb));
-    }
+    write_failed(s, err, stage); /* unlocks */
 }
 
 static void *writer_main(void *arg) {
@@ -667,10 +838,14 @@ struct kv_store_params kv_store_default_params(void) {
     struct kv_store_params p;
     memset(&p, 0, sizeof p);
     p.queue_max = 32;
+    p.scan_max_bytes = KV_STORE_SCAN_MAX_BYTES;
+    p.scan_max_ms = KV_STORE_SCAN_MAX_MS;
+    p.retry_ms = KV_STORE_RETRY_MS;
     return p;
 }
 
 static void store_free(struct kv_store *s) {
+    free(s->unremovable);
     free(s->rbuf);
     free(s->idx.e);
     free(s->kdir);
@@ -719,6 +894,7 @@ enum dj_status kv_store_open(const struct kv_store_params *p, struct kv_store **
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_done, NULL);
     rescan(s);
+    scan_at_open(s);
     if ((err = pthread_create(&s->writer, NULL, writer_main, s)) != 0) {
         char eb[128];
         pthread_mutex_destroy(&s->mu);
@@ -752,7 +928,7 @@ bool kv_store_put(struct kv_store *s, uint64_t chain, uint64_t parent_chain, con
     if (!s) return false;
     pthread_mutex_lock(&s->mu);
     s->st.put++;
-    bool take = tokens && data && !s->st.writes_disabled && s->n_queued < s->p.queue_max;
+    bool take = tokens && data && writes_allowed(s) && s->n_queued < s->p.queue_max;
     if (!take) s->st.dropped++;
     pthread_mutex_unlock(&s->mu);
     if (!take) return false;
@@ -800,19 +976,6 @@ static bool queued_matches(const struct kv_store *s, const struct kv_queue_item 
     return true;
 }
 
-/* pread until n bytes or EOF; the bytes read, or -1 on an I/O error. */
-static ssize_t read_full(int fd, uint8_t *buf, size_t n) {
-    size_t off = 0;
-    while (off < n) {
-        ssize_t r = pread(fd, buf + off, n - off, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return -1;
-        if (r == 0) break;
-        off += (size_t)r;
-    }
-    return (ssize_t)off;
-}
-
 bool kv_store_get(struct kv_store *s, uint64_t chain, uint64_t parent_chain, const dj_token *tokens, void *data) {
     if (!s || !tokens || !data) return false;
 
@@ -853,10 +1016,8 @@ bool kv_store_get(struct kv_store *s, uint64_t chain, uint64_t parent_chain, con
                 futimens(fd, NULL); /* mtime = now: its LRU age, seen by every process */
                 hit = true;
             } else if (ps == DJ_ERR_FORMAT) {
-                dj_error_prefix("kv store %s", path);
-                dj_log(DJ_LOG_DEBUG, "%s (removed)", dj_last_error());
                 corrupt = true;
-                remove_if_same(s, path, &st, false);
+                drop_corrupt(s, path, chain, &st, dj_last_error());
             }
         }
         if (buf != s->rbuf) free(buf);
@@ -871,7 +1032,6 @@ bool kv_store_get(struct kv_store *s, uint64_t chain, uint64_t parent_chain, con
         idx_put(&s->idx, chain, (uint64_t)st.st_size, now_ns());
     } else {
         s->st.miss++;
-        if (corrupt) s->st.corrupt++;
         if (corrupt || gone) idx_del(&s->idx, chain);
     }
     pthread_mutex_unlock(&s->mu);

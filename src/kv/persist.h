@@ -58,11 +58,23 @@
  *    key, geometry, chain, parent, tokens.  An identity mismatch (key,
  *    geometry, chain, parent, tokens) is a miss and the file is left alone (a
  *    hash collision is not corruption).  A structural or checksum failure is
- *    counted as corrupt and the file removed — only if the name still holds
- *    the very file that was read (see kv_store_get) — and is a miss too.
+ *    corrupt: the file is removed — only if the name still holds the very
+ *    file that was read (see kv_store_get) — and is a miss too.  The process
+ *    that removes it counts it (stats.corrupt, kv_store_get_totals) and logs
+ *    one warning line "kv-dir: <path>: <what is wrong> — removed"; a process
+ *    that finds it gone or replaced meanwhile neither counts nor logs it.
  *    Not blocks, never read nor removed: names other than <16 hex>.kvb,
  *    symlinks, folders, FIFOs; a block-named file over twice a record's size
  *    (plus 4 KiB) is a miss left for eviction, not read to be judged.
+ *  - Start-up scan: kv_store_open also verifies records before anything is
+ *    looked up — whole files (header and XXH3 checksum: payload damage is
+ *    only seen by the checksum), the most recently used first, while the
+ *    next file fits in scan_max_bytes and scan_max_ms have not passed
+ *    (defaults 256 MiB and 250 ms; the time is checked between files, so a
+ *    file being read is finished).  Corrupt ones are removed, counted and
+ *    logged as above; the others are judged at their first load.  Without
+ *    it a damaged file of the right size would stay until a lookup reached
+ *    it: a put of its block finds it "present" and does not rewrite it.
  *  - Several processes on one folder need no lock: rename is atomic, so a
  *    reader opens either the old complete file or the new one.  Each process
  *    keeps an approximate index (chain -> size, last use) built by scanning
@@ -75,11 +87,19 @@
  *    unlinked file's data while it is open) — this is how the store never
  *    removes a block a reader is loading.  With several processes writing, the
  *    total may exceed the budget until the next rescan (KV_STORE_RESCAN_S).
- *  - Disk full or any other write error (ENOSPC, EDQUOT, EFBIG, EIO...): the
- *    temporary file is removed, ONE warning naming the folder and the error
- *    goes to stderr, writes are disabled (later puts are dropped and counted),
- *    reads go on.  A process run under RLIMIT_FSIZE must ignore SIGXFSZ to get
- *    EFBIG rather than be killed (the store does not change signal handlers).
+ *  - Disk full or any other write error (ENOSPC, EDQUOT, EFBIG, EIO, a short
+ *    write, a failed fsync, close or rename): the temporary file is removed,
+ *    so no partial record is ever under a block's name; the write is counted
+ *    in write_errors (never in written); writes pause for retry_ms (puts in
+ *    the meantime are dropped and counted), then the next put is tried.
+ *    Reads go on.  Logging is per burst (failures with no successful write
+ *    between them): a warning naming the folder, the step and the error for
+ *    the first failure, then at most one line every KV_STORE_LOG_EVERY_S
+ *    with the count since, and one info line when a write succeeds again.
+ *    (A rename done but the folder's fsync failing leaves a complete record,
+ *    checksum and all, counted as a failure: it may not survive a crash.)
+ *    A process run under RLIMIT_FSIZE must ignore SIGXFSZ to get EFBIG
+ *    rather than be killed (the store does not change signal handlers).
  *
  * Usage (one store per key; all functions are thread-safe on one store; do not
  * use a store across fork(): open it again in the child):
@@ -117,6 +137,10 @@
 #define KV_STORE_KEY_BYTES 32u
 #define KV_STORE_TMP_MAX_AGE_S 60 /* a temporary file older than this is abandoned */
 #define KV_STORE_RESCAN_S 5       /* with a budget, the folder is rescanned at most this often */
+#define KV_STORE_LOG_EVERY_S 600  /* a burst of failed writes logs its first failure, then this often */
+#define KV_STORE_SCAN_MAX_BYTES (256ull << 20) /* default start-up scan bounds (params.scan_max_*) */
+#define KV_STORE_SCAN_MAX_MS 250u
+#define KV_STORE_RETRY_MS 60000u  /* default pause of writes after a failed one (params.retry_ms) */
 
 struct kv_store_params {
     const char *dir;          /* created if missing (every component) */
@@ -128,6 +152,9 @@ struct kv_store_params {
     size_t block_bytes;       /* payload bytes per block (> 0) */
     size_t queue_max;         /* puts waiting for the writer, at most (each holds a copy of one
                                  record); past it kv_store_put drops.  0 = a read-only store */
+    uint64_t scan_max_bytes;  /* start-up scan: bytes read at most (whole records)... */
+    uint32_t scan_max_ms;     /* ...and milliseconds at most; either 0 = no start-up scan */
+    uint32_t retry_ms;        /* after a failed write, puts are dropped this long, then tried again */
 };
 
 /* Once flushed, put = written + present + dropped + write_errors. */
@@ -135,22 +162,36 @@ struct kv_store_stats {
     uint64_t put;          /* kv_store_put calls */
     uint64_t written;      /* records written and renamed into place */
     uint64_t present;      /* puts not written because the block's file already existed */
-    uint64_t dropped;      /* puts not written: queue full, writes disabled, or larger than max_bytes */
-    uint64_t write_errors; /* writes that failed (the first one disables writes) */
+    uint64_t dropped;      /* puts not written: queue full, writes paused, or larger than max_bytes */
+    uint64_t write_errors; /* writes that failed (each pauses writes for retry_ms) */
     uint64_t hit, miss;    /* kv_store_get results */
-    uint64_t corrupt;      /* files found corrupt (each removed; each also a miss) */
+    uint64_t corrupt;      /* corrupt files this store removed (start-up scan or a get), or could not remove (once each) */
     uint64_t evicted;      /* files removed for the budget */
     uint64_t bytes_on_disk; /* this process's estimate of the key folder's block bytes */
-    bool writes_disabled;
+    uint64_t scan_checked, scan_unchecked; /* start-up scan: records verified / left to their first load */
+    uint64_t scan_bytes, scan_us;          /* start-up scan: bytes read, microseconds taken */
+    bool writes_disabled;  /* paused after a failed write (puts are dropped) */
 };
+
+/* Totals of every store of this process since it started, for GET /metrics
+ * (server/metrics.c reads them without a store: the engine that owns the
+ * store is not thread-safe). */
+struct kv_store_totals {
+    uint64_t written;        /* records written and renamed into place */
+    uint64_t write_failures; /* writes that failed (write_errors) */
+    uint64_t corrupt;        /* corrupt files found (as stats.corrupt) */
+};
+void kv_store_get_totals(struct kv_store_totals *out);
 
 struct kv_store;
 
-/* dir NULL, no budget, a zero key and geometry (the caller fills them), queue_max 32. */
+/* dir NULL, no budget, a zero key and geometry (the caller fills them), queue_max 32,
+ * a start-up scan of at most 256 MiB and 250 ms, writes retried 60 s after a failure. */
 struct kv_store_params kv_store_default_params(void);
 
 /* Creates the folders, removes abandoned temporary files, scans the folder
- * into the index and starts the writer thread.  *out set only on DJ_OK.
+ * into the index, verifies records within the start-up scan's bounds (above)
+ * and starts the writer thread.  *out set only on DJ_OK.
  * DJ_ERR_INVALID for a missing dir, block_size or block_bytes 0, or a record
  * size that overflows; DJ_ERR_IO (with the path and errno text) when the
  * folder cannot be created or opened. */

@@ -242,7 +242,9 @@ struct llama_opt_stats {
 
     /* Phase 2 — persistent KV */
     uint64_t persist_loads;
-    uint64_t persist_saves;
+    uint64_t persist_saves; /* blocks the store's writer thread wrote, or found already on disk
+                               (counted as it finishes them; failed and dropped writes are not saves:
+                               kv/persist.h stats, deja_persist_* in /metrics) */
     uint64_t persist_tokens_restored;
 
     /* Phase 3 — output memoization */

@@ -3,6 +3,8 @@
  */
 #include "server/metrics.h"
 
+#include "kv/persist.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,6 +259,18 @@ char *metrics_render(struct dj_metrics *mm) {
               ITL_LE);
     histogram(&o, "request_latency_seconds", "Submit to the end of a completion.", &m.e2e, E2E_LE);
     histogram(&o, "request_queue_seconds", "Submit to admission.", &m.queue, TTFT_LE);
+
+    /* the persistent KV store (--kv-dir): totals of the process, read from kv/persist.h */
+    struct kv_store_totals kt;
+    kv_store_get_totals(&kt);
+    scalar(&o, "persist_writes_total", "counter", "KV blocks written to --kv-dir (complete, renamed into place).",
+           (double)kt.written);
+    scalar(&o, "persist_save_failures_total", "counter",
+           "KV block writes to --kv-dir that failed (disk full, I/O error, fsync or rename); none left a partial record.",
+           (double)kt.write_failures);
+    scalar(&o, "persist_corrupt_total", "counter",
+           "Corrupt KV block files found in --kv-dir (start-up scan or a load), each removed and logged.",
+           (double)kt.corrupt);
 
     /* every optimization counter of the engine (docs/CONFIG.md), Tier 2 reuse included */
     for (size_t i = 0; i < llama_opt_stats_n_fields(); i++) {

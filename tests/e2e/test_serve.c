@@ -122,6 +122,7 @@ static void test_persist(const char *model) {
     const char *extra[] = {"--kv-dir", dir, NULL};
     struct srv s;
     struct pers_out a = {0}, b = {0}, c = {0}, d = {0};
+    long long n_corrupt = -1;
     if (srv_start(&s, model, extra)) {
         pers_requests(s.port, &a);
         CHECK(srv_stop(&s) == 0);
@@ -149,6 +150,15 @@ static void test_persist(const char *model) {
     CHECK(system(cmd) == 0);
     if (srv_start(&s, model, extra)) {
         pers_requests(s.port, &c);
+        /* the damaged files were found (by the start-up scan, or a load) and counted */
+        char *m = NULL;
+        const char *mk = "\ndeja_persist_corrupt_total ";
+        CHECK(http(s.port, "GET", "/metrics", NULL, NULL, &m) == 200);
+        const char *cm = m ? strstr(m, mk) : NULL;
+        n_corrupt = cm ? atoll(cm + strlen(mk)) : -1;
+        CHECKF(n_corrupt >= 1 && strstr(m, "# HELP deja_persist_corrupt_total "),
+               "/metrics: %s", cm ? cm + 1 : "no deja_persist_corrupt_total");
+        free(m);
         kill(s.pid, SIGKILL);
         waitpid(s.pid, NULL, 0);
         close(s.err_fd);
@@ -188,9 +198,9 @@ static void test_persist(const char *model) {
     free(e.seeded);
     free(f.greedy);
     free(f.seeded);
-    printf("--kv-dir: restart restored %lld of %lld prompt positions from disk; damaged files and kill -9: same "
-           "texts; a second server on the directory reused %lld positions of the first's\n",
-           (long long)b.disk, (long long)b.prompt, (long long)f.disk);
+    printf("--kv-dir: restart restored %lld of %lld prompt positions from disk; damaged files (%lld counted in "
+           "/metrics) and kill -9: same texts; a second server on the directory reused %lld positions of the first's\n",
+           (long long)b.disk, (long long)b.prompt, n_corrupt, (long long)f.disk);
     struct pers_out *all[4] = {&a, &b, &c, &d};
     for (int i = 0; i < 4; i++) {
         free(all[i]->greedy);

@@ -210,6 +210,7 @@ static struct result scenario(enum mode m, bool persist, bool restart, uint64_t 
         /* canon off: both copies of the 3 shared blocks were handed to the store; it wrote
          * each chain once (the second put of a chain finds the file present) */
         kv_store_flush(e->store);
+        engine_get_stats(e, &st); /* persist_saves: the blocks the writer has finished */
         struct kv_store_stats ks;
         kv_store_get_stats(e->store, &ks);
         CHECKF(st.persist_saves == ks.put && ks.written + ks.present == ks.put && ks.present >= N_FULL,

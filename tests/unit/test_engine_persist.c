@@ -14,6 +14,9 @@
  *    detected (the store's corrupt count), recomputed, and the results are still
  *    bitwise the cold run's; the damaged files are gone afterwards;
  *  - a key mismatch (another block size) restores nothing and is still exact;
+ *  - a disk that refuses every block (RLIMIT_FSIZE, in a child): the failed
+ *    writes are counted by the store, not as the engine's persist_saves, and
+ *    leave no file;
  *  - persistence without a directory, or with dedup off: a warning, no store,
  *    the same results;
  *  - Multi-head Latent Attention (deepseek2-lite-tiny, in the K/V types its 40-wide
@@ -21,16 +24,20 @@
  *    of K rows only) and restored after a restart, bitwise the cold run.
  */
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/ggml_type.h"
 #include "core/hash.h"
 #include "core/status.h"
 #include "engine/engine.h"
+#include "engine/engine_internal.h"
 #include "kv/persist.h"
 #include "model/context.h"
 #include "test.h"
@@ -144,6 +151,69 @@ static void check_mla(const char *shared) {
     model = dense;
 }
 
+/* A disk that refuses every block: in a child, RLIMIT_FSIZE of 1 KiB (smaller
+ * than any record here, larger than the model id cache's lines) makes each
+ * block write fail with EFBIG — a real error from the kernel, as ENOSPC would
+ * be, that root gets too.  The engine's persist_saves (deja_opt_persist_saves_total)
+ * must stay 0: a failed write is not a save; the store counts it
+ * (write_errors, deja_persist_save_failures_total); no block or temporary file
+ * is left. */
+static void check_failed_writes(void) {
+    char fdir[64];
+    snprintf(fdir, sizeof fdir, "/tmp/deja_test_persist_full_XXXXXX");
+    CHECK(mkdtemp(fdir) != NULL);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t c = fork();
+    if (c == 0) {
+        signal(SIGXFSZ, SIG_IGN); /* EFBIG instead of death */
+        struct rlimit rl;
+        getrlimit(RLIMIT_FSIZE, &rl);
+        rl.rlim_cur = 1024;
+        setrlimit(RLIMIT_FSIZE, &rl);
+        struct kv_store_totals t0, t1;
+        kv_store_get_totals(&t0);
+        struct dj_engine *e = make(true, fdir, 16, true);
+        if (!e || !e->store) _exit(100);
+        struct dj_session *a;
+        if (engine_session_create(e, &a) != DJ_OK) _exit(101);
+        uint64_t h = DJ_FNV_OFFSET;
+        dj_token p[150], ids[6];
+        for (size_t i = 0; i < 150; i++) p[i] = T(i);
+        test_turn(e, a, p, 150, 6, &h, ids);
+        kv_store_flush(e->store);
+        struct llama_opt_stats st;
+        engine_get_stats(e, &st);
+        struct kv_store_stats ks;
+        kv_store_get_stats(e->store, &ks);
+        kv_store_get_totals(&t1);
+        printf("full disk: %llu puts, %llu failed, %llu written, persist_saves %llu\n", (unsigned long long)ks.put,
+               (unsigned long long)ks.write_errors, (unsigned long long)ks.written,
+               (unsigned long long)st.persist_saves);
+        fflush(stdout);
+        int bad = 0;
+        bad |= !(ks.put >= 9 && ks.write_errors >= 1 && ks.written == 0);
+        bad |= 2 * !(st.persist_saves == 0);
+        bad |= 4 * !(t1.write_failures == t0.write_failures + ks.write_errors && t1.written == t0.written);
+        char kdir[512];
+        snprintf(kdir, sizeof kdir, "%s", kv_store_key_dir(e->store));
+        engine_session_destroy(a);
+        engine_destroy(e);
+        bad |= 8 * (test_kv_block_files(fdir, NULL, 0) != 0);
+        DIR *d = opendir(kdir); /* nor a temporary file */
+        for (struct dirent *de; d && (de = readdir(d));) bad |= 16 * (strncmp(de->d_name, ".tmp-", 5) == 0);
+        if (d) closedir(d);
+        _exit(bad);
+    }
+    int status = -1;
+    waitpid(c, &status, 0);
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "full-disk child: status %d (exit %d)", status,
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    char *out = NULL;
+    run((char *const[]){"/bin/rm", "-rf", fdir, NULL}, &out);
+    free(out);
+}
+
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : "../shared";
     deja_bin = argc > 2 ? argv[2] : NULL; /* (test_run.h's; only its run() is used here) */
@@ -223,6 +293,7 @@ int main(int argc, char **argv) {
     CHECK(scenario(true, 16, true, &loads, NULL) == cold && loads == 0);
     snprintf(dir, sizeof dir, "%s", saved);
 
+    check_failed_writes();
     check_mla(shared);
     char *out = NULL;
     run((char *const[]){"/bin/rm", "-rf", dir, NULL}, &out);

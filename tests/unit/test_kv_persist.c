@@ -6,7 +6,12 @@
  *    folder, or differing only in its last byte), chain, parent, tokens,
  *    geometry, format version;
  *  - corruption: a record cut at every length and every bit of every byte
- *    flipped → never a hit, corrupt counted, the file removed;
+ *    flipped → never a hit, corrupt counted, the file removed, one log line
+ *    per record;
+ *  - the start-up scan: a record damaged at the right size is removed by
+ *    kv_store_open (counted, logged, in /metrics), so a put of its block
+ *    writes it again; bounded by bytes (the oldest left to its first load),
+ *    off with a zero bound;
  *  - foreign things in the folders (random names and contents, wrong magic, a
  *    folder, a symlink and a FIFO named like blocks) → no crash, never read as
  *    blocks, never removed (except a block-named file that is not a record:
@@ -22,7 +27,10 @@
  *  - kill -9 of a writing child at random moments, 50 times: a fresh open
  *    finds only complete records and no leftover temp files;
  *  - a write error (EFBIG from RLIMIT_FSIZE in a child): one warning, writes
- *    disabled, later puts dropped, reads still served, no temp file left;
+ *    paused, later puts dropped, reads still served, no temp file left;
+ *  - failed writes with no pause (retry_ms 0): each counted as a failure and
+ *    not as a write (stats, process totals, /metrics), one warning per burst,
+ *    an info line when writes work again, no partial file;
  *  - kv_store_file_id: the XXH3-128 of the content, cached (a doctored cache
  *    entry is returned: the file was not read again), a changed file (even
  *    with its old size and mtime) gets a new id, errors name the path.
@@ -42,6 +50,7 @@
 
 #include "kv/hash.h"
 #include "kv/persist.h"
+#include "server/metrics.h"
 #include "test.h"
 
 enum { NL = 2, W = 3, BS = 4, KV_TYPE = 1, BB = 2 * NL * BS * W * 4 /* K and V, f32 */ };
@@ -198,6 +207,72 @@ static void host_part(char *out, size_t n) {
         out[j++] = ok ? c : '_';
     }
     out[j] = '\0';
+}
+
+/* ---- stderr, /metrics ---------------------------------------------------------- */
+
+/* stderr into a file between capture_begin and capture_end, which returns what
+ * was written (malloc'd) and copies to the real stderr the lines that are not
+ * the store's ("kv-dir:"), so that a CHECK's message is not lost. */
+struct capture {
+    int saved;
+    char path[600];
+};
+
+static void capture_begin(struct capture *c, const char *name) {
+    fflush(stderr);
+    snprintf(c->path, sizeof c->path, "%s/%s.stderr", root, name);
+    int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    c->saved = dup(2);
+    CHECK(fd >= 0 && c->saved >= 0);
+    if (fd >= 0) {
+        dup2(fd, 2);
+        close(fd);
+    }
+}
+
+static char *capture_end(struct capture *c) {
+    fflush(stderr);
+    if (c->saved >= 0) {
+        dup2(c->saved, 2);
+        close(c->saved);
+    }
+    size_t n = 0;
+    char *t = test_read_file(c->path, &n);
+    for (char *l = t; l && *l;) {
+        char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l + 1) : strlen(l);
+        if (!memmem(l, len, "kv-dir:", 7)) fwrite(l, 1, len, stderr);
+        l += len;
+    }
+    return t ? t : strdup("");
+}
+
+/* Lines of text that contain needle. */
+static size_t lines_with(const char *text, const char *needle) {
+    size_t n = 0;
+    for (const char *l = text; *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        if (memmem(l, len, needle, strlen(needle))) n++;
+        l += len + (e != NULL);
+    }
+    return n;
+}
+
+/* The value of a counter in GET /metrics' text, with its HELP line; -1 when absent. */
+static double metric(const char *name) {
+    struct dj_metrics m;
+    metrics_init(&m);
+    char *text = metrics_render(&m);
+    metrics_destroy(&m);
+    char help[128], line[128];
+    snprintf(help, sizeof help, "# HELP %s ", name);
+    snprintf(line, sizeof line, "\n%s ", name);
+    const char *at = text && strstr(text, help) ? strstr(text, line) : NULL;
+    double v = at ? strtod(at + strlen(line), NULL) : -1;
+    free(text);
+    return v;
 }
 
 /* ---- the tests -------------------------------------------------------------- */
@@ -381,6 +456,8 @@ static void corrupt_cases(void) {
     CHECK(kv_store_encode_record(&p, b.chain, b.parent, b.tok, b.data, good, REC) == DJ_OK);
     blk_path(s, b.chain, path, sizeof path);
     uint64_t corrupt = 0, wrong = 0, kept = 0;
+    struct capture cap;
+    capture_begin(&cap, "corrupt");
 
     /* every truncation, and one byte too many */
     for (size_t len = 0; len <= REC + 1; len++) {
@@ -402,7 +479,13 @@ static void corrupt_cases(void) {
             kept += exists(path);
             corrupt++;
         }
+    char *log = capture_end(&cap);
     CHECKF(wrong == 0 && kept == 0, "%" PRIu64 " wrong hits, %" PRIu64 " corrupt files kept", wrong, kept);
+    /* one line per corrupt record: "deja: warning: kv-dir: <path>: <what> — removed" */
+    CHECKF(lines_with(log, "kv-dir: ") == corrupt && lines_with(log, " — removed") == corrupt &&
+               lines_with(log, path) == corrupt && lines_with(log, "checksum") > 0 && lines_with(log, "shorter") > 0,
+           "%zu log lines for %" PRIu64 " corrupt records", lines_with(log, "kv-dir: "), corrupt);
+    free(log);
     struct kv_store_stats st = stats(s);
     CHECKF(st.corrupt == corrupt && st.hit == 0 && st.miss == corrupt, "corrupt %" PRIu64 " of %" PRIu64, st.corrupt,
            corrupt);
@@ -426,11 +509,121 @@ static void corrupt_cases(void) {
     for (int i = 0; i < 8; i++) bad[REC - 8 + (size_t)i] = (uint8_t)(h >> (8 * i));
     CHECK(kv_store_parse_record(bad, REC, &r) == DJ_ERR_FORMAT);
     write_bytes(path, bad, REC);
+    capture_begin(&cap, "corrupt2");
     CHECK(!get_blk(s, &b) && !exists(path));
+    free(capture_end(&cap));
 
     /* and the good record still loads */
     write_bytes(path, good, REC);
     CHECK(get_blk(s, &b));
+    kv_store_close(s);
+}
+
+/* Flips one bit of the byte at off, the file keeping its size. */
+static void flip_at(const char *path, off_t off) {
+    int fd = open(path, O_RDWR);
+    uint8_t c = 0;
+    CHECK(fd >= 0 && pread(fd, &c, 1, off) == 1);
+    c ^= 0x04;
+    CHECK(fd >= 0 && pwrite(fd, &c, 1, off) == 1);
+    if (fd >= 0) close(fd);
+}
+
+static void set_mtime(const char *path, time_t t) {
+    struct timespec ts[2] = {{t, 0}, {t, 0}};
+    CHECK(utimensat(AT_FDCWD, path, ts, 0) == 0);
+}
+
+/* The start-up scan (persist.h).  A record damaged at the right size — one
+ * payload bit — is found by kv_store_open before any lookup: removed, counted
+ * (stats, the process totals, /metrics) and logged in one line; and a put of
+ * its block writes it afresh (left there, the file would count as "present"
+ * and stay until a lookup reached it).  Bounded by bytes: the most recently
+ * used records first, the oldest left to its first load.  A zero bound: no
+ * scan. */
+static void test_scan(void) {
+    char dir[512], path[3][1024];
+    subdir("scan", dir, sizeof dir);
+    struct kv_store_params p = params(dir, 1);
+    struct kv_store *s = open_store(&p);
+    if (!s) return;
+    struct blk b[3];
+    for (int i = 0; i < 3; i++) {
+        make_blk(600 + (uint64_t)i, &b[i]);
+        CHECK(kv_store_put(s, b[i].chain, b[i].parent, b[i].tok, b[i].data));
+        blk_path(s, b[i].chain, path[i], sizeof path[i]);
+    }
+    kv_store_close(s);
+    const off_t payload = KV_STORE_HEADER_BYTES + 4 * BS;
+    flip_at(path[1], payload + 5);
+    for (int i = 0; i < 3; i++) set_mtime(path[i], 1000000000 + 100 * i); /* b[0] the least recently used */
+
+    struct kv_store_totals t0, t1;
+    kv_store_get_totals(&t0);
+    const double m0 = metric("deja_persist_corrupt_total");
+    struct capture cap;
+    capture_begin(&cap, "scan");
+    s = open_store(&p);
+    char *log = capture_end(&cap);
+    kv_store_get_totals(&t1);
+    if (!s) {
+        free(log);
+        return;
+    }
+    struct kv_store_stats st = stats(s);
+    CHECKF(!exists(path[1]) && exists(path[0]) && exists(path[2]), "the damaged record is still there");
+    CHECKF(st.corrupt == 1 && t1.corrupt == t0.corrupt + 1, "corrupt %" PRIu64 ", totals %" PRIu64 " -> %" PRIu64,
+           st.corrupt, t0.corrupt, t1.corrupt);
+    CHECK(st.scan_checked == 3 && st.scan_unchecked == 0 && st.scan_bytes == 3 * REC && st.hit + st.miss == 0);
+    CHECKF(lines_with(log, "kv-dir: ") == 1 && lines_with(log, "deja: warning: kv-dir: ") == 1 &&
+               lines_with(log, path[1]) == 1 && lines_with(log, "checksum") == 1 &&
+               lines_with(log, " — removed") == 1,
+           "stderr: %s", log);
+    printf("start-up scan: %s", log);
+    free(log);
+    CHECKF(metric("deja_persist_corrupt_total") == m0 + 1 && m0 == (double)t0.corrupt, "/metrics: %g -> %g", m0,
+           metric("deja_persist_corrupt_total"));
+    CHECK(get_blk(s, &b[0]) && get_blk(s, &b[2]) && !get_blk(s, &b[1]) && stats(s).corrupt == 1);
+    CHECK(kv_store_put(s, b[1].chain, b[1].parent, b[1].tok, b[1].data));
+    kv_store_flush(s);
+    st = stats(s);
+    CHECK(st.written == 1 && st.present == 0 && get_blk(s, &b[1]));
+    kv_store_close(s);
+
+    /* room for two records: b[1] (just written) and b[2] are verified; b[0], the
+     * least recently used and damaged, waits for its first load */
+    flip_at(path[0], payload + 1);
+    set_mtime(path[0], 1000000000); /* (after the write, which sets it) */
+    p.scan_max_bytes = 2 * REC + REC / 2;
+    capture_begin(&cap, "scan2");
+    s = open_store(&p);
+    log = capture_end(&cap);
+    if (!s) {
+        free(log);
+        return;
+    }
+    st = stats(s);
+    CHECK(st.scan_checked == 2 && st.scan_unchecked == 1 && st.scan_bytes == 2 * REC && st.corrupt == 0 &&
+          exists(path[0]));
+    CHECKF(lines_with(log, "deja: info: kv-dir: ") == 1 && lines_with(log, "verified 2 records") == 1 &&
+               lines_with(log, "1 left") == 1,
+           "stderr: %s", log);
+    free(log);
+    capture_begin(&cap, "scan3");
+    CHECK(!get_blk(s, &b[0]) && stats(s).corrupt == 1 && !exists(path[0])); /* judged at first touch, as before */
+    log = capture_end(&cap);
+    CHECK(lines_with(log, path[0]) == 1);
+    free(log);
+    kv_store_close(s);
+
+    /* a zero bound: no scan */
+    flip_at(path[2], payload + 2);
+    p.scan_max_bytes = 1 << 20;
+    p.scan_max_ms = 0;
+    s = open_store(&p);
+    if (!s) return;
+    st = stats(s);
+    CHECK(st.scan_checked == 0 && st.scan_unchecked == 2 && st.corrupt == 0 && exists(path[2]));
     kv_store_close(s);
 }
 
@@ -815,6 +1008,85 @@ static void test_write_error(void) {
     kv_store_close(s);
 }
 
+/* Failed writes are failures, not writes.  In a child, RLIMIT_FSIZE below a
+ * record makes every write fail with EFBIG — an error from the kernel, as
+ * ENOSPC would be, and one root gets too (a read-only folder would not stop
+ * root).  retry_ms 0: no pause, every put is tried.  20 puts → write_errors
+ * 20 and written 0 in the stats, in the process totals and in /metrics; no
+ * block or temporary file left; ONE warning for the burst.  The limit lifted,
+ * the next write succeeds (an info line); lowered again, a new burst and a new
+ * warning. */
+static void test_write_failures(void) {
+    char dir[512];
+    subdir("wfail2", dir, sizeof dir);
+    struct kv_store_params p = params(dir, 1);
+    p.retry_ms = 0;
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t c = fork();
+    if (c == 0) {
+        close(pfd[0]);
+        dup2(pfd[1], 2);
+        signal(SIGXFSZ, SIG_IGN); /* EFBIG instead of death */
+        struct rlimit rl;
+        getrlimit(RLIMIT_FSIZE, &rl);
+        const rlim_t hard = rl.rlim_max;
+        rl.rlim_cur = REC / 2;
+        setrlimit(RLIMIT_FSIZE, &rl);
+        struct kv_store *s = NULL;
+        if (kv_store_open(&p, &s) != DJ_OK) _exit(100);
+        struct kv_store_totals t0, t1;
+        kv_store_get_totals(&t0);
+        int bad = 0; /* the exit status: one bit per failed check */
+        for (int i = 0; i < 20; i++) {
+            struct blk b;
+            make_blk(700 + (uint64_t)i, &b);
+            bad |= !kv_store_put(s, b.chain, b.parent, b.tok, b.data);
+            kv_store_flush(s); /* one at a time: each is tried, none dropped for a full queue */
+        }
+        struct kv_store_stats st = stats(s);
+        kv_store_get_totals(&t1);
+        bad |= 2 * !(st.write_errors == 20 && st.written == 0 && st.dropped == 0);
+        bad |= 4 * !(t1.write_failures == t0.write_failures + 20 && t1.written == t0.written);
+        bad |= 8 * !(metric("deja_persist_save_failures_total") == (double)t1.write_failures &&
+                          metric("deja_persist_writes_total") == (double)t1.written);
+        bad |= 16 * (count_blocks(kv_store_key_dir(s), NULL) != 0 || count_files(kv_store_key_dir(s), ".tmp-", NULL) != 0);
+        /* the disk has room again: written, one info line; then full again: a new burst */
+        rl.rlim_cur = hard;
+        setrlimit(RLIMIT_FSIZE, &rl);
+        struct blk ok, ko;
+        make_blk(750, &ok);
+        make_blk(751, &ko);
+        kv_store_put(s, ok.chain, ok.parent, ok.tok, ok.data);
+        kv_store_flush(s);
+        rl.rlim_cur = REC / 2;
+        setrlimit(RLIMIT_FSIZE, &rl);
+        kv_store_put(s, ko.chain, ko.parent, ko.tok, ko.data);
+        kv_store_flush(s);
+        st = stats(s);
+        bad |= 32 * !(st.written == 1 && st.write_errors == 21 && get_blk(s, &ok) && !get_blk(s, &ko));
+        kv_store_close(s);
+        _exit(bad);
+    }
+    close(pfd[1]);
+    char err[8192];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof err - 1 && (r = read(pfd[0], err + n, sizeof err - 1 - n)) > 0) n += (size_t)r;
+    err[n] = '\0';
+    close(pfd[0]);
+    int status;
+    waitpid(c, &status, 0);
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "write-failure child: status %d; stderr: %s", status, err);
+    CHECKF(lines_with(err, "") == 3 && lines_with(err, "deja: warning: kv-dir: ") == 2 &&
+               lines_with(err, "File too large") == 2 && lines_with(err, "deja: info: kv-dir: ") == 1 &&
+               lines_with(err, "writes work again, after 20 failed") == 1,
+           "stderr: %s", err);
+    printf("write failures: 21 counted, 0 written, stderr:\n%s", err);
+}
+
 /* ---- kv_store_file_id ----------------------------------------------------------- */
 
 static void test_file_id(void) {
@@ -906,9 +1178,10 @@ int main(int argc, char **argv) {
         void (*fn)(void);
     } tests[] = {
         {"params", test_params},       {"round trip", test_round_trip}, {"mismatch", test_mismatch},
-        {"corrupt", corrupt_cases},    {"foreign", test_foreign},       {"tmp files", test_tmp_files},
+        {"corrupt", corrupt_cases},    {"scan", test_scan},             {"foreign", test_foreign},
+        {"tmp files", test_tmp_files},
         {"budget", test_budget},       {"two processes", test_two_processes}, {"kill -9", test_kill9},
-        {"write error", test_write_error}, {"file id", test_file_id},
+        {"write error", test_write_error}, {"write failures", test_write_failures}, {"file id", test_file_id},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         double t0 = now_s();
