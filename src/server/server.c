@@ -1,7 +1,9 @@
 /*
- * server.c — `deja serve` (server.h): libmicrohttpd with a thread per
- * connection, jansson for JSON, one engine thread.  The HTTP side (bodies,
- * routing, responses, SSE streams, request records and their lifetime) and
+ * server.c — `deja serve` (server.h) over the HTTP layer of http.h (an I/O
+ * thread, a worker thread per request answered), jansson for JSON, one engine
+ * thread.  The server's side of HTTP (on_head: the key, the route and the
+ * body type checked before any body is read; routing; responses and errors in
+ * each dialect's shape; SSE streams; request records and their lifetime) and
  * the small endpoints (/health, /metrics, /v1/models, /tokenize,
  * /detokenize); the text completions are server_completions.c's, the chat
  * endpoints server_chat.c's.
