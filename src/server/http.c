@@ -39,7 +39,7 @@ enum { LINGER_MS = 2000, LINGER_BYTES = 1 << 20, SWEEP_MS = 100, READ_CHUNK = 16
 
 struct http_req {
     struct conn *c;
-    bool responded, aborted, failed;
+    bool responded, aborted;
 };
 
 struct conn {
@@ -156,7 +156,7 @@ bool http_respond(struct http_req *q, unsigned status, const char *ctype, const 
     bool ok = head && write_all(c, head, nh, !head_only && n > 0);
     free(head);
     if (ok && !head_only && n) ok = write_all(c, body, n, false);
-    if (!ok || !keep) q->failed = !ok, c->close_after = true;
+    if (!ok || !keep) c->close_after = true;
     return ok;
 }
 
@@ -194,7 +194,6 @@ bool http_respond_stream(struct http_req *q, unsigned status, const char *ctype,
         ok = write_all(c, buf + PRE - np, (size_t)np + (size_t)k + 2, false);
     }
     if (!ok || !keep) c->close_after = true;
-    if (!ok) q->failed = true;
     return ok;
 }
 

@@ -327,9 +327,10 @@ enum http_event http_parse_feed(struct http_parser *hp, const char *data, size_t
     if (n == 0) return HTTP_NEED_MORE;
     /* the head's raw bytes are bounded too: llhttp skips some (blank lines before a request,
      * the CRLFs) without a callback */
+    const size_t raw_max = hp->head_max + 2 * HTTP_HDR_MAX + 64;
     bool clamped = false;
-    if (!hp->head_done && hp->n_raw + n > hp->head_max + 2 * HTTP_HDR_MAX + 64) {
-        n = hp->head_max + 2 * HTTP_HDR_MAX + 64 - hp->n_raw;
+    if (!hp->head_done && hp->n_raw + n > raw_max) {
+        n = raw_max - hp->n_raw;
         clamped = true;
     }
     const llhttp_errno_t e = n ? llhttp_execute(&hp->ll, data, n) : HPE_OK;

@@ -61,6 +61,8 @@ struct dj_server {
     struct gent *gcache, *graveyard;
     uint64_t gclock;
     struct dj_response_store *rstore; /* stored Responses (response_store.h); NULL: storing is off */
+    uint32_t idle_blocks;   /* engine thread: engine_n_blocks_idle when last counted (snapshot) */
+    int64_t idle_blocks_us; /* and when */
 };
 
 /* Per completion of a chat request: what the parser produced. */

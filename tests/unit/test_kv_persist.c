@@ -948,6 +948,34 @@ static void test_kill9(void) {
 
 /* ---- write errors ----------------------------------------------------------------- */
 
+/* A child whose stderr goes to a pipe (RLIMIT_FSIZE would cut a file), with SIGXFSZ ignored
+ * (a write past the limit fails with EFBIG instead of killing it).  Returns fork's pid. */
+static pid_t fork_piped(int pfd[2]) {
+    CHECK(pipe(pfd) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t c = fork();
+    if (c == 0) {
+        close(pfd[0]);
+        dup2(pfd[1], 2);
+        signal(SIGXFSZ, SIG_IGN);
+    }
+    return c;
+}
+
+/* The parent's side: the child's stderr into err (cap bytes, NUL-terminated), its wait status. */
+static int wait_piped(pid_t c, int pfd[2], char *err, size_t cap) {
+    close(pfd[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n < cap - 1 && (r = read(pfd[0], err + n, cap - 1 - n)) > 0) n += (size_t)r;
+    err[n] = '\0';
+    close(pfd[0]);
+    int status = 0;
+    waitpid(c, &status, 0);
+    return status;
+}
+
 static void test_write_error(void) {
     char dir[512], path[1024];
     subdir("wfail", dir, sizeof dir);
@@ -960,16 +988,9 @@ static void test_write_error(void) {
     if (!s) return;
     CHECK(kv_store_put(s, old.chain, old.parent, old.tok, old.data));
     kv_store_close(s);
-    /* the child's stderr goes to a pipe: RLIMIT_FSIZE would cut a file */
     int pfd[2];
-    CHECK(pipe(pfd) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t c = fork();
+    const pid_t c = fork_piped(pfd);
     if (c == 0) {
-        close(pfd[0]);
-        dup2(pfd[1], 2);
-        signal(SIGXFSZ, SIG_IGN); /* EFBIG instead of death */
         struct rlimit rl = {REC / 2, REC / 2};
         setrlimit(RLIMIT_FSIZE, &rl);
         if (kv_store_open(&p, &s) != DJ_OK) _exit(100);
@@ -987,18 +1008,11 @@ static void test_write_error(void) {
         kv_store_close(s);
         _exit(fails);
     }
-    close(pfd[1]);
     char err[4096];
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof err - 1 && (r = read(pfd[0], err + n, sizeof err - 1 - n)) > 0) n += (size_t)r;
-    err[n] = '\0';
-    close(pfd[0]);
-    int status;
-    waitpid(c, &status, 0);
+    const int status = wait_piped(c, pfd, err, sizeof err);
     CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "write-error child: status %d", status);
     int lines = 0;
-    for (size_t i = 0; i < n; i++) lines += err[i] == '\n';
+    for (const char *q = err; *q; q++) lines += *q == '\n';
     CHECKF(lines == 1 && strstr(err, "warning") && strstr(err, dir) && strstr(err, "File too large"), "stderr: %s", err);
     printf("write error: %s", err);
     s = open_store(&p);
@@ -1022,14 +1036,8 @@ static void test_write_failures(void) {
     struct kv_store_params p = params(dir, 1);
     p.retry_ms = 0;
     int pfd[2];
-    CHECK(pipe(pfd) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t c = fork();
+    const pid_t c = fork_piped(pfd);
     if (c == 0) {
-        close(pfd[0]);
-        dup2(pfd[1], 2);
-        signal(SIGXFSZ, SIG_IGN); /* EFBIG instead of death */
         struct rlimit rl;
         getrlimit(RLIMIT_FSIZE, &rl);
         const rlim_t hard = rl.rlim_max;
@@ -1070,15 +1078,8 @@ static void test_write_failures(void) {
         kv_store_close(s);
         _exit(bad);
     }
-    close(pfd[1]);
     char err[8192];
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof err - 1 && (r = read(pfd[0], err + n, sizeof err - 1 - n)) > 0) n += (size_t)r;
-    err[n] = '\0';
-    close(pfd[0]);
-    int status;
-    waitpid(c, &status, 0);
+    const int status = wait_piped(c, pfd, err, sizeof err);
     CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "write-failure child: status %d; stderr: %s", status, err);
     CHECKF(lines_with(err, "") == 3 && lines_with(err, "deja: warning: kv-dir: ") == 2 &&
                lines_with(err, "File too large") == 2 && lines_with(err, "deja: info: kv-dir: ") == 1 &&
