@@ -40,6 +40,9 @@ static const struct dj_type_info table[DJ_TYPE_COUNT] = {
     [DJ_TYPE_TQ1_0] = {"tq1_0", 256, 54},
     [DJ_TYPE_TQ2_0] = {"tq2_0", 256, 66},
     [DJ_TYPE_MXFP4] = {"mxfp4", 32, 17},
+    [DJ_TYPE_NVFP4] = {"nvfp4", 64, 36},
+    [DJ_TYPE_Q1_0] = {"q1_0", 128, 18},
+    [DJ_TYPE_Q2_0] = {"q2_0", 64, 18},
 };
 
 const struct dj_type_info *dj_type_info(uint32_t type) {

@@ -47,7 +47,10 @@ enum dj_ggml_type {
     DJ_TYPE_TQ1_0 = 34,
     DJ_TYPE_TQ2_0 = 35,
     DJ_TYPE_MXFP4 = 39,
-    DJ_TYPE_COUNT = 40 /* one past the largest id */
+    DJ_TYPE_NVFP4 = 40,
+    DJ_TYPE_Q1_0 = 41,
+    DJ_TYPE_Q2_0 = 42,
+    DJ_TYPE_COUNT = 43 /* one past the largest id */
 };
 
 struct dj_type_info {

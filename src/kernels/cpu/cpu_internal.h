@@ -22,6 +22,13 @@ void dj_kernels_init_generic(struct dj_kernels *k);
 /* Return false when this build has no such kernels (non-x86 targets). */
 bool dj_kernels_init_avx2(struct dj_kernels *k);
 bool dj_kernels_init_avx512(struct dj_kernels *k);
+/* The weight types beyond the seven of kernels_*.c (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
+ * IQ*, TQ*, MXFP4, NVFP4, Q1_0, Q2_0): quants_generic.c sets their reference-path
+ * kernels in the generic table (called by dj_kernels_init_generic); quants_avx2.c
+ * overrides the ones it has fast kernels for (called last by dj_kernels_init_avx2, so
+ * the AVX-512 table inherits them, less any packed layout). */
+void dj_kernels_init_generic_quants(struct dj_kernels *k);
+void dj_kernels_init_avx2_quants(struct dj_kernels *k);
 
 /* In an ISA file's init: points the matmul and dot of every weight type at
  * that file's <type>_matmul / <type>_dot; the rest of the table stays what

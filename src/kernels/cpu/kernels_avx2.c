@@ -932,6 +932,7 @@ bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->attn_values = attn_values_avx2;
     k->attn_values_n = attn_values_avx2_n;
     k->kv_rows_to_f32 = kv_rows_to_f32_avx2;
+    dj_kernels_init_avx2_quants(k);
     return true;
 }
 

@@ -355,4 +355,5 @@ void dj_kernels_init_generic(struct dj_kernels *k) {
     k->attn_values_n = attn_values_generic_n;
     k->attn_softmax = attn_softmax_generic;
     k->kv_rows_to_f32 = kv_rows_to_f32_generic;
+    dj_kernels_init_generic_quants(k);
 }
