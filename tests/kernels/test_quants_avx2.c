@@ -3,13 +3,15 @@
  * reach, for every type whose AVX2 kernel that file sets (the AVX2 table's entries
  * that differ from the generic table's).
  *
- * quants_avx2.c has three ways to one result: the dot, rows decoded as they stream
- * (up to 4 tokens, or any batch without scratch), and rows decoded whole into a
- * scratch buffer that every token tile of a token chunk reads (prefill).  Per case:
+ * quants_avx2.c / quants32_avx2.c have three ways to one result: the dot, rows decoded
+ * as they stream (up to 4 tokens, or any batch without scratch), and rows decoded whole
+ * into a scratch buffer that every token tile of a token chunk reads (prefill: 2 rows of
+ * super-blocks, or 8 rows of 32-blocks in the lanes of a vector).  Per case:
  *  1. matmul with scratch == matmul with every scratch allocation failing
  *     (dj_kernel_scratch_fail_for_test) == dot of each pair, bitwise — over a k whose
- *     token chunks (256 KiB of activations) end inside the batch, row ranges that start
- *     and end off the 2-row tiles, and 1, 3, 4, 5 and 40 tokens;
+ *     token chunks (256 KiB of activations) end inside the batch, k of 25 and 9 blocks
+ *     of 32 (a partial group of 8 blocks), row ranges that start and end off the 2-row
+ *     and 8-row tiles, and 1 .. 6, 9 and 40 tokens;
  *  2. the columns outside [r0, r1) are left alone;
  *  3. dot within 2 * (n + 16) * 2^-24 * mag of the exact dj_ref_dot (n = k / 16, more
  *     roundings than any of these kernels takes), also with every activation at
@@ -25,7 +27,6 @@
 #include <string.h>
 
 #include "core/ggml_type.h"
-#include "kernels/cpu/cpu_internal.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "kernels_testutil.h"
@@ -97,8 +98,11 @@ int main(void) {
         TEST_END();
     }
     /* k = 8192 of q8_K is 9344 bytes a token: token chunks of 28 end inside 40 tokens */
+    /* 800 and 288: 25 and 9 blocks of 32 (the 32-block types' last group of 8 is partial;
+     * the super-block types skip them); 11 and 13 rows: 8-row groups that end mid-range */
     static const struct shape shapes[] = {
         {8192, 5, 40, 1, 4}, {512, 9, 5, 1, 8}, {512, 7, 4, 0, 7}, {256, 4, 3, 3, 4}, {1024, 3, 1, 0, 3},
+        {800, 11, 9, 2, 11}, {288, 13, 6, 0, 13}, {800, 3, 2, 0, 3},
     };
     struct trng r = {20261204};
     int n_types = 0;

@@ -1,86 +1,64 @@
 /*
- * quants_avx2.c — AVX2 kernels of the weight types beyond the seven of
- * kernels_avx2.c: the K-quants Q2_K, Q3_K, Q5_K, the i-quants IQ1_S … IQ4_XS,
- * the ternary TQ1_0 / TQ2_0 (all x q8_K), and the 32-blocks Q4_1, Q5_0, Q5_1,
- * IQ4_NL, MXFP4 (x q8_0).  Registered by dj_kernels_init_avx2_quants
- * (cpu_internal.h), which the AVX-512 table inherits.
+ * quants_avx2.c — AVX2 kernels of the 256-element super-block types beyond the
+ * seven of kernels_avx2.c: the K-quants Q2_K, Q3_K, Q5_K, the i-quants IQ1_S …
+ * IQ4_XS and the ternary TQ1_0 / TQ2_0, all x q8_K.  dj_kernels_init_avx2_quants
+ * (cpu_internal.h) registers them and, through quants32_avx2.c, the 32-element
+ * block types; the AVX-512 table inherits them all.
  *
- * One design for every type: a per-type SIMD decoder turns a weight block into
- * bytes plus small-integer scales, and one shared int8 core dots the decoded
- * form against the activations.
+ * Per (row, token) pair one float chain, super-blocks b = 0 .. nb-1 in order:
  *
- *   256-element super-blocks (x q8_K), struct kt_sb, 608 bytes:
+ *     acc = fma(float(isum_b), d * d_a, acc)       isum_b: exact integer total of the
+ *     acc = fma(-float(imin_b), dmin * d_a, acc)   super-block's sum of scale * level * a;
+ *                                                  imin_b: sum of min * bsums (Q2_K, Q5_K)
  *
- *     q[8]     chunk c = elements 32c .. 32c+31 as bytes, element order:
- *              u = value + OFF (OFF > 0: the type's offset, making u >= 0) or,
- *              for the signed types (IQ4_XS), the value itself
- *     scw[8]   chunk c's multipliers: 16 words, the low lane sub-block 2c's
- *              integer scale (elements 32c .. 32c+15), the high lane 2c+1's
- *     cw       16 words, one per 16 elements g: -OFF * scale_g (paired with
- *              the activation's bsums, removes the offset exactly)
- *     mw       16 words: the min of each 16 (Q2_K, Q5_K), paired with bsums
- *     d, dmin  float factors: d_w times the type's power of two (IQ2: 1/8 …)
+ * (acc starts at 0; the result).  d, dmin: the block's f16 scales, d times the type's
+ * power of two (IQ2: 1/8, IQ3_XXS: 1/4, IQ1: 1/8 — the integer scales are 2s+1, the
+ * IQ1 levels 8 (grid +- 1/8)).  The lanes of a SIMD partial sum are added up in
+ * integers before the one conversion: with an offset (below) a lane holds offset
+ * terms that cancel only across lanes, and rounding it would scale the error with the
+ * offset rather than with the dot's own terms (a sparse TQ row measured 0.66 of the
+ * test bound that way, 0.02 now).  Every path computes the same exact integers its
+ * own way and then runs exactly these float operations — the batch-invariance
+ * contract.
  *
- *   Per (row, token) pair and super-block, in integers (exact: see bounds):
+ * The decoded form, struct kt_sb (608 bytes a super-block and row), from a per-type
+ * SIMD decoder (T_dec):
+ *
+ *     q[8]     chunk c = elements 32c .. 32c+31 as bytes, element order: u = level +
+ *              OFF >= 0 (OFF: the type's offset: Q3_K 4, IQ2 43, IQ3_XXS 62, IQ3_S 15,
+ *              IQ1 9, TQ 1) or, for IQ4_XS, the signed level
+ *     scw[8]   chunk c's multipliers: 16 words, the low lane sub-block 2c's integer
+ *              scale (elements 32c .. 32c+15), the high lane 2c+1's
+ *     cw, mw   16 words each, one per 16 elements g, against the activation's bsums:
+ *              -OFF * scale_g (takes the offset off exactly) and min_g
+ *
  *     isum = sum_c madd(maddubs(q[c], a[c]), scw[c]) + madd(bsums, cw)
- *            (signed types: maddubs(|q|, sign(a, q)))
- *     acc  = fma(float(isum), d * d_a, acc)                      8 lanes
- *     acc  = fnmadd(float(madd(bsums, mw)), dmin * d_a, acc)     (mins)
- *   and hsum8(acc) at the end (kernels_avx2.c's q6_K chain, generalized).
+ *            (IQ4_XS: maddubs(|q|, sign(a, q)), the sign trick)
  *
- *   32-element blocks (x q8_0), struct kt_b32, 64 bytes: q (the 32 values as
- *   bytes, unsigned for Q4_1/Q5_1, signed for the rest), d, m.  Per pair and
- *   block: acc = fma(float(madd(maddubs(..), 1)), d * d_a, acc), and for the
- *   types with a min m (Q4_1, Q5_1) a scalar chain accm = fma(m, d_a *
- *   sum(a), accm); the result is hsum8(acc) + accm.
+ * Paths (T_matmul):
+ *   - up to KT_SMALL tokens, or without scratch: rows one at a time (one sequential
+ *     weight stream), each super-block decoded on the stack and dotted with all the
+ *     tokens; with one token the grid types (IQ1/IQ2/IQ3) use their own integer dot
+ *     instead (T_sb1: signs put on the activations, no offset — what a single token
+ *     makes cheapest; the same totals);
+ *   - prefill: KT_MR rows decoded whole into scratch once per token chunk (~256 KiB of
+ *     activations), then every KT_MR x KT_NT tile of the chunk over them — decoding
+ *     amortized over the chunk, where llama.cpp decodes per row-token pair.  A full
+ *     2 x 4 tile runs its 8 pairs' chains in the 8 lanes of one vector (the 8 totals
+ *     by a transpose tree, dj_q_tree8), lane for lane the same operations.
  *
- * Batch invariance: the dot, the decode-as-you-go path (few tokens, or no
- * scratch) and the decoded-buffer path (prefill) all run the one core, whose
- * per-pair integer sums and float operations do not depend on the tile.
+ * maddubs never saturates: a pair is at most 2 * 124 * 127 = 31496 (IQ3_XXS, u <= 124;
+ * the others less; IQ4_XS |level| <= 127, 32258).  The int32 sums are far from
+ * overflow (IQ3_XXS's largest: 256 * 31 * 124 * 127 < 2^28).  float(isum) rounds only
+ * past 2^24, relative to the dot's own terms.
  *
- * Paths (kt_matmul): up to KT_SMALL tokens, rows one at a time, each
- * super-block decoded on the stack and dotted with all the tokens (decode:
- * one sequential weight stream).  More tokens: KT_MR rows are decoded whole
- * into scratch once per token chunk and the core runs over every tile of
- * KT_NT tokens against that buffer, so decoding is amortized over the chunk
- * (llama.cpp decodes per row-token pair).
- *
- * maddubs never saturates: a pair is at most 2 * 124 * 127 = 31496 (IQ3_XXS,
- * u <= 124; everything else is smaller; signed types |v| <= 127, so 32258).
- * A lane of isum stays below 2^24 except for IQ3_XXS's extreme blocks (then
- * float(isum) rounds by at most one unit of d*d_a against a large magnitude).
- *
- * dequantize_row: bitwise ggml's dequantize_row_*: each value is A * v
- * (exact: a <= 24-bit product) minus/plus B as ggml computes it.
+ * dequantize_row: bitwise ggml's dequantize_row_*: each value is A * v (exact: at most
+ * a 24-bit product) minus B where ggml subtracts a min, as ggml computes them.
  */
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#include <stddef.h>
-
-#include "core/fp16.h"
-#include "core/status.h"
-#include "kernels/cpu/tile.h"
-#include "kernels/quant_tables.h"
+#include "kernels/cpu/quants_avx2.h"
 
 /* ---- helpers ---------------------------------------------------------------------- */
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float f16(const void *p) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(dj_load_u16(p)))); }
-static inline float load_f32(const void *p) { float f; memcpy(&f, p, 4); return f; }
-
-/* byte i = 0xff where bit i of x is set */
-static inline __m256i bits32_mask(uint32_t x) {
-    const __m256i sh = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                                        3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)x), sh), bit), bit);
-}
 
 /* v shifted left by s (right by -s) as 16-bit lanes; s a constant after inlining */
 static inline __m256i shl16(__m256i v, int s) {
@@ -108,12 +86,7 @@ struct kt_sb {
     float d, dmin;
     uint8_t pad_[24];
 };
-struct kt_b32 {
-    __m256i q;
-    float d, m;
-    uint8_t pad_[24];
-};
-_Static_assert(sizeof(struct kt_sb) % 32 == 0 && sizeof(struct kt_b32) == 64, "decoded block sizes");
+_Static_assert(sizeof(struct kt_sb) % 32 == 0, "decoded super-block size");
 
 /* ---- decoders: K-quants ------------------------------------------------------------ */
 
@@ -136,8 +109,8 @@ static inline DJ_ALWAYS_INLINE void q5_K_dec(const uint8_t *p, struct kt_sb *o) 
     DJ_UNROLL for (int c = 0; c < 8; c++)
         o->scw[c] = _mm256_shuffle_epi8(scb, _mm256_set1_epi16((short)(2 * c | (2 * c + 1) << 8)));
     o->cw = _mm256_setzero_si256();
-    o->d = f16(&x->d);
-    o->dmin = f16(&x->dmin);
+    o->d = dj_q_f16(&x->d);
+    o->dmin = dj_q_f16(&x->dmin);
 }
 
 /* Q3_K: u = low 2 bits | high bit << 2 (value u - 4); 6-bit scales - 32 per 16. */
@@ -161,7 +134,7 @@ static inline DJ_ALWAYS_INLINE void q3_K_dec(const uint8_t *p, struct kt_sb *o) 
         }
     }
     o->mw = _mm256_setzero_si256();
-    o->d = f16(&x->d);
+    o->d = dj_q_f16(&x->d);
     o->dmin = 0;
 }
 
@@ -181,32 +154,22 @@ static inline DJ_ALWAYS_INLINE void q2_K_dec(const uint8_t *p, struct kt_sb *o) 
         }
     }
     o->cw = _mm256_setzero_si256();
-    o->d = f16(&x->d);
-    o->dmin = f16(&x->dmin);
-}
-
-/* the 32 values of 16 nibble bytes (low nibbles, then high) through a 16-entry table */
-static inline __m256i nib_lut(const uint8_t *qs, __m256i lut) {
-    const __m128i x = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i y = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
-    return _mm256_shuffle_epi8(lut, y);
-}
-static inline __m256i lut_iq4nl(void) {
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)dj_kvalues_iq4nl));
+    o->d = dj_q_f16(&x->d);
+    o->dmin = dj_q_f16(&x->dmin);
 }
 
 /* IQ4_XS: signed values kvalues_iq4nl[nibble]; 6-bit scales - 32 per 32. */
 static inline DJ_ALWAYS_INLINE void iq4_xs_dec(const uint8_t *p, struct kt_sb *o) {
     const struct dj_block_iq4_xs *x = (const void *)p;
-    const __m256i lut = lut_iq4nl();
+    const __m256i lut = dj_q_lut16(dj_kvalues_iq4nl);
     const unsigned sh = dj_load_u16(&x->scales_h);
     DJ_UNROLL for (int c = 0; c < 8; c++) {
         const int ls = ((x->scales_l[c / 2] >> 4 * (c % 2)) & 0xf) | (((sh >> 2 * c) & 3) << 4);
-        o->q[c] = nib_lut(x->qs + 16 * c, lut);
+        o->q[c] = dj_q_nib_lut(x->qs + 16 * c, lut);
         o->scw[c] = _mm256_set1_epi16((short)(ls - 32));
     }
     o->cw = o->mw = _mm256_setzero_si256();
-    o->d = f16(&x->d);
+    o->d = dj_q_f16(&x->d);
     o->dmin = 0;
 }
 
@@ -238,7 +201,7 @@ static inline DJ_ALWAYS_INLINE void iq2_xxs_dec(const uint8_t *p, struct kt_sb *
     }
     o->cw = cw_load(cw);
     o->mw = _mm256_setzero_si256();
-    o->d = f16(&x->d) * 0.125f;
+    o->d = dj_q_f16(&x->d) * 0.125f;
     o->dmin = 0;
 }
 
@@ -261,7 +224,7 @@ static inline DJ_ALWAYS_INLINE void iq2_xs_dec(const uint8_t *p, struct kt_sb *o
     }
     o->cw = cw_load(cw);
     o->mw = _mm256_setzero_si256();
-    o->d = f16(&x->d) * 0.125f;
+    o->d = dj_q_f16(&x->d) * 0.125f;
     o->dmin = 0;
 }
 
@@ -275,7 +238,7 @@ static inline DJ_ALWAYS_INLINE void iq2_s_dec(const uint8_t *p, struct kt_sb *o)
         o->q[c] = grid8_signed(dj_iq2s_grid[qs[4 * c] | ((h << 8) & 0x300)],
                                dj_iq2s_grid[qs[4 * c + 1] | ((h << 6) & 0x300)],
                                dj_iq2s_grid[qs[4 * c + 2] | ((h << 4) & 0x300)],
-                               dj_iq2s_grid[qs[4 * c + 3] | ((h << 2) & 0x300)], bits32_mask(dj_load_u32(signs + 4 * c)),
+                               dj_iq2s_grid[qs[4 * c + 3] | ((h << 2) & 0x300)], dj_q_bits32_mask(dj_load_u32(signs + 4 * c)),
                                43);
         const int lo = 2 * (x->scales[c] & 0xF) + 1, hi = 2 * (x->scales[c] >> 4) + 1;
         o->scw[c] = words2(lo, hi);
@@ -284,7 +247,7 @@ static inline DJ_ALWAYS_INLINE void iq2_s_dec(const uint8_t *p, struct kt_sb *o)
     }
     o->cw = cw_load(cw);
     o->mw = _mm256_setzero_si256();
-    o->d = f16(&x->d) * 0.125f;
+    o->d = dj_q_f16(&x->d) * 0.125f;
     o->dmin = 0;
 }
 
@@ -309,7 +272,7 @@ static inline DJ_ALWAYS_INLINE void iq3_xxs_dec(const uint8_t *p, struct kt_sb *
     }
     o->cw = cw_load(cw);
     o->mw = _mm256_setzero_si256();
-    o->d = f16(&x->d) * 0.25f;
+    o->d = dj_q_f16(&x->d) * 0.25f;
     o->dmin = 0;
 }
 
@@ -324,7 +287,7 @@ static inline DJ_ALWAYS_INLINE void iq3_s_dec(const uint8_t *p, struct kt_sb *o)
         int g[8];
         for (int i = 0; i < 8; i++) g[i] = (int)dj_iq3s_grid[q[i] | (((h >> i) & 1) << 8)];
         const __m256i gv = _mm256_setr_epi32(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]);
-        const __m256i neg = bits32_mask(dj_load_u32(x->signs + 4 * c));
+        const __m256i neg = dj_q_bits32_mask(dj_load_u32(x->signs + 4 * c));
         o->q[c] = _mm256_add_epi8(_mm256_sub_epi8(_mm256_xor_si256(gv, neg), neg), _mm256_set1_epi8(15));
         const int sc = 2 * ((x->scales[c / 2] >> 4 * (c % 2)) & 0xF) + 1;
         o->scw[c] = _mm256_set1_epi16((short)sc);
@@ -332,7 +295,7 @@ static inline DJ_ALWAYS_INLINE void iq3_s_dec(const uint8_t *p, struct kt_sb *o)
     }
     o->cw = cw_load(cw);
     o->mw = _mm256_setzero_si256();
-    o->d = f16(&x->d);
+    o->d = dj_q_f16(&x->d);
     o->dmin = 0;
 }
 
@@ -359,7 +322,7 @@ static inline DJ_ALWAYS_INLINE void iq1_s_dec(const uint8_t *p, struct kt_sb *o)
     }
     o->cw = cw_load(cw);
     o->mw = _mm256_setzero_si256();
-    o->d = f16(&x->d) * 0.125f;
+    o->d = dj_q_f16(&x->d) * 0.125f;
     o->dmin = 0;
 }
 
@@ -386,7 +349,7 @@ static inline DJ_ALWAYS_INLINE void iq1_m_dec(const uint8_t *p, struct kt_sb *o)
     }
     o->cw = cw_load(cw);
     o->mw = _mm256_setzero_si256();
-    o->d = f16(&dh) * 0.125f;
+    o->d = dj_q_f16(&dh) * 0.125f;
     o->dmin = 0;
 }
 
@@ -408,7 +371,7 @@ static inline DJ_ALWAYS_INLINE void tq2_0_dec(const uint8_t *p, struct kt_sb *o)
         DJ_UNROLL for (int j = 0; j < 4; j++) o->q[4 * h + j] = _mm256_and_si256(shl16(q, -2 * j), m3);
     }
     kt_unit_scales(o, 1);
-    o->d = f16(&x->d);
+    o->d = dj_q_f16(&x->d);
 }
 
 /* bytes x times per-byte multipliers (words m: the multiplier of bytes 2i and 2i+1), mod 256 */
@@ -437,58 +400,10 @@ static inline DJ_ALWAYS_INLINE void tq1_0_dec(const uint8_t *p, struct kt_sb *o)
     o->q[7] = tq_digit(mul_bytes(_mm256_set_m128i(qh, q1),
                                  _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 3, 3, 9, 9, 27, 27)));
     kt_unit_scales(o, 1);
-    o->d = f16(&x->d);
-}
-
-/* ---- decoders: 32-element blocks --------------------------------------------------- */
-
-static inline __m256i nib32(const uint8_t *qs) { /* low nibbles, then high */
-    const __m128i x = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
-}
-static inline __m256i fifth_bit(const uint8_t *qh) {
-    return _mm256_and_si256(bits32_mask(dj_load_u32(qh)), _mm256_set1_epi8(0x10));
-}
-
-static inline DJ_ALWAYS_INLINE void q4_1_dec(const uint8_t *p, struct kt_b32 *o) {
-    const struct dj_block_q4_1 *x = (const void *)p;
-    o->q = nib32(x->qs);
-    o->d = f16(&x->d);
-    o->m = f16(&x->m);
-}
-static inline DJ_ALWAYS_INLINE void q5_1_dec(const uint8_t *p, struct kt_b32 *o) {
-    const struct dj_block_q5_1 *x = (const void *)p;
-    o->q = _mm256_or_si256(nib32(x->qs), fifth_bit(x->qh));
-    o->d = f16(&x->d);
-    o->m = f16(&x->m);
-}
-static inline DJ_ALWAYS_INLINE void q5_0_dec(const uint8_t *p, struct kt_b32 *o) {
-    const struct dj_block_q5_0 *x = (const void *)p;
-    o->q = _mm256_sub_epi8(_mm256_or_si256(nib32(x->qs), fifth_bit(x->qh)), _mm256_set1_epi8(16));
-    o->d = f16(&x->d);
-    o->m = 0;
-}
-static inline DJ_ALWAYS_INLINE void iq4_nl_dec(const uint8_t *p, struct kt_b32 *o) {
-    const struct dj_block_iq4_nl *x = (const void *)p;
-    o->q = nib_lut(x->qs, lut_iq4nl());
-    o->d = f16(&x->d);
-    o->m = 0;
-}
-static inline DJ_ALWAYS_INLINE void mxfp4_dec(const uint8_t *p, struct kt_b32 *o) {
-    const struct dj_block_mxfp4 *x = (const void *)p;
-    o->q = nib_lut(x->qs, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)dj_kvalues_fp4)));
-    o->d = dj_e8m0_to_f32_half(x->e);
-    o->m = 0;
+    o->d = dj_q_f16(&x->d);
 }
 
 /* ---- the shared cores ------------------------------------------------------------- */
-
-static inline int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
 
 /* One super-block of MR decoded rows (D[i]) against NT q8_K tokens (their block at
  * a + j * as).  acc[i][j] is the pair's float chain, one fma per super-block on the
@@ -496,10 +411,12 @@ static inline int32_t hsum_i32(__m256i v) {
  * because with an offset (OFF > 0) a lane's partial sum holds offset terms that cancel
  * only across lanes, and rounding it would scale the error with the offset rather than
  * with the dot's own terms.  SG: signed values (sign trick); CR: the offset correction
- * cw; MN: the mins. */
+ * cw; MN: the mins.  VEC, for a full 2 x 4 tile: the 8 pairs' chains in the 8 lanes of
+ * *vacc (pair (i, j) in lane 4i + j) instead of acc — lane for lane the same float
+ * operations on the same totals, so the same bits. */
 static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const int SG, const int CR, const int MN,
-                                            const struct kt_sb *const *D, const uint8_t *a, size_t as,
-                                            float acc[2][4]) {
+                                            const int VEC, const struct kt_sb *const *D, const uint8_t *a, size_t as,
+                                            float acc[2][4], __m256 *vacc) {
     const size_t qo = offsetof(struct dj_block_q8_K, qs), bo = offsetof(struct dj_block_q8_K, bsums);
     __m256i is[2][4];
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) is[i][j] = _mm256_setzero_si256();
@@ -522,56 +439,238 @@ static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const in
         for (int c = 0; c < 8; c++) KT_STEP(c);
     }
 #undef KT_STEP
+    if (VEC && MR == 2 && NT == 4) { /* the 8 pairs of a full tile at once, pair 4i + j in lane 4i + j */
+        __m256i t[8], m[8];
+        __m128 da4 = _mm_setzero_ps();
+        DJ_UNROLL for (int j = 0; j < 4; j++) {
+            const uint8_t *ab = a + (size_t)j * as;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
+            da4 = _mm_insert_ps(da4, _mm_load_ss((const float *)ab), (unsigned)j << 4);
+            DJ_UNROLL for (int i = 0; i < 2; i++) {
+                t[4 * i + j] = CR ? _mm256_add_epi32(is[i][j], _mm256_madd_epi16(bs, D[i]->cw)) : is[i][j];
+                if (MN) m[4 * i + j] = _mm256_madd_epi16(bs, D[i]->mw);
+            }
+        }
+        const __m256 da = _mm256_set_m128(da4, da4);
+        *vacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dj_q_tree8(t)),
+                                _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(D[1]->d), _mm_set1_ps(D[0]->d)), da), *vacc);
+        if (MN)
+            *vacc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(dj_q_tree8(m)),
+                                     _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(D[1]->dmin), _mm_set1_ps(D[0]->dmin)), da),
+                                     *vacc);
+        return;
+    }
     DJ_UNROLL for (int j = 0; j < NT; j++) {
         const uint8_t *ab = a + (size_t)j * as;
         const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
-        const float da = load_f32(ab);
+        const float da = dj_q_load_f32(ab);
         DJ_UNROLL for (int i = 0; i < MR; i++) {
             __m256i t = is[i][j];
             if (CR) t = _mm256_add_epi32(t, _mm256_madd_epi16(bs, D[i]->cw));
-            acc[i][j] = __builtin_fmaf((float)hsum_i32(t), D[i]->d * da, acc[i][j]);
-            if (MN) acc[i][j] = __builtin_fmaf(-(float)hsum_i32(_mm256_madd_epi16(bs, D[i]->mw)), D[i]->dmin * da,
+            acc[i][j] = __builtin_fmaf((float)dj_q_hsum_i32(t), D[i]->d * da, acc[i][j]);
+            if (MN) acc[i][j] = __builtin_fmaf(-(float)dj_q_hsum_i32(_mm256_madd_epi16(bs, D[i]->mw)), D[i]->dmin * da,
                                                acc[i][j]);
         }
     }
 }
 
-/* A prepared q8_0 token block: d_a, and d_a * sum(a) (for the types with a min). */
-struct kt_tok { float d, dsa; };
-static inline struct kt_tok kt_prep1(const uint8_t *ab, const int MN) {
-    struct kt_tok t;
-    t.d = f16(ab);
-    t.dsa = 0;
-    if (MN) { /* sum of the 32 signed bytes: sad of (a ^ 0x80) against 0, minus 32 * 128 */
-        const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(ab + 2)),
-                                                           _mm256_set1_epi8((char)0x80)),
-                                          _mm256_setzero_si256());
-        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        const int sum = (int)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 32 * 128;
-        t.dsa = t.d * (float)sum;
-    }
-    return t;
+/* ---- one token, one super-block: a type's own integer dot ---------------------------
+ *
+ * The exact totals of kt_core for one (row, token) pair computed the cheapest way for
+ * a single token (decode: nothing to amortize a decoded form over), e.g. the signs
+ * put on the activations instead of the weights and no offset.  The integers are the
+ * same exact numbers, and kt_epilogue is kt_core's float step, so the bits are too. */
+struct kt_tot {
+    int32_t isum, imin; /* sum of scale * value * a; sum of min * bsums */
+    float d, dmin;      /* as struct kt_sb */
+};
+typedef struct kt_tot (*kt_sb1_fn)(const uint8_t *w, const uint8_t *a);
+static inline DJ_ALWAYS_INLINE struct kt_tot kt_sb1_call(kt_sb1_fn f, const uint8_t *w, const uint8_t *a) {
+    return f(w, a);
+}
+static inline DJ_ALWAYS_INLINE void kt_epilogue(const int MN, struct kt_tot t, const uint8_t *ab, float *acc) {
+    const float da = dj_q_load_f32(ab);
+    *acc = __builtin_fmaf((float)t.isum, t.d * da, *acc);
+    if (MN) *acc = __builtin_fmaf(-(float)t.imin, t.dmin * da, *acc);
 }
 
-/* Block b of MR decoded rows (D[i]) against NT q8_0 tokens (block b at a + j * as, its
- * prepared form at tp + j * tps). */
-static inline DJ_ALWAYS_INLINE void k32_core(const int MR, const int NT, const int SG, const int MN,
-                                             const struct kt_b32 *const *D, const uint8_t *a, size_t as,
-                                             const struct kt_tok *tp, size_t tps, __m256 acc[2][4],
-                                             float accm[2][4]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    DJ_UNROLL for (int i = 0; i < MR; i++) {
-        const __m256i q = D[i]->q, qa = SG ? _mm256_sign_epi8(q, q) : q;
-        const __m256 dw = _mm256_broadcast_ss(&D[i]->d);
-        DJ_UNROLL for (int j = 0; j < NT; j++) {
-            __m256i av = _mm256_loadu_si256((const __m256i *)(a + (size_t)j * as + 2));
-            if (SG) av = _mm256_sign_epi8(av, q);
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(qa, av), ones);
-            const struct kt_tok *t = tp + (size_t)j * tps;
-            acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_broadcast_ss(&t->d)), acc[i][j]);
-            if (MN) accm[i][j] = __builtin_fmaf(D[i]->m, t->dsa, accm[i][j]);
-        }
+static inline struct kt_tot kt_no_sb1(const uint8_t *w, const uint8_t *a) {
+    (void)w;
+    (void)a;
+    return (struct kt_tot){0, 0, 0, 0};
+}
+
+static inline struct kt_tot iq2_xs_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq2_xs *x = (const void *)p;
+    const uint8_t *qs = (const uint8_t *)x->qs, *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        uint16_t q[4];
+        memcpy(q, qs + 8 * c, 8);
+        const __m256i g = _mm256_set_epi64x((long long)dj_iq2xs_grid[q[3] & 511], (long long)dj_iq2xs_grid[q[2] & 511],
+                                            (long long)dj_iq2xs_grid[q[1] & 511], (long long)dj_iq2xs_grid[q[0] & 511]);
+        const __m256i neg = _mm256_set_epi64x((long long)dj_ksigns64[q[3] >> 9], (long long)dj_ksigns64[q[2] >> 9],
+                                              (long long)dj_ksigns64[q[1] >> 9], (long long)dj_ksigns64[q[0] >> 9]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)), _mm256_or_si256(neg, one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
+                                                      words2(2 * (x->scales[c] & 0xF) + 1, 2 * (x->scales[c] >> 4) + 1)));
     }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d) * 0.125f, 0};
+}
+
+static inline struct kt_tot iq2_s_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq2_s *x = (const void *)p;
+    const uint8_t *qs = x->qs, *signs = x->qs + DJ_QK_K / 8, *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const unsigned h = x->qh[c];
+        const __m256i g = _mm256_set_epi64x((long long)dj_iq2s_grid[qs[4 * c + 3] | ((h << 2) & 0x300)],
+                                            (long long)dj_iq2s_grid[qs[4 * c + 2] | ((h << 4) & 0x300)],
+                                            (long long)dj_iq2s_grid[qs[4 * c + 1] | ((h << 6) & 0x300)],
+                                            (long long)dj_iq2s_grid[qs[4 * c] | ((h << 8) & 0x300)]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)),
+                                            _mm256_or_si256(dj_q_bits32_mask(dj_load_u32(signs + 4 * c)), one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
+                                                      words2(2 * (x->scales[c] & 0xF) + 1, 2 * (x->scales[c] >> 4) + 1)));
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d) * 0.125f, 0};
+}
+
+static inline struct kt_tot iq3_xxs_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq3_xxs *x = (const void *)p;
+    const uint8_t *qs = x->qs, *sas = x->qs + DJ_QK_K / 4, *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const uint8_t *q = qs + 8 * c;
+        const uint32_t s = dj_load_u32(sas + 4 * c);
+        const __m256i g = _mm256_setr_epi32((int)dj_iq3xxs_grid[q[0]], (int)dj_iq3xxs_grid[q[1]], (int)dj_iq3xxs_grid[q[2]],
+                                            (int)dj_iq3xxs_grid[q[3]], (int)dj_iq3xxs_grid[q[4]], (int)dj_iq3xxs_grid[q[5]],
+                                            (int)dj_iq3xxs_grid[q[6]], (int)dj_iq3xxs_grid[q[7]]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)), _mm256_or_si256(ksigns4(s), one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av), _mm256_set1_epi16((short)(2 * (s >> 28) + 1))));
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d) * 0.25f, 0};
+}
+
+static inline struct kt_tot iq3_s_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq3_s *x = (const void *)p;
+    const uint8_t *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const uint8_t *q = x->qs + 8 * c;
+        const unsigned h = x->qh[c];
+        const __m256i g = _mm256_setr_epi32(
+            (int)dj_iq3s_grid[q[0] | ((h << 8) & 256)], (int)dj_iq3s_grid[q[1] | ((h << 7) & 256)],
+            (int)dj_iq3s_grid[q[2] | ((h << 6) & 256)], (int)dj_iq3s_grid[q[3] | ((h << 5) & 256)],
+            (int)dj_iq3s_grid[q[4] | ((h << 4) & 256)], (int)dj_iq3s_grid[q[5] | ((h << 3) & 256)],
+            (int)dj_iq3s_grid[q[6] | ((h << 2) & 256)], (int)dj_iq3s_grid[q[7] | ((h << 1) & 256)]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)),
+                                            _mm256_or_si256(dj_q_bits32_mask(dj_load_u32(x->signs + 4 * c)), one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
+                                                      _mm256_set1_epi16((short)(2 * ((x->scales[c / 2] >> 4 * (c % 2)) & 0xF) + 1))));
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d), 0};
+}
+
+/* IQ1_S's 32 grid indices, as 16-bit lanes: qs[i] | ((qh[i/4] >> 3 (i%4)) & 7) << 8 (the
+ * per-lane shifts by multiplies: << 8, 5, 2 by mullo, >> 1 by mulhi) — one vector pass
+ * instead of four scalar operations an index. */
+static inline void iq1_s_idx(const struct dj_block_iq1_s *x, __m256i idx[2]) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)x->qh);
+    const __m256i m1 = _mm256_setr_epi16(256, 32, 4, 0, 256, 32, 4, 0, 256, 32, 4, 0, 256, 32, 4, 0);
+    const __m256i m2 = _mm256_setr_epi16(0, 0, 0, -32768, 0, 0, 0, -32768, 0, 0, 0, -32768, 0, 0, 0, -32768);
+    DJ_UNROLL for (int h = 0; h < 2; h++) {
+        const __m128i qq = h ? _mm_unpackhi_epi16(q, q) : _mm_unpacklo_epi16(q, q);
+        const __m256i H = _mm256_set_m128i(_mm_unpackhi_epi32(qq, qq), _mm_unpacklo_epi32(qq, qq));
+        const __m256i sh = _mm256_or_si256(_mm256_mullo_epi16(H, m1), _mm256_mulhi_epu16(H, m2));
+        idx[h] = _mm256_or_si256(_mm256_and_si256(sh, _mm256_set1_epi16(0x700)),
+                                 _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x->qs + 16 * h))));
+    }
+}
+/* 4 entries of a 64-bit grid at the 16-bit indices in lanes 4c..4c+3 of idx (c = 0..3) */
+static inline __m256i gather4(const uint64_t *grid, __m256i idx, int c) {
+    const __m128i half = c < 2 ? _mm256_castsi256_si128(idx) : _mm256_extracti128_si256(idx, 1);
+    const __m128i i4 = _mm_cvtepu16_epi32(c % 2 ? _mm_srli_si128(half, 8) : half);
+    return _mm256_i32gather_epi64((const long long *)grid, i4, 8);
+}
+
+/* IQ1_S: sum over 32 of (8g + delta) a = 8 sum (g + 1) a + (delta - 8) sum a, the sums of a
+ * from the bsums */
+static inline struct kt_tot iq1_s_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq1_s *x = (const void *)p;
+    const uint8_t *a = ab + offsetof(struct dj_block_q8_K, qs);
+    int16_t bs[16];
+    memcpy(bs, ab + offsetof(struct dj_block_q8_K, bsums), sizeof bs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i idx[2];
+    iq1_s_idx(x, idx);
+    uint16_t ix[32]; /* scalar loads of vector-made indices: measured faster than AVX2 gathers (Zen 3) */
+    _mm256_storeu_si256((__m256i *)ix, idx[0]);
+    _mm256_storeu_si256((__m256i *)(ix + 16), idx[1]);
+    __m256i acc = _mm256_setzero_si256();
+    int32_t corr = 0;
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const unsigned h = dj_load_u16(&x->qh[c]);
+        const uint16_t *i4 = ix + 4 * c;
+        const __m256i g1 = _mm256_add_epi8(_mm256_set_epi64x((long long)dj_iq1s_grid[i4[3]], (long long)dj_iq1s_grid[i4[2]],
+                                                             (long long)dj_iq1s_grid[i4[1]], (long long)dj_iq1s_grid[i4[0]]),
+                                           one);
+        const int sc = 2 * (int)((h >> 12) & 7) + 1;
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g1, _mm256_loadu_si256((const __m256i *)(a + 32 * c))),
+                                                      _mm256_set1_epi16((short)(8 * sc))));
+        corr += sc * (h & 0x8000 ? -9 : -7) * (bs[2 * c] + bs[2 * c + 1]);
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc) + corr, 0, dj_q_f16(&x->d) * 0.125f, 0};
+}
+
+/* IQ1_M: u = 8 (g + 1) + delta + 1 per 8 (as iq1_m_dec), the -9 offset from the bsums in
+ * scalar integers */
+static inline struct kt_tot iq1_m_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq1_m *x = (const void *)p;
+    const uint8_t *a = ab + offsetof(struct dj_block_q8_K, qs);
+    int16_t bs[16];
+    memcpy(bs, ab + offsetof(struct dj_block_q8_K, bsums), sizeof bs);
+    uint16_t sc[4];
+    memcpy(sc, x->scales, 8);
+    const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+    __m256i acc = _mm256_setzero_si256();
+    int32_t corr = 0;
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const unsigned h0 = x->qh[2 * c], h1 = x->qh[2 * c + 1];
+        const uint8_t *q = x->qs + 4 * c;
+        const __m256i dp1 = _mm256_set_epi64x(h1 & 0x80 ? 0 : 0x0202020202020202ll, h1 & 0x08 ? 0 : 0x0202020202020202ll,
+                                              h0 & 0x80 ? 0 : 0x0202020202020202ll, h0 & 0x08 ? 0 : 0x0202020202020202ll);
+        const __m256i u = iq1_u(dj_iq1s_grid[q[0] | ((h0 << 8) & 0x700)], dj_iq1s_grid[q[1] | ((h0 << 4) & 0x700)],
+                                dj_iq1s_grid[q[2] | ((h1 << 8) & 0x700)], dj_iq1s_grid[q[3] | ((h1 << 4) & 0x700)], dp1);
+        const unsigned s = sc[c / 2] >> 6 * (c % 2);
+        const int lo = 2 * (int)(s & 7) + 1, hi = 2 * (int)((s >> 3) & 7) + 1;
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(a + 32 * c))),
+                                                      words2(lo, hi)));
+        corr -= 9 * (lo * bs[2 * c] + hi * bs[2 * c + 1]);
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc) + corr, 0, dj_q_f16(&dh) * 0.125f, 0};
+}
+
+static inline struct kt_tot iq2_xxs_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq2_xxs *x = (const void *)p;
+    const uint8_t *qs = (const uint8_t *)x->qs, *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const uint8_t *q = qs + 8 * c; /* grid indices as byte loads: cheaper than shifting a word */
+        const uint32_t a1 = dj_load_u32(q + 4);
+        const __m256i g = _mm256_set_epi64x((long long)dj_iq2xxs_grid[q[3]], (long long)dj_iq2xxs_grid[q[2]],
+                                            (long long)dj_iq2xxs_grid[q[1]], (long long)dj_iq2xxs_grid[q[0]]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)),
+                                            _mm256_or_si256(ksigns4(a1), one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
+                                                      _mm256_set1_epi16((short)(2 * (a1 >> 28) + 1))));
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d) * 0.125f, 0};
 }
 
 /* ---- tiles over a decoded buffer (prefill) ------------------------------------------- */
@@ -585,44 +684,27 @@ static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, con
                                                  const int MN, const struct kt_sb *D, int64_t nb, const uint8_t *a,
                                                  size_t as, float *c, int64_t ldc) {
     float acc[2][4];
+    __m256 vacc = _mm256_setzero_ps();
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) acc[i][j] = 0;
     for (int64_t b = 0; b < nb; b++) {
         const struct kt_sb *Db[2] = {D + b, D + nb + b};
-        kt_core(MR, NT, SG, CR, MN, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc);
+        kt_core(MR, NT, SG, CR, MN, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc);
+    }
+    if (MR == 2 && NT == 4) {
+        float v[8];
+        _mm256_storeu_ps(v, vacc);
+        DJ_UNROLL for (int i = 0; i < 2; i++) DJ_UNROLL for (int j = 0; j < 4; j++) c[j * ldc + i] = v[4 * i + j];
+        return;
     }
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + i] = acc[i][j];
 }
 
-static inline DJ_ALWAYS_INLINE void k32_tile_body(const int MR, const int NT, const int SG, const int MN,
-                                                  const struct kt_b32 *D, int64_t nb, const uint8_t *a, size_t as,
-                                                  const struct kt_tok *tp, float *c, int64_t ldc) {
-    __m256 acc[2][4];
-    float accm[2][4];
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) {
-        acc[i][j] = _mm256_setzero_ps();
-        accm[i][j] = 0;
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        const struct kt_b32 *Db[2] = {D + b, D + nb + b};
-        k32_core(MR, NT, SG, MN, Db, a + (size_t)b * sizeof(struct dj_block_q8_0), as, tp + b, (size_t)nb, acc, accm);
-    }
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
-        c[j * ldc + i] = MN ? hsum8(acc[i][j]) + accm[i][j] : hsum8(acc[i][j]);
-}
-
-typedef void (*kt_tile_fn)(const void *D, int64_t nb, const uint8_t *a, size_t as, const struct kt_tok *tp,
-                           float *c, int64_t ldc);
+typedef void (*kt_tile_fn)(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c, int64_t ldc);
 
 #define KT_TILE_FN(name, MR, NT, SG, CR, MN)                                                                       \
-    static void name##_##MR##x##NT(const void *D, int64_t nb, const uint8_t *a, size_t as,                         \
-                                   const struct kt_tok *tp, float *c, int64_t ldc) {                               \
-        (void)tp;                                                                                                  \
+    static void name##_##MR##x##NT(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c,       \
+                                   int64_t ldc) {                                                                  \
         kt_tile_body(MR, NT, SG, CR, MN, D, nb, a, as, c, ldc);                                                    \
-    }
-#define K32_TILE_FN(name, MR, NT, SG, MN)                                                                          \
-    static void name##_##MR##x##NT(const void *D, int64_t nb, const uint8_t *a, size_t as,                         \
-                                   const struct kt_tok *tp, float *c, int64_t ldc) {                               \
-        k32_tile_body(MR, NT, SG, MN, D, nb, a, as, tp, c, ldc);                                                   \
     }
 #define KT_TILE_SET(name, DEF, ...)                                                                                \
     DEF(name, 1, 1, __VA_ARGS__) DEF(name, 1, 2, __VA_ARGS__) DEF(name, 1, 3, __VA_ARGS__)                         \
@@ -635,17 +717,14 @@ typedef void (*kt_tile_fn)(const void *D, int64_t nb, const uint8_t *a, size_t a
 KT_TILE_SET(kt_tiles_min, KT_TILE_FN, 0, 0, 1)  /* Q2_K, Q5_K */
 KT_TILE_SET(kt_tiles_off, KT_TILE_FN, 0, 1, 0)  /* Q3_K, IQ1/IQ2/IQ3, TQ */
 KT_TILE_SET(kt_tiles_sgn, KT_TILE_FN, 1, 0, 0)  /* IQ4_XS */
-KT_TILE_SET(k32_tiles_min, K32_TILE_FN, 0, 1)   /* Q4_1, Q5_1 */
-KT_TILE_SET(k32_tiles_sgn, K32_TILE_FN, 1, 0)   /* Q5_0, IQ4_NL, MXFP4 */
 
 /* ---- per type: decode-as-you-go rows, matmul, dot, dequantize ------------------------ */
 
 /* The shared drive of the decoded-buffer path: token chunks, KT_MR-row tiles decoded
  * into buf (dec(row, buf) decodes one whole row), KT_NT-token tiles. */
-static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t *w, int64_t nb, void *dst),
-                     size_t dsz, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                     const struct kt_tok *tp, float *c, int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok,
-                     uint8_t *buf) {
+static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t *w, int64_t nb, struct kt_sb *dst),
+                     int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                     int64_t r0, int64_t r1, int64_t n_tok, struct kt_sb *buf) {
     int64_t tok_chunk = (int64_t)(((size_t)256 << 10) / as);
     tok_chunk -= tok_chunk % KT_NT;
     if (tok_chunk < KT_NT) tok_chunk = KT_NT;
@@ -653,11 +732,10 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
         const int64_t t1 = t0 + tok_chunk < n_tok ? t0 + tok_chunk : n_tok;
         for (int64_t r = r0; r < r1; r += KT_MR) {
             const int mr = (int)(r1 - r < KT_MR ? r1 - r : KT_MR);
-            for (int i = 0; i < mr; i++) dec_row(w + (size_t)(r + i) * ws, nb, buf + (size_t)i * (size_t)nb * dsz);
+            for (int i = 0; i < mr; i++) dec_row(w + (size_t)(r + i) * ws, nb, buf + (size_t)i * (size_t)nb);
             for (int64_t t = t0; t < t1; t += KT_NT) {
                 const int nt = (int)(t1 - t < KT_NT ? t1 - t : KT_NT);
-                tiles[mr - 1][nt - 1](buf, nb, a + (size_t)t * as, as, tp ? tp + (size_t)t * (size_t)nb : NULL,
-                                      c + t * ldc + r, ldc);
+                tiles[mr - 1][nt - 1](buf, nb, a + (size_t)t * as, as, c + t * ldc + r, ldc);
             }
         }
     }
@@ -665,9 +743,8 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
 
 /* K-type T (block struct dj_block_T, decoder T_dec): the rows path for NT tokens, the
  * matmul, the dot. */
-#define KT_TYPE(T, SG, CR, MN, TILES)                                                                              \
-    static void T##_dec_row(const uint8_t *w, int64_t nb, void *dst) {                                             \
-        struct kt_sb *o = dst;                                                                                     \
+#define KT_TYPE(T, SG, CR, MN, TILES, D1, SB1)                                                                     \
+    static void T##_dec_row(const uint8_t *w, int64_t nb, struct kt_sb *o) {                                       \
         for (int64_t b = 0; b < nb; b++) T##_dec(w + (size_t)b * sizeof(struct dj_block_##T), o + b);             \
     }                                                                                                              \
     static inline DJ_ALWAYS_INLINE void T##_rows(const int NT, int64_t nb, const uint8_t *w, size_t ws,           \
@@ -678,10 +755,17 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
             DJ_UNROLL for (int j = 0; j < NT; j++) acc[0][j] = 0;                                                  \
             const uint8_t *wr = w + (size_t)r * ws;                                                                \
             for (int64_t b = 0; b < nb; b++) {                                                                     \
+                const uint8_t *wb = wr + (size_t)b * sizeof(struct dj_block_##T);                                  \
+                const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_K);                                  \
+                if (NT == 1 && D1) { /* one token: the type's own integer dot, the same total */                   \
+                    const struct kt_tot t = kt_sb1_call(SB1, wb, ab);                                              \
+                    kt_epilogue(MN, t, ab, acc[0]);                                                                \
+                    continue;                                                                                      \
+                }                                                                                                  \
                 struct kt_sb blk;                                                                                  \
                 const struct kt_sb *D[2] = {&blk, &blk};                                                           \
-                T##_dec(wr + (size_t)b * sizeof(struct dj_block_##T), &blk);                                       \
-                kt_core(1, NT, SG, CR, MN, D, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc);              \
+                T##_dec(wb, &blk);                                                                                 \
+                kt_core(1, NT, SG, CR, MN, 0, D, ab, as, acc, NULL);                                                        \
             }                                                                                                      \
             DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = acc[0][j];                                     \
         }                                                                                                          \
@@ -702,10 +786,10 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
                            int64_t r0, int64_t r1, int64_t n_tok) {                                                \
         const uint8_t *w = wv, *a = av;                                                                            \
         const int64_t nb = k / DJ_QK_K;                                                                            \
-        uint8_t *buf = n_tok > KT_SMALL ? dj_kernel_scratch((size_t)KT_MR * (size_t)nb * sizeof(struct kt_sb))    \
-                                        : NULL;                                                                    \
+        struct kt_sb *buf = n_tok > KT_SMALL ? dj_kernel_scratch((size_t)KT_MR * (size_t)nb * sizeof(struct kt_sb)) \
+                                             : NULL;                                                               \
         if (buf) {                                                                                                 \
-            kt_drive(TILES, T##_dec_row, sizeof(struct kt_sb), nb, w, ws, a, as, NULL, c, ldc, r0, r1, n_tok, buf); \
+            kt_drive(TILES, T##_dec_row, nb, w, ws, a, as, c, ldc, r0, r1, n_tok, buf);                            \
             return;                                                                                                \
         }                                                                                                          \
         for (int64_t t = 0; t < n_tok;) { /* few tokens, or no scratch: decode as we go */                         \
@@ -723,107 +807,19 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
         return c;                                                                                                  \
     }
 
-KT_TYPE(q5_K, 0, 0, 1, kt_tiles_min)
-KT_TYPE(q3_K, 0, 1, 0, kt_tiles_off)
-KT_TYPE(q2_K, 0, 0, 1, kt_tiles_min)
-KT_TYPE(iq4_xs, 1, 0, 0, kt_tiles_sgn)
-KT_TYPE(iq2_xxs, 0, 1, 0, kt_tiles_off)
-KT_TYPE(iq2_xs, 0, 1, 0, kt_tiles_off)
-KT_TYPE(iq2_s, 0, 1, 0, kt_tiles_off)
-KT_TYPE(iq3_xxs, 0, 1, 0, kt_tiles_off)
-KT_TYPE(iq3_s, 0, 1, 0, kt_tiles_off)
-KT_TYPE(iq1_s, 0, 1, 0, kt_tiles_off)
-KT_TYPE(iq1_m, 0, 1, 0, kt_tiles_off)
-KT_TYPE(tq1_0, 0, 1, 0, kt_tiles_off)
-KT_TYPE(tq2_0, 0, 1, 0, kt_tiles_off)
-
-/* The q8_0 tokens' prepared blocks: into tp (n_tok x nb), or NULL. */
-static void k32_prep(const int MN, const uint8_t *a, size_t as, int64_t n_tok, int64_t nb, struct kt_tok *tp) {
-    for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t b = 0; b < nb; b++)
-            tp[t * nb + b] = kt_prep1(a + (size_t)t * as + (size_t)b * sizeof(struct dj_block_q8_0), MN);
-}
-
-/* 32-block type T: as KT_TYPE; the tokens' prepared blocks in scratch after the decoded
- * rows (without scratch, prepared block by block on the stack: the same bits). */
-#define K32_TYPE(T, SG, MN, TILES)                                                                                 \
-    static void T##_dec_row(const uint8_t *w, int64_t nb, void *dst) {                                             \
-        struct kt_b32 *o = dst;                                                                                    \
-        for (int64_t b = 0; b < nb; b++) T##_dec(w + (size_t)b * sizeof(struct dj_block_##T), o + b);             \
-    }                                                                                                              \
-    static inline DJ_ALWAYS_INLINE void T##_rows(const int NT, int64_t nb, const uint8_t *w, size_t ws,           \
-                                                 const uint8_t *a, size_t as, const struct kt_tok *tp, float *c,   \
-                                                 int64_t ldc, int64_t r0, int64_t r1) {                            \
-        for (int64_t r = r0; r < r1; r++) {                                                                        \
-            __m256 acc[2][4];                                                                                      \
-            float accm[2][4];                                                                                      \
-            DJ_UNROLL for (int j = 0; j < NT; j++) {                                                               \
-                acc[0][j] = _mm256_setzero_ps();                                                                   \
-                accm[0][j] = 0;                                                                                    \
-            }                                                                                                      \
-            const uint8_t *wr = w + (size_t)r * ws;                                                                \
-            for (int64_t b = 0; b < nb; b++) {                                                                     \
-                struct kt_b32 blk;                                                                                 \
-                const struct kt_b32 *D[2] = {&blk, &blk};                                                          \
-                T##_dec(wr + (size_t)b * sizeof(struct dj_block_##T), &blk);                                       \
-                const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_0);                                  \
-                if (tp) {                                                                                          \
-                    k32_core(1, NT, SG, MN, D, ab, as, tp + b, (size_t)nb, acc, accm);                             \
-                } else {                                                                                           \
-                    struct kt_tok tk[4];                                                                           \
-                    DJ_UNROLL for (int j = 0; j < NT; j++) tk[j] = kt_prep1(ab + (size_t)j * as, MN);              \
-                    k32_core(1, NT, SG, MN, D, ab, as, tk, 1, acc, accm);                                          \
-                }                                                                                                  \
-            }                                                                                                      \
-            DJ_UNROLL for (int j = 0; j < NT; j++)                                                                 \
-                c[j * ldc + r] = MN ? hsum8(acc[0][j]) + accm[0][j] : hsum8(acc[0][j]);                            \
-        }                                                                                                          \
-    }                                                                                                              \
-    static void T##_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,                    \
-                          const struct kt_tok *tp, float *c, int64_t ldc, int64_t r0, int64_t r1) {                \
-        T##_rows(1, nb, w, ws, a, as, tp, c, ldc, r0, r1);                                                         \
-    }                                                                                                              \
-    static void T##_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,                    \
-                          const struct kt_tok *tp, float *c, int64_t ldc, int64_t r0, int64_t r1) {                \
-        T##_rows(2, nb, w, ws, a, as, tp, c, ldc, r0, r1);                                                         \
-    }                                                                                                              \
-    static void T##_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,                    \
-                          const struct kt_tok *tp, float *c, int64_t ldc, int64_t r0, int64_t r1) {                \
-        T##_rows(4, nb, w, ws, a, as, tp, c, ldc, r0, r1);                                                         \
-    }                                                                                                              \
-    static void T##_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc, \
-                           int64_t r0, int64_t r1, int64_t n_tok) {                                                \
-        const uint8_t *w = wv, *a = av;                                                                            \
-        const int64_t nb = k / 32;                                                                                 \
-        const size_t dbytes = n_tok > KT_SMALL ? (size_t)KT_MR * (size_t)nb * sizeof(struct kt_b32) : 0;          \
-        uint8_t *buf = dj_kernel_scratch(dbytes + (size_t)n_tok * (size_t)nb * sizeof(struct kt_tok));            \
-        struct kt_tok *tp = buf ? (struct kt_tok *)(buf + dbytes) : NULL;                                          \
-        if (tp) k32_prep(MN, a, as, n_tok, nb, tp);                                                                \
-        if (buf && dbytes) {                                                                                       \
-            kt_drive(TILES, T##_dec_row, sizeof(struct kt_b32), nb, w, ws, a, as, tp, c, ldc, r0, r1, n_tok, buf); \
-            return;                                                                                                \
-        }                                                                                                          \
-        for (int64_t t = 0; t < n_tok;) {                                                                          \
-            const int64_t n = n_tok - t;                                                                           \
-            const uint8_t *at = a + (size_t)t * as;                                                                \
-            const struct kt_tok *tt = tp ? tp + t * nb : NULL;                                                     \
-            float *ct = c + t * ldc;                                                                               \
-            if (n >= 4) T##_rows4(nb, w, ws, at, as, tt, ct, ldc, r0, r1), t += 4;                                 \
-            else if (n >= 2) T##_rows2(nb, w, ws, at, as, tt, ct, ldc, r0, r1), t += 2;                            \
-            else T##_rows1(nb, w, ws, at, as, tt, ct, ldc, r0, r1), t += 1;                                        \
-        }                                                                                                          \
-    }                                                                                                              \
-    static float T##_dot(int64_t k, const void *w, const void *a) {                                                \
-        float c;                                                                                                   \
-        T##_rows1(k / 32, w, 0, a, 0, NULL, &c, 1, 0, 1);                                                          \
-        return c;                                                                                                  \
-    }
-
-K32_TYPE(q4_1, 0, 1, k32_tiles_min)
-K32_TYPE(q5_1, 0, 1, k32_tiles_min)
-K32_TYPE(q5_0, 1, 0, k32_tiles_sgn)
-K32_TYPE(iq4_nl, 1, 0, k32_tiles_sgn)
-K32_TYPE(mxfp4, 1, 0, k32_tiles_sgn)
+KT_TYPE(q5_K, 0, 0, 1, kt_tiles_min, 0, kt_no_sb1)
+KT_TYPE(q3_K, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
+KT_TYPE(q2_K, 0, 0, 1, kt_tiles_min, 0, kt_no_sb1)
+KT_TYPE(iq4_xs, 1, 0, 0, kt_tiles_sgn, 0, kt_no_sb1)
+KT_TYPE(iq2_xxs, 0, 1, 0, kt_tiles_off, 1, iq2_xxs_sb1)
+KT_TYPE(iq2_xs, 0, 1, 0, kt_tiles_off, 1, iq2_xs_sb1)
+KT_TYPE(iq2_s, 0, 1, 0, kt_tiles_off, 1, iq2_s_sb1)
+KT_TYPE(iq3_xxs, 0, 1, 0, kt_tiles_off, 1, iq3_xxs_sb1)
+KT_TYPE(iq3_s, 0, 1, 0, kt_tiles_off, 1, iq3_s_sb1)
+KT_TYPE(iq1_s, 0, 1, 0, kt_tiles_off, 1, iq1_s_sb1)
+KT_TYPE(iq1_m, 0, 1, 0, kt_tiles_off, 1, iq1_m_sb1)
+KT_TYPE(tq1_0, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
+KT_TYPE(tq2_0, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
 
 /* ---- dequantizers ------------------------------------------------------------------
  *
@@ -879,30 +875,6 @@ KT_DEQUANT(iq1_m, 9, 0)
 KT_DEQUANT(tq1_0, 1, 0)
 KT_DEQUANT(tq2_0, 1, 0)
 
-/* 32-blocks: y = v * d (+ m: ggml's x0 * d + m) */
-#define K32_DEQUANT(T, MN)                                                                                         \
-    static void T##_dequant(const void *xv, float *y, int64_t n) {                                                 \
-        const uint8_t *x = xv;                                                                                     \
-        for (int64_t b = 0; b < n / 32; b++, y += 32) {                                                            \
-            struct kt_b32 blk;                                                                                     \
-            T##_dec(x + (size_t)b * sizeof(struct dj_block_##T), &blk);                                            \
-            uint8_t q[32];                                                                                         \
-            _mm256_storeu_si256((__m256i *)q, blk.q);                                                              \
-            const __m256 d = _mm256_set1_ps(blk.d), m = _mm256_set1_ps(blk.m);                                     \
-            for (int g = 0; g < 4; g++) {                                                                          \
-                const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * g)))); \
-                __m256 r = _mm256_mul_ps(v, d);                                                                    \
-                if (MN) r = _mm256_add_ps(r, m);                                                                   \
-                _mm256_storeu_ps(y + 8 * g, r);                                                                    \
-            }                                                                                                      \
-        }                                                                                                          \
-    }
-K32_DEQUANT(q4_1, 1)
-K32_DEQUANT(q5_1, 1)
-K32_DEQUANT(q5_0, 0)
-K32_DEQUANT(iq4_nl, 0)
-K32_DEQUANT(mxfp4, 0)
-
 #define KT_SET(k, TYPE, T)                                                                                         \
     do {                                                                                                           \
         (k)->w[TYPE].act_type = dj_kernels_act_type(TYPE);                                                         \
@@ -927,11 +899,7 @@ void dj_kernels_init_avx2_quants(struct dj_kernels *k) {
     KT_SET(k, DJ_TYPE_IQ1_M, iq1_m);
     KT_SET(k, DJ_TYPE_TQ1_0, tq1_0);
     KT_SET(k, DJ_TYPE_TQ2_0, tq2_0);
-    KT_SET(k, DJ_TYPE_Q4_1, q4_1);
-    KT_SET(k, DJ_TYPE_Q5_1, q5_1);
-    KT_SET(k, DJ_TYPE_Q5_0, q5_0);
-    KT_SET(k, DJ_TYPE_IQ4_NL, iq4_nl);
-    KT_SET(k, DJ_TYPE_MXFP4, mxfp4);
+    dj_kernels_init_avx2_quants32(k);
 }
 
 #else /* not x86 */
