@@ -11,7 +11,12 @@
  *     acc = fma(-float(imin_b), dmin * d_a, acc)   super-block's sum of scale * level * a;
  *                                                  imin_b: sum of min * bsums (Q2_K, Q5_K)
  *
- * (acc starts at 0; the result).  d, dmin: the block's f16 scales, d times the type's
+ * (acc starts at 0; the result) for the types with an offset (below); Q2_K, Q5_K and
+ * IQ4_XS, with none, keep llama.cpp's form instead: the chain in 8 lanes of natural
+ * partial sums, acc = fma(float(isum lanes), d * d_a, acc) (and fnmadd for the mins), the
+ * result hsum8(acc) — no horizontal sum per super-block (decode: 0.72x -> 0.9-1.0x of
+ * llama.cpp's vec_dot for Q2_K, same-run measure), and in prefill it costs what the
+ * exact totals' vector epilogue does.  d, dmin: the block's f16 scales, d times the type's
  * power of two (IQ2: 1/8, IQ3_XXS: 1/4, IQ1: 1/8 — the integer scales are 2s+1, the
  * IQ1 levels 8 (grid +- 1/8)).  The lanes of a SIMD partial sum are added up in
  * integers before the one conversion: with an offset (below) a lane holds offset
@@ -417,11 +422,11 @@ static inline DJ_ALWAYS_INLINE void tq1_0_dec(const uint8_t *p, struct kt_sb *o)
  * because with an offset (OFF > 0) a lane's partial sum holds offset terms that cancel
  * only across lanes, and rounding it would scale the error with the offset rather than
  * with the dot's own terms.  SG: signed values (sign trick); CR: the offset correction
- * cw; MN: the mins.  VEC, for a full 2 x 4 tile: the 8 pairs' chains in the 8 lanes of
+ * cw; MN: the mins; UN: every scale 1 (TQ: maddubs summed as words, one madd).  VEC, for a full 2 x 4 tile: the 8 pairs' chains in the 8 lanes of
  * *vacc (pair (i, j) in lane 4i + j) instead of acc — lane for lane the same float
  * operations on the same totals, so the same bits. */
 static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const int SG, const int CR, const int MN,
-                                            const int VEC, const struct kt_sb *const *D, const uint8_t *a, size_t as,
+                                            const int UN, const int VEC, const struct kt_sb *const *D, const uint8_t *a, size_t as,
                                             float acc[2][4], __m256 *vacc, __m256 vc[2][4]) {
     const size_t qo = offsetof(struct dj_block_q8_K, qs), bo = offsetof(struct dj_block_q8_K, bsums);
     __m256i is[2][4];
@@ -429,12 +434,15 @@ static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const in
 #define KT_STEP(c)                                                                                                   \
     do {                                                                                                             \
         DJ_UNROLL for (int i = 0; i < MR; i++) {                                                                     \
-            const __m256i q = D[i]->q[c], s = D[i]->scw[c];                                                          \
+            const __m256i q = D[i]->q[c], s = UN ? q : D[i]->scw[c];                                                 \
             const __m256i qa = SG ? _mm256_sign_epi8(q, q) : q;                                                      \
             DJ_UNROLL for (int j = 0; j < NT; j++) {                                                                 \
                 __m256i av = _mm256_loadu_si256((const __m256i *)(a + (size_t)j * as + qo + 32 * (size_t)(c)));      \
                 if (SG) av = _mm256_sign_epi8(av, q);                                                                \
-                is[i][j] = _mm256_add_epi32(is[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, av), s));          \
+                if (UN) /* unit scales: word sums, <= 8 * 2 * 3 * 127 = 6096 */                                   \
+                    is[i][j] = _mm256_add_epi16(is[i][j], _mm256_maddubs_epi16(qa, av));                             \
+                else                                                                                                 \
+                    is[i][j] = _mm256_add_epi32(is[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, av), s));      \
             }                                                                                                        \
         }                                                                                                            \
     } while (0)
@@ -445,6 +453,8 @@ static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const in
         for (int c = 0; c < 8; c++) KT_STEP(c);
     }
 #undef KT_STEP
+    if (UN) DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
+        is[i][j] = _mm256_madd_epi16(is[i][j], _mm256_set1_epi16(1));
     if (!CR) { /* no offset: 8 lanes of natural partial sums, the pair's chain in 8 lanes */
         DJ_UNROLL for (int j = 0; j < NT; j++) {
             const uint8_t *ab = a + (size_t)j * as;
@@ -701,7 +711,7 @@ static inline struct kt_tot iq2_xxs_sb1(const uint8_t *p, const uint8_t *ab) {
 
 /* MR rows x NT tokens from the decoded rows D (row i at D + i * nb), all nb super-blocks */
 static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, const int SG, const int CR,
-                                                 const int MN, const struct kt_sb *D, int64_t nb, const uint8_t *a,
+                                                 const int MN, const int UN, const struct kt_sb *D, int64_t nb, const uint8_t *a,
                                                  size_t as, float *c, int64_t ldc) {
     float acc[2][4];
     __m256 vacc = _mm256_setzero_ps(), vc[2][4];
@@ -711,7 +721,7 @@ static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, con
     }
     for (int64_t b = 0; b < nb; b++) {
         const struct kt_sb *Db[2] = {D + b, D + nb + b};
-        kt_core(MR, NT, SG, CR, MN, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc, vc);
+        kt_core(MR, NT, SG, CR, MN, UN, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc, vc);
     }
     if (!CR) {
         DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + i] = dj_q_hsum8(vc[i][j]);
@@ -728,10 +738,10 @@ static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, con
 
 typedef void (*kt_tile_fn)(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c, int64_t ldc);
 
-#define KT_TILE_FN(name, MR, NT, SG, CR, MN)                                                                       \
+#define KT_TILE_FN(name, MR, NT, SG, CR, MN, UN)                                                                   \
     static void name##_##MR##x##NT(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c,       \
                                    int64_t ldc) {                                                                  \
-        kt_tile_body(MR, NT, SG, CR, MN, D, nb, a, as, c, ldc);                                                    \
+        kt_tile_body(MR, NT, SG, CR, MN, UN, D, nb, a, as, c, ldc);                                                \
     }
 #define KT_TILE_SET(name, DEF, ...)                                                                                \
     DEF(name, 1, 1, __VA_ARGS__) DEF(name, 1, 2, __VA_ARGS__) DEF(name, 1, 3, __VA_ARGS__)                         \
@@ -740,10 +750,11 @@ typedef void (*kt_tile_fn)(const struct kt_sb *D, int64_t nb, const uint8_t *a, 
     static const kt_tile_fn name[2][4] = {{name##_1x1, name##_1x2, name##_1x3, name##_1x4},                        \
                                           {name##_2x1, name##_2x2, name##_2x3, name##_2x4}};
 
-/* the flag combinations the types use: (signed, correction, mins) */
-KT_TILE_SET(kt_tiles_min, KT_TILE_FN, 0, 0, 1)  /* Q2_K, Q5_K */
-KT_TILE_SET(kt_tiles_off, KT_TILE_FN, 0, 1, 0)  /* Q3_K, IQ1/IQ2/IQ3, TQ */
-KT_TILE_SET(kt_tiles_sgn, KT_TILE_FN, 1, 0, 0)  /* IQ4_XS */
+/* the flag combinations the types use: (signed, correction, mins, unit scales) */
+KT_TILE_SET(kt_tiles_min, KT_TILE_FN, 0, 0, 1, 0)  /* Q2_K, Q5_K */
+KT_TILE_SET(kt_tiles_off, KT_TILE_FN, 0, 1, 0, 0)  /* Q3_K, IQ1/IQ2/IQ3 */
+KT_TILE_SET(kt_tiles_sgn, KT_TILE_FN, 1, 0, 0, 0)  /* IQ4_XS */
+KT_TILE_SET(kt_tiles_unit, KT_TILE_FN, 0, 1, 0, 1) /* TQ1_0, TQ2_0 */
 
 /* ---- per type: decode-as-you-go rows, matmul, dot, dequantize ------------------------ */
 
@@ -770,7 +781,7 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
 
 /* K-type T (block struct dj_block_T, decoder T_dec): the rows path for NT tokens, the
  * matmul, the dot. */
-#define KT_TYPE(T, SG, CR, MN, TILES, D1, SB1)                                                                     \
+#define KT_TYPE(T, SG, CR, MN, UN, TILES, D1, SB1)                                                                     \
     static void T##_dec_row(const uint8_t *w, int64_t nb, struct kt_sb *o) {                                       \
         for (int64_t b = 0; b < nb; b++) T##_dec(w + (size_t)b * sizeof(struct dj_block_##T), o + b);             \
     }                                                                                                              \
@@ -796,7 +807,7 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
                 struct kt_sb blk;                                                                                  \
                 const struct kt_sb *D[2] = {&blk, &blk};                                                           \
                 T##_dec(wb, &blk);                                                                                 \
-                kt_core(1, NT, SG, CR, MN, 0, D, ab, as, acc, NULL, vc);                                           \
+                kt_core(1, NT, SG, CR, MN, UN, 0, D, ab, as, acc, NULL, vc);                                       \
             }                                                                                                      \
             DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = CR ? acc[0][j] : dj_q_hsum8(vc[0][j]);         \
         }                                                                                                          \
@@ -838,19 +849,19 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
         return c;                                                                                                  \
     }
 
-KT_TYPE(q5_K, 0, 0, 1, kt_tiles_min, 0, kt_no_sb1)
-KT_TYPE(q3_K, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
-KT_TYPE(q2_K, 0, 0, 1, kt_tiles_min, 0, kt_no_sb1)
-KT_TYPE(iq4_xs, 1, 0, 0, kt_tiles_sgn, 0, kt_no_sb1)
-KT_TYPE(iq2_xxs, 0, 1, 0, kt_tiles_off, 1, iq2_xxs_sb1)
-KT_TYPE(iq2_xs, 0, 1, 0, kt_tiles_off, 1, iq2_xs_sb1)
-KT_TYPE(iq2_s, 0, 1, 0, kt_tiles_off, 1, iq2_s_sb1)
-KT_TYPE(iq3_xxs, 0, 1, 0, kt_tiles_off, 1, iq3_xxs_sb1)
-KT_TYPE(iq3_s, 0, 1, 0, kt_tiles_off, 1, iq3_s_sb1)
-KT_TYPE(iq1_s, 0, 1, 0, kt_tiles_off, 1, iq1_s_sb1)
-KT_TYPE(iq1_m, 0, 1, 0, kt_tiles_off, 1, iq1_m_sb1)
-KT_TYPE(tq1_0, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
-KT_TYPE(tq2_0, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
+KT_TYPE(q5_K, 0, 0, 1, 0, kt_tiles_min, 0, kt_no_sb1)
+KT_TYPE(q3_K, 0, 1, 0, 0, kt_tiles_off, 0, kt_no_sb1)
+KT_TYPE(q2_K, 0, 0, 1, 0, kt_tiles_min, 0, kt_no_sb1)
+KT_TYPE(iq4_xs, 1, 0, 0, 0, kt_tiles_sgn, 0, kt_no_sb1)
+KT_TYPE(iq2_xxs, 0, 1, 0, 0, kt_tiles_off, 1, iq2_xxs_sb1)
+KT_TYPE(iq2_xs, 0, 1, 0, 0, kt_tiles_off, 1, iq2_xs_sb1)
+KT_TYPE(iq2_s, 0, 1, 0, 0, kt_tiles_off, 1, iq2_s_sb1)
+KT_TYPE(iq3_xxs, 0, 1, 0, 0, kt_tiles_off, 1, iq3_xxs_sb1)
+KT_TYPE(iq3_s, 0, 1, 0, 0, kt_tiles_off, 1, iq3_s_sb1)
+KT_TYPE(iq1_s, 0, 1, 0, 0, kt_tiles_off, 1, iq1_s_sb1)
+KT_TYPE(iq1_m, 0, 1, 0, 0, kt_tiles_off, 1, iq1_m_sb1)
+KT_TYPE(tq1_0, 0, 1, 0, 1, kt_tiles_unit, 0, kt_no_sb1)
+KT_TYPE(tq2_0, 0, 1, 0, 1, kt_tiles_unit, 0, kt_no_sb1)
 
 /* ---- dequantizers ------------------------------------------------------------------
  *
