@@ -667,15 +667,31 @@ static inline struct kt_tot iq1_m_sb1(const uint8_t *p, const uint8_t *ab) {
     uint16_t sc[4];
     memcpy(sc, x->scales, 8);
     const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+    /* the 32 grid indices at once: qs[i] | ((qh[i/2] >> 4 (i%2)) & 7) << 8, the shifts by
+     * multiplies (<< 8, << 4), as 16-bit lanes */
+    uint16_t ix[32];
+    {
+        const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
+        const __m256i m = _mm256_setr_epi16(256, 16, 256, 16, 256, 16, 256, 16, 256, 16, 256, 16, 256, 16, 256, 16);
+        DJ_UNROLL for (int h = 0; h < 2; h++) {
+            const __m128i q8 = h ? _mm_unpackhi_epi8(qh, qh) : _mm_unpacklo_epi8(qh, qh); /* qh[i/2] */
+            const __m256i sh = _mm256_mullo_epi16(_mm256_cvtepu8_epi16(q8), m);
+            _mm256_storeu_si256((__m256i *)(ix + 16 * h),
+                                _mm256_or_si256(_mm256_and_si256(sh, _mm256_set1_epi16(0x700)),
+                                                _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x->qs + 16 * h)))));
+        }
+    }
+    /* delta + 1 of group l: 0 where bit 3 (l even) or 7 (l odd) of qh[2c + l/2] is set, else 2 */
+    const __m256i dbit = _mm256_setr_epi16(8, 8, 8, 8, 0x80, 0x80, 0x80, 0x80, 0x800, 0x800, 0x800, 0x800,
+                                           (short)0x8000, (short)0x8000, (short)0x8000, (short)0x8000);
     __m256i acc = _mm256_setzero_si256();
     int32_t corr = 0;
     DJ_UNROLL for (int c = 0; c < 8; c++) {
-        const unsigned h0 = x->qh[2 * c], h1 = x->qh[2 * c + 1];
-        const uint8_t *q = x->qs + 4 * c;
-        const __m256i dp1 = _mm256_set_epi64x(h1 & 0x80 ? 0 : 0x0202020202020202ll, h1 & 0x08 ? 0 : 0x0202020202020202ll,
-                                              h0 & 0x80 ? 0 : 0x0202020202020202ll, h0 & 0x08 ? 0 : 0x0202020202020202ll);
-        const __m256i u = iq1_u(dj_iq1s_grid[q[0] | ((h0 << 8) & 0x700)], dj_iq1s_grid[q[1] | ((h0 << 4) & 0x700)],
-                                dj_iq1s_grid[q[2] | ((h1 << 8) & 0x700)], dj_iq1s_grid[q[3] | ((h1 << 4) & 0x700)], dp1);
+        const uint16_t *i4 = ix + 4 * c;
+        const __m256i h2 = _mm256_set1_epi16((short)dj_load_u16(x->qh + 2 * c));
+        const __m256i dp1 = _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(h2, dbit), _mm256_setzero_si256()),
+                                             _mm256_set1_epi8(2));
+        const __m256i u = iq1_u(dj_iq1s_grid[i4[0]], dj_iq1s_grid[i4[1]], dj_iq1s_grid[i4[2]], dj_iq1s_grid[i4[3]], dp1);
         const unsigned s = sc[c / 2] >> 6 * (c % 2);
         const int lo = 2 * (int)(s & 7) + 1, hi = 2 * (int)((s >> 3) & 7) + 1;
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(a + 32 * c))),
