@@ -20,7 +20,10 @@
 // single-token and batch work, default model params (mmap; the CPU backend's
 // extra buffer types, i.e. weight repacking where it has a repacked layout).
 //
-// Output: one JSON document (stdout or -o), and with --dump DIR the full last-position
+// Output: one JSON document (stdout or -o; per prompt, by its index in PROMPTS.json:
+// prompt_tokens, top_last, top_last_seq (the seq run's logits at top_last's ids),
+// greedy, greedy_seq, step_top, spread_all_positions, spread_at (its position),
+// spread_last; and the maxima over prompts), and with --dump DIR the full last-position
 // logits of each prompt's batch run as DIR/p<i>.logits_last.f32 (n_vocab float32 LE).
 //
 // Built against a llama.cpp build outside this repository (bench/peer/README.md); the
@@ -47,7 +50,7 @@ static void usage(void) {
         "  -o OUT.json     write the JSON there (default stdout)\n"
         "  --steps S       greedy steps (default 16)\n"
         "  --top-k K       [id, logit] pairs kept at the last prompt position (default 64)\n"
-        "  --top-steps T   pairs kept at each greedy step (default 8)\n"
+        "  --top-steps T   pairs kept at each greedy step (default 4)\n"
         "  -t N            threads (default 1)\n"
         "  --dump DIR      also write DIR/p<i>.logits_last.f32 (batch run)\n"
         "  --label TEXT    free text copied into the JSON (e.g. the peer's commit)\n");
@@ -169,20 +172,29 @@ static int argmax(const float * x, int n) {
     return best;
 }
 
-// The k largest [id, logit], by logit descending, lower id first on ties.
-static std::string top_json(const float * x, int n, int k) {
+// The ids of the k largest values, by value descending, lower id first on ties.
+static std::vector<int> top_ids(const float * x, int n, int k) {
     std::vector<int> idx(n);
     for (int i = 0; i < n; i++) idx[i] = i;
     k = std::min(k, n);
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
                       [&](int a, int b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+    idx.resize(k);
+    return idx;
+}
+
+// [id, x[id]] for the given ids.
+static std::string pairs_json(const float * x, const std::vector<int> & ids) {
     std::string o = "[";
-    for (int i = 0; i < k; i++) {
+    for (size_t i = 0; i < ids.size(); i++) {
         if (i) o += ", ";
-        o += "[" + std::to_string(idx[i]) + ", " + fmt_float(x[idx[i]]) + "]";
+        o += "[" + std::to_string(ids[i]) + ", " + fmt_float(x[ids[i]]) + "]";
     }
     return o + "]";
 }
+
+// The k largest [id, logit], by logit descending, lower id first on ties.
+static std::string top_json(const float * x, int n, int k) { return pairs_json(x, top_ids(x, n, k)); }
 
 static std::string ids_json(const std::vector<llama_token> & v) {
     std::string o = "[";
@@ -217,7 +229,7 @@ static bool decode(llama_context * ctx, const std::vector<llama_token> & toks, i
 
 int main(int argc, char ** argv) {
     std::string model_path, prompts_path, out_path, dump_dir, label;
-    int n_steps = 16, top_k = 64, top_steps = 8, n_threads = 1;
+    int n_steps = 16, top_k = 64, top_steps = 4, n_threads = 1;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto val = [&]() -> const char * {
@@ -282,13 +294,14 @@ int main(int argc, char ** argv) {
     llama_model_desc(model, desc, sizeof desc);
     std::string js = "{\n";
     js += "  \"model\": \"" + json_escape(model_path.substr(model_path.rfind('/') + 1)) + "\",\n";
+    js += "  \"prompts\": \"" + json_escape(prompts_path.substr(prompts_path.rfind('/') + 1)) + "\",\n";
     js += "  \"desc\": \"" + json_escape(desc) + "\",\n";
     if (!label.empty()) js += "  \"label\": \"" + json_escape(label) + "\",\n";
     js += "  \"n_vocab\": " + std::to_string(n_vocab) + ",\n";
     js += "  \"settings\": {\"type_k\": \"f32\", \"type_v\": \"f32\", \"flash_attn\": false, \"n_threads\": " +
           std::to_string(n_threads) + ", \"n_ctx\": " + std::to_string(cp.n_ctx) + ", \"steps\": " +
           std::to_string(n_steps) + "},\n";
-    js += "  \"prompts\": [\n";
+    js += "  \"results\": [\n";
     float spread_all = 0, spread_last_all = 0;
     int greedy_differs = 0;
     llama_memory_t mem = llama_get_memory(ctx);
@@ -328,11 +341,12 @@ int main(int argc, char ** argv) {
             greedy_seq.push_back(argmax(cur.data(), n_vocab));
         }
         float spread = 0, spread_last = 0;
+        size_t spread_pos = 0;
         bool nan = false;
         for (size_t i = 0; i < batch_rows.size(); i++) {
             float d = fabsf(batch_rows[i] - seq_rows[i]);
             nan |= d != d;
-            spread = std::max(spread, d);
+            if (d > spread) spread = d, spread_pos = i / n_vocab;
             if (i >= (size_t) (np - 1) * n_vocab) spread_last = std::max(spread_last, d);
         }
         if (nan) { fprintf(stderr, "prompt %zu: a NaN logit\n", pi); return 1; }
@@ -349,15 +363,18 @@ int main(int argc, char ** argv) {
             fclose(f);
         }
         js += "    {\n";
-        js += "      \"prompt\": \"" + json_escape(prompts[pi]) + "\",\n";
+        js += "      \"index\": " + std::to_string(pi) + ",\n";
         js += "      \"prompt_tokens\": " + ids_json(toks) + ",\n";
         js += "      \"top_last\": " + top_json(last_copy.data(), n_vocab, top_k) + ",\n";
+        js += "      \"top_last_seq\": " +
+              pairs_json(seq_rows.data() + (size_t) (np - 1) * n_vocab, top_ids(last_copy.data(), n_vocab, top_k)) + ",\n";
         js += "      \"greedy\": " + ids_json(greedy) + ",\n";
         js += "      \"greedy_seq\": " + ids_json(greedy_seq) + ",\n";
         js += "      \"step_top\": [";
         for (size_t s = 0; s < step_tops.size(); s++) js += (s ? ",\n        " : "\n        ") + step_tops[s];
         js += "],\n";
         js += "      \"spread_all_positions\": " + fmt_float(spread) + ",\n";
+        js += "      \"spread_at\": " + std::to_string(spread_pos) + ",\n";
         js += "      \"spread_last\": " + fmt_float(spread_last) + "\n";
         js += pi + 1 < ptoks.size() ? "    },\n" : "    }\n";
     }
