@@ -5,8 +5,8 @@
  *
  * A row of n_blocks blocks is filled with bytes from a xorshift64 stream seeded
  * by `s` (the same seed gives the same bytes, on any machine), then each block's
- * scale fields are overwritten with "sane" values: finite, normal (f16 scales
- * are never subnormal), nonzero, varying from block to block (a kernel that
+ * scale fields are overwritten with "sane" values: finite, nonzero (some f16
+ * scales subnormal, see synth_scale_f16), varying from block to block (a kernel that
  * reads another block's scale must not get the same number), chosen so that
  * weights stay within about +-0.035..0.1 like `deja synth`'s other types, with
  * a mean near zero in every block: the mins are tied to the scale (dmin, m) so
@@ -68,11 +68,10 @@ static inline bool synth_random_type(uint32_t type) {
     }
 }
 
-/* An f16 scale: base times a factor in [0.5, 1), from the stream.  A base below 2^-13
- * is raised to it, so the scale is never subnormal (2^-14 is the smallest normal f16)
- * and still varies (iq3_xxs, iq3_s and iq4_xs: their weights reach about +-0.1). */
+/* An f16 scale: base times a factor in [0.5, 1), from the stream.  Small bases give
+ * subnormal f16 scales (iq4_xs always, iq3_xxs and iq3_s in part), as real files of
+ * small weights have: d = (largest sub-block scale) / 32 or so is below 2^-14 there. */
 static inline uint16_t synth_scale_f16(float base, uint64_t *s) {
-    if (base < 1.220703125e-04f) base = 1.220703125e-04f;
     return dj_f32_to_fp16(base * (0.5f + 0.5f * (float)(synth_xorshift(s) >> 40) / (float)(1 << 24)));
 }
 

@@ -11,9 +11,12 @@
 //             logits after feeding greedy id s-1).
 //   seq       the memory cleared, the same prompt token by token (one llama_decode
 //             per token, n_batch 1), logits at every position, then S greedy steps.
-//   spread    llama.cpp's own disagreement between the two: the max |logit diff| over
-//             the whole vocabulary at every prompt position (and at the last one
-//             alone), and whether the two greedy runs chose the same ids.
+//   fa        the prompt in one batch again, in a second context with flash attention
+//             (F32 K/V still): the attention's float order changes, nothing else.
+//   spread    llama.cpp's own disagreement between batch and seq: the max |logit diff|
+//             over the whole vocabulary at every prompt position (and at the last one
+//             alone), and whether the two greedy runs chose the same ids; spread_fa the
+//             same between batch and fa (all positions).
 //
 // Settings: F32 K and V cache, flash attention off (the f32kv variant of
 // ../shared/golden), n_ctx = longest prompt + S, -t threads (default 1) for both
@@ -22,7 +25,7 @@
 //
 // Output: one JSON document (stdout or -o; per prompt, by its index in PROMPTS.json:
 // prompt_tokens, top_last, top_last_seq (the seq run's logits at top_last's ids),
-// greedy, greedy_seq, step_top, spread_all_positions, spread_at (its position),
+// greedy, greedy_seq, step_top, spread_all_positions, spread_at (its position), spread_fa,
 // spread_last; and the maxima over prompts), and with --dump DIR the full last-position
 // logits of each prompt's batch run as DIR/p<i>.logits_last.f32 (n_vocab float32 LE).
 //
@@ -288,7 +291,11 @@ int main(int argc, char ** argv) {
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.no_perf = true;
     llama_context * ctx = llama_init_from_model(model, cp);
-    if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 1; }
+    // the same with flash attention: only the attention's float order changes (F32 K/V)
+    llama_context_params cp_fa = cp;
+    cp_fa.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    llama_context * ctx_fa = llama_init_from_model(model, cp_fa);
+    if (!ctx || !ctx_fa) { fprintf(stderr, "cannot create a context\n"); return 1; }
 
     char desc[256];
     llama_model_desc(model, desc, sizeof desc);
@@ -302,7 +309,7 @@ int main(int argc, char ** argv) {
           std::to_string(n_threads) + ", \"n_ctx\": " + std::to_string(cp.n_ctx) + ", \"steps\": " +
           std::to_string(n_steps) + "},\n";
     js += "  \"results\": [\n";
-    float spread_all = 0, spread_last_all = 0;
+    float spread_all = 0, spread_last_all = 0, spread_fa_all = 0;
     int greedy_differs = 0;
     llama_memory_t mem = llama_get_memory(ctx);
     for (size_t pi = 0; pi < ptoks.size(); pi++) {
@@ -350,6 +357,17 @@ int main(int argc, char ** argv) {
             if (i >= (size_t) (np - 1) * n_vocab) spread_last = std::max(spread_last, d);
         }
         if (nan) { fprintf(stderr, "prompt %zu: a NaN logit\n", pi); return 1; }
+        // fa: the prompt in one batch with flash attention
+        std::vector<float> fa_rows;
+        llama_memory_clear(llama_get_memory(ctx_fa), true);
+        if (!decode(ctx_fa, toks, 0, true, n_vocab, fa_rows)) return 1;
+        float spread_fa = 0;
+        for (size_t i = 0; i < batch_rows.size(); i++) {
+            float d = fabsf(batch_rows[i] - fa_rows[i]);
+            if (d != d) { fprintf(stderr, "prompt %zu: a NaN logit (flash attention)\n", pi); return 1; }
+            spread_fa = std::max(spread_fa, d);
+        }
+        spread_fa_all = std::max(spread_fa_all, spread_fa);
         spread_all = std::max(spread_all, spread);
         spread_last_all = std::max(spread_last_all, spread_last);
         greedy_differs += greedy != greedy_seq;
@@ -375,21 +393,24 @@ int main(int argc, char ** argv) {
         js += "],\n";
         js += "      \"spread_all_positions\": " + fmt_float(spread) + ",\n";
         js += "      \"spread_at\": " + std::to_string(spread_pos) + ",\n";
+        js += "      \"spread_fa\": " + fmt_float(spread_fa) + ",\n";
         js += "      \"spread_last\": " + fmt_float(spread_last) + "\n";
         js += pi + 1 < ptoks.size() ? "    },\n" : "    }\n";
     }
     js += "  ],\n";
     js += "  \"spread_all_positions\": " + fmt_float(spread_all) + ",\n";
     js += "  \"spread_last\": " + fmt_float(spread_last_all) + ",\n";
+    js += "  \"spread_fa\": " + fmt_float(spread_fa_all) + ",\n";
     js += "  \"greedy_batch_vs_seq_differ\": " + std::to_string(greedy_differs) + "\n}\n";
     if (out_path.empty()) fputs(js.c_str(), stdout);
     else {
         FILE * f = fopen(out_path.c_str(), "w");
         if (!f || fputs(js.c_str(), f) < 0 || fclose(f) != 0) { fprintf(stderr, "%s: cannot write\n", out_path.c_str()); return 1; }
     }
-    fprintf(stderr, "%s: %zu prompts, batch-vs-seq spread %s (last position %s), greedy differs in %d\n",
-            model_path.c_str(), ptoks.size(), fmt_float(spread_all).c_str(), fmt_float(spread_last_all).c_str(),
-            greedy_differs);
+    fprintf(stderr, "%s: %zu prompts, batch-vs-seq spread %s (last position %s), greedy differs in %d; "
+            "flash attention vs not %s\n", model_path.c_str(), ptoks.size(), fmt_float(spread_all).c_str(),
+            fmt_float(spread_last_all).c_str(), greedy_differs, fmt_float(spread_fa_all).c_str());
+    llama_free(ctx_fa);
     llama_free(ctx);
     llama_model_free(model);
     llama_backend_free();

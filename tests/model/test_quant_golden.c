@@ -29,7 +29,9 @@
  *  - 16 greedy steps teacher-forced with llama.cpp's ids: each step's golden top-4
  *    logits within tol; argmax equal to llama.cpp's id, except where llama.cpp's own
  *    margin between its choice and deja's is under 2 tol (a near-tie the tolerance
- *    cannot order): counted and reported as a flip, never more than FLIPS_MAX.
+ *    cannot order: each of the two logits may be off by tol): printed and counted as
+ *    a flip, with the number of such near-tie steps.  Teacher forcing keeps a flip
+ *    from changing the steps after it.
  *
  * Tolerance per file: tol = max(TOL_FLOOR, SPREAD_FACTOR x llama.cpp's own spread),
  * where the spread is the largest |logit difference| between llama.cpp's two ways
@@ -57,9 +59,7 @@
 #include "test.h"
 #include "test_run.h"
 
-#define TOL_FLOOR 2e-3f
-#define SPREAD_FACTOR 1.0f
-#define FLIPS_MAX 2 /* per file, over 4 prompts x 16 steps */
+#define TOL_FLOOR 1e-3f /* never reached by the committed goldens: spread_fa >= 0.015 on all of them */
 
 /* every deja synth type llama.cpp ran (quant_goldens.sh SYNTH_TYPES) */
 static const char *const synth_types[] = {
@@ -85,7 +85,7 @@ static json_t *prompts;
 static int n_not_checked;
 
 /* Summary lines, printed at the end (one per file). */
-static char summary[64][200];
+static char summary[64][240];
 static int n_summary;
 
 /* The value for `name` in a "<hex>  <name>" list (SHA256SUMS, DIGESTS); NULL if absent. */
@@ -105,7 +105,7 @@ static char *list_lookup(const char *file, const char *name) {
 
 /* sha256 of a file, by coreutils' sha256sum (an implementation independent of deja). */
 static char *file_sha256(const char *path) {
-    char cmd[4200], buf[128] = "";
+    char cmd[4300], buf[128] = "";
     snprintf(cmd, sizeof cmd, "sha256sum '%s'", path);
     FILE *p = popen(cmd, "r");
     if (!p) return NULL;
@@ -181,10 +181,11 @@ static void check_file(const char *path, const char *sub, const char *name) {
         return;
     }
     const size_t V = m->hp.n_vocab;
-    const float spread = (float)json_number_value(json_object_get(g, "spread_all_positions"));
-    const float tol = fmaxf(TOL_FLOOR, SPREAD_FACTOR * spread);
+    const float spread = (float)json_number_value(json_object_get(g, "spread_all_positions")),
+                spread_fa = (float)json_number_value(json_object_get(g, "spread_fa"));
+    const float tol = fmaxf(TOL_FLOOR, fmaxf(spread, spread_fa));
     float worst_last = 0, worst_step = 0, worst_seq = 0;
-    int flips = 0, n_prompts = 0;
+    int flips = 0, near_ties = 0, n_prompts = 0;
     float *logits = malloc(V * sizeof(float));
     json_t *res = json_object_get(g, "results");
     for (size_t pi = 0; pi < json_array_size(res); pi++) {
@@ -252,6 +253,8 @@ static void check_file(const char *path, const char *sub, const char *name) {
             if (s > 0) worst_step = fmaxf(worst_step, ds);
             CHECKF(ds <= tol, "%s %s p%zu step %zu: max |logit diff| over llama.cpp's top %zu %g > tol %g", sub, name,
                    idx, s, json_array_size(st_top), ds, tol);
+            json_t *st2 = json_array_get(st_top, 1);
+            near_ties += st2 && jnum(st_top, 0, 1) - (float)json_number_value(json_array_get(st2, 1)) <= 2 * tol;
             const dj_token am = sampler_argmax(logits, V);
             if (am == want) continue;
             /* a flip: allowed only as a near-tie in llama.cpp's own logits */
@@ -268,13 +271,12 @@ static void check_file(const char *path, const char *sub, const char *name) {
         ctx_free(c);
         free(toks);
     }
-    CHECKF(flips <= FLIPS_MAX, "%s %s: %d near-tie flips > %d", sub, name, flips, FLIPS_MAX);
     CHECKF(n_prompts == (int)json_array_size(res), "%s %s: %d of %zu prompts ran", sub, name, n_prompts,
            json_array_size(res));
     if (n_summary < 64)
         snprintf(summary[n_summary++], sizeof summary[0],
-                 "%-7s %-8s last %.3g (vs token-by-token %.3g)  steps %.3g  tol %.3g  llama.cpp spread %.3g  flips %d",
-                 sub, name, worst_last, worst_seq, worst_step, tol, spread, flips);
+                 "%-6s %-14s last %.3g (vs token by token %.3g)  steps %.3g  tol %.3g (batch-seq %.3g, fa %.3g)  flips %d of %d near-ties",
+                 sub, name, worst_last, worst_seq, worst_step, tol, spread, spread_fa, flips, near_ties);
     free(logits);
     model_free(m);
     json_decref(g);
