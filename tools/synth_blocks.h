@@ -23,14 +23,14 @@
  *   q5_0         d                          x = d (q - 16)
  *   iq4_nl       +-d                        x = d kvalues[q]          (|kv| <= 127)
  *   mxfp4        e (E8M0) 119..121          x = 2^(e-128) kv          (|kv| <= 12)
- *   nvfp4        d[4] (UE4M3) exp 0..1      x = ue4m3(d)/2 kv
+ *   nvfp4        d[4] (UE4M3) exp 0, 1 (1/8) x = ue4m3(d)/2 kv
  *   q1_0         d                          x = +-d
  *   q2_0         +-d                        x = d (q - 1)
  *   q2_K         d, dmin = 1.5 d            x = d sc q - dmin m       (sc, m 4-bit)
  *   q3_K         d                          x = d (sc - 32) q         (q -4..3)
  *   q4_K, q5_K   d, dmin (= 15.5 d for q5_K) x = d sc q - dmin m      (sc, m 6-bit)
  *   q6_K         d; scales forced to 1..63  x = d sc (q - 32)
- *   tq1_0, tq2_0 d (+-d for tq2_0)          x = d (t - 1)
+ *   tq1_0, tq2_0 d, +-d (smaller: q 0..3)   x = d (t - 1)
  *   iq2_xxs/xs/s d                          x = d (0.5 + s) / 4 grid sign  (grid <= 43)
  *   iq3_xxs      d                          x = d (0.5 + s) / 2 grid sign  (grid <= 62)
  *   iq3_s        d                          x = d (1 + 2 s) grid sign      (grid <= 15)
@@ -121,7 +121,8 @@ static inline void synth_random_blocks(uint32_t type, uint8_t *row, int64_t n_bl
             struct dj_block_nvfp4 *q = (struct dj_block_nvfp4 *)p;
             for (int i = 0; i < DJ_QK_NVFP4 / DJ_QK_NVFP4_SUB; i++) {
                 const uint64_t r = synth_xorshift(&s);
-                q->d[i] = (uint8_t)(((r & 1) << 3) | (1 + (r >> 8) % 7)); /* exponent 0..1, mantissa 1..7 */
+                /* exponent 1 one time in 8 (the normal values), else 0 (subnormal); mantissa 1..7 */
+                q->d[i] = (uint8_t)(((r & 7) == 0) << 3 | (1 + (r >> 8) % 7));
             }
             break;
         }
@@ -141,7 +142,7 @@ static inline void synth_random_blocks(uint32_t type, uint8_t *row, int64_t n_bl
             break;
         }
         case DJ_TYPE_TQ1_0: ((struct dj_block_tq1_0 *)p)->d = synth_scale_f16(0.035f, &s); break;
-        case DJ_TYPE_TQ2_0: ((struct dj_block_tq2_0 *)p)->d = synth_signed(synth_scale_f16(0.035f, &s), &s); break;
+        case DJ_TYPE_TQ2_0: ((struct dj_block_tq2_0 *)p)->d = synth_signed(synth_scale_f16(0.025f, &s), &s); break;
         case DJ_TYPE_IQ2_XXS: ((struct dj_block_iq2_xxs *)p)->d = synth_scale_f16(0.035f / (15.5f * 0.25f * 43.0f), &s); break;
         case DJ_TYPE_IQ2_XS: ((struct dj_block_iq2_xs *)p)->d = synth_scale_f16(0.035f / (15.5f * 0.25f * 43.0f), &s); break;
         case DJ_TYPE_IQ2_S: ((struct dj_block_iq2_s *)p)->d = synth_scale_f16(0.035f / (15.5f * 0.25f * 43.0f), &s); break;
