@@ -21,7 +21,7 @@ QFILES=${QFILES:-/work/qfiles}
 SHARED=${SHARED:-../shared}
 DEJA=${DEJA:-build/bin/deja}
 OUT=tests/golden/quants
-BIN=$LLAMACPP/build/bin
+BIN=$(realpath "$LLAMACPP/build/bin")
 F16=$SHARED/models/codelm-15m-f16.gguf
 mode=${1:-all}
 
@@ -48,13 +48,19 @@ files() {
     for t in $CODELM_PLAIN; do
         "$BIN/llama-quantize" "$F16" "$QFILES/codelm/codelm-$t.gguf" "$t" 1 > "$QFILES/codelm/log-$t.txt" 2>&1
     done
-    # the importance matrix: codelm's perplexity text (60,000 characters of an agent prompt)
-    "$BIN/llama-imatrix" -m "$F16" -f "$SHARED/golden/codelm/codelm_ppl_text.txt" -c 512 -t 2 \
-        -o "$QFILES/codelm/imatrix.gguf" > "$QFILES/codelm/log-imatrix.txt" 2>&1
-    for t in $CODELM_IMATRIX; do
-        "$BIN/llama-quantize" --imatrix "$QFILES/codelm/imatrix.gguf" "$F16" "$QFILES/codelm/codelm-$t.gguf" "$t" 1 \
-            > "$QFILES/codelm/log-$t.txt" 2>&1
-    done
+    # the importance matrix: codelm's perplexity text (60,000 characters of an agent prompt).
+    # Run inside $QFILES/codelm with bare file names: llama-imatrix records the text's path
+    # and llama-quantize the imatrix's, so the files' sha256 would depend on the directories.
+    local f16abs
+    f16abs=$(realpath "$F16")
+    cp "$SHARED/golden/codelm/codelm_ppl_text.txt" "$QFILES/codelm/codelm_ppl_text.txt"
+    (
+        cd "$QFILES/codelm"
+        "$BIN/llama-imatrix" -m "$f16abs" -f codelm_ppl_text.txt -c 512 -t 2 -o imatrix.gguf > log-imatrix.txt 2>&1
+        for t in $CODELM_IMATRIX; do
+            "$BIN/llama-quantize" --imatrix imatrix.gguf "$f16abs" "codelm-$t.gguf" "$t" 1 > "log-$t.txt" 2>&1
+        done
+    )
     for t in $SYNTH_TYPES; do
         "$DEJA" synth --arch llama --preset tiny --type "$t" --vocab-from "$F16" -o "$QFILES/synth/tiny-$t.gguf" -t 1 \
             2> /dev/null
