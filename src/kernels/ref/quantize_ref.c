@@ -844,17 +844,19 @@ void dj_ref_quantize_row_tq2_0(const float *x, struct dj_block_tq2_0 *y, int64_t
 /* ggml's kvalues_iq4nl */
 static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-/* Index of the grid value nearest x (ties to the lower one), by bisection
- * (ggml's best_index_int8). */
-static int best_index_int8(int n, const int8_t *val, float x) {
+/* Index of the grid value nearest x, ggml's best_index_int8 for a strictly
+ * increasing grid of 16: ggml bisects to the bracket val[ml] <= x < val[ml+1],
+ * which for strictly increasing values is ml = #{k : val[k] <= x} - 1; counting
+ * gives the same bracket without ggml's four unpredictable branches (measured:
+ * `deja quantize` codelm to IQ4_NL 4.6 -> 2.6 s on 2 threads), then the same
+ * comparison picks an end (the lower one on a tie). */
+static int best_index_iq4nl(const int8_t *val, float x) {
     if (x <= val[0]) return 0;
-    if (x >= val[n - 1]) return n - 1;
-    int ml = 0, mu = n - 1;
-    while (mu - ml > 1) {
-        int mav = (ml + mu) / 2;
-        if (x < val[mav]) mu = mav;
-        else ml = mav;
-    }
+    if (x >= val[15]) return 15;
+    int ml = -1;
+    for (int k = 0; k < 16; k++) ml += x >= val[k];
+    if (ml < 0) return 15; /* NaN: where ggml's bisection ends */
+    const int mu = ml + 1;
     return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
 }
 
@@ -897,7 +899,7 @@ static void quantize_iq4_superblock(int sb, const float *x, uint16_t *dh, uint8_
         float sumqx = 0, sumq2 = 0;
         for (int j = 0; j < BS; ++j) {
             float al = id * xb[j];
-            int l = best_index_int8(16, values, al);
+            int l = best_index_iq4nl(values, al);
             Lb[j] = (uint8_t)l;
             float q = values[l];
             float w = weight[j];
@@ -911,7 +913,7 @@ static void quantize_iq4_superblock(int sb, const float *x, uint16_t *dh, uint8_
             sumqx = sumq2 = 0;
             for (int j = 0; j < BS; ++j) {
                 float al = id * xb[j];
-                int l = best_index_int8(16, values, al);
+                int l = best_index_iq4nl(values, al);
                 float q = values[l];
                 float w = weight[j];
                 sumqx += w * q * xb[j];
@@ -943,7 +945,7 @@ static void quantize_iq4_superblock(int sb, const float *x, uint16_t *dh, uint8_
             float idl = dl ? 1 / dl : 0.f;
             uint8_t *Lb = L + ib * BS;
             const float *xb = x + ib * BS;
-            for (int j = 0; j < BS; ++j) Lb[j] = (uint8_t)best_index_int8(16, values, idl * xb[j]);
+            for (int j = 0; j < BS; ++j) Lb[j] = (uint8_t)best_index_iq4nl(values, idl * xb[j]);
             l += 32;
             const uint8_t l_l = (uint8_t)(l & 0xf), l_h = (uint8_t)(l >> 4);
             if (ib % 2 == 0) scales_l[ib / 2] = l_l;
@@ -953,7 +955,7 @@ static void quantize_iq4_superblock(int sb, const float *x, uint16_t *dh, uint8_
     } else {
         *dh = dj_f32_to_fp16(scales[0]);
         float id = scales[0] ? 1 / scales[0] : 0;
-        for (int j = 0; j < sb; ++j) L[j] = (uint8_t)best_index_int8(16, values, id * x[j]);
+        for (int j = 0; j < sb; ++j) L[j] = (uint8_t)best_index_iq4nl(values, id * x[j]);
     }
 
     for (int i = 0; i < sb / 32; ++i)
