@@ -5,13 +5,19 @@
  * reproducible from its seed.  Rows come in several "modes" that reach the
  * quantizers' corner cases: gaussian, uniform with an offset, outliers, many
  * zeros, many exact ties, all positive, zero sub-blocks, and tiny groups (below
- * the k-quants' 1e-15 all-zero threshold).
+ * the k-quants' 1e-15 all-zero threshold).  trng_raw_row fills a weight row of any
+ * block type with random bytes and sane scale fields.
  */
 #ifndef DJ_TESTS_KERNELS_TESTUTIL_H
 #define DJ_TESTS_KERNELS_TESTUTIL_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "core/fp16.h"
+#include "core/ggml_type.h"
 
 struct trng {
     uint64_t s;
@@ -50,6 +56,68 @@ static inline void trng_row(struct trng *r, float *x, int64_t k, int mode, float
         }
         x[i] = v;
     }
+}
+
+/* A sane random f16 scale: magnitude 2^-12 .. 2^-4, random sign. */
+static inline uint16_t trng_scale_f16(struct trng *r) {
+    const float v = ldexpf(1.0f + (float)trng_unif(r), -4 - (int)(trng_next(r) % 9));
+    return dj_f32_to_fp16(trng_next(r) & 1 ? -v : v);
+}
+
+/* One weight row of k elements of `type` as random raw blocks: any bits in the values,
+ * levels, signs, grid indices and small scales; the scale fields sane (finite, modest:
+ * trng_scale_f16 for the f16 ones, positive for q4_K as its quantizer makes them;
+ * MXFP4's E8M0 exponent 110..140; NVFP4's UE4M3 bytes any — all finite); F32/F16/BF16
+ * gaussian values.  False for a type it does not know. */
+static inline bool trng_raw_row(struct trng *r, uint32_t type, uint8_t *row, int64_t k) {
+    const struct dj_type_info *ti = dj_type_info(type);
+    size_t n = 0;
+    if (!ti || !dj_row_bytes(type, k, &n)) return false;
+    for (size_t i = 0; i < n; i++) row[i] = (uint8_t)trng_next(r);
+    if (ti->blck == 1) {
+        for (int64_t i = 0; i < k; i++) {
+            const float v = trng_gauss(r);
+            if (type == DJ_TYPE_F32) memcpy(row + 4 * i, &v, 4);
+            else if (type == DJ_TYPE_F16) ((uint16_t *)row)[i] = dj_f32_to_fp16(v);
+            else if (type == DJ_TYPE_BF16) ((uint16_t *)row)[i] = dj_f32_to_bf16(v);
+            else return false;
+        }
+        return true;
+    }
+    int off[2] = {-1, -1}; /* byte offsets of the f16 scales in a block */
+    switch (type) {
+    case DJ_TYPE_Q8_0: case DJ_TYPE_Q4_0: case DJ_TYPE_Q5_0: case DJ_TYPE_IQ4_NL: case DJ_TYPE_Q1_0:
+    case DJ_TYPE_Q2_0: case DJ_TYPE_IQ2_XXS: case DJ_TYPE_IQ2_XS: case DJ_TYPE_IQ2_S: case DJ_TYPE_IQ3_XXS:
+    case DJ_TYPE_IQ3_S: case DJ_TYPE_IQ1_S: case DJ_TYPE_IQ4_XS: off[0] = 0; break;
+    case DJ_TYPE_Q4_1: case DJ_TYPE_Q5_1: case DJ_TYPE_Q4_K: case DJ_TYPE_Q5_K: off[0] = 0, off[1] = 2; break;
+    case DJ_TYPE_Q2_K: off[0] = 80, off[1] = 82; break;
+    case DJ_TYPE_Q3_K: off[0] = 108; break;
+    case DJ_TYPE_Q6_K: off[0] = 208; break;
+    case DJ_TYPE_TQ1_0: off[0] = 52; break;
+    case DJ_TYPE_TQ2_0: off[0] = 64; break;
+    case DJ_TYPE_IQ1_M: case DJ_TYPE_MXFP4: case DJ_TYPE_NVFP4: break;
+    default: return false;
+    }
+    for (int64_t b = 0; b < k / ti->blck; b++) {
+        uint8_t *blk = row + (size_t)b * ti->bytes;
+        for (int j = 0; j < 2; j++) {
+            if (off[j] < 0) continue;
+            uint16_t h = trng_scale_f16(r);
+            if (type == DJ_TYPE_Q4_K) h &= 0x7fff;
+            memcpy(blk + off[j], &h, 2);
+        }
+        if (type == DJ_TYPE_MXFP4) blk[0] = (uint8_t)(110 + trng_next(r) % 31);
+        if (type == DJ_TYPE_IQ1_M) { /* the f16 scale's nibble j is the top nibble of scale word j */
+            const uint16_t h = trng_scale_f16(r);
+            for (int j = 0; j < 4; j++) {
+                uint16_t w;
+                memcpy(&w, blk + 48 + 2 * j, 2);
+                w = (uint16_t)((w & 0x0fff) | (((h >> (4 * j)) & 0xf) << 12));
+                memcpy(blk + 48 + 2 * j, &w, 2);
+            }
+        }
+    }
+    return true;
 }
 
 #endif

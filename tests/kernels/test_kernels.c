@@ -40,8 +40,14 @@
 #include "kernels/ref/ref.h"
 #include "test.h"
 
-static const uint32_t wtypes[] = {DJ_TYPE_F32, DJ_TYPE_F16, DJ_TYPE_BF16, DJ_TYPE_Q8_0,
-                                  DJ_TYPE_Q4_0, DJ_TYPE_Q4_K, DJ_TYPE_Q6_K};
+/* Every weight type the generic table must run (the reference path of the types without
+ * a fast kernel); each table is tested on every type it has a matmul for. */
+static const uint32_t wtypes[] = {
+    DJ_TYPE_F32,   DJ_TYPE_F16,    DJ_TYPE_BF16,    DJ_TYPE_Q8_0,   DJ_TYPE_Q4_0,  DJ_TYPE_Q4_K,   DJ_TYPE_Q6_K,
+    DJ_TYPE_Q4_1,  DJ_TYPE_Q5_0,   DJ_TYPE_Q5_1,    DJ_TYPE_Q2_K,   DJ_TYPE_Q3_K,  DJ_TYPE_Q5_K,   DJ_TYPE_IQ1_S,
+    DJ_TYPE_IQ1_M, DJ_TYPE_IQ2_XXS, DJ_TYPE_IQ2_XS, DJ_TYPE_IQ2_S,  DJ_TYPE_IQ3_XXS, DJ_TYPE_IQ3_S, DJ_TYPE_IQ4_NL,
+    DJ_TYPE_IQ4_XS, DJ_TYPE_MXFP4, DJ_TYPE_TQ1_0,   DJ_TYPE_TQ2_0,  DJ_TYPE_NVFP4, DJ_TYPE_Q1_0,   DJ_TYPE_Q2_0,
+};
 enum { NW = sizeof wtypes / sizeof wtypes[0] };
 
 static size_t row_bytes(int type, int64_t k) {
@@ -52,44 +58,28 @@ static size_t row_bytes(int type, int64_t k) {
 
 static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
-/* A sane random f16 scale: magnitude 2^-12 .. 2^-4, random sign. */
-static uint16_t random_scale(struct trng *r) {
-    const float v = ldexpf(1.0f + (float)trng_unif(r), -4 - (int)(trng_next(r) % 9));
-    return dj_f32_to_fp16(trng_next(r) & 1 ? -v : v);
+/* A weight row: the reference quantizer's output for x when the type has one and raw
+ * is false, else random raw blocks (kernels_testutil.h: any bits, sane scales). */
+static void weight_row(struct trng *r, uint32_t type, const float *x, uint8_t *row, int64_t k, bool raw) {
+    if (raw || !dj_ref_quantize_row(type, x, row, k))
+        if (!trng_raw_row(r, type, row, k)) abort();
 }
 
-/* Fills one weight row with random raw blocks: any bits in the values, sane scales. */
-static void random_raw_row(struct trng *r, uint32_t type, uint8_t *row, int64_t k) {
-    const size_t n = row_bytes((int)type, k);
-    for (size_t i = 0; i < n; i++) row[i] = (uint8_t)trng_next(r);
+/* The number of float roundings a kernel's sum of one row may take, the n of the dot
+ * tolerance: one per block for the seven original types, per element for F32/F16/BF16
+ * (kernels_generic.c); for the other types one per scale group (the smallest run of
+ * elements with a float scale of its own, or with one activation scale — a kernel may
+ * apply each separately), two where a min or delta term is added apart. */
+static int64_t n_roundings(uint32_t type, int64_t k) {
     switch (type) {
-    case DJ_TYPE_F32:
-        for (int64_t i = 0; i < k; i++) ((float *)row)[i] = trng_gauss(r);
-        break;
-    case DJ_TYPE_F16:
-    case DJ_TYPE_BF16:
-        for (int64_t i = 0; i < k; i++) {
-            const float v = trng_gauss(r);
-            ((uint16_t *)row)[i] = type == DJ_TYPE_F16 ? dj_f32_to_fp16(v) : dj_f32_to_bf16(v);
-        }
-        break;
-    case DJ_TYPE_Q8_0:
-        for (int64_t b = 0; b < k / 32; b++) ((struct dj_block_q8_0 *)row)[b].d = random_scale(r);
-        break;
-    case DJ_TYPE_Q4_0:
-        for (int64_t b = 0; b < k / 32; b++) ((struct dj_block_q4_0 *)row)[b].d = random_scale(r);
-        break;
-    case DJ_TYPE_Q4_K:
-        for (int64_t b = 0; b < k / 256; b++) {
-            struct dj_block_q4_K *x = (struct dj_block_q4_K *)row + b;
-            x->d = random_scale(r) & 0x7fff; /* positive, as the quantizer makes them */
-            x->dmin = random_scale(r) & 0x7fff;
-        }
-        break;
-    case DJ_TYPE_Q6_K:
-        for (int64_t b = 0; b < k / 256; b++) ((struct dj_block_q6_K *)row)[b].d = random_scale(r);
-        break;
-    default: abort();
+    case DJ_TYPE_Q4_1: case DJ_TYPE_Q5_1: return 2 * k / 32;
+    case DJ_TYPE_Q2_K: return 2 * k / 16;
+    case DJ_TYPE_Q5_K: case DJ_TYPE_IQ1_S: return 2 * k / 32;
+    case DJ_TYPE_IQ1_M: return 2 * k / 16;
+    case DJ_TYPE_Q3_K: case DJ_TYPE_IQ2_XS: case DJ_TYPE_IQ2_S: case DJ_TYPE_NVFP4: return k / 16;
+    case DJ_TYPE_Q1_0: case DJ_TYPE_Q2_0: case DJ_TYPE_IQ2_XXS: case DJ_TYPE_IQ3_XXS: case DJ_TYPE_IQ3_S:
+    case DJ_TYPE_IQ4_XS: return k / 32;
+    default: return k / dj_type_info(type)->blck;
     }
 }
 
@@ -140,16 +130,12 @@ static void test_dequant(const struct dj_kernels *kt) {
     static float x[K], y1[K], y2[K];
     static uint8_t q[K * 4];
     struct trng r = {22};
-    for (int t = 0; t < NW; t++) {
-        const uint32_t type = wtypes[t];
+    for (uint32_t type = 0; type < DJ_TYPE_COUNT; type++) {
+        if (!kt->w[type].matmul) continue;
         int bad = 0;
         for (int row = 0; row < 2 * TROW_MODES; row++) {
-            if (row < TROW_MODES) {
-                trng_row(&r, x, K, row, (float)exp((trng_unif(&r) - 0.5) * 10));
-                CHECK(dj_ref_quantize_row(type, x, q, K));
-            } else {
-                random_raw_row(&r, type, q, K);
-            }
+            trng_row(&r, x, K, row % TROW_MODES, (float)exp((trng_unif(&r) - 0.5) * 10));
+            weight_row(&r, type, x, q, K, row >= TROW_MODES);
             kt->w[type].dequantize_row(q, y1, K);
             CHECK(dj_ref_dequantize_row(type, q, y2, K));
             for (int i = 0; i < K; i++) bad += f32_bits(y1[i]) != f32_bits(y2[i]);
@@ -177,12 +163,8 @@ static void test_matmul_case(const struct dj_kernels *kt, uint32_t wtype, struct
     if (!w || !a || !x || !dots || !c) abort();
 
     for (int64_t i = 0; i < nr; i++) {
-        if (i % 3 == 2) {
-            random_raw_row(r, wtype, w + (size_t)i * wrb, k);
-        } else {
-            trng_row(r, x, k, (int)(trng_next(r) % TROW_MODES), (float)exp((trng_unif(r) - 0.5) * 6));
-            CHECK(dj_ref_quantize_row(wtype, x, w + (size_t)i * wrb, k));
-        }
+        trng_row(r, x, k, (int)(trng_next(r) % TROW_MODES), (float)exp((trng_unif(r) - 0.5) * 6));
+        weight_row(r, wtype, x, w + (size_t)i * wrb, k, i % 3 == 2);
     }
     for (int64_t t = 0; t < nt; t++) {
         trng_row(r, x, k, t % 5 == 4 ? 2 : 0, (float)exp((trng_unif(r) - 0.5) * 6));
@@ -191,14 +173,13 @@ static void test_matmul_case(const struct dj_kernels *kt, uint32_t wtype, struct
 
     /* 3. dot vs the exact reference */
     int bad = 0;
-    const int64_t blck = dj_type_info(wtype)->blck;
     for (int64_t i = 0; i < nr; i++) {
         for (int64_t t = 0; t < nt; t++) {
             const void *wi = w + (size_t)i * wrb, *at_ = a + (size_t)t * arb;
             const float d = wk->dot(k, wi, at_);
             double mag;
             const double ref = dj_ref_dot(wtype, k, wi, at_, &mag);
-            const double tol = 2.0 * (double)(k / blck + 16) * 0x1p-24 * mag + 1e-30;
+            const double tol = 2.0 * (double)(n_roundings(wtype, k) + 16) * 0x1p-24 * mag + 1e-30;
             const double err = fabs((double)d - ref);
             if (!(err <= tol)) {
                 if (bad++ < 3)
@@ -257,8 +238,8 @@ static void test_matmul_case(const struct dj_kernels *kt, uint32_t wtype, struct
 static void test_matmul(const struct dj_kernels *kt) {
     static const struct shape shapes[] = {{0, 1, 1}, {0, 3, 2}, {0, 5, 5}, {0, 17, 7}, {0, 37, 67}};
     struct trng r = {33};
-    for (int t = 0; t < NW; t++) {
-        const uint32_t wtype = wtypes[t];
+    for (uint32_t wtype = 0; wtype < DJ_TYPE_COUNT; wtype++) {
+        if (!kt->w[wtype].matmul) continue;
         const int64_t blck = dj_type_info(wtype)->blck;
         int64_t ks[6];
         int nk = 0;
@@ -281,7 +262,7 @@ static void test_matmul(const struct dj_kernels *kt) {
                 test_matmul_case(kt, wtype, s, &r, &worst);
             }
         }
-        printf("%-12s %-5s worst |dot - ref| / mag = %.2e\n", kt->name, dj_type_name(wtype), worst);
+        printf("%-12s %-7s worst |dot - ref| / mag = %.2e\n", kt->name, dj_type_name(wtype), worst);
     }
 }
 
@@ -304,9 +285,19 @@ int main(int argc, char **argv) {
         }
         n_tables++;
         CHECK(kt->isa == (enum dj_isa)isa);
-        for (int t = 0; t < NW; t++) {
-            CHECK(kt->w[wtypes[t]].matmul && kt->w[wtypes[t]].dot && kt->w[wtypes[t]].dequantize_row);
-            CHECK(kt->w[wtypes[t]].act_type == dj_kernels_act_type(wtypes[t]));
+        /* every table runs every type (the generic kernels at least); whatever has a matmul
+         * has the rest of its entries, with the type's block size and activation pairing */
+        for (int t = 0; t < NW; t++) CHECKF(kt->w[wtypes[t]].matmul, "%s: no %s kernels", kt->name, dj_type_name(wtypes[t]));
+        for (uint32_t t = 0; t < DJ_TYPE_COUNT; t++) {
+            const struct dj_wtype_kernels *wk = &kt->w[t];
+            if (!wk->matmul) continue;
+            CHECKF(wk->dot && wk->dequantize_row && wk->act_type == dj_kernels_act_type(t) && wk->act_type >= 0,
+                   "%s: %s entries incomplete", kt->name, dj_type_name(t));
+            const struct dj_type_info *ti = dj_type_info(t);
+            const int64_t ab = wk->act_type == DJ_TYPE_Q8_K ? DJ_QK_K : wk->act_type == DJ_TYPE_Q8_0 ? DJ_QK8_0 : 1;
+            CHECKF(ti && ti->blck % ab == 0 && (ti->blck == 1) == (ab == 1),
+                   "%s: %s blocks of %u, activation blocks of %lld", kt->name, dj_type_name(t), ti ? ti->blck : 0,
+                   (long long)ab);
         }
         test_act_quant(kt);
         test_dequant(kt);

@@ -98,7 +98,12 @@ bool dj_ref_dequantize_row(uint32_t type, const void *x, float *y, int64_t n) {
     case DJ_TYPE_Q4_K: dequant_q4_K(x, y, n); return true;
     case DJ_TYPE_Q6_K: dequant_q6_K(x, y, n); return true;
     case DJ_TYPE_Q8_K: dequant_q8_K(x, y, n); return true;
-    default: return false;
+    default: {
+        const dj_ref_dequantize_fn f = dj_ref_quants_dequantizer(type); /* ref_quants.c */
+        if (!f) return false;
+        f(x, y, n);
+        return true;
+    }
     }
 }
 
@@ -218,6 +223,6 @@ double dj_ref_dot(uint32_t wtype, int64_t n, const void *w, const void *a, doubl
     case DJ_TYPE_Q4_0: DJ_ASSERT(n % DJ_QK4_0 == 0); return dot_q4_0(n, w, a, mag);
     case DJ_TYPE_Q4_K: DJ_ASSERT(n % DJ_QK_K == 0); return dot_q4_K(n, w, a, mag);
     case DJ_TYPE_Q6_K: DJ_ASSERT(n % DJ_QK_K == 0); return dot_q6_K(n, w, a, mag);
-    default: DJ_ASSERT(!"dj_ref_dot: weight type without a kernel"); return 0;
+    default: return dj_ref_dot_quants(wtype, n, w, a, mag); /* ref_quants.c; asserts on unknown types */
     }
 }

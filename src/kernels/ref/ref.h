@@ -70,7 +70,8 @@ void dj_ref_quantize_act_q8_K(const float *x, struct dj_block_q8_K *y, int64_t n
 bool dj_ref_quantize_act(uint32_t act_type, const float *x, void *y, int64_t n);
 
 /* ---- dequantizers --------------------------------------------------------- */
-/* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K.  False for other types. */
+/* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K and the types of ref_quants.c (below).
+ * False for other types. */
 bool dj_ref_dequantize_row(uint32_t type, const void *x, float *y, int64_t n);
 
 /* ---- dot products --------------------------------------------------------- */
@@ -80,5 +81,35 @@ bool dj_ref_dequantize_row(uint32_t type, const void *x, float *y, int64_t n);
  * adds up (|w_i a_i| for plain types; |d sc q a| + |dmin m a| for q4_K), the
  * scale of its rounding error. */
 double dj_ref_dot(uint32_t wtype, int64_t n, const void *w, const void *a, double *mag);
+
+/* ---- the other weight types (ref_quants.c: formulas and provenance there) --------- */
+/* Row dequantizers (n a multiple of the type's block), bitwise ggml's dequantize_row_*;
+ * dj_ref_dequantize_row calls them for these types. */
+typedef void (*dj_ref_dequantize_fn)(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_q4_1(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_q5_0(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_q5_1(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_q2_K(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_q3_K(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_q5_K(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_iq1_s(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_iq1_m(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_iq2_xxs(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_iq2_xs(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_iq2_s(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_iq3_xxs(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_iq3_s(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_iq4_nl(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_iq4_xs(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_mxfp4(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_nvfp4(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_tq1_0(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_tq2_0(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_q1_0(const void *x, float *y, int64_t n);
+void dj_ref_dequantize_q2_0(const void *x, float *y, int64_t n);
+/* The dequantizer of one of these types; NULL for any other type. */
+dj_ref_dequantize_fn dj_ref_quants_dequantizer(uint32_t type);
+/* dj_ref_dot for these types (asserts on any other). */
+double dj_ref_dot_quants(uint32_t wtype, int64_t n, const void *w, const void *a, double *mag);
 
 #endif

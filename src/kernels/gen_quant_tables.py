@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""gen_quant_tables.py — writes src/kernels/quant_tables.c, the lookup tables and grids of
+ggml's i-quants and 4-bit float types, from llama.cpp's ggml-common.h.
+
+Source: the GGML_TABLE_BEGIN(type, name, size) ... GGML_TABLE_END() blocks of
+ggml/src/ggml-common.h (llama.cpp snapshot d32676d7): kmask_iq2xs, ksigns_iq2xs,
+ksigns64, iq2xxs_grid, iq2xs_grid, iq2s_grid, iq3xxs_grid, iq3s_grid, kvalues_iq4nl,
+kvalues_fp4 and iq1s_grid (the C/CPU one, not iq1s_grid_gpu).  The numbers are data —
+the codebooks every GGUF file of these types was quantized against — taken as facts;
+each name gets deja's dj_ prefix so that nothing clashes with ggml when both are linked.
+
+Cross-check: when the `gguf` Python package is importable (gguf-py, 0.17.1 here), every
+grid, ksigns and kvalues_iq4nl is compared with the codebook that package carries in its
+own encoding (gguf/quants.py: grid_hex over grid_map, ksigns bytes, kvalues), an
+independent transcription; the script fails on any difference.
+
+Usage:  python3 src/kernels/gen_quant_tables.py /path/to/llama.cpp/ggml/src/ggml-common.h \
+            > src/kernels/quant_tables.c
+"""
+import re
+import sys
+
+TABLES = [  # (ggml name, C type, entries per line)
+    ("kmask_iq2xs", "uint8_t", 8),
+    ("ksigns_iq2xs", "uint8_t", 16),
+    ("ksigns64", "uint64_t", 4),
+    ("iq2xxs_grid", "uint64_t", 4),
+    ("iq2xs_grid", "uint64_t", 4),
+    ("iq2s_grid", "uint64_t", 4),
+    ("iq3xxs_grid", "uint32_t", 8),
+    ("iq3s_grid", "uint32_t", 8),
+    ("iq1s_grid", "uint64_t", 4),
+    ("kvalues_iq4nl", "int8_t", 16),
+    ("kvalues_fp4", "int8_t", 16),
+]
+SIZES = {"kmask_iq2xs": 8, "ksigns_iq2xs": 128, "ksigns64": 128, "iq2xxs_grid": 256, "iq2xs_grid": 512,
+         "iq2s_grid": 1024, "iq3xxs_grid": 256, "iq3s_grid": 512, "iq1s_grid": 2048, "kvalues_iq4nl": 16,
+         "kvalues_fp4": 16}
+BITS = {"uint8_t": 8, "int8_t": 8, "uint32_t": 32, "uint64_t": 64}
+
+
+def parse(path):
+    text = open(path, encoding="utf-8").read()
+    out = {}
+    for m in re.finditer(r"GGML_TABLE_BEGIN\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)(.*?)GGML_TABLE_END\(\)", text, re.S):
+        ctype, name, body = m.group(1), m.group(2), m.group(4)
+        body = re.sub(r"//[^\n]*", "", body)
+        vals = [int(v, 0) for v in re.findall(r"-?(?:0x[0-9a-fA-F]+|\d+)", body)]
+        out[name] = (ctype, vals)
+    return out
+
+
+def cross_check(tables):
+    try:
+        import numpy as np
+        from gguf import quants
+    except ImportError:
+        print("gen_quant_tables: gguf/numpy not importable: no cross-check", file=sys.stderr)
+        return
+
+    def grid_bytes(cls):
+        cls.init_grid()  # (1, 1, n, per) float32 values of grid_map
+        return cls.grid.reshape(cls.grid_shape).astype(np.int64)
+
+    def unpack(vals, per, width, signed):
+        rows = []
+        for v in vals:
+            row = [(v >> (width * j)) & ((1 << width) - 1) for j in range(per)]
+            if signed:
+                row = [b - (1 << width) if b >= 1 << (width - 1) else b for b in row]
+            rows.append(row)
+        return rows
+
+    checks = [("iq2xxs_grid", quants.IQ2_XXS, 8, False), ("iq2xs_grid", quants.IQ2_XS, 8, False),
+              ("iq2s_grid", quants.IQ2_S, 8, False), ("iq3xxs_grid", quants.IQ3_XXS, 4, False),
+              ("iq3s_grid", quants.IQ3_S, 4, False), ("iq1s_grid", quants.IQ1_S, 8, True)]
+    for name, cls, per, signed in checks:
+        ours = unpack(tables[name][1], per, 8, signed)
+        theirs = grid_bytes(cls).tolist()
+        if ours != theirs:
+            sys.exit(f"gen_quant_tables: {name} differs from gguf's {cls.__name__} grid")
+    if list(quants.IQ2_XXS.ksigns) != tables["ksigns_iq2xs"][1]:
+        sys.exit("gen_quant_tables: ksigns_iq2xs differs from gguf's")
+    if [int(v) for v in quants.IQ4_NL.kvalues] != tables["kvalues_iq4nl"][1]:
+        sys.exit("gen_quant_tables: kvalues_iq4nl differs from gguf's")
+    print("gen_quant_tables: grids, ksigns and kvalues_iq4nl equal gguf's", file=sys.stderr)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    tables = parse(sys.argv[1])
+    for name, ctype, _ in TABLES:
+        if name not in tables:
+            sys.exit(f"gen_quant_tables: {name} not found in {sys.argv[1]}")
+        if tables[name][0] != ctype or len(tables[name][1]) != SIZES[name]:
+            sys.exit(f"gen_quant_tables: {name}: {tables[name][0]}[{len(tables[name][1])}], "
+                     f"expected {ctype}[{SIZES[name]}]")
+    # derived facts the kernels rely on
+    assert tables["kmask_iq2xs"][1] == [1 << j for j in range(8)]
+    for i, s in enumerate(tables["ksigns_iq2xs"][1]):  # 7 sign bits + parity bit
+        assert s & 127 == i and (bin(s).count("1") % 2 == 0)
+        assert tables["ksigns64"][1][i] == sum(0xff << (8 * j) for j in range(8) if s >> j & 1)
+    cross_check(tables)
+
+    w = sys.stdout.write
+    w("/*\n * quant_tables.c — GENERATED by src/kernels/gen_quant_tables.py; do not edit.\n"
+      " *\n * The codebooks of ggml's i-quants and 4-bit float types, as data: the\n"
+      " * GGML_TABLE_BEGIN blocks of llama.cpp's ggml/src/ggml-common.h (snapshot d32676d7),\n"
+      " * renamed with deja's dj_ prefix, values unchanged; cross-checked by the script\n"
+      " * against the independent copies in the gguf Python package (0.17.1).  Layouts and\n"
+      " * uses: quant_tables.h.\n */\n")
+    w('#include "kernels/quant_tables.h"\n')
+    for name, ctype, per in TABLES:
+        vals = tables[name][1]
+        w(f"\nconst {ctype} dj_{name}[{len(vals)}] = {{\n")
+        for i in range(0, len(vals), per):
+            chunk = vals[i:i + per]
+            if ctype.startswith("uint") and BITS[ctype] > 8:
+                items = [f"0x{v:0{BITS[ctype] // 4}x}" for v in chunk]
+            else:
+                items = [str(v) for v in chunk]
+            w("    " + ", ".join(items) + ",\n")
+        w("};\n")
+
+
+if __name__ == "__main__":
+    main()
