@@ -28,6 +28,7 @@
 #include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "core/status.h"
+#include "kernels/quant_tables.h"
 #include "kernels/ref/ref.h"
 
 /* Below this a group counts as all zero (ggml's GROUP_MAX_EPS). */
@@ -208,23 +209,12 @@ void dj_ref_quantize_row_q2_0(const float *x, struct dj_block_q2_0 *y, int64_t n
 
 /* ---- mxfp4: a power-of-two scale and e2m1 values ---------------------------- */
 
-/* ggml's kvalues_mxfp4: twice the e2m1 values, indexed by the nibble. */
-static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-/* Half the E8M0 value 2^(e-127), exactly (ggml's GGML_E8M0_TO_FP32_HALF). */
-static float e8m0_to_f32_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-/* The first index of least |kvalues_mxfp4[i]*d - x|. */
+/* The first index of least |dj_kvalues_fp4[i]*d - x| (ggml's best_index_mxfp4). */
 static int best_index_mxfp4(float x, float d) {
     int best = 0;
-    float best_err = fabsf(kvalues_mxfp4[0] * d - x);
+    float best_err = fabsf(dj_kvalues_fp4[0] * d - x);
     for (int i = 1; i < 16; i++) {
-        const float err = fabsf(kvalues_mxfp4[i] * d - x);
+        const float err = fabsf(dj_kvalues_fp4[i] * d - x);
         if (err < best_err) {
             best = i;
             best_err = err;
@@ -242,7 +232,7 @@ void dj_ref_quantize_row_mxfp4(const float *x, struct dj_block_mxfp4 *y, int64_t
             if (amax < fabsf(xb[j])) amax = fabsf(xb[j]);
         /* libm's log2f, as ggml calls it: same machine, same bytes */
         const uint8_t e = amax > 0.0f ? (uint8_t)(floorf(log2f(amax)) - 2 + 127) : 0;
-        const float d = e8m0_to_f32_half(e);
+        const float d = dj_e8m0_to_f32_half(e);
         y[ib].e = e;
         for (int j = 0; j < DJ_QK_MXFP4 / 2; j++) {
             const int q0 = best_index_mxfp4(xb[j], d);
@@ -841,9 +831,6 @@ void dj_ref_quantize_row_tq2_0(const float *x, struct dj_block_tq2_0 *y, int64_t
 
 /* ---- iq4_nl / iq4_xs: a non-linear 4-bit grid ------------------------------- */
 
-/* ggml's kvalues_iq4nl */
-static const int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
 /* Index of the grid value nearest x, ggml's best_index_int8 for a strictly
  * increasing grid of 16: ggml bisects to the bracket val[ml] <= x < val[ml+1],
  * which for strictly increasing values is ml = #{k : val[k] <= x} - 1; counting
@@ -869,7 +856,7 @@ static int best_index_iq4nl(const int8_t *val, float x) {
 static void quantize_iq4_superblock(int sb, const float *x, uint16_t *dh, uint8_t *q4, uint16_t *scales_h,
                                     uint8_t *scales_l) {
     enum { NTRY = 7, BS = 32 };
-    const int8_t *values = kvalues_iq4nl;
+    const int8_t *values = dj_kvalues_iq4nl;
     uint8_t L[DJ_QK_K];
     float scales[DJ_QK_K / BS];
     float weight[BS];

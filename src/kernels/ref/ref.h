@@ -8,9 +8,9 @@
  *  - Weight quantizers (float -> F16/BF16 and every type llama-quantize
  *    writes without an importance matrix) that produce the same bytes as
  *    llama-quantize: ggml's quantize_row_*_ref (quantize_iq4_{nl,xs} for
- *    the iq4 types; quantize_ref.c says which per type).  Same float operations in the same order,
- *    same rounding helpers; this is what lets `deja quantize` reproduce
- *    llama.cpp's files and perplexities.
+ *    the iq4 types; quantize_ref.c says which per type).  Same float
+ *    operations in the same order, same rounding helpers; this is what
+ *    lets `deja quantize` reproduce llama.cpp's files and perplexities.
  *  - Dequantizers (type -> float), the same float formulas as ggml's
  *    dequantize_row_* (so a fast dequantizer must match them bit for bit).
  *  - Activation quantizers and dot products.  Each weight type is paired
