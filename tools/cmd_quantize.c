@@ -196,8 +196,8 @@ int cmd_quantize(int argc, char **argv) {
             struct q_job j = {t, type, N ? t->nbytes / (size_t)N : 0, out_row, t->ne[0], N, bufs[i], rows, true};
             threadpool_run(pool, q_task, &j);
             if (!j.ok) {
-                cli_error("quantize", "%s: cannot convert tensor '%s' from %s to %s", pos[0], name, dj_type_name(t->type),
-                          dj_type_name(type));
+                cli_error("quantize", "%s: cannot convert tensor '%s' from %s to %s", pos[0], name,
+                          dj_type_name(t->type), dj_type_name(type));
                 goto done;
             }
             data = bufs[i];

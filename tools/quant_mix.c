@@ -18,7 +18,8 @@
  *   - token_embd (untied): Q4_K for TQ1_0, TQ2_0 and Q2_0;
  *   - attn_v (and attn_qkv, attn_kv_b: llama.cpp's category_is_attn_v — so its
  *     attn_qkv rules after it are never reached): Q2_K -> Q4_K if n_head/n_head_kv
- *     >= 4 else Q3_K; Q3_K_M -> Q5_K for the first two then Q4_K; Q3_K_L -> Q5_K;
+ *     >= 4 else Q3_K; IQ3_S -> Q4_K if n_gqa >= 4; IQ3_M -> Q4_K; Q3_K_M -> Q5_K
+ *     for the first two then Q4_K; Q3_K_L -> Q5_K;
  *     IQ4_NL/IQ4_XS -> Q5_K if n_gqa >= 4; Q4_K_M/Q5_K_M -> Q6_K where
  *     use_more_bits (the first and last eighth, and every third in between);
  *     Q4_K_S -> Q5_K for the first four; a 70B model's Q3_K/Q4_K -> Q5_K;
@@ -28,23 +29,23 @@
  *     ffn_down tensors seen, or with experts (expert_count > 1) the N of the
  *     name's blk.N., out of block_count: Q2_K -> Q3_K; Q3_K_M -> Q5_K in the
  *     first sixteenth, else Q4_K (falcon: Q4_K where use_more_bits, else Q3_K);
+ *     IQ3_M -> Q4_K in the first eighth (8 experts: and where use_more_bits);
  *     Q3_K_L -> Q5_K (falcon Q4_K); Q4_K_M -> Q6_K where use_more_bits (falcon:
  *     Q6_K in the first sixteenth, Q5_K where use_more_bits); IQ4_NL/IQ4_XS ->
  *     Q5_K in the first eighth; Q5_K_M -> Q6_K where use_more_bits; Q4_K_S ->
  *     Q5_K in the first eighth (not falcon);
  *   - attn_output: with exactly 8 experts Q5_K for Q2_K, Q3_K_S, Q3_K_M, IQ4_NL,
- *     Q4_K_S, Q4_K_M, IQ4_XS; else Q2_K -> Q3_K, Q3_K_M -> Q4_K, Q3_K_L -> Q5_K
- *     (falcon: only Q3_K_L -> Q4_K);
+ *     Q4_K_S, Q4_K_M, IQ3_S, IQ3_M, IQ4_XS; else Q2_K -> Q3_K, Q3_K_M and IQ3_M ->
+ *     Q4_K, Q3_K_L -> Q5_K (falcon: only Q3_K_L -> Q4_K);
  *   - then, when the chosen type's block does not divide the row length: IQ4_XS
- *     -> IQ4_NL; Q2_K, Q3_K, TQ1_0, TQ2_0, Q2_0 -> Q4_0; Q4_K -> Q5_0; Q5_K ->
- *     Q5_1; Q6_K -> Q8_0; and F16 when that block does not divide it either.
+ *     and IQ3_S -> IQ4_NL; Q2_K, Q3_K, TQ1_0, TQ2_0, Q2_0 -> Q4_0; Q4_K -> Q5_0;
+ *     Q5_K -> Q5_1; Q6_K -> Q8_0; and F16 when that block does not divide it either.
  *     For the other types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q1_0)
  *     llama-quantize has no fallback and refuses the model; deja writes F16
  *     there (a deja extension: files llama-quantize would not write at all).
  * The importance-matrix file types (IQ1_S, IQ1_M, IQ2_*, IQ3_XXS, IQ3_XS, Q2_K_S)
- * are refused, as llama-quantize refuses them without --imatrix; IQ3_S and IQ3_M,
- * which llama-quantize writes without one, are refused too: deja has no IQ3_S
- * quantizer (the IQ types stay load-only).
+ * are refused, as llama-quantize refuses them without --imatrix (they load and
+ * run); IQ3_S and IQ3_M need none and are written.
  */
 #include <stdio.h>
 #include <string.h>
@@ -54,8 +55,9 @@
 #include "core/ggml_type.h"
 #include "core/status.h"
 
-#define IMATRIX_TYPE "needs an importance matrix (llama-quantize --imatrix), which deja quantize does not take; files of this type load and run"
-#define NO_IQ3_S "deja has no IQ3_S quantizer (llama-quantize writes it without an importance matrix; deja loads and runs such files)"
+#define IMATRIX_TYPE                                                                                   \
+    "needs an importance matrix (llama-quantize --imatrix), which deja quantize does not take; files " \
+    "of this type load and run"
 
 /* llama-quantize's QUANT_OPTIONS names (and its Q3_K/Q4_K/Q5_K aliases), in its
  * order; ftype is llama.h's LLAMA_FTYPE_*, base llama_ftype_get_default_type. */
@@ -78,8 +80,8 @@ static const struct quant_ftype ftypes[] = {
     {"Q2_K", 10, DJ_TYPE_Q2_K, NULL},
     {"Q2_K_S", 21, DJ_TYPE_Q2_K, IMATRIX_TYPE},
     {"IQ3_XXS", 23, DJ_TYPE_IQ3_XXS, IMATRIX_TYPE},
-    {"IQ3_S", 26, DJ_TYPE_IQ3_S, NO_IQ3_S},
-    {"IQ3_M", 27, DJ_TYPE_IQ3_S, NO_IQ3_S},
+    {"IQ3_S", 26, DJ_TYPE_IQ3_S, NULL},
+    {"IQ3_M", 27, DJ_TYPE_IQ3_S, NULL},
     {"Q3_K", 12, DJ_TYPE_Q3_K, NULL},
     {"IQ3_XS", 22, DJ_TYPE_IQ3_S, IMATRIX_TYPE},
     {"Q3_K_S", 11, DJ_TYPE_Q3_K, NULL},
@@ -103,8 +105,8 @@ static const struct quant_ftype ftypes[] = {
 /* LLAMA_FTYPE_MOSTLY_* used by the rules */
 enum {
     FT_Q2_K = 10, FT_Q3_K_S = 11, FT_Q3_K_M = 12, FT_Q3_K_L = 13, FT_Q4_K_S = 14, FT_Q4_K_M = 15,
-    FT_Q5_K_M = 17, FT_IQ4_NL = 25, FT_IQ4_XS = 30, FT_TQ1_0 = 36, FT_TQ2_0 = 37, FT_MXFP4_MOE = 38,
-    FT_Q2_0 = 41,
+    FT_Q5_K_M = 17, FT_IQ4_NL = 25, FT_IQ3_S = 26, FT_IQ3_M = 27, FT_IQ4_XS = 30, FT_TQ1_0 = 36, FT_TQ2_0 = 37,
+    FT_MXFP4_MOE = 38, FT_Q2_0 = 41,
 };
 
 const struct quant_ftype *quant_ftype_find(const char *name) {
@@ -134,7 +136,9 @@ static bool contains(const char *s, size_t len, const char *needle) {
     return false;
 }
 
-static bool is_named(const char *s, size_t len, const char *name) { return len == strlen(name) && !memcmp(s, name, len); }
+static bool is_named(const char *s, size_t len, const char *name) {
+    return len == strlen(name) && !memcmp(s, name, len);
+}
 
 /* llama.cpp's tensor_category, tested in its order (substrings, so
  * ffn_down_exps is FFN_DOWN; attn_qkv and attn_kv_b are tested before attn_v). */
@@ -213,7 +217,8 @@ static enum dj_status ffn_layer(const struct quant_mix *q, const char *name, siz
 }
 
 /* llama_tensor_get_type_impl for the file types deja writes. */
-static enum dj_status mix_rules(struct quant_mix *q, const char *name, size_t len, const int64_t ne[4], uint32_t *type) {
+static enum dj_status mix_rules(struct quant_mix *q, const char *name, size_t len, const int64_t ne[4],
+                                uint32_t *type) {
     const uint32_t ft = q->ftype;
     uint32_t t = q->base;
     const enum category c = category(name, len);
@@ -228,6 +233,8 @@ static enum dj_status mix_rules(struct quant_mix *q, const char *name, size_t le
     } else if (attn_v_like(c)) {
         const int i = q->i_attn_v;
         if (ft == FT_Q2_K) t = q->n_gqa >= 4 ? DJ_TYPE_Q4_K : DJ_TYPE_Q3_K;
+        else if (ft == FT_IQ3_S && q->n_gqa >= 4) t = DJ_TYPE_Q4_K;
+        else if (ft == FT_IQ3_M) t = DJ_TYPE_Q4_K;
         else if (ft == FT_Q3_K_M) t = i < 2 ? DJ_TYPE_Q5_K : DJ_TYPE_Q4_K;
         else if (ft == FT_Q3_K_L) t = DJ_TYPE_Q5_K;
         else if ((ft == FT_IQ4_NL || ft == FT_IQ4_XS) && q->n_gqa >= 4) t = DJ_TYPE_Q5_K;
@@ -247,6 +254,7 @@ static enum dj_status mix_rules(struct quant_mix *q, const char *name, size_t le
         if (ft == FT_Q2_K) t = DJ_TYPE_Q3_K;
         else if (ft == FT_Q3_K_M)
             t = il < nl / 16 ? DJ_TYPE_Q5_K : !q->falcon || use_more_bits(il, nl) ? DJ_TYPE_Q4_K : DJ_TYPE_Q3_K;
+        else if (ft == FT_IQ3_M && (il < nl / 8 || (q->n_expert == 8 && use_more_bits(il, nl)))) t = DJ_TYPE_Q4_K;
         else if (ft == FT_Q3_K_L) t = q->falcon ? DJ_TYPE_Q4_K : DJ_TYPE_Q5_K;
         else if (ft == FT_Q4_K_M) {
             if (q->falcon) t = il < nl / 16 ? DJ_TYPE_Q6_K : use_more_bits(il, nl) ? DJ_TYPE_Q5_K : DJ_TYPE_Q4_K;
@@ -260,10 +268,10 @@ static enum dj_status mix_rules(struct quant_mix *q, const char *name, size_t le
             if (ft == FT_Q3_K_L) t = DJ_TYPE_Q4_K;
         } else if (q->n_expert == 8) {
             if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_IQ4_NL || ft == FT_Q4_K_S ||
-                ft == FT_Q4_K_M || ft == FT_IQ4_XS)
+                ft == FT_Q4_K_M || ft == FT_IQ3_S || ft == FT_IQ3_M || ft == FT_IQ4_XS)
                 t = DJ_TYPE_Q5_K;
         } else if (ft == FT_Q2_K) t = DJ_TYPE_Q3_K;
-        else if (ft == FT_Q3_K_M) t = DJ_TYPE_Q4_K;
+        else if (ft == FT_Q3_K_M || ft == FT_IQ3_M) t = DJ_TYPE_Q4_K;
         else if (ft == FT_Q3_K_L) t = DJ_TYPE_Q5_K;
     }
     /* (llama.cpp's attn_qkv, ffn_gate and ffn_up rules are for IQ3 types or
@@ -277,7 +285,8 @@ static uint32_t fallback(uint32_t t) {
     switch (t) {
     case DJ_TYPE_IQ1_S: case DJ_TYPE_IQ1_M: case DJ_TYPE_IQ2_XXS: case DJ_TYPE_IQ2_XS: case DJ_TYPE_IQ2_S:
     case DJ_TYPE_IQ3_XXS: case DJ_TYPE_IQ3_S: case DJ_TYPE_IQ4_XS: return DJ_TYPE_IQ4_NL;
-    case DJ_TYPE_Q2_0: case DJ_TYPE_Q2_K: case DJ_TYPE_Q3_K: case DJ_TYPE_TQ1_0: case DJ_TYPE_TQ2_0: return DJ_TYPE_Q4_0;
+    case DJ_TYPE_Q2_0: case DJ_TYPE_Q2_K: case DJ_TYPE_Q3_K: case DJ_TYPE_TQ1_0: case DJ_TYPE_TQ2_0:
+        return DJ_TYPE_Q4_0;
     case DJ_TYPE_Q4_K: return DJ_TYPE_Q5_0;
     case DJ_TYPE_Q5_K: return DJ_TYPE_Q5_1;
     case DJ_TYPE_Q6_K: return DJ_TYPE_Q8_0;

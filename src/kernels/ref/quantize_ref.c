@@ -11,7 +11,10 @@
  *   iq4_nl, iq4_xs: quantize_row_iq4_nl_impl with ntry = 7 — NOT
  *     quantize_row_iq4_nl_ref, which passes ntry = -1 (no scale search) and
  *     gives other bytes; both take x^2 as the weights when there is no
- *     importance matrix.
+ *     importance matrix;
+ *   iq3_s: quantize_row_iq3_s_impl (block 32, weights x^2), the one
+ *     i-quant llama-quantize writes without an importance matrix (the other
+ *     IQ1/IQ2/IQ3_XXS types need one and are not here).
  * The k-quant helpers (make_qkx2_quants, make_qx_quants, make_q3_quants,
  * nearest_int, best_index_int8) are ggml's, replicated bit for bit.
  *
@@ -23,6 +26,8 @@
  */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/fp16.h"
@@ -961,6 +966,221 @@ void dj_ref_quantize_row_iq4_xs(const float *x, struct dj_block_iq4_xs *y, int64
         quantize_iq4_superblock(DJ_QK_K, x + ib * DJ_QK_K, &y[ib].d, y[ib].qs, &y[ib].scales_h, y[ib].scales_l);
 }
 
+/* ---- iq3_s: 4-value points of a 512-point grid, signs apart ----------------- */
+
+/* The grid's lookup structures, built once as ggml's iq3xs_init_impl(512) does:
+ * map[u] for the 4096 points u (4 coordinates of 3 bits, (value-1)/2, 3 bits
+ * each) is the grid index when u is on the grid, else -(o+1) where
+ * neighbours[o] is the count n and neighbours[o+1..o+n] the grid points at the
+ * three smallest distinct squared distances from u, by distance then index
+ * (ggml's qsort order).  3584 points are off the grid with 24733 neighbours. */
+#define IQ3S_NEIGHBOURS_MAX 32768
+static struct {
+    int map[4096];
+    uint16_t neighbours[IQ3S_NEIGHBOURS_MAX];
+} iq3s;
+static pthread_once_t iq3s_once = PTHREAD_ONCE_INIT;
+
+static int8_t iq3s_coord(int g, int i) { return (int8_t)((dj_iq3s_grid[g] >> (8 * i)) & 0xff); }
+
+static void iq3s_init(void) {
+    for (int u = 0; u < 4096; u++) iq3s.map[u] = -1;
+    for (int g = 0; g < 512; g++) {
+        int u = 0;
+        for (int i = 0; i < 4; i++) u |= ((iq3s_coord(g, i) - 1) / 2) << (3 * i);
+        iq3s.map[u] = g;
+    }
+    int o = 0;
+    int d2[512];
+    for (int u = 0; u < 4096; u++) {
+        if (iq3s.map[u] >= 0) continue;
+        int dmin[3] = {INT32_MAX, INT32_MAX, INT32_MAX}; /* the three smallest distinct distances */
+        for (int g = 0; g < 512; g++) {
+            int d = 0;
+            for (int i = 0; i < 4; i++) {
+                const int diff = iq3s_coord(g, i) - (2 * ((u >> (3 * i)) & 7) + 1);
+                d += diff * diff;
+            }
+            d2[g] = d;
+            if (d == dmin[0] || d == dmin[1] || d == dmin[2]) continue;
+            if (d < dmin[0]) dmin[2] = dmin[1], dmin[1] = dmin[0], dmin[0] = d;
+            else if (d < dmin[1]) dmin[2] = dmin[1], dmin[1] = d;
+            else if (d < dmin[2]) dmin[2] = d;
+        }
+        iq3s.map[u] = -(o + 1);
+        const int start = o++;
+        for (int r = 0; r < 3; r++)
+            for (int g = 0; g < 512; g++)
+                if (d2[g] == dmin[r]) {
+                    DJ_ASSERT(o < IQ3S_NEIGHBOURS_MAX);
+                    iq3s.neighbours[o++] = (uint16_t)g;
+                }
+        iq3s.neighbours[start] = (uint16_t)(o - start - 1);
+    }
+}
+
+/* The neighbour of least weighted error at `scale`; its coordinates go to L
+ * (ggml's iq3_find_best_neighbour). */
+static int iq3s_best_neighbour(const uint16_t *neighbours, const float *xval, const float *weight, float scale,
+                               int8_t *L) {
+    const int n = neighbours[0];
+    DJ_ASSERT(n > 0);
+    float best_d2 = FLT_MAX;
+    int best = -1;
+    for (int j = 1; j <= n; ++j) {
+        float d2 = 0;
+        for (int i = 0; i < 4; ++i) {
+            float q = iq3s_coord(neighbours[j], i);
+            float diff = scale * q - xval[i];
+            d2 += weight[i] * diff * diff;
+        }
+        if (d2 < best_d2) {
+            best_d2 = d2;
+            best = neighbours[j];
+        }
+    }
+    DJ_ASSERT(best >= 0);
+    for (int i = 0; i < 4; ++i) L[i] = (int8_t)((iq3s_coord(best, i) - 1) / 2);
+    return best;
+}
+
+/* ggml's quantize_row_iq3_s_impl with block_size 32 and no importance
+ * weights (weights x^2), as quantize_iq3_s runs it: per 32-block, 19 scales
+ * tried with points snapped to the grid (off-grid ones to their best
+ * neighbour), then 4-bit block scales of an f16 super-scale.  One ggml quirk
+ * is kept on purpose: an all-zero 32-block skips the advance of the qs and
+ * signs cursors, so the blocks after it are written 8 and 4 bytes earlier. */
+void dj_ref_quantize_row_iq3_s(const float *x, struct dj_block_iq3_s *y, int64_t n) {
+    enum { BS = 32, BS4 = BS / 4, BS8 = BS / 8, KMAXQ = 8 };
+    DJ_ASSERT(n % DJ_QK_K == 0);
+    pthread_once(&iq3s_once, iq3s_init);
+    float scales[DJ_QK_K / BS], weight[BS], xval[BS], waux[BS];
+    int8_t L[BS], Laux[BS];
+    bool is_on_grid[BS4], is_on_grid_aux[BS4];
+    uint8_t block_signs[BS8];
+
+    for (int64_t ibl = 0; ibl < n / DJ_QK_K; ++ibl) {
+        struct dj_block_iq3_s *b = &y[ibl];
+        memset(b, 0, sizeof *b);
+        b->d = dj_f32_to_fp16(0.f);
+        uint8_t *qs = b->qs, *qh = b->qh, *signs = b->signs;
+        float max_scale = 0;
+        const float *xbl = x + DJ_QK_K * ibl;
+
+        for (int ib = 0; ib < DJ_QK_K / BS; ++ib) {
+            const float *xb = xbl + BS * ib;
+            for (int i = 0; i < BS; ++i) weight[i] = xb[i] * xb[i];
+            for (int i = 0; i < BS; ++i) waux[i] = sqrtf(weight[i]);
+            for (int k = 0; k < BS8; ++k) {
+                uint8_t s = 0;
+                for (int i = 0; i < 8; ++i) {
+                    if (xb[8 * k + i] >= 0) xval[8 * k + i] = xb[8 * k + i];
+                    else {
+                        xval[8 * k + i] = -xb[8 * k + i];
+                        s |= (uint8_t)(1 << i);
+                    }
+                }
+                block_signs[k] = s;
+            }
+            float max = xval[0];
+            for (int i = 1; i < BS; ++i) max = max > xval[i] ? max : xval[i];
+            memset(L, 0, BS);
+            if (!max) {
+                scales[ib] = 0;
+                continue; /* (ggml's: qs and signs stay where they are) */
+            }
+            float best = 0;
+            float scale = max / (2 * KMAXQ - 1);
+            for (int k = 0; k < BS4; ++k) is_on_grid[k] = false;
+            for (int is = -9; is <= 9; ++is) {
+                float id = (2 * KMAXQ - 1 + is * 0.2f) / max;
+                float this_scale = 1 / id;
+                for (int k = 0; k < BS4; ++k) {
+                    for (int i = 0; i < 4; ++i) {
+                        int l = nearest_int(0.5f * (id * xval[4 * k + i] - 1));
+                        Laux[4 * k + i] = (int8_t)imax(0, imin(KMAXQ - 1, l));
+                    }
+                    int u = 0;
+                    for (int i = 0; i < 4; ++i) u |= Laux[4 * k + i] << (3 * i);
+                    is_on_grid_aux[k] = true;
+                    if (iq3s.map[u] < 0) {
+                        is_on_grid_aux[k] = false;
+                        iq3s_best_neighbour(iq3s.neighbours - iq3s.map[u] - 1, xval + 4 * k, waux + 4 * k, this_scale,
+                                            Laux + 4 * k);
+                    }
+                }
+                float sumqx = 0, sumq2 = 0;
+                for (int i = 0; i < BS; ++i) {
+                    float w = weight[i];
+                    float q = 2 * Laux[i] + 1;
+                    sumqx += w * xval[i] * q;
+                    sumq2 += w * q * q;
+                }
+                if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+                    scale = sumqx / sumq2;
+                    best = scale * sumqx;
+                    for (int i = 0; i < BS; ++i) L[i] = Laux[i];
+                    for (int k = 0; k < BS4; ++k) is_on_grid[k] = is_on_grid_aux[k];
+                }
+            }
+            int n_not_ongrid = 0;
+            for (int k = 0; k < BS4; ++k) n_not_ongrid += !is_on_grid[k];
+            if (n_not_ongrid > 0 && scale > 0) {
+                float id = 1 / scale;
+                for (int k = 0; k < BS4; ++k) {
+                    int u = 0;
+                    for (int i = 0; i < 4; ++i) {
+                        int l = nearest_int(0.5f * (id * xval[4 * k + i] - 1));
+                        u |= imax(0, imin(KMAXQ - 1, l)) << (3 * i);
+                    }
+                    int g = iq3s.map[u];
+                    if (g < 0)
+                        g = iq3s_best_neighbour(iq3s.neighbours - iq3s.map[u] - 1, xval + 4 * k, waux + 4 * k, scale,
+                                                L + 4 * k);
+                    for (int i = 0; i < 4; ++i) L[4 * k + i] = (int8_t)((iq3s_coord(g, i) - 1) / 2);
+                }
+                float sumqx = 0, sumq2 = 0;
+                for (int i = 0; i < BS; ++i) {
+                    float w = weight[i];
+                    float q = 2 * L[i] + 1;
+                    sumqx += w * xval[i] * q;
+                    sumq2 += w * q * q;
+                }
+                if (sumq2 > 0) scale = sumqx / sumq2;
+            }
+            if (scale < 0) { /* "should never happen": flip the scale and the signs */
+                scale = -scale;
+                for (int k = 0; k < BS8; ++k) block_signs[k] = (uint8_t)~block_signs[k];
+            }
+            for (int k = 0; k < BS4; ++k) {
+                int u = 0;
+                for (int i = 0; i < 4; ++i) u |= L[4 * k + i] << (3 * i);
+                const int g = iq3s.map[u];
+                DJ_ASSERT(g >= 0);
+                qs[k] = (uint8_t)(g & 255);
+                qh[(ib * BS4 + k) / 8] |= (uint8_t)((g >> 8) << ((ib * BS4 + k) % 8));
+            }
+            qs += BS4;
+            for (int k = 0; k < BS8; ++k) signs[k] = block_signs[k];
+            signs += BS8;
+            scales[ib] = scale;
+            max_scale = max_scale > scale ? max_scale : scale;
+        }
+        if (!max_scale) continue;
+
+        float d = max_scale / 31;
+        b->d = dj_f32_to_fp16(d * 1.033f);
+        float id = 1 / d;
+        for (int ib = 0; ib < DJ_QK_K / BS; ib += 2) {
+            int l1 = nearest_int(0.5f * (id * scales[ib + 0] - 1));
+            l1 = imax(0, imin(15, l1));
+            int l2 = nearest_int(0.5f * (id * scales[ib + 1] - 1));
+            l2 = imax(0, imin(15, l2));
+            b->scales[ib / 2] = (uint8_t)(l1 | (l2 << 4));
+        }
+    }
+}
+
 /* ---- float types ------------------------------------------------------------ */
 
 void dj_ref_quantize_row_f16(const float *x, uint16_t *y, int64_t n) {
@@ -995,6 +1215,7 @@ bool dj_ref_quantize_row(uint32_t type, const float *x, void *y, int64_t n) {
     case DJ_TYPE_TQ2_0: dj_ref_quantize_row_tq2_0(x, y, n); return true;
     case DJ_TYPE_IQ4_NL: dj_ref_quantize_row_iq4_nl(x, y, n); return true;
     case DJ_TYPE_IQ4_XS: dj_ref_quantize_row_iq4_xs(x, y, n); return true;
+    case DJ_TYPE_IQ3_S: dj_ref_quantize_row_iq3_s(x, y, n); return true;
     default: return false;
     }
 }

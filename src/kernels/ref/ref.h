@@ -57,9 +57,11 @@ void dj_ref_quantize_row_tq1_0(const float *x, struct dj_block_tq1_0 *y, int64_t
 void dj_ref_quantize_row_tq2_0(const float *x, struct dj_block_tq2_0 *y, int64_t n);
 void dj_ref_quantize_row_iq4_nl(const float *x, struct dj_block_iq4_nl *y, int64_t n);
 void dj_ref_quantize_row_iq4_xs(const float *x, struct dj_block_iq4_xs *y, int64_t n);
+void dj_ref_quantize_row_iq3_s(const float *x, struct dj_block_iq3_s *y, int64_t n);
 /* By type id: F32 (copy), F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q1_0,
- * Q2_0, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ1_0, TQ2_0, IQ4_NL, IQ4_XS.
- * False for any other type (the importance-matrix IQ1/IQ2/IQ3 types) or an
+ * Q2_0, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ1_0, TQ2_0, IQ4_NL, IQ4_XS,
+ * IQ3_S.  False for any other type (the importance-matrix IQ1/IQ2/IQ3_XXS
+ * types) or an
  * n that is not a multiple of the block size. */
 bool dj_ref_quantize_row(uint32_t type, const float *x, void *y, int64_t n);
 
