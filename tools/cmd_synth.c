@@ -371,12 +371,14 @@ int cmd_synth(int argc, char **argv) {
         cli_error("synth", "out of memory");
         goto done;
     }
-    struct quant_mix mix = {(uint32_t)type, true, true, P.n_expert, P.n_layer, 0, 0, 0, 0};
+    struct quant_mix mix; /* q4_k_m: the tensors are made in llama-quantize's order of layers */
+    quant_mix_init(&mix, quant_ftype_find("Q4_K_M"), arch, P.n_expert, P.n_layer, P.n_head, P.n_head_kv);
     for (size_t i = 0; i < ns; i++) quant_mix_count(&mix, sp[i].name, strlen(sp[i].name));
     size_t total = 0;
     for (size_t i = 0; i < ns; i++) {
         uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") ? DJ_TYPE_F32 : (uint32_t)type;
-        if (k_m && (st = quant_mix_type(&mix, sp[i].name, strlen(sp[i].name), sp[i].n_dims, sp[i].K, &t))) goto fail_st;
+        const int64_t ne4[4] = {sp[i].ne[0], sp[i].n_dims > 1 ? sp[i].ne[1] : 1, sp[i].n_dims > 2 ? sp[i].ne[2] : 1, 1};
+        if (k_m && (st = quant_mix_type(&mix, sp[i].name, strlen(sp[i].name), ne4, &t, NULL))) goto fail_st;
         size_t rb;
         if (!dj_row_bytes(t, sp[i].K, &rb)) {
             t = DJ_TYPE_F16; /* a row the block size does not divide */
