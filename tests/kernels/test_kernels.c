@@ -3,23 +3,32 @@
  * invariance of the matrix product, for every kernel table this CPU runs
  * (generic, avx2, avx512).
  *
- * Per table:
+ * Per table, for every weight type the table has a matmul for (all 28 of wtypes
+ * in every table: the generic reference path at least; a fast kernel wherever an
+ * ISA file sets one — the loops are over the table, so new kernels are tested
+ * without a change here):
  *  1. quantize_act (F16, Q8_0, Q8_K) is bitwise equal to dj_ref_quantize_act
  *     on seeded rows of every mode, plus hand-made rows: all zero, two values
  *     of the largest magnitude with opposite signs (q8_K takes the first),
  *     exact .5 ties after scaling.
- *  2. dequantize_row is bitwise equal to dj_ref_dequantize_row for every
- *     weight type, on quantizer output and on random raw blocks.
+ *  2. dequantize_row is bitwise equal to dj_ref_dequantize_row, on quantizer
+ *     output (for the types with a reference quantizer) and on random raw blocks
+ *     (trng_raw_row: any bits, sane scales).
  *  3. dot(w, a) is within tolerance of the exact dj_ref_dot on the same bytes:
  *         |dot - ref| <= 2 * (n + 16) * 2^-24 * mag
  *     where mag is the sum of the magnitudes of the terms (dj_ref_dot's *mag)
- *     and n the number of blocks in the row (elements, for float types): a
- *     float sum of m terms in any order is off by at most about m * 2^-24 *
- *     mag, each kernel's longest chain of roundings is at most one per block,
- *     and the 16 covers the lane tree, the scale products and int->float
- *     conversions.  The weights are both quantizer output and random raw
- *     blocks (every bit pattern: q8_0 -128, q6_K scale -128, 6-bit q4_K
- *     scales of 63...), so no integer path overflows unseen.
+ *     and n the number of float roundings a kernel's sum may take
+ *     (n_roundings: one per block for F32..Q6_K's original seven, elements for
+ *     float types; for the other types one per scale group — the smallest run
+ *     of elements with a float scale of its own — two where a min or delta is
+ *     added apart): a float sum of m terms in any order is off by at most about
+ *     m * 2^-24 * mag, and the 16 covers the lane tree, the scale products and
+ *     int->float conversions.  The weights are both quantizer output and random
+ *     raw blocks (every bit pattern: q8_0 -128, q6_K scale -128, 6-bit q4_K
+ *     scales of 63, every grid index and sign...), so no integer path
+ *     overflows unseen.  Measured worst |dot - ref| / mag is printed per type
+ *     (about 1e-7 for every type and table here, against bounds of 1e-5 ..
+ *     1e-4): a wrong bit layout gives errors of order 1.
  *  0. dj_kernels() is the best table the CPU runs (DJ_ISA unset); the generic
  *     one always exists.  (test_kernels_fp16 checks that DJ_ISA caps the choice.)
  *  4. Batch invariance: matmul over W (n_rows x k) and A (n_tok x k) gives,

@@ -1,7 +1,908 @@
 /*
- * quants_avx2.c — AVX2 kernels of the weight types beyond the seven of
- * kernels_avx2.c.  (Filled in per type; see cpu_internal.h.)
+ * quants_avx2.c — AVX2 kernels of the 256-element super-block types beyond the
+ * seven of kernels_avx2.c: the K-quants Q2_K, Q3_K, Q5_K, the i-quants IQ1_S …
+ * IQ4_XS and the ternary TQ1_0 / TQ2_0, all x q8_K.  dj_kernels_init_avx2_quants
+ * (cpu_internal.h) registers them and, through quants32_avx2.c, the 32-element
+ * block types; the AVX-512 table inherits them all.
+ *
+ * Per (row, token) pair one float chain, super-blocks b = 0 .. nb-1 in order:
+ *
+ *     acc = fma(float(isum_b), d * d_a, acc)       isum_b: exact integer total of the
+ *     acc = fma(-float(imin_b), dmin * d_a, acc)   super-block's sum of scale * level * a;
+ *                                                  imin_b: sum of min * bsums (Q2_K, Q5_K)
+ *
+ * (acc starts at 0; the result).  d, dmin: the block's f16 scales, d times the type's
+ * power of two (IQ2: 1/8, IQ3_XXS: 1/4, IQ1: 1/8 — the integer scales are 2s+1, the
+ * IQ1 levels 8 (grid +- 1/8)).  The lanes of a SIMD partial sum are added up in
+ * integers before the one conversion: with an offset (below) a lane holds offset
+ * terms that cancel only across lanes, and rounding it would scale the error with the
+ * offset rather than with the dot's own terms (a sparse TQ row measured 0.66 of the
+ * test bound that way, 0.02 now).  Every path computes the same exact integers its
+ * own way and then runs exactly these float operations — the batch-invariance
+ * contract.
+ *
+ * The decoded form, struct kt_sb (608 bytes a super-block and row), from a per-type
+ * SIMD decoder (T_dec):
+ *
+ *     q[8]     chunk c = elements 32c .. 32c+31 as bytes, element order: u = level +
+ *              OFF >= 0 (OFF: the type's offset: Q3_K 4, IQ2 43, IQ3_XXS 62, IQ3_S 15,
+ *              IQ1 9, TQ 1) or, for IQ4_XS, the signed level
+ *     scw[8]   chunk c's multipliers: 16 words, the low lane sub-block 2c's integer
+ *              scale (elements 32c .. 32c+15), the high lane 2c+1's
+ *     cw, mw   16 words each, one per 16 elements g, against the activation's bsums:
+ *              -OFF * scale_g (takes the offset off exactly) and min_g
+ *
+ *     isum = sum_c madd(maddubs(q[c], a[c]), scw[c]) + madd(bsums, cw)
+ *            (IQ4_XS: maddubs(|q|, sign(a, q)), the sign trick)
+ *
+ * Paths (T_matmul):
+ *   - up to KT_SMALL tokens, or without scratch: rows one at a time (one sequential
+ *     weight stream), each super-block decoded on the stack and dotted with all the
+ *     tokens; with one token the grid types (IQ1/IQ2/IQ3) use their own integer dot
+ *     instead (T_sb1: signs put on the activations, no offset — what a single token
+ *     makes cheapest; the same totals);
+ *   - prefill: KT_MR rows decoded whole into scratch once per token chunk (~256 KiB of
+ *     activations), then every KT_MR x KT_NT tile of the chunk over them — decoding
+ *     amortized over the chunk, where llama.cpp decodes per row-token pair.  A full
+ *     2 x 4 tile runs its 8 pairs' chains in the 8 lanes of one vector (the 8 totals
+ *     by a transpose tree, dj_q_tree8), lane for lane the same operations.
+ *
+ * maddubs never saturates: a pair is at most 2 * 124 * 127 = 31496 (IQ3_XXS, u <= 124;
+ * the others less; IQ4_XS |level| <= 127, 32258).  The int32 sums are far from
+ * overflow (IQ3_XXS's largest: 256 * 31 * 124 * 127 < 2^28).  float(isum) rounds only
+ * past 2^24, relative to the dot's own terms.
+ *
+ * dequantize_row: bitwise ggml's dequantize_row_*: each value is A * v (exact: at most
+ * a 24-bit product) minus B where ggml subtracts a min, as ggml computes them.
  */
-#include "kernels/cpu/cpu_internal.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include "kernels/cpu/quants_avx2.h"
 
+/* ---- helpers ---------------------------------------------------------------------- */
+
+/* v shifted left by s (right by -s) as 16-bit lanes; s a constant after inlining */
+static inline __m256i shl16(__m256i v, int s) {
+    return s > 0 ? _mm256_slli_epi16(v, s) : s < 0 ? _mm256_srli_epi16(v, -s) : v;
+}
+
+/* a word vector: low lane all lo, high lane all hi */
+static inline __m256i words2(int lo, int hi) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
+}
+
+/* 16 signed bytes s (scale of each 16 elements) -> chunk c's multipliers */
+static inline __m256i scw_from_bytes(__m128i s, int c) {
+    const __m128i ctl = _mm_setr_epi8((char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c),
+                                      (char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c + 1),
+                                      (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1),
+                                      (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1));
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, ctl));
+}
+
+/* ---- the decoded forms ------------------------------------------------------------ */
+
+struct kt_sb {
+    __m256i q[8], scw[8], cw, mw;
+    float d, dmin;
+    uint8_t pad_[24];
+};
+_Static_assert(sizeof(struct kt_sb) % 32 == 0, "decoded super-block size");
+
+/* ---- decoders: K-quants ------------------------------------------------------------ */
+
+/* Q5_K: u = nibble | 5th bit << 4 (0..31); 6-bit scales and mins per 32 (as q4_K). */
+static inline DJ_ALWAYS_INLINE void q5_K_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_q5_K *x = (const void *)p;
+    uint64_t sc, mn;
+    dj_q4_K_unpack_scales(x->scales, &sc, &mn);
+    const __m256i scb = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+    const __m128i mnb = _mm_cvtsi64_si128((long long)mn);
+    o->mw = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)x->qh);
+    DJ_UNROLL for (int j = 0; j < 4; j++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+        o->q[2 * j] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(shl16(qh, 4 - 2 * j), b4));
+        o->q[2 * j + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                          _mm256_and_si256(shl16(qh, 3 - 2 * j), b4));
+    }
+    DJ_UNROLL for (int c = 0; c < 8; c++)
+        o->scw[c] = _mm256_shuffle_epi8(scb, _mm256_set1_epi16((short)(2 * c | (2 * c + 1) << 8)));
+    o->cw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d);
+    o->dmin = dj_q_f16(&x->dmin);
+}
+
+/* Q3_K: u = low 2 bits | high bit << 2 (value u - 4); 6-bit scales - 32 per 16. */
+static inline DJ_ALWAYS_INLINE void q3_K_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_q3_K *x = (const void *)p;
+    const uint32_t a0 = dj_load_u32(x->scales), a1 = dj_load_u32(x->scales + 4), a2 = dj_load_u32(x->scales + 8);
+    const uint32_t s0 = (a0 & 0x0f0f0f0fu) | ((a2 & 0x03030303u) << 4);
+    const uint32_t s1 = (a1 & 0x0f0f0f0fu) | (((a2 >> 2) & 0x03030303u) << 4);
+    const uint32_t s2 = ((a0 >> 4) & 0x0f0f0f0fu) | (((a2 >> 4) & 0x03030303u) << 4);
+    const uint32_t s3 = ((a1 >> 4) & 0x0f0f0f0fu) | (((a2 >> 6) & 0x03030303u) << 4);
+    const __m128i s = _mm_sub_epi8(_mm_setr_epi32((int)s0, (int)s1, (int)s2, (int)s3), _mm_set1_epi8(32));
+    o->cw = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(s), 2));
+    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
+    DJ_UNROLL for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+        DJ_UNROLL for (int j = 0; j < 4; j++) {
+            const int c = 4 * h + j;
+            o->q[c] = _mm256_or_si256(_mm256_and_si256(shl16(q, -2 * j), m3), _mm256_and_si256(shl16(hm, 2 - c), b2));
+            o->scw[c] = scw_from_bytes(s, c);
+        }
+    }
+    o->mw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d);
+    o->dmin = 0;
+}
+
+/* Q2_K: u = 2 bits (0..3); 4-bit scale and min per 16. */
+static inline DJ_ALWAYS_INLINE void q2_K_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_q2_K *x = (const void *)p;
+    const __m128i sb = _mm_loadu_si128((const __m128i *)x->scales);
+    const __m128i sc = _mm_and_si128(sb, _mm_set1_epi8(0x0F));
+    o->mw = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
+    const __m256i m3 = _mm256_set1_epi8(3);
+    DJ_UNROLL for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+        DJ_UNROLL for (int j = 0; j < 4; j++) {
+            const int c = 4 * h + j;
+            o->q[c] = _mm256_and_si256(shl16(q, -2 * j), m3);
+            o->scw[c] = scw_from_bytes(sc, c);
+        }
+    }
+    o->cw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d);
+    o->dmin = dj_q_f16(&x->dmin);
+}
+
+/* IQ4_XS: signed values kvalues_iq4nl[nibble]; 6-bit scales - 32 per 32. */
+static inline DJ_ALWAYS_INLINE void iq4_xs_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_iq4_xs *x = (const void *)p;
+    const __m256i lut = dj_q_lut16(dj_kvalues_iq4nl);
+    const unsigned sh = dj_load_u16(&x->scales_h);
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const int ls = ((x->scales_l[c / 2] >> 4 * (c % 2)) & 0xf) | (((sh >> 2 * c) & 3) << 4);
+        o->q[c] = dj_q_nib_lut(x->qs + 16 * c, lut);
+        o->scw[c] = _mm256_set1_epi16((short)(ls - 32));
+    }
+    o->cw = o->mw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d);
+    o->dmin = 0;
+}
+
+/* ---- decoders: i-quants with sign bits and grids ---------------------------------- */
+
+/* 4 grid entries of 8 bytes, signs from 4 byte masks: u = value + off */
+static inline __m256i grid8_signed(uint64_t g0, uint64_t g1, uint64_t g2, uint64_t g3, __m256i neg, int off) {
+    const __m256i g = _mm256_set_epi64x((long long)g3, (long long)g2, (long long)g1, (long long)g0);
+    return _mm256_add_epi8(_mm256_sub_epi8(_mm256_xor_si256(g, neg), neg), _mm256_set1_epi8((char)off));
+}
+static inline __m256i ksigns4(uint32_t s) { /* four 7-bit sign indices at bits 0, 7, 14, 21 */
+    return _mm256_set_epi64x((long long)dj_ksigns64[(s >> 21) & 127], (long long)dj_ksigns64[(s >> 14) & 127],
+                             (long long)dj_ksigns64[(s >> 7) & 127], (long long)dj_ksigns64[s & 127]);
+}
+static inline __m256i cw_load(const int16_t *cw) { return _mm256_loadu_si256((const __m256i *)cw); }
+
+/* IQ2_XXS: grid {8,25,43} with 7-bit signs, u = value + 43; scale 2s+1 per 32; d/8. */
+static inline DJ_ALWAYS_INLINE void iq2_xxs_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_iq2_xxs *x = (const void *)p;
+    const uint8_t *qs = (const uint8_t *)x->qs;
+    int16_t cw[16];
+    for (int c = 0; c < 8; c++) {
+        const uint32_t a0 = dj_load_u32(qs + 8 * c), a1 = dj_load_u32(qs + 8 * c + 4);
+        o->q[c] = grid8_signed(dj_iq2xxs_grid[a0 & 255], dj_iq2xxs_grid[(a0 >> 8) & 255],
+                               dj_iq2xxs_grid[(a0 >> 16) & 255], dj_iq2xxs_grid[a0 >> 24], ksigns4(a1), 43);
+        const int sc = 2 * (int)(a1 >> 28) + 1;
+        o->scw[c] = _mm256_set1_epi16((short)sc);
+        cw[2 * c] = cw[2 * c + 1] = (int16_t)(-43 * sc);
+    }
+    o->cw = cw_load(cw);
+    o->mw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d) * 0.125f;
+    o->dmin = 0;
+}
+
+/* IQ2_XS: 9-bit grid index + 7-bit signs per 8; 4-bit scales 2s+1 per 16; d/8. */
+static inline DJ_ALWAYS_INLINE void iq2_xs_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_iq2_xs *x = (const void *)p;
+    const uint8_t *qs = (const uint8_t *)x->qs;
+    int16_t cw[16];
+    for (int c = 0; c < 8; c++) {
+        uint16_t q[4];
+        memcpy(q, qs + 8 * c, 8);
+        const uint32_t sg = (uint32_t)(q[0] >> 9) | (uint32_t)(q[1] >> 9) << 7 | (uint32_t)(q[2] >> 9) << 14 |
+                            (uint32_t)(q[3] >> 9) << 21;
+        o->q[c] = grid8_signed(dj_iq2xs_grid[q[0] & 511], dj_iq2xs_grid[q[1] & 511], dj_iq2xs_grid[q[2] & 511],
+                               dj_iq2xs_grid[q[3] & 511], ksigns4(sg), 43);
+        const int lo = 2 * (x->scales[c] & 0xF) + 1, hi = 2 * (x->scales[c] >> 4) + 1;
+        o->scw[c] = words2(lo, hi);
+        cw[2 * c] = (int16_t)(-43 * lo);
+        cw[2 * c + 1] = (int16_t)(-43 * hi);
+    }
+    o->cw = cw_load(cw);
+    o->mw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d) * 0.125f;
+    o->dmin = 0;
+}
+
+/* IQ2_S: 10-bit grid index (qs + 2 bits of qh), explicit sign bytes; scales as IQ2_XS. */
+static inline DJ_ALWAYS_INLINE void iq2_s_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_iq2_s *x = (const void *)p;
+    const uint8_t *qs = x->qs, *signs = x->qs + DJ_QK_K / 8;
+    int16_t cw[16];
+    for (int c = 0; c < 8; c++) {
+        const unsigned h = x->qh[c];
+        o->q[c] = grid8_signed(dj_iq2s_grid[qs[4 * c] | ((h << 8) & 0x300)],
+                               dj_iq2s_grid[qs[4 * c + 1] | ((h << 6) & 0x300)],
+                               dj_iq2s_grid[qs[4 * c + 2] | ((h << 4) & 0x300)],
+                               dj_iq2s_grid[qs[4 * c + 3] | ((h << 2) & 0x300)], dj_q_bits32_mask(dj_load_u32(signs + 4 * c)),
+                               43);
+        const int lo = 2 * (x->scales[c] & 0xF) + 1, hi = 2 * (x->scales[c] >> 4) + 1;
+        o->scw[c] = words2(lo, hi);
+        cw[2 * c] = (int16_t)(-43 * lo);
+        cw[2 * c + 1] = (int16_t)(-43 * hi);
+    }
+    o->cw = cw_load(cw);
+    o->mw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d) * 0.125f;
+    o->dmin = 0;
+}
+
+/* IQ3_XXS: 8 grid entries of 4 bytes {4..62} per 32, 7-bit signs, u = value + 62; scale
+ * 2s+1 per 32; d/4. */
+static inline DJ_ALWAYS_INLINE void iq3_xxs_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_iq3_xxs *x = (const void *)p;
+    const uint8_t *qs = x->qs, *sas = x->qs + DJ_QK_K / 4;
+    int16_t cw[16];
+    for (int c = 0; c < 8; c++) {
+        const uint8_t *q = qs + 8 * c;
+        const uint32_t a = dj_load_u32(sas + 4 * c);
+        const __m256i g = _mm256_setr_epi32((int)dj_iq3xxs_grid[q[0]], (int)dj_iq3xxs_grid[q[1]],
+                                            (int)dj_iq3xxs_grid[q[2]], (int)dj_iq3xxs_grid[q[3]],
+                                            (int)dj_iq3xxs_grid[q[4]], (int)dj_iq3xxs_grid[q[5]],
+                                            (int)dj_iq3xxs_grid[q[6]], (int)dj_iq3xxs_grid[q[7]]);
+        const __m256i neg = ksigns4(a);
+        o->q[c] = _mm256_add_epi8(_mm256_sub_epi8(_mm256_xor_si256(g, neg), neg), _mm256_set1_epi8(62));
+        const int sc = 2 * (int)(a >> 28) + 1;
+        o->scw[c] = _mm256_set1_epi16((short)sc);
+        cw[2 * c] = cw[2 * c + 1] = (int16_t)(-62 * sc);
+    }
+    o->cw = cw_load(cw);
+    o->mw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d) * 0.25f;
+    o->dmin = 0;
+}
+
+/* IQ3_S: 9-bit grid index (qs + 1 bit of qh) of 4 bytes {1..15}, explicit sign bytes,
+ * u = value + 15; 4-bit scale 2s+1 per 32; d. */
+static inline DJ_ALWAYS_INLINE void iq3_s_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_iq3_s *x = (const void *)p;
+    int16_t cw[16];
+    for (int c = 0; c < 8; c++) {
+        const uint8_t *q = x->qs + 8 * c;
+        const unsigned h = x->qh[c];
+        int g[8];
+        for (int i = 0; i < 8; i++) g[i] = (int)dj_iq3s_grid[q[i] | (((h >> i) & 1) << 8)];
+        const __m256i gv = _mm256_setr_epi32(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]);
+        const __m256i neg = dj_q_bits32_mask(dj_load_u32(x->signs + 4 * c));
+        o->q[c] = _mm256_add_epi8(_mm256_sub_epi8(_mm256_xor_si256(gv, neg), neg), _mm256_set1_epi8(15));
+        const int sc = 2 * ((x->scales[c / 2] >> 4 * (c % 2)) & 0xF) + 1;
+        o->scw[c] = _mm256_set1_epi16((short)sc);
+        cw[2 * c] = cw[2 * c + 1] = (int16_t)(-15 * sc);
+    }
+    o->cw = cw_load(cw);
+    o->mw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d);
+    o->dmin = 0;
+}
+
+/* IQ1_S / IQ1_M: value 8 * (grid + delta) = 8g +- 1 (g in {-1,0,1}), u = that + 9 =
+ * 8 (g + 1) + (delta sign + 1); d/8. */
+static inline __m256i iq1_u(uint64_t g0, uint64_t g1, uint64_t g2, uint64_t g3, __m256i dp1) {
+    const __m256i g = _mm256_set_epi64x((long long)g3, (long long)g2, (long long)g1, (long long)g0);
+    return _mm256_add_epi8(_mm256_slli_epi16(_mm256_add_epi8(g, _mm256_set1_epi8(1)), 3), dp1);
+}
+
+/* IQ1_S: per 32 a 3-bit scale 2s+1, a delta sign and four 11-bit grid indices. */
+static inline DJ_ALWAYS_INLINE void iq1_s_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_iq1_s *x = (const void *)p;
+    int16_t cw[16];
+    for (int c = 0; c < 8; c++) {
+        const unsigned h = dj_load_u16(&x->qh[c]);
+        const uint8_t *q = x->qs + 4 * c;
+        o->q[c] = iq1_u(dj_iq1s_grid[q[0] | ((h << 8) & 0x700)], dj_iq1s_grid[q[1] | ((h << 5) & 0x700)],
+                        dj_iq1s_grid[q[2] | ((h << 2) & 0x700)], dj_iq1s_grid[q[3] | ((h >> 1) & 0x700)],
+                        _mm256_set1_epi8(h & 0x8000 ? 0 : 2));
+        const int sc = 2 * (int)((h >> 12) & 7) + 1;
+        o->scw[c] = _mm256_set1_epi16((short)sc);
+        cw[2 * c] = cw[2 * c + 1] = (int16_t)(-9 * sc);
+    }
+    o->cw = cw_load(cw);
+    o->mw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d) * 0.125f;
+    o->dmin = 0;
+}
+
+/* IQ1_M: per 16 a 3-bit scale 2s+1, per 8 a delta sign; the f16 super-scale in the top
+ * nibbles of the four scale words. */
+static inline DJ_ALWAYS_INLINE void iq1_m_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_iq1_m *x = (const void *)p;
+    uint16_t sc[4];
+    memcpy(sc, x->scales, 8);
+    const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+    int16_t cw[16];
+    for (int c = 0; c < 8; c++) {
+        const unsigned h0 = x->qh[2 * c], h1 = x->qh[2 * c + 1];
+        const uint8_t *q = x->qs + 4 * c;
+        const __m256i dp1 = _mm256_set_epi64x(h1 & 0x80 ? 0 : 0x0202020202020202ll, h1 & 0x08 ? 0 : 0x0202020202020202ll,
+                                              h0 & 0x80 ? 0 : 0x0202020202020202ll, h0 & 0x08 ? 0 : 0x0202020202020202ll);
+        o->q[c] = iq1_u(dj_iq1s_grid[q[0] | ((h0 << 8) & 0x700)], dj_iq1s_grid[q[1] | ((h0 << 4) & 0x700)],
+                        dj_iq1s_grid[q[2] | ((h1 << 8) & 0x700)], dj_iq1s_grid[q[3] | ((h1 << 4) & 0x700)], dp1);
+        const unsigned s = sc[c / 2] >> 6 * (c % 2);
+        const int lo = 2 * (int)(s & 7) + 1, hi = 2 * (int)((s >> 3) & 7) + 1;
+        o->scw[c] = words2(lo, hi);
+        cw[2 * c] = (int16_t)(-9 * lo);
+        cw[2 * c + 1] = (int16_t)(-9 * hi);
+    }
+    o->cw = cw_load(cw);
+    o->mw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&dh) * 0.125f;
+    o->dmin = 0;
+}
+
+/* ---- decoders: ternary --------------------------------------------------------------- */
+
+static inline void kt_unit_scales(struct kt_sb *o, int off) {
+    DJ_UNROLL for (int c = 0; c < 8; c++) o->scw[c] = _mm256_set1_epi16(1);
+    o->cw = _mm256_set1_epi16((short)-off);
+    o->mw = _mm256_setzero_si256();
+    o->dmin = 0;
+}
+
+/* TQ2_0: u = 2 bits (value u - 1), scale d. */
+static inline DJ_ALWAYS_INLINE void tq2_0_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_tq2_0 *x = (const void *)p;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    DJ_UNROLL for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+        DJ_UNROLL for (int j = 0; j < 4; j++) o->q[4 * h + j] = _mm256_and_si256(shl16(q, -2 * j), m3);
+    }
+    kt_unit_scales(o, 1);
+    o->d = dj_q_f16(&x->d);
+}
+
+/* bytes x times per-byte multipliers (words m: the multiplier of bytes 2i and 2i+1), mod 256 */
+static inline __m256i mul_bytes(__m256i x, __m256i m) {
+    const __m256i lo = _mm256_mullo_epi16(x, m), hi = _mm256_mullo_epi16(_mm256_srli_epi16(x, 8), m);
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi16(0xFF)), _mm256_slli_epi16(hi, 8));
+}
+/* a base-3 digit from its scaled byte q: (q * 3) >> 8, i.e. (q > 85) + (q > 170) */
+static inline __m256i tq_digit(__m256i q) {
+    const __m256i x = _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80));
+    return _mm256_sub_epi8(_mm256_setzero_si256(), _mm256_add_epi8(_mm256_cmpgt_epi8(x, _mm256_set1_epi8(85 - 128)),
+                                                                   _mm256_cmpgt_epi8(x, _mm256_set1_epi8(170 - 128))));
+}
+
+/* TQ1_0: 5 base-3 digits a byte of qs, 4 a byte of qh (value digit - 1), scale d. */
+static inline DJ_ALWAYS_INLINE void tq1_0_dec(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_tq1_0 *x = (const void *)p;
+    static const short pow3[5] = {1, 3, 9, 27, 81};
+    const __m256i q0 = _mm256_loadu_si256((const __m256i *)x->qs);
+    DJ_UNROLL for (int n = 0; n < 5; n++) o->q[n] = tq_digit(mul_bytes(q0, _mm256_set1_epi16(pow3[n])));
+    const __m128i q1 = _mm_loadu_si128((const __m128i *)(x->qs + 32));
+    const __m256i q11 = _mm256_broadcastsi128_si256(q1);
+    o->q[5] = tq_digit(mul_bytes(q11, words2(1, 3)));
+    o->q[6] = tq_digit(mul_bytes(q11, words2(9, 27)));
+    const __m128i qh = _mm_set1_epi32((int)dj_load_u32(x->qh)); /* byte 4n + j = qh[j], times 3^n */
+    o->q[7] = tq_digit(mul_bytes(_mm256_set_m128i(qh, q1),
+                                 _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 3, 3, 9, 9, 27, 27)));
+    kt_unit_scales(o, 1);
+    o->d = dj_q_f16(&x->d);
+}
+
+/* ---- the shared cores ------------------------------------------------------------- */
+
+/* One super-block of MR decoded rows (D[i]) against NT q8_K tokens (their block at
+ * a + j * as).  acc[i][j] is the pair's float chain, one fma per super-block on the
+ * exact integer total (and one for the mins): the 8 lanes are summed in integers first,
+ * because with an offset (OFF > 0) a lane's partial sum holds offset terms that cancel
+ * only across lanes, and rounding it would scale the error with the offset rather than
+ * with the dot's own terms.  SG: signed values (sign trick); CR: the offset correction
+ * cw; MN: the mins.  VEC, for a full 2 x 4 tile: the 8 pairs' chains in the 8 lanes of
+ * *vacc (pair (i, j) in lane 4i + j) instead of acc — lane for lane the same float
+ * operations on the same totals, so the same bits. */
+static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const int SG, const int CR, const int MN,
+                                            const int VEC, const struct kt_sb *const *D, const uint8_t *a, size_t as,
+                                            float acc[2][4], __m256 *vacc) {
+    const size_t qo = offsetof(struct dj_block_q8_K, qs), bo = offsetof(struct dj_block_q8_K, bsums);
+    __m256i is[2][4];
+    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) is[i][j] = _mm256_setzero_si256();
+#define KT_STEP(c)                                                                                                   \
+    do {                                                                                                             \
+        DJ_UNROLL for (int i = 0; i < MR; i++) {                                                                     \
+            const __m256i q = D[i]->q[c], s = D[i]->scw[c];                                                          \
+            const __m256i qa = SG ? _mm256_sign_epi8(q, q) : q;                                                      \
+            DJ_UNROLL for (int j = 0; j < NT; j++) {                                                                 \
+                __m256i av = _mm256_loadu_si256((const __m256i *)(a + (size_t)j * as + qo + 32 * (size_t)(c)));      \
+                if (SG) av = _mm256_sign_epi8(av, q);                                                                \
+                is[i][j] = _mm256_add_epi32(is[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, av), s));          \
+            }                                                                                                        \
+        }                                                                                                            \
+    } while (0)
+    if (NT * MR <= 2) {
+        DJ_UNROLL for (int c = 0; c < 8; c++) KT_STEP(c);
+    } else {
+#pragma GCC unroll 1
+        for (int c = 0; c < 8; c++) KT_STEP(c);
+    }
+#undef KT_STEP
+    if (VEC && MR == 2 && NT == 4) { /* the 8 pairs of a full tile at once, pair 4i + j in lane 4i + j */
+        __m256i t[8], m[8];
+        __m128 da4 = _mm_setzero_ps();
+        DJ_UNROLL for (int j = 0; j < 4; j++) {
+            const uint8_t *ab = a + (size_t)j * as;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
+            da4 = _mm_insert_ps(da4, _mm_load_ss((const float *)ab), (unsigned)j << 4);
+            DJ_UNROLL for (int i = 0; i < 2; i++) {
+                t[4 * i + j] = CR ? _mm256_add_epi32(is[i][j], _mm256_madd_epi16(bs, D[i]->cw)) : is[i][j];
+                if (MN) m[4 * i + j] = _mm256_madd_epi16(bs, D[i]->mw);
+            }
+        }
+        const __m256 da = _mm256_set_m128(da4, da4);
+        *vacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dj_q_tree8(t)),
+                                _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(D[1]->d), _mm_set1_ps(D[0]->d)), da), *vacc);
+        if (MN)
+            *vacc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(dj_q_tree8(m)),
+                                     _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(D[1]->dmin), _mm_set1_ps(D[0]->dmin)), da),
+                                     *vacc);
+        return;
+    }
+    DJ_UNROLL for (int j = 0; j < NT; j++) {
+        const uint8_t *ab = a + (size_t)j * as;
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
+        const float da = dj_q_load_f32(ab);
+        DJ_UNROLL for (int i = 0; i < MR; i++) {
+            __m256i t = is[i][j];
+            if (CR) t = _mm256_add_epi32(t, _mm256_madd_epi16(bs, D[i]->cw));
+            acc[i][j] = __builtin_fmaf((float)dj_q_hsum_i32(t), D[i]->d * da, acc[i][j]);
+            if (MN) acc[i][j] = __builtin_fmaf(-(float)dj_q_hsum_i32(_mm256_madd_epi16(bs, D[i]->mw)), D[i]->dmin * da,
+                                               acc[i][j]);
+        }
+    }
+}
+
+/* ---- one token, one super-block: a type's own integer dot ---------------------------
+ *
+ * The exact totals of kt_core for one (row, token) pair computed the cheapest way for
+ * a single token (decode: nothing to amortize a decoded form over), e.g. the signs
+ * put on the activations instead of the weights and no offset.  The integers are the
+ * same exact numbers, and kt_epilogue is kt_core's float step, so the bits are too. */
+struct kt_tot {
+    int32_t isum, imin; /* sum of scale * value * a; sum of min * bsums */
+    float d, dmin;      /* as struct kt_sb */
+};
+typedef struct kt_tot (*kt_sb1_fn)(const uint8_t *w, const uint8_t *a);
+static inline DJ_ALWAYS_INLINE struct kt_tot kt_sb1_call(kt_sb1_fn f, const uint8_t *w, const uint8_t *a) {
+    return f(w, a);
+}
+static inline DJ_ALWAYS_INLINE void kt_epilogue(const int MN, struct kt_tot t, const uint8_t *ab, float *acc) {
+    const float da = dj_q_load_f32(ab);
+    *acc = __builtin_fmaf((float)t.isum, t.d * da, *acc);
+    if (MN) *acc = __builtin_fmaf(-(float)t.imin, t.dmin * da, *acc);
+}
+
+static inline struct kt_tot kt_no_sb1(const uint8_t *w, const uint8_t *a) {
+    (void)w;
+    (void)a;
+    return (struct kt_tot){0, 0, 0, 0};
+}
+
+static inline struct kt_tot iq2_xs_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq2_xs *x = (const void *)p;
+    const uint8_t *qs = (const uint8_t *)x->qs, *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        uint16_t q[4];
+        memcpy(q, qs + 8 * c, 8);
+        const __m256i g = _mm256_set_epi64x((long long)dj_iq2xs_grid[q[3] & 511], (long long)dj_iq2xs_grid[q[2] & 511],
+                                            (long long)dj_iq2xs_grid[q[1] & 511], (long long)dj_iq2xs_grid[q[0] & 511]);
+        const __m256i neg = _mm256_set_epi64x((long long)dj_ksigns64[q[3] >> 9], (long long)dj_ksigns64[q[2] >> 9],
+                                              (long long)dj_ksigns64[q[1] >> 9], (long long)dj_ksigns64[q[0] >> 9]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)), _mm256_or_si256(neg, one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
+                                                      words2(2 * (x->scales[c] & 0xF) + 1, 2 * (x->scales[c] >> 4) + 1)));
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d) * 0.125f, 0};
+}
+
+static inline struct kt_tot iq2_s_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq2_s *x = (const void *)p;
+    const uint8_t *qs = x->qs, *signs = x->qs + DJ_QK_K / 8, *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const unsigned h = x->qh[c];
+        const __m256i g = _mm256_set_epi64x((long long)dj_iq2s_grid[qs[4 * c + 3] | ((h << 2) & 0x300)],
+                                            (long long)dj_iq2s_grid[qs[4 * c + 2] | ((h << 4) & 0x300)],
+                                            (long long)dj_iq2s_grid[qs[4 * c + 1] | ((h << 6) & 0x300)],
+                                            (long long)dj_iq2s_grid[qs[4 * c] | ((h << 8) & 0x300)]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)),
+                                            _mm256_or_si256(dj_q_bits32_mask(dj_load_u32(signs + 4 * c)), one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
+                                                      words2(2 * (x->scales[c] & 0xF) + 1, 2 * (x->scales[c] >> 4) + 1)));
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d) * 0.125f, 0};
+}
+
+static inline struct kt_tot iq3_xxs_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq3_xxs *x = (const void *)p;
+    const uint8_t *qs = x->qs, *sas = x->qs + DJ_QK_K / 4, *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const uint8_t *q = qs + 8 * c;
+        const uint32_t s = dj_load_u32(sas + 4 * c);
+        const __m256i g = _mm256_setr_epi32((int)dj_iq3xxs_grid[q[0]], (int)dj_iq3xxs_grid[q[1]], (int)dj_iq3xxs_grid[q[2]],
+                                            (int)dj_iq3xxs_grid[q[3]], (int)dj_iq3xxs_grid[q[4]], (int)dj_iq3xxs_grid[q[5]],
+                                            (int)dj_iq3xxs_grid[q[6]], (int)dj_iq3xxs_grid[q[7]]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)), _mm256_or_si256(ksigns4(s), one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av), _mm256_set1_epi16((short)(2 * (s >> 28) + 1))));
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d) * 0.25f, 0};
+}
+
+static inline struct kt_tot iq3_s_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq3_s *x = (const void *)p;
+    const uint8_t *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const uint8_t *q = x->qs + 8 * c;
+        const unsigned h = x->qh[c];
+        const __m256i g = _mm256_setr_epi32(
+            (int)dj_iq3s_grid[q[0] | ((h << 8) & 256)], (int)dj_iq3s_grid[q[1] | ((h << 7) & 256)],
+            (int)dj_iq3s_grid[q[2] | ((h << 6) & 256)], (int)dj_iq3s_grid[q[3] | ((h << 5) & 256)],
+            (int)dj_iq3s_grid[q[4] | ((h << 4) & 256)], (int)dj_iq3s_grid[q[5] | ((h << 3) & 256)],
+            (int)dj_iq3s_grid[q[6] | ((h << 2) & 256)], (int)dj_iq3s_grid[q[7] | ((h << 1) & 256)]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)),
+                                            _mm256_or_si256(dj_q_bits32_mask(dj_load_u32(x->signs + 4 * c)), one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
+                                                      _mm256_set1_epi16((short)(2 * ((x->scales[c / 2] >> 4 * (c % 2)) & 0xF) + 1))));
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d), 0};
+}
+
+/* IQ1_S's 32 grid indices, as 16-bit lanes: qs[i] | ((qh[i/4] >> 3 (i%4)) & 7) << 8 (the
+ * per-lane shifts by multiplies: << 8, 5, 2 by mullo, >> 1 by mulhi) — one vector pass
+ * instead of four scalar operations an index. */
+static inline void iq1_s_idx(const struct dj_block_iq1_s *x, __m256i idx[2]) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)x->qh);
+    const __m256i m1 = _mm256_setr_epi16(256, 32, 4, 0, 256, 32, 4, 0, 256, 32, 4, 0, 256, 32, 4, 0);
+    const __m256i m2 = _mm256_setr_epi16(0, 0, 0, -32768, 0, 0, 0, -32768, 0, 0, 0, -32768, 0, 0, 0, -32768);
+    DJ_UNROLL for (int h = 0; h < 2; h++) {
+        const __m128i qq = h ? _mm_unpackhi_epi16(q, q) : _mm_unpacklo_epi16(q, q);
+        const __m256i H = _mm256_set_m128i(_mm_unpackhi_epi32(qq, qq), _mm_unpacklo_epi32(qq, qq));
+        const __m256i sh = _mm256_or_si256(_mm256_mullo_epi16(H, m1), _mm256_mulhi_epu16(H, m2));
+        idx[h] = _mm256_or_si256(_mm256_and_si256(sh, _mm256_set1_epi16(0x700)),
+                                 _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x->qs + 16 * h))));
+    }
+}
+/* 4 entries of a 64-bit grid at the 16-bit indices in lanes 4c..4c+3 of idx (c = 0..3) */
+static inline __m256i gather4(const uint64_t *grid, __m256i idx, int c) {
+    const __m128i half = c < 2 ? _mm256_castsi256_si128(idx) : _mm256_extracti128_si256(idx, 1);
+    const __m128i i4 = _mm_cvtepu16_epi32(c % 2 ? _mm_srli_si128(half, 8) : half);
+    return _mm256_i32gather_epi64((const long long *)grid, i4, 8);
+}
+
+/* IQ1_S: sum over 32 of (8g + delta) a = 8 sum (g + 1) a + (delta - 8) sum a, the sums of a
+ * from the bsums */
+static inline struct kt_tot iq1_s_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq1_s *x = (const void *)p;
+    const uint8_t *a = ab + offsetof(struct dj_block_q8_K, qs);
+    int16_t bs[16];
+    memcpy(bs, ab + offsetof(struct dj_block_q8_K, bsums), sizeof bs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i idx[2];
+    iq1_s_idx(x, idx);
+    uint16_t ix[32]; /* scalar loads of vector-made indices: measured faster than AVX2 gathers (Zen 3) */
+    _mm256_storeu_si256((__m256i *)ix, idx[0]);
+    _mm256_storeu_si256((__m256i *)(ix + 16), idx[1]);
+    __m256i acc = _mm256_setzero_si256();
+    int32_t corr = 0;
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const unsigned h = dj_load_u16(&x->qh[c]);
+        const uint16_t *i4 = ix + 4 * c;
+        const __m256i g1 = _mm256_add_epi8(_mm256_set_epi64x((long long)dj_iq1s_grid[i4[3]], (long long)dj_iq1s_grid[i4[2]],
+                                                             (long long)dj_iq1s_grid[i4[1]], (long long)dj_iq1s_grid[i4[0]]),
+                                           one);
+        const int sc = 2 * (int)((h >> 12) & 7) + 1;
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g1, _mm256_loadu_si256((const __m256i *)(a + 32 * c))),
+                                                      _mm256_set1_epi16((short)(8 * sc))));
+        corr += sc * (h & 0x8000 ? -9 : -7) * (bs[2 * c] + bs[2 * c + 1]);
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc) + corr, 0, dj_q_f16(&x->d) * 0.125f, 0};
+}
+
+/* IQ1_M: u = 8 (g + 1) + delta + 1 per 8 (as iq1_m_dec), the -9 offset from the bsums in
+ * scalar integers */
+static inline struct kt_tot iq1_m_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq1_m *x = (const void *)p;
+    const uint8_t *a = ab + offsetof(struct dj_block_q8_K, qs);
+    int16_t bs[16];
+    memcpy(bs, ab + offsetof(struct dj_block_q8_K, bsums), sizeof bs);
+    uint16_t sc[4];
+    memcpy(sc, x->scales, 8);
+    const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+    __m256i acc = _mm256_setzero_si256();
+    int32_t corr = 0;
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const unsigned h0 = x->qh[2 * c], h1 = x->qh[2 * c + 1];
+        const uint8_t *q = x->qs + 4 * c;
+        const __m256i dp1 = _mm256_set_epi64x(h1 & 0x80 ? 0 : 0x0202020202020202ll, h1 & 0x08 ? 0 : 0x0202020202020202ll,
+                                              h0 & 0x80 ? 0 : 0x0202020202020202ll, h0 & 0x08 ? 0 : 0x0202020202020202ll);
+        const __m256i u = iq1_u(dj_iq1s_grid[q[0] | ((h0 << 8) & 0x700)], dj_iq1s_grid[q[1] | ((h0 << 4) & 0x700)],
+                                dj_iq1s_grid[q[2] | ((h1 << 8) & 0x700)], dj_iq1s_grid[q[3] | ((h1 << 4) & 0x700)], dp1);
+        const unsigned s = sc[c / 2] >> 6 * (c % 2);
+        const int lo = 2 * (int)(s & 7) + 1, hi = 2 * (int)((s >> 3) & 7) + 1;
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(a + 32 * c))),
+                                                      words2(lo, hi)));
+        corr -= 9 * (lo * bs[2 * c] + hi * bs[2 * c + 1]);
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc) + corr, 0, dj_q_f16(&dh) * 0.125f, 0};
+}
+
+static inline struct kt_tot iq2_xxs_sb1(const uint8_t *p, const uint8_t *ab) {
+    const struct dj_block_iq2_xxs *x = (const void *)p;
+    const uint8_t *qs = (const uint8_t *)x->qs, *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const __m256i one = _mm256_set1_epi8(1);
+    __m256i acc = _mm256_setzero_si256();
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const uint8_t *q = qs + 8 * c; /* grid indices as byte loads: cheaper than shifting a word */
+        const uint32_t a1 = dj_load_u32(q + 4);
+        const __m256i g = _mm256_set_epi64x((long long)dj_iq2xxs_grid[q[3]], (long long)dj_iq2xxs_grid[q[2]],
+                                            (long long)dj_iq2xxs_grid[q[1]], (long long)dj_iq2xxs_grid[q[0]]);
+        const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)),
+                                            _mm256_or_si256(ksigns4(a1), one));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
+                                                      _mm256_set1_epi16((short)(2 * (a1 >> 28) + 1))));
+    }
+    return (struct kt_tot){dj_q_hsum_i32(acc), 0, dj_q_f16(&x->d) * 0.125f, 0};
+}
+
+/* ---- tiles over a decoded buffer (prefill) ------------------------------------------- */
+
+#define KT_MR 2     /* rows a decoded tile */
+#define KT_NT 4     /* tokens a tile */
+#define KT_SMALL 4  /* up to this many tokens: decode as we go, no buffer */
+
+/* MR rows x NT tokens from the decoded rows D (row i at D + i * nb), all nb super-blocks */
+static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, const int SG, const int CR,
+                                                 const int MN, const struct kt_sb *D, int64_t nb, const uint8_t *a,
+                                                 size_t as, float *c, int64_t ldc) {
+    float acc[2][4];
+    __m256 vacc = _mm256_setzero_ps();
+    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) acc[i][j] = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const struct kt_sb *Db[2] = {D + b, D + nb + b};
+        kt_core(MR, NT, SG, CR, MN, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc);
+    }
+    if (MR == 2 && NT == 4) {
+        float v[8];
+        _mm256_storeu_ps(v, vacc);
+        DJ_UNROLL for (int i = 0; i < 2; i++) DJ_UNROLL for (int j = 0; j < 4; j++) c[j * ldc + i] = v[4 * i + j];
+        return;
+    }
+    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + i] = acc[i][j];
+}
+
+typedef void (*kt_tile_fn)(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c, int64_t ldc);
+
+#define KT_TILE_FN(name, MR, NT, SG, CR, MN)                                                                       \
+    static void name##_##MR##x##NT(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c,       \
+                                   int64_t ldc) {                                                                  \
+        kt_tile_body(MR, NT, SG, CR, MN, D, nb, a, as, c, ldc);                                                    \
+    }
+#define KT_TILE_SET(name, DEF, ...)                                                                                \
+    DEF(name, 1, 1, __VA_ARGS__) DEF(name, 1, 2, __VA_ARGS__) DEF(name, 1, 3, __VA_ARGS__)                         \
+    DEF(name, 1, 4, __VA_ARGS__) DEF(name, 2, 1, __VA_ARGS__) DEF(name, 2, 2, __VA_ARGS__)                         \
+    DEF(name, 2, 3, __VA_ARGS__) DEF(name, 2, 4, __VA_ARGS__)                                                      \
+    static const kt_tile_fn name[2][4] = {{name##_1x1, name##_1x2, name##_1x3, name##_1x4},                        \
+                                          {name##_2x1, name##_2x2, name##_2x3, name##_2x4}};
+
+/* the flag combinations the types use: (signed, correction, mins) */
+KT_TILE_SET(kt_tiles_min, KT_TILE_FN, 0, 0, 1)  /* Q2_K, Q5_K */
+KT_TILE_SET(kt_tiles_off, KT_TILE_FN, 0, 1, 0)  /* Q3_K, IQ1/IQ2/IQ3, TQ */
+KT_TILE_SET(kt_tiles_sgn, KT_TILE_FN, 1, 0, 0)  /* IQ4_XS */
+
+/* ---- per type: decode-as-you-go rows, matmul, dot, dequantize ------------------------ */
+
+/* The shared drive of the decoded-buffer path: token chunks, KT_MR-row tiles decoded
+ * into buf (dec(row, buf) decodes one whole row), KT_NT-token tiles. */
+static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t *w, int64_t nb, struct kt_sb *dst),
+                     int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                     int64_t r0, int64_t r1, int64_t n_tok, struct kt_sb *buf) {
+    int64_t tok_chunk = (int64_t)(((size_t)256 << 10) / as);
+    tok_chunk -= tok_chunk % KT_NT;
+    if (tok_chunk < KT_NT) tok_chunk = KT_NT;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t t1 = t0 + tok_chunk < n_tok ? t0 + tok_chunk : n_tok;
+        for (int64_t r = r0; r < r1; r += KT_MR) {
+            const int mr = (int)(r1 - r < KT_MR ? r1 - r : KT_MR);
+            for (int i = 0; i < mr; i++) dec_row(w + (size_t)(r + i) * ws, nb, buf + (size_t)i * (size_t)nb);
+            for (int64_t t = t0; t < t1; t += KT_NT) {
+                const int nt = (int)(t1 - t < KT_NT ? t1 - t : KT_NT);
+                tiles[mr - 1][nt - 1](buf, nb, a + (size_t)t * as, as, c + t * ldc + r, ldc);
+            }
+        }
+    }
+}
+
+/* K-type T (block struct dj_block_T, decoder T_dec): the rows path for NT tokens, the
+ * matmul, the dot. */
+#define KT_TYPE(T, SG, CR, MN, TILES, D1, SB1)                                                                     \
+    static void T##_dec_row(const uint8_t *w, int64_t nb, struct kt_sb *o) {                                       \
+        for (int64_t b = 0; b < nb; b++) T##_dec(w + (size_t)b * sizeof(struct dj_block_##T), o + b);             \
+    }                                                                                                              \
+    static inline DJ_ALWAYS_INLINE void T##_rows(const int NT, int64_t nb, const uint8_t *w, size_t ws,           \
+                                                 const uint8_t *a, size_t as, float *c, int64_t ldc, int64_t r0,   \
+                                                 int64_t r1) {                                                     \
+        for (int64_t r = r0; r < r1; r++) {                                                                        \
+            float acc[2][4];                                                                                       \
+            DJ_UNROLL for (int j = 0; j < NT; j++) acc[0][j] = 0;                                                  \
+            const uint8_t *wr = w + (size_t)r * ws;                                                                \
+            for (int64_t b = 0; b < nb; b++) {                                                                     \
+                const uint8_t *wb = wr + (size_t)b * sizeof(struct dj_block_##T);                                  \
+                const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_K);                                  \
+                if (NT == 1 && D1) { /* one token: the type's own integer dot, the same total */                   \
+                    const struct kt_tot t = kt_sb1_call(SB1, wb, ab);                                              \
+                    kt_epilogue(MN, t, ab, acc[0]);                                                                \
+                    continue;                                                                                      \
+                }                                                                                                  \
+                struct kt_sb blk;                                                                                  \
+                const struct kt_sb *D[2] = {&blk, &blk};                                                           \
+                T##_dec(wb, &blk);                                                                                 \
+                kt_core(1, NT, SG, CR, MN, 0, D, ab, as, acc, NULL);                                                        \
+            }                                                                                                      \
+            DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = acc[0][j];                                     \
+        }                                                                                                          \
+    }                                                                                                              \
+    static void T##_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
+                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
+        T##_rows(1, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
+    }                                                                                                              \
+    static void T##_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
+                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
+        T##_rows(2, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
+    }                                                                                                              \
+    static void T##_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
+                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
+        T##_rows(4, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
+    }                                                                                                              \
+    static void T##_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc, \
+                           int64_t r0, int64_t r1, int64_t n_tok) {                                                \
+        const uint8_t *w = wv, *a = av;                                                                            \
+        const int64_t nb = k / DJ_QK_K;                                                                            \
+        struct kt_sb *buf = n_tok > KT_SMALL ? dj_kernel_scratch((size_t)KT_MR * (size_t)nb * sizeof(struct kt_sb)) \
+                                             : NULL;                                                               \
+        if (buf) {                                                                                                 \
+            kt_drive(TILES, T##_dec_row, nb, w, ws, a, as, c, ldc, r0, r1, n_tok, buf);                            \
+            return;                                                                                                \
+        }                                                                                                          \
+        for (int64_t t = 0; t < n_tok;) { /* few tokens, or no scratch: decode as we go */                         \
+            const int64_t n = n_tok - t;                                                                           \
+            const uint8_t *at = a + (size_t)t * as;                                                                \
+            float *ct = c + t * ldc;                                                                               \
+            if (n >= 4) T##_rows4(nb, w, ws, at, as, ct, ldc, r0, r1), t += 4;                                     \
+            else if (n >= 2) T##_rows2(nb, w, ws, at, as, ct, ldc, r0, r1), t += 2;                                \
+            else T##_rows1(nb, w, ws, at, as, ct, ldc, r0, r1), t += 1;                                            \
+        }                                                                                                          \
+    }                                                                                                              \
+    static float T##_dot(int64_t k, const void *w, const void *a) {                                                \
+        float c;                                                                                                   \
+        T##_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);                                                           \
+        return c;                                                                                                  \
+    }
+
+KT_TYPE(q5_K, 0, 0, 1, kt_tiles_min, 0, kt_no_sb1)
+KT_TYPE(q3_K, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
+KT_TYPE(q2_K, 0, 0, 1, kt_tiles_min, 0, kt_no_sb1)
+KT_TYPE(iq4_xs, 1, 0, 0, kt_tiles_sgn, 0, kt_no_sb1)
+KT_TYPE(iq2_xxs, 0, 1, 0, kt_tiles_off, 1, iq2_xxs_sb1)
+KT_TYPE(iq2_xs, 0, 1, 0, kt_tiles_off, 1, iq2_xs_sb1)
+KT_TYPE(iq2_s, 0, 1, 0, kt_tiles_off, 1, iq2_s_sb1)
+KT_TYPE(iq3_xxs, 0, 1, 0, kt_tiles_off, 1, iq3_xxs_sb1)
+KT_TYPE(iq3_s, 0, 1, 0, kt_tiles_off, 1, iq3_s_sb1)
+KT_TYPE(iq1_s, 0, 1, 0, kt_tiles_off, 1, iq1_s_sb1)
+KT_TYPE(iq1_m, 0, 1, 0, kt_tiles_off, 1, iq1_m_sb1)
+KT_TYPE(tq1_0, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
+KT_TYPE(tq2_0, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
+
+/* ---- dequantizers ------------------------------------------------------------------
+ *
+ * From the decoded form: value v = u - off (or q, signed), sub-block factor A = d *
+ * scale (d with the type's power of two), y = v * A, or for the types with mins y =
+ * v * A - dmin * min (ggml's dl * q - ml).  v * A is exact for every type (at most
+ * 11 + 6 + 7 significant bits), so only the subtraction rounds, as in ggml. */
+
+static inline void store_v8(float *y, __m128i v8, int off, __m256 A, const int mins, __m256 B) {
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepi8_epi32(v8), _mm256_set1_epi32(off)));
+    __m256 r = _mm256_mul_ps(v, A);
+    if (mins) r = _mm256_sub_ps(r, B);
+    _mm256_storeu_ps(y, r);
+}
+
+static inline DJ_ALWAYS_INLINE void kt_dequant_sb(const struct kt_sb *D, int off, const int mins, float *y) {
+    int16_t mw[16];
+    _mm256_storeu_si256((__m256i *)mw, D->mw);
+    for (int c = 0; c < 8; c++, y += 32) {
+        int16_t s[16];
+        _mm256_storeu_si256((__m256i *)s, D->scw[c]);
+        uint8_t q[32];
+        _mm256_storeu_si256((__m256i *)q, D->q[c]);
+        for (int h = 0; h < 2; h++) {
+            const __m256 A = _mm256_set1_ps(D->d * (float)s[8 * h]);
+            const __m256 B = _mm256_set1_ps(D->dmin * (float)mw[2 * c + h]);
+            store_v8(y + 16 * h, _mm_loadl_epi64((const __m128i *)(q + 16 * h)), off, A, mins, B);
+            store_v8(y + 16 * h + 8, _mm_loadl_epi64((const __m128i *)(q + 16 * h + 8)), off, A, mins, B);
+        }
+    }
+}
+
+#define KT_DEQUANT(T, OFF, MN)                                                                                     \
+    static void T##_dequant(const void *xv, float *y, int64_t n) {                                                 \
+        const uint8_t *x = xv;                                                                                     \
+        for (int64_t b = 0; b < n / DJ_QK_K; b++, y += DJ_QK_K) {                                                  \
+            struct kt_sb blk;                                                                                      \
+            T##_dec(x + (size_t)b * sizeof(struct dj_block_##T), &blk);                                            \
+            kt_dequant_sb(&blk, OFF, MN, y);                                                                       \
+        }                                                                                                          \
+    }
+KT_DEQUANT(q5_K, 0, 1)
+KT_DEQUANT(q3_K, 4, 0)
+KT_DEQUANT(q2_K, 0, 1)
+KT_DEQUANT(iq4_xs, 0, 0)
+KT_DEQUANT(iq2_xxs, 43, 0)
+KT_DEQUANT(iq2_xs, 43, 0)
+KT_DEQUANT(iq2_s, 43, 0)
+KT_DEQUANT(iq3_xxs, 62, 0)
+KT_DEQUANT(iq3_s, 15, 0)
+KT_DEQUANT(iq1_s, 9, 0)
+KT_DEQUANT(iq1_m, 9, 0)
+KT_DEQUANT(tq1_0, 1, 0)
+KT_DEQUANT(tq2_0, 1, 0)
+
+#define KT_SET(k, TYPE, T)                                                                                         \
+    do {                                                                                                           \
+        (k)->w[TYPE].act_type = dj_kernels_act_type(TYPE);                                                         \
+        (k)->w[TYPE].matmul = T##_matmul;                                                                          \
+        (k)->w[TYPE].dot = T##_dot;                                                                                \
+        (k)->w[TYPE].dequantize_row = T##_dequant;                                                                 \
+        (k)->w[TYPE].pack = NULL;                                                                                  \
+        (k)->w[TYPE].matmul_packed = NULL;                                                                         \
+    } while (0)
+
+void dj_kernels_init_avx2_quants(struct dj_kernels *k) {
+    KT_SET(k, DJ_TYPE_Q5_K, q5_K);
+    KT_SET(k, DJ_TYPE_Q3_K, q3_K);
+    KT_SET(k, DJ_TYPE_Q2_K, q2_K);
+    KT_SET(k, DJ_TYPE_IQ4_XS, iq4_xs);
+    KT_SET(k, DJ_TYPE_IQ2_XXS, iq2_xxs);
+    KT_SET(k, DJ_TYPE_IQ2_XS, iq2_xs);
+    KT_SET(k, DJ_TYPE_IQ2_S, iq2_s);
+    KT_SET(k, DJ_TYPE_IQ3_XXS, iq3_xxs);
+    KT_SET(k, DJ_TYPE_IQ3_S, iq3_s);
+    KT_SET(k, DJ_TYPE_IQ1_S, iq1_s);
+    KT_SET(k, DJ_TYPE_IQ1_M, iq1_m);
+    KT_SET(k, DJ_TYPE_TQ1_0, tq1_0);
+    KT_SET(k, DJ_TYPE_TQ2_0, tq2_0);
+    dj_kernels_init_avx2_quants32(k);
+}
+
+#else /* not x86 */
+#include "kernels/cpu/cpu_internal.h"
 void dj_kernels_init_avx2_quants(struct dj_kernels *k) { (void)k; }
+#endif

@@ -37,6 +37,21 @@ static inline int gi8(uint64_t g, int j) { return (int)(int8_t)(uint8_t)(g >> (8
 /* v with the sign of bit j of signs */
 static inline int sgn(int v, unsigned signs, int j) { return (signs >> j) & 1 ? -v : v; }
 
+/* The integer dot of n decoded weight levels with n activation values.  The kernels below
+ * decode a (sub-)block into int8 levels first and then take this dot: each step is a plain
+ * loop (GCC 12 -O2 vectorizes the dot with 16-byte vectors; the decoding, table lookups
+ * and scattered bits, stays scalar). */
+static inline int32_t dot_i8(const int8_t *q, const int8_t *x, int n) {
+    int32_t s = 0;
+    for (int i = 0; i < n; i++) s += q[i] * x[i];
+    return s;
+}
+static inline int32_t sum_i8(const int8_t *x, int n) {
+    int32_t s = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
 /* ---- q8_0 activations ------------------------------------------------------------------ */
 
 static float dot_q4_1(int64_t k, const void *wv, const void *av) {
@@ -59,15 +74,13 @@ static float dot_q4_1(int64_t k, const void *wv, const void *av) {
 /* The 5-bit values' dot with x, and the sum of x: Q5_0 / Q5_1 (element layout: ref_quants.c). */
 static inline int32_t q5_isum(const uint8_t *qs, const uint8_t *qhb, const int8_t *x, int32_t *asum) {
     const uint32_t qh = dj_load_u32(qhb);
-    int32_t isum = 0, as = 0;
+    int8_t q[32];
     for (int j = 0; j < 16; j++) {
-        const int q0 = (qs[j] & 0xF) | (int)(((qh >> j) & 1) << 4);
-        const int q1 = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-        isum += q0 * x[j] + q1 * x[j + 16];
-        as += x[j] + x[j + 16];
+        q[j] = (int8_t)((qs[j] & 0xF) | (((qh >> j) & 1) << 4));
+        q[j + 16] = (int8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
     }
-    *asum = as;
-    return isum;
+    *asum = sum_i8(x, 32);
+    return dot_i8(q, x, 32);
 }
 
 static float dot_q5_0(int64_t k, const void *wv, const void *av) {
@@ -97,9 +110,12 @@ static float dot_q5_1(int64_t k, const void *wv, const void *av) {
 
 /* 32 nibbles (low halves: elements 0..15, high: 16..31) through a 16-entry level table. */
 static inline int32_t nl_isum(const int8_t *levels, const uint8_t *qs, const int8_t *x) {
-    int32_t isum = 0;
-    for (int j = 0; j < 16; j++) isum += levels[qs[j] & 0xF] * x[j] + levels[qs[j] >> 4] * x[j + 16];
-    return isum;
+    int8_t q[32];
+    for (int j = 0; j < 16; j++) {
+        q[j] = levels[qs[j] & 0xF];
+        q[j + 16] = levels[qs[j] >> 4];
+    }
+    return dot_i8(q, x, 32);
 }
 
 static float dot_iq4_nl(int64_t k, const void *wv, const void *av) {
@@ -131,9 +147,12 @@ static float dot_nvfp4(int64_t k, const void *wv, const void *av) {
             const struct dj_block_q8_0 *ab = &a[2 * ib + s / 2];
             const int8_t *x = ab->qs + 16 * (s % 2);
             const uint8_t *q = w[ib].qs + 8 * s;
-            int32_t isum = 0;
-            for (int j = 0; j < 8; j++) isum += dj_kvalues_fp4[q[j] & 0xF] * x[j] + dj_kvalues_fp4[q[j] >> 4] * x[j + 8];
-            sum += (dj_ue4m3_to_f32_half(w[ib].d[s]) * f16(ab->d)) * (float)isum;
+            int8_t v[16];
+            for (int j = 0; j < 8; j++) {
+                v[j] = dj_kvalues_fp4[q[j] & 0xF];
+                v[j + 8] = dj_kvalues_fp4[q[j] >> 4];
+            }
+            sum += (dj_ue4m3_to_f32_half(w[ib].d[s]) * f16(ab->d)) * (float)dot_i8(v, x, 16);
         }
     }
     return sum;
@@ -148,9 +167,9 @@ static float dot_q1_0(int64_t k, const void *wv, const void *av) {
         const float d = f16(w[ib].d);
         for (int b = 0; b < 4; b++) {
             const struct dj_block_q8_0 *ab = &a[4 * ib + b];
-            int32_t isum = 0;
-            for (int j = 0; j < 32; j++) isum += sgn(ab->qs[j], ~(unsigned)w[ib].qs[4 * b + j / 8], j % 8);
-            sum += (d * f16(ab->d)) * (float)isum;
+            int8_t q[32];
+            for (int j = 0; j < 32; j++) q[j] = (int8_t)((w[ib].qs[4 * b + j / 8] >> (j % 8)) & 1 ? 1 : -1);
+            sum += (d * f16(ab->d)) * (float)dot_i8(q, ab->qs, 32);
         }
     }
     return sum;
@@ -166,9 +185,9 @@ static float dot_q2_0(int64_t k, const void *wv, const void *av) {
         for (int b = 0; b < 2; b++) {
             const struct dj_block_q8_0 *ab = &a[2 * ib + b];
             const uint8_t *q = w[ib].qs + 8 * b;
-            int32_t isum = 0;
-            for (int j = 0; j < 32; j++) isum += ((int)((q[j / 4] >> (2 * (j % 4))) & 3) - 1) * ab->qs[j];
-            sum += (d * f16(ab->d)) * (float)isum;
+            int8_t v[32];
+            for (int j = 0; j < 32; j++) v[j] = (int8_t)(((q[j / 4] >> (2 * (j % 4))) & 3) - 1);
+            sum += (d * f16(ab->d)) * (float)dot_i8(v, ab->qs, 32);
         }
     }
     return sum;
@@ -211,9 +230,9 @@ static float dot_q3_K(int64_t k, const void *wv, const void *av) {
             const uint8_t *q = w[ib].qs + 32 * (t / 8) + 16 * (t % 2), *hm = w[ib].hmask + 16 * (t % 2);
             const int shift = 2 * ((t % 8) / 2), bit = t / 2;
             const int8_t *x = a[ib].qs + 16 * t;
-            int32_t dot = 0;
-            for (int l = 0; l < 16; l++) dot += (((q[l] >> shift) & 3) - (((hm[l] >> bit) & 1) ? 0 : 4)) * x[l];
-            isum += (dj_q3_K_scale(w[ib].scales, t) - 32) * dot;
+            int8_t v[16];
+            for (int l = 0; l < 16; l++) v[l] = (int8_t)(((q[l] >> shift) & 3) - (((hm[l] >> bit) & 1) ? 0 : 4));
+            isum += (dj_q3_K_scale(w[ib].scales, t) - 32) * dot_i8(v, x, 16);
         }
         sum += (f16(w[ib].d) * a[ib].d) * (float)isum;
     }
@@ -286,11 +305,9 @@ static float dot_tq2_0(int64_t k, const void *wv, const void *av) {
 
 /* ---- q8_K activations: i-quants (layouts: ref_quants.c) -------------------------------------- */
 
-/* sum over a group of 8 of grid byte j, signed by bit j of signs, times x[j] */
-static inline int32_t grid8_dot(uint64_t g, unsigned signs, const int8_t *x) {
-    int32_t s = 0;
-    for (int j = 0; j < 8; j++) s += sgn(gbyte(g, j), signs, j) * x[j];
-    return s;
+/* A group of 8: grid byte j with the sign of bit j of signs, into q[j]. */
+static inline void grid8(uint64_t g, unsigned signs, int8_t *q) {
+    for (int j = 0; j < 8; j++) q[j] = (int8_t)sgn(gbyte(g, j), signs, j);
 }
 
 static float dot_iq2_xxs(int64_t k, const void *wv, const void *av) {
@@ -302,11 +319,10 @@ static float dot_iq2_xxs(int64_t k, const void *wv, const void *av) {
         int32_t isum = 0;
         for (int s = 0; s < 8; s++) {
             const uint32_t idx = dj_load_u32(qs + 8 * s), aux = dj_load_u32(qs + 8 * s + 4);
-            int32_t sumi = 0;
+            int8_t q[32];
             for (int l = 0; l < 4; l++)
-                sumi += grid8_dot(dj_iq2xxs_grid[(idx >> (8 * l)) & 255], dj_ksigns_iq2xs[(aux >> (7 * l)) & 127],
-                                  a[ib].qs + 32 * s + 8 * l);
-            isum += (int32_t)(2 * (aux >> 28) + 1) * sumi;
+                grid8(dj_iq2xxs_grid[(idx >> (8 * l)) & 255], dj_ksigns_iq2xs[(aux >> (7 * l)) & 127], q + 8 * l);
+            isum += (int32_t)(2 * (aux >> 28) + 1) * dot_i8(q, a[ib].qs + 32 * s, 32);
         }
         sum += (f16(w[ib].d) * a[ib].d * 0.125f) * (float)isum;
     }
@@ -320,12 +336,13 @@ static float dot_iq2_xs(int64_t k, const void *wv, const void *av) {
     for (int64_t ib = 0; ib < k / DJ_QK_K; ib++) {
         int32_t isum = 0;
         for (int s = 0; s < 8; s++) {
-            int32_t sumi[2] = {0, 0};
+            int8_t q[32];
             for (int l = 0; l < 4; l++) {
-                const uint16_t q = dj_load_u16(&w[ib].qs[4 * s + l]);
-                sumi[l / 2] += grid8_dot(dj_iq2xs_grid[q & 511], dj_ksigns_iq2xs[q >> 9], a[ib].qs + 32 * s + 8 * l);
+                const uint16_t qw = dj_load_u16(&w[ib].qs[4 * s + l]);
+                grid8(dj_iq2xs_grid[qw & 511], dj_ksigns_iq2xs[qw >> 9], q + 8 * l);
             }
-            isum += (2 * (w[ib].scales[s] & 0xF) + 1) * sumi[0] + (2 * (w[ib].scales[s] >> 4) + 1) * sumi[1];
+            const int8_t *x = a[ib].qs + 32 * s;
+            isum += (2 * (w[ib].scales[s] & 0xF) + 1) * dot_i8(q, x, 16) + (2 * (w[ib].scales[s] >> 4) + 1) * dot_i8(q + 16, x + 16, 16);
         }
         sum += (f16(w[ib].d) * a[ib].d * 0.125f) * (float)isum;
     }
@@ -340,23 +357,20 @@ static float dot_iq2_s(int64_t k, const void *wv, const void *av) {
         const uint8_t *qs = w[ib].qs, *signs = w[ib].qs + DJ_QK_K / 8;
         int32_t isum = 0;
         for (int s = 0; s < 8; s++) {
-            int32_t sumi[2] = {0, 0};
-            for (int l = 0; l < 4; l++) {
-                const int idx = qs[4 * s + l] | ((w[ib].qh[s] << (8 - 2 * l)) & 0x300);
-                sumi[l / 2] += grid8_dot(dj_iq2s_grid[idx], signs[4 * s + l], a[ib].qs + 32 * s + 8 * l);
-            }
-            isum += (2 * (w[ib].scales[s] & 0xF) + 1) * sumi[0] + (2 * (w[ib].scales[s] >> 4) + 1) * sumi[1];
+            int8_t q[32];
+            for (int l = 0; l < 4; l++)
+                grid8(dj_iq2s_grid[qs[4 * s + l] | ((w[ib].qh[s] << (8 - 2 * l)) & 0x300)], signs[4 * s + l], q + 8 * l);
+            const int8_t *x = a[ib].qs + 32 * s;
+            isum += (2 * (w[ib].scales[s] & 0xF) + 1) * dot_i8(q, x, 16) + (2 * (w[ib].scales[s] >> 4) + 1) * dot_i8(q + 16, x + 16, 16);
         }
         sum += (f16(w[ib].d) * a[ib].d * 0.125f) * (float)isum;
     }
     return sum;
 }
 
-/* two 4-element grid entries as a group of 8 (g1: elements 0..3, g2: 4..7) */
-static inline int32_t grid44_dot(uint32_t g1, uint32_t g2, unsigned signs, const int8_t *x) {
-    int32_t s = 0;
-    for (int j = 0; j < 4; j++) s += sgn(gbyte(g1, j), signs, j) * x[j] + sgn(gbyte(g2, j), signs, j + 4) * x[j + 4];
-    return s;
+/* Two 4-element grid entries as a group of 8 (g1: elements 0..3, g2: 4..7), signed, into q. */
+static inline void grid44(uint32_t g1, uint32_t g2, unsigned signs, int8_t *q) {
+    grid8((uint64_t)g1 | (uint64_t)g2 << 32, signs, q);
 }
 
 static float dot_iq3_xxs(int64_t k, const void *wv, const void *av) {
@@ -368,11 +382,11 @@ static float dot_iq3_xxs(int64_t k, const void *wv, const void *av) {
         int32_t isum = 0;
         for (int s = 0; s < 8; s++) {
             const uint32_t aux = dj_load_u32(qs + DJ_QK_K / 4 + 4 * s);
-            int32_t sumi = 0;
+            int8_t q[32];
             for (int l = 0; l < 4; l++)
-                sumi += grid44_dot(dj_iq3xxs_grid[qs[8 * s + 2 * l]], dj_iq3xxs_grid[qs[8 * s + 2 * l + 1]],
-                                   dj_ksigns_iq2xs[(aux >> (7 * l)) & 127], a[ib].qs + 32 * s + 8 * l);
-            isum += (int32_t)(2 * (aux >> 28) + 1) * sumi;
+                grid44(dj_iq3xxs_grid[qs[8 * s + 2 * l]], dj_iq3xxs_grid[qs[8 * s + 2 * l + 1]],
+                       dj_ksigns_iq2xs[(aux >> (7 * l)) & 127], q + 8 * l);
+            isum += (int32_t)(2 * (aux >> 28) + 1) * dot_i8(q, a[ib].qs + 32 * s, 32);
         }
         sum += (f16(w[ib].d) * a[ib].d * 0.25f) * (float)isum;
     }
@@ -388,27 +402,20 @@ static float dot_iq3_s(int64_t k, const void *wv, const void *av) {
         for (int s = 0; s < 8; s++) {
             const uint8_t *qs = w[ib].qs + 8 * s;
             const int qh = w[ib].qh[s];
-            int32_t sumi = 0;
+            int8_t q[32];
             for (int l = 0; l < 4; l++)
-                sumi += grid44_dot(dj_iq3s_grid[qs[2 * l] | ((qh << (8 - 2 * l)) & 256)],
-                                   dj_iq3s_grid[qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)], w[ib].signs[4 * s + l],
-                                   a[ib].qs + 32 * s + 8 * l);
-            isum += (1 + 2 * ((w[ib].scales[s / 2] >> (4 * (s % 2))) & 0xF)) * sumi;
+                grid44(dj_iq3s_grid[qs[2 * l] | ((qh << (8 - 2 * l)) & 256)],
+                       dj_iq3s_grid[qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)], w[ib].signs[4 * s + l], q + 8 * l);
+            isum += (1 + 2 * ((w[ib].scales[s / 2] >> (4 * (s % 2))) & 0xF)) * dot_i8(q, a[ib].qs + 32 * s, 32);
         }
         sum += (f16(w[ib].d) * a[ib].d) * (float)isum;
     }
     return sum;
 }
 
-/* 8 * sum(g_j x_j) + (neg ? -1 : 1) * sum(x_j) over a group of 8: the group's dot with
- * g + delta, times 8 */
-static inline int32_t iq1_group(uint64_t g, bool neg, const int8_t *x) {
-    int32_t gs = 0, xs = 0;
-    for (int j = 0; j < 8; j++) {
-        gs += gi8(g, j) * x[j];
-        xs += x[j];
-    }
-    return 8 * gs + (neg ? -xs : xs);
+/* An IQ1 grid entry's 8 levels (-1, 0, 1) into q. */
+static inline void grid8_i8(uint64_t g, int8_t *q) {
+    for (int j = 0; j < 8; j++) q[j] = (int8_t)gi8(g, j);
 }
 
 static float dot_iq1_s(int64_t k, const void *wv, const void *av) {
@@ -419,11 +426,11 @@ static float dot_iq1_s(int64_t k, const void *wv, const void *av) {
         int32_t isum = 0;
         for (int s = 0; s < 8; s++) {
             const uint16_t qh = dj_load_u16(&w[ib].qh[s]);
-            int32_t sumi = 0;
-            for (int l = 0; l < 4; l++)
-                sumi += iq1_group(dj_iq1s_grid[w[ib].qs[4 * s + l] | (((qh >> (3 * l)) & 7) << 8)], qh & 0x8000,
-                                  a[ib].qs + 32 * s + 8 * l);
-            isum += (2 * ((qh >> 12) & 7) + 1) * sumi;
+            int8_t q[32];
+            for (int l = 0; l < 4; l++) grid8_i8(dj_iq1s_grid[w[ib].qs[4 * s + l] | (((qh >> (3 * l)) & 7) << 8)], q + 8 * l);
+            /* 8 times the dot with g + delta: 8 sum(g x) +- sum(x) */
+            const int32_t xs = a[ib].bsums[2 * s] + a[ib].bsums[2 * s + 1];
+            isum += (2 * ((qh >> 12) & 7) + 1) * (8 * dot_i8(q, a[ib].qs + 32 * s, 32) + (qh & 0x8000 ? -xs : xs));
         }
         sum += (f16(w[ib].d) * a[ib].d * 0.125f) * (float)isum;
     }
@@ -441,7 +448,11 @@ static float dot_iq1_m(int64_t k, const void *wv, const void *av) {
             for (int l = 0; l < 4; l++) {
                 const int ls = 2 * ((sc >> (6 * (s % 2) + 3 * (l / 2))) & 7) + 1;
                 const int h = w[ib].qh[2 * s + l / 2] >> (4 * (l % 2)); /* index bits 0..2, delta sign bit 3 */
-                isum += ls * iq1_group(dj_iq1s_grid[w[ib].qs[4 * s + l] | ((h & 7) << 8)], h & 8, a[ib].qs + 32 * s + 8 * l);
+                const int8_t *x = a[ib].qs + 32 * s + 8 * l;
+                int8_t q[8];
+                grid8_i8(dj_iq1s_grid[w[ib].qs[4 * s + l] | ((h & 7) << 8)], q);
+                const int32_t xs = sum_i8(x, 8); /* 8 times the dot with g + delta, as IQ1_S */
+                isum += ls * (8 * dot_i8(q, x, 8) + (h & 8 ? -xs : xs));
             }
         }
         sum += (f16(dj_iq1_m_d(w[ib].scales)) * a[ib].d * 0.125f) * (float)isum;

@@ -81,7 +81,8 @@ bool dj_ref_dequantize_row(uint32_t type, const void *x, float *y, int64_t n);
  * activation row a (n elements of dj_kernels_act_type(wtype)).  Also returns,
  * in *mag if not NULL, the sum of the magnitudes of the terms a float kernel
  * adds up (|w_i a_i| for plain types; |d sc q a| + |dmin m a| for q4_K), the
- * scale of its rounding error. */
+ * scale of its rounding error (the other types with a min or an IQ1 delta
+ * likewise: ref_quants.c). */
 double dj_ref_dot(uint32_t wtype, int64_t n, const void *w, const void *a, double *mag);
 
 /* ---- the other weight types (ref_quants.c: formulas and provenance there) --------- */

@@ -41,7 +41,8 @@ try:
 except ImportError:  # the script requires (b) only; (a) is checked where present
     gguf_quants = None
 
-# name, ggml id, block elements, block bytes, f16 scale offsets ('d' fields), seed
+# name, ggml id, block elements, block bytes, f16 scale offsets (or the scale format); the i-th
+# type's blocks come from numpy.random.default_rng(1000 + i)
 TYPES = [
     ("q4_0", 2, 32, 18, [0]), ("q4_1", 3, 32, 20, [0, 2]), ("q5_0", 6, 32, 22, [0]),
     ("q5_1", 7, 32, 24, [0, 2]), ("q8_0", 8, 32, 34, [0]), ("q2_K", 10, 256, 84, [80, 82]),

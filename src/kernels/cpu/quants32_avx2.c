@@ -1,0 +1,490 @@
+/*
+ * quants32_avx2.c — AVX2 kernels of the weight types with 32-element blocks and q8_0
+ * activations: Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (registered through quants_avx2.c).
+ *
+ * Per (row, token) pair 8 float chains, block b feeding chain b % 8 in order of b:
+ *
+ *     acc[b % 8]  = fma(float(T_b), d_w * d_a, acc[b % 8])   T_b: the block's exact integer dot
+ *     accm[b % 8] = fma(m_w, d_a * sum(a), accm[b % 8])      (Q4_1, Q5_1, whose x = d q + m)
+ *
+ * and the result hsum8(acc) + hsum8(accm) (hsum8: ((0+4)+(2+6))+((1+5)+(3+7)), the
+ * lanes' fixed tree).  Eight chains rather than one: a single chain was latency-bound in
+ * decode (a dependent fma a block, two with a min, was the slowest part of a row).
+ * Every path computes T_b its own way and then runs exactly these operations, which is
+ * the batch-invariance contract:
+ *
+ *   - one row at a time (the dot; decode, up to KT_SMALL tokens; any batch without
+ *     scratch): each block decoded to 32 bytes in element order, maddubs against the
+ *     activations (the signed levels of Q5_0, IQ4_NL, MXFP4 by the sign trick), the
+ *     totals of 8 blocks at once by dj_q_tree8 (lane k: block b0 + k), then one vector
+ *     fma a group of 8 blocks: the 8 chains in the 8 lanes;
+ *   - prefill: 8 rows decoded once per token chunk into a rows-in-lanes buffer
+ *     (struct k32_lanes: vector v of a block holds in lane i row i's elements
+ *     4v .. 4v+3, as u = level + OFF >= 0; IQ4_NL's levels stay signed), one
+ *     activation dword broadcast to all 8 rows, WSUM maddubs summed as words before
+ *     one madd (no saturation: WSUM * 2 * umax * 127 <= 32767), the offset taken off
+ *     as OFF * sum(a): T_b of 8 rows in 8 lanes, and row i's chain b % 8 in lane i of
+ *     the b % 8-th accumulator vector of its token.
+ *     Float work and activation loads are shared by 8 rows, the way deja's q4_0
+ *     kernel does it (kernels_avx2.c), where the row-at-a-time form pays a float
+ *     multiply-add per block and pair.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+#include "kernels/cpu/quants_avx2.h"
+
+/* A block decoded: the 32 levels as bytes in element order, d, m. */
+struct kt_b32 {
+    __m256i q;
+    float d, m;
+    uint8_t pad_[24];
+};
+
+/* Q4_1: u = nibble (0..15), x = d u + m.  Q5_1: u = nibble | 5th bit << 4 (0..31). */
+static inline DJ_ALWAYS_INLINE void q4_1_dec(const uint8_t *p, struct kt_b32 *o) {
+    const struct dj_block_q4_1 *x = (const void *)p;
+    o->q = dj_q_nib32(x->qs);
+    o->d = dj_q_f16(&x->d);
+    o->m = dj_q_f16(&x->m);
+}
+static inline __m256i fifth_bit(const uint8_t *qh) { /* bit i of the 32 -> bit 4 of byte i */
+    return _mm256_and_si256(dj_q_bits32_mask(dj_load_u32(qh)), _mm256_set1_epi8(0x10));
+}
+static inline DJ_ALWAYS_INLINE void q5_1_dec(const uint8_t *p, struct kt_b32 *o) {
+    const struct dj_block_q5_1 *x = (const void *)p;
+    o->q = _mm256_or_si256(dj_q_nib32(x->qs), fifth_bit(x->qh));
+    o->d = dj_q_f16(&x->d);
+    o->m = dj_q_f16(&x->m);
+}
+/* Q5_0: level (nibble | 5th bit << 4) - 16, signed */
+static inline DJ_ALWAYS_INLINE void q5_0_dec(const uint8_t *p, struct kt_b32 *o) {
+    const struct dj_block_q5_0 *x = (const void *)p;
+    o->q = _mm256_sub_epi8(_mm256_or_si256(dj_q_nib32(x->qs), fifth_bit(x->qh)), _mm256_set1_epi8(16));
+    o->d = dj_q_f16(&x->d);
+    o->m = 0;
+}
+/* IQ4_NL: kvalues_iq4nl[nibble]; MXFP4: kvalues_fp4[nibble] (the e2m1 values doubled), d
+ * the E8M0 scale halved (ggml's GGML_E8M0_TO_FP32_HALF) */
+static inline DJ_ALWAYS_INLINE void iq4_nl_dec(const uint8_t *p, struct kt_b32 *o) {
+    const struct dj_block_iq4_nl *x = (const void *)p;
+    o->q = dj_q_nib_lut(x->qs, dj_q_lut16(dj_kvalues_iq4nl));
+    o->d = dj_q_f16(&x->d);
+    o->m = 0;
+}
+static inline DJ_ALWAYS_INLINE void mxfp4_dec(const uint8_t *p, struct kt_b32 *o) {
+    const struct dj_block_mxfp4 *x = (const void *)p;
+    o->q = dj_q_nib_lut(x->qs, dj_q_lut16(dj_kvalues_fp4));
+    o->d = dj_e8m0_to_f32_half(x->e);
+    o->m = 0;
+}
+
+/* The f16 at p + i * bs (i < n8; 0 past n8) as 8 floats, converted at once */
+static inline __m256 f16x8(const uint8_t *p, size_t bs, int n8) {
+    __m128i h = _mm_setzero_si128();
+    if (n8 == 8) {
+        DJ_UNROLL for (int i = 0; i < 8; i++) h = _mm_insert_epi16(h, dj_load_u16(p + (size_t)i * bs), i);
+    } else {
+        uint16_t t[8] = {0};
+        for (int i = 0; i < n8; i++) t[i] = dj_load_u16(p + (size_t)i * bs);
+        h = _mm_loadu_si128((const __m128i *)t);
+    }
+    return _mm256_cvtph_ps(h);
+}
+
+/* The row path's pieces: a block's levels (T_q), and the d and m of n8 consecutive blocks
+ * as 8 lanes (T_dm8; lanes past n8 zero). */
+static inline __m256i q4_1_q(const uint8_t *p) { return dj_q_nib32(((const struct dj_block_q4_1 *)(const void *)p)->qs); }
+static inline __m256i q5_1_q(const uint8_t *p) {
+    const struct dj_block_q5_1 *x = (const void *)p;
+    return _mm256_or_si256(dj_q_nib32(x->qs), fifth_bit(x->qh));
+}
+static inline __m256i q5_0_q(const uint8_t *p) {
+    const struct dj_block_q5_0 *x = (const void *)p;
+    return _mm256_sub_epi8(_mm256_or_si256(dj_q_nib32(x->qs), fifth_bit(x->qh)), _mm256_set1_epi8(16));
+}
+static inline __m256i iq4_nl_q(const uint8_t *p) {
+    return dj_q_nib_lut(((const struct dj_block_iq4_nl *)(const void *)p)->qs, dj_q_lut16(dj_kvalues_iq4nl));
+}
+static inline __m256i mxfp4_q(const uint8_t *p) {
+    return dj_q_nib_lut(((const struct dj_block_mxfp4 *)(const void *)p)->qs, dj_q_lut16(dj_kvalues_fp4));
+}
+static inline void q4_1_dm8(const uint8_t *p, int n8, __m256 *d, __m256 *m) {
+    *d = f16x8(p, sizeof(struct dj_block_q4_1), n8);
+    *m = f16x8(p + 2, sizeof(struct dj_block_q4_1), n8);
+}
+static inline void q5_1_dm8(const uint8_t *p, int n8, __m256 *d, __m256 *m) {
+    *d = f16x8(p, sizeof(struct dj_block_q5_1), n8);
+    *m = f16x8(p + 2, sizeof(struct dj_block_q5_1), n8);
+}
+static inline void q5_0_dm8(const uint8_t *p, int n8, __m256 *d, __m256 *m) {
+    *d = f16x8(p, sizeof(struct dj_block_q5_0), n8);
+    *m = _mm256_setzero_ps();
+}
+static inline void iq4_nl_dm8(const uint8_t *p, int n8, __m256 *d, __m256 *m) {
+    *d = f16x8(p, sizeof(struct dj_block_iq4_nl), n8);
+    *m = _mm256_setzero_ps();
+}
+static inline void mxfp4_dm8(const uint8_t *p, int n8, __m256 *d, __m256 *m) {
+    _Alignas(32) float t[8] = {0};
+    for (int i = 0; i < n8; i++) t[i] = dj_e8m0_to_f32_half(p[(size_t)i * sizeof(struct dj_block_mxfp4)]);
+    *d = _mm256_load_ps(t);
+    *m = _mm256_setzero_ps();
+}
+
+/* ---- the activations' blocks, prepared once per call ------------------------------- */
+
+/* The q8_0 tokens' blocks, prepared once per call: d[t * nb + b] = d_a, dsa = d_a * sum(a),
+ * sa = sum(a) (structure of arrays: the row path loads 8 consecutive blocks' d_a at once). */
+struct k32_tp {
+    float *d, *dsa;
+    int32_t *sa;
+};
+static inline void k32_prep1(const uint8_t *ab, float *d, float *dsa, int32_t *sa) {
+    /* the sum of the 32 signed bytes: sad of (a ^ 0x80) against 0, minus 32 * 128 */
+    const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(ab + 2)),
+                                                       _mm256_set1_epi8((char)0x80)),
+                                      _mm256_setzero_si256());
+    const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    *sa = (int32_t)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 32 * 128;
+    *d = dj_q_f16(ab);
+    *dsa = *d * (float)*sa;
+}
+/* tokens [0, n_tok) of a (as apart), nb blocks each */
+static void k32_prep(const uint8_t *a, size_t as, int64_t n_tok, int64_t nb, struct k32_tp tp) {
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            const size_t i = (size_t)(t * nb + b);
+            k32_prep1(a + (size_t)t * as + (size_t)b * sizeof(struct dj_block_q8_0), tp.d + i, tp.dsa + i, tp.sa + i);
+        }
+}
+
+/* ---- one row at a time ---------------------------------------------------------------- */
+
+/* Blocks b0 .. b0+n8-1 of one row (levels q[k], scales dw, mins mw: 8 lanes, zero past n8)
+ * against NT tokens (block b0 at a + j * as; prepared in tp at j * nb + b0 + k, or tp.d
+ * NULL: prepared here, the same bits): T_b of 8 blocks at once, then the 8 chains of each
+ * token in the 8 lanes of acc[j] (accm[j]).  Past n8 the lanes get fma(0, 0, acc) = acc
+ * (a chain is never -0: it starts at +0 and an exact zero sum rounds to +0). */
+static inline DJ_ALWAYS_INLINE void k32_row8(const int NT, const int SG, const int MN, const __m256i q[8], __m256 dw,
+                                             __m256 mw, int n8, const uint8_t *a, size_t as, struct k32_tp tp,
+                                             int64_t b0, int64_t nb, __m256 *acc, __m256 *accm) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    DJ_UNROLL for (int j = 0; j < NT; j++) {
+        const uint8_t *aj = a + (size_t)j * as;
+        __m256i p[8];
+        DJ_UNROLL for (int k = 0; k < 8; k++) {
+            if (k < n8) {
+                __m256i av = _mm256_loadu_si256((const __m256i *)(aj + (size_t)k * sizeof(struct dj_block_q8_0) + 2));
+                if (SG) av = _mm256_sign_epi8(av, q[k]);
+                p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(SG ? _mm256_sign_epi8(q[k], q[k]) : q[k], av), ones);
+            } else {
+                p[k] = _mm256_setzero_si256();
+            }
+        }
+        __m256 da8, dsa8 = _mm256_setzero_ps();
+        if (tp.d && n8 == 8) {
+            const size_t i0 = (size_t)(j * nb + b0);
+            da8 = _mm256_loadu_ps(tp.d + i0);
+            if (MN) dsa8 = _mm256_loadu_ps(tp.dsa + i0);
+        } else {
+            _Alignas(32) float d_[8] = {0}, s_[8] = {0};
+            int32_t sa_;
+            for (int k = 0; k < n8; k++) {
+                const size_t i = (size_t)(j * nb + b0 + k);
+                if (tp.d) {
+                    d_[k] = tp.d[i];
+                    s_[k] = tp.dsa[i];
+                } else {
+                    k32_prep1(aj + (size_t)k * sizeof(struct dj_block_q8_0), &d_[k], &s_[k], &sa_);
+                }
+            }
+            da8 = _mm256_load_ps(d_);
+            dsa8 = _mm256_load_ps(s_);
+        }
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dj_q_tree8(p)), _mm256_mul_ps(dw, da8), acc[j]);
+        if (MN) accm[j] = _mm256_fmadd_ps(mw, dsa8, accm[j]);
+    }
+}
+
+/* ---- prefill: 8 rows in the 8 lanes ------------------------------------------------- */
+
+struct k32_lanes {
+    __m256i u[8]; /* vector v: lane i = row i's levels of elements 4v .. 4v+3 (+ OFF) */
+    __m256 d, m;  /* lane i: row i's d and m */
+};
+
+/* rows r[i] (8 vectors of 8 dwords) -> u[v] lane i = dword v of r[i] */
+static inline void transpose8x8(const __m256i r[8], __m256i u[8]) {
+    __m256i t[8], s[8];
+    DJ_UNROLL for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    DJ_UNROLL for (int h = 0; h < 2; h++) { /* rows 0-3, 4-7 */
+        s[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        s[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        s[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        s[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    DJ_UNROLL for (int v = 0; v < 4; v++) {
+        u[v] = _mm256_permute2x128_si256(s[v], s[4 + v], 0x20);
+        u[4 + v] = _mm256_permute2x128_si256(s[v], s[4 + v], 0x31);
+    }
+}
+
+/* dj_q_hsum8's tree over 8 vectors, lane for lane: ((0+4)+(2+6))+((1+5)+(3+7)) */
+static inline __m256 lanes_hsum8(const __m256 x[8]) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x[0], x[4]), _mm256_add_ps(x[2], x[6])),
+                         _mm256_add_ps(_mm256_add_ps(x[1], x[5]), _mm256_add_ps(x[3], x[7])));
+}
+
+/* Blocks [0, nb) of 8 rows (block 0 of row i at src[i]) against NT tokens: the chains of
+ * the 8 rows in 8 lanes, stored to c + j * ldc in the lanes of mask. */
+static inline DJ_ALWAYS_INLINE void k32_lanes_body(const int NT, const int SG, const int OFF, const int MN,
+                                                   const int WSUM, const struct k32_lanes *G, int64_t nb,
+                                                   const uint8_t *a, size_t as, struct k32_tp tp, int64_t tps,
+                                                   float *c, int64_t ldc, __m256i mask) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4][8], accm[4][8]; /* token j's chain k of row i in lane i of acc[j][k] */
+    /* chain by chain (blocks k, k + 8, ...): a token's accumulator stays in a register */
+    for (int k = 0; k < 8; k++) {
+        __m256 ac[4], am[4];
+        DJ_UNROLL for (int j = 0; j < NT; j++) ac[j] = am[j] = _mm256_setzero_ps();
+        for (int64_t b = k; b < nb; b += 8) {
+            const struct k32_lanes *g = G + b;
+            const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_0) + 2;
+            __m256i is[4], w16[4];
+            DJ_UNROLL for (int j = 0; j < NT; j++) is[j] = w16[j] = _mm256_setzero_si256();
+#define K32_STEP(v)                                                                                                  \
+    do {                                                                                                             \
+        const __m256i u = g->u[v], ua = SG ? _mm256_sign_epi8(u, u) : u;                                            \
+        DJ_UNROLL for (int j = 0; j < NT; j++) {                                                                     \
+            const __m256i av = _mm256_set1_epi32((int)dj_load_u32(ab + (size_t)j * as + 4 * (size_t)(v)));          \
+            if (SG)                                                                                                  \
+                is[j] = _mm256_add_epi32(is[j], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(av, u)), \
+                                                                  ones));                                            \
+            else                                                                                                     \
+                w16[j] = _mm256_add_epi16(w16[j], _mm256_maddubs_epi16(u, av));                                      \
+        }                                                                                                            \
+        if (!SG && (v) % WSUM == WSUM - 1)                                                                           \
+            DJ_UNROLL for (int j = 0; j < NT; j++) {                                                                 \
+                is[j] = _mm256_add_epi32(is[j], _mm256_madd_epi16(w16[j], ones));                                    \
+                w16[j] = _mm256_setzero_si256();                                                                     \
+            }                                                                                                        \
+    } while (0)
+            DJ_UNROLL for (int v = 0; v < 8; v++) K32_STEP(v);
+            DJ_UNROLL for (int j = 0; j < NT; j++) {
+                const size_t i = (size_t)j * (size_t)tps + (size_t)b;
+                __m256i t = is[j];
+                if (OFF) t = _mm256_sub_epi32(t, _mm256_set1_epi32(OFF * tp.sa[i]));
+                ac[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(g->d, _mm256_broadcast_ss(tp.d + i)), ac[j]);
+                if (MN) am[j] = _mm256_fmadd_ps(g->m, _mm256_broadcast_ss(tp.dsa + i), am[j]);
+            }
+        }
+        DJ_UNROLL for (int j = 0; j < NT; j++) {
+            acc[j][k] = ac[j];
+            accm[j][k] = am[j];
+        }
+    }
+#undef K32_STEP
+    DJ_UNROLL for (int j = 0; j < NT; j++) {
+        __m256 r = lanes_hsum8(acc[j]);
+        if (MN) r = _mm256_add_ps(r, lanes_hsum8(accm[j]));
+        _mm256_maskstore_ps(c + j * ldc, mask, r);
+    }
+}
+
+/* lanes [0, n) of 8, as a maskstore mask */
+static inline __m256i lanes_to(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+#define K32_NT 4    /* tokens a prefill tile */
+#define K32_SMALL 4 /* up to this many tokens: a row at a time */
+
+typedef void (*k32_tile_fn)(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as, struct k32_tp tp,
+                            int64_t tps, float *c, int64_t ldc, __m256i mask);
+
+/* Type T (struct dj_block_T, decoder T_dec): SG, OFF, MN, WSUM as above (SG for the row
+ * path: the level bytes are signed; the lanes path takes Q5_0 and MXFP4 as u = level + OFF). */
+#define K32_TYPE(T, SG, OFF, MN, WSUM)                                                                             \
+    static inline DJ_ALWAYS_INLINE void T##_rows(const int NT, int64_t nb, const uint8_t *w, size_t ws,           \
+                                                 const uint8_t *a, size_t as, struct k32_tp tp, float *c,          \
+                                                 int64_t ldc, int64_t r0, int64_t r1) {                            \
+        const size_t bs = sizeof(struct dj_block_##T), abs_ = sizeof(struct dj_block_q8_0);                       \
+        for (int64_t r = r0; r < r1; r++) {                                                                        \
+            __m256 acc[4], accm[4];                                                                                \
+            DJ_UNROLL for (int j = 0; j < NT; j++) acc[j] = accm[j] = _mm256_setzero_ps();                         \
+            const uint8_t *wr = w + (size_t)r * ws;                                                                \
+            for (int64_t b0 = 0; b0 < nb; b0 += 8) {                                                               \
+                const int n8 = nb - b0 < 8 ? (int)(nb - b0) : 8;                                                   \
+                const uint8_t *wb = wr + (size_t)b0 * bs;                                                          \
+                __m256i q[8];                                                                                      \
+                __m256 dw, mw;                                                                                     \
+                if (n8 == 8) {                                                                                     \
+                    DJ_UNROLL for (int i = 0; i < 8; i++) q[i] = T##_q(wb + (size_t)i * bs);                       \
+                    T##_dm8(wb, 8, &dw, &mw);                                                                      \
+                    k32_row8(NT, SG, MN, q, dw, mw, 8, a + (size_t)b0 * abs_, as, tp, b0, nb, acc, accm);          \
+                } else {                                                                                           \
+                    for (int i = 0; i < n8; i++) q[i] = T##_q(wb + (size_t)i * bs);                                \
+                    T##_dm8(wb, n8, &dw, &mw);                                                                     \
+                    k32_row8(NT, SG, MN, q, dw, mw, n8, a + (size_t)b0 * abs_, as, tp, b0, nb, acc, accm);         \
+                }                                                                                                  \
+            }                                                                                                      \
+            DJ_UNROLL for (int j = 0; j < NT; j++)                                                                 \
+                c[j * ldc + r] = MN ? dj_q_hsum8(acc[j]) + dj_q_hsum8(accm[j]) : dj_q_hsum8(acc[j]);               \
+        }                                                                                                          \
+    }                                                                                                              \
+    static void T##_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,                    \
+                          struct k32_tp tp, float *c, int64_t ldc, int64_t r0, int64_t r1) {                       \
+        T##_rows(1, nb, w, ws, a, as, tp, c, ldc, r0, r1);                                                         \
+    }                                                                                                              \
+    static void T##_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,                    \
+                          struct k32_tp tp, float *c, int64_t ldc, int64_t r0, int64_t r1) {                       \
+        T##_rows(2, nb, w, ws, a, as, tp, c, ldc, r0, r1);                                                         \
+    }                                                                                                              \
+    static void T##_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,                    \
+                          struct k32_tp tp, float *c, int64_t ldc, int64_t r0, int64_t r1) {                       \
+        T##_rows(4, nb, w, ws, a, as, tp, c, ldc, r0, r1);                                                         \
+    }                                                                                                              \
+    /* 8 rows (row i's block 0 at src[i]) decoded into the lanes form */                                            \
+    static void T##_dec_group(const uint8_t *const src[8], int64_t nb, struct k32_lanes *dst) {                    \
+        const size_t bs = sizeof(struct dj_block_##T);                                                            \
+        for (int64_t b = 0; b < nb; b++) {                                                                         \
+            struct kt_b32 blk[8];                                                                                  \
+            __m256i r[8];                                                                                          \
+            DJ_UNROLL for (int i = 0; i < 8; i++) {                                                                \
+                T##_dec(src[i] + (size_t)b * bs, &blk[i]);                                                         \
+                r[i] = OFF ? _mm256_add_epi8(blk[i].q, _mm256_set1_epi8(OFF)) : blk[i].q;                          \
+            }                                                                                                      \
+            transpose8x8(r, dst[b].u);                                                                             \
+            dst[b].d = _mm256_setr_ps(blk[0].d, blk[1].d, blk[2].d, blk[3].d, blk[4].d, blk[5].d, blk[6].d,        \
+                                      blk[7].d);                                                                   \
+            dst[b].m = _mm256_setr_ps(blk[0].m, blk[1].m, blk[2].m, blk[3].m, blk[4].m, blk[5].m, blk[6].m,        \
+                                      blk[7].m);                                                                   \
+        }                                                                                                          \
+    }                                                                                                              \
+    static void T##_lanes1(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as,                     \
+                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __m256i mask) {                     \
+        k32_lanes_body(1, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, mask);                         \
+    }                                                                                                              \
+    static void T##_lanes2(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as,                     \
+                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __m256i mask) {                     \
+        k32_lanes_body(2, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, mask);                         \
+    }                                                                                                              \
+    static void T##_lanes3(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as,                     \
+                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __m256i mask) {                     \
+        k32_lanes_body(3, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, mask);                         \
+    }                                                                                                              \
+    static void T##_lanes4(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as,                     \
+                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __m256i mask) {                     \
+        k32_lanes_body(4, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, mask);                         \
+    }                                                                                                              \
+    static void T##_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc, \
+                           int64_t r0, int64_t r1, int64_t n_tok) {                                                \
+        static const k32_tile_fn lanes[K32_NT] = {T##_lanes1, T##_lanes2, T##_lanes3, T##_lanes4};                 \
+        const uint8_t *w = wv, *a = av;                                                                            \
+        const int64_t nb = k / 32;                                                                                 \
+        k32_matmul(nb, w, ws, a, as, c, ldc, r0, r1, n_tok, T##_rows1, T##_rows2, T##_rows4, T##_dec_group,        \
+                   lanes);                                                                                         \
+    }                                                                                                              \
+    static float T##_dot(int64_t k, const void *w, const void *a) {                                                \
+        float c;                                                                                                   \
+        T##_rows1(k / 32, w, 0, a, 0, (struct k32_tp){NULL, NULL, NULL}, &c, 1, 0, 1);                             \
+        return c;                                                                                                  \
+    }                                                                                                              \
+    static void T##_dequant(const void *xv, float *y, int64_t n) { /* ggml: x0 * d (+ m) */                        \
+        const uint8_t *x = xv;                                                                                     \
+        for (int64_t b = 0; b < n / 32; b++, y += 32) {                                                            \
+            struct kt_b32 blk;                                                                                     \
+            T##_dec(x + (size_t)b * sizeof(struct dj_block_##T), &blk);                                            \
+            const __m256 d = _mm256_set1_ps(blk.d), m = _mm256_set1_ps(blk.m);                                     \
+            DJ_UNROLL for (int g = 0; g < 4; g++) {                                                                \
+                const __m128i q8 = g < 2 ? _mm256_castsi256_si128(blk.q) : _mm256_extracti128_si256(blk.q, 1);     \
+                const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(g % 2 ? _mm_srli_si128(q8, 8) : q8));     \
+                __m256 r = _mm256_mul_ps(v, d);                                                                    \
+                if (MN) r = _mm256_add_ps(r, m);                                                                   \
+                _mm256_storeu_ps(y + 8 * g, r);                                                                    \
+            }                                                                                                      \
+        }                                                                                                          \
+    }
+
+typedef void (*k32_rows_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, struct k32_tp tp,
+                            float *c, int64_t ldc, int64_t r0, int64_t r1);
+
+/* The matmul of every 32-block type: few tokens (or no scratch), rows a row at a time;
+ * otherwise per token chunk (~256 KiB of activations) each 8-row group decoded into the
+ * lanes form once, then every K32_NT-token tile of the chunk over it. */
+static void k32_matmul(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1, int64_t n_tok, k32_rows_fn rows1, k32_rows_fn rows2, k32_rows_fn rows4,
+                       void (*dec_group)(const uint8_t *const src[8], int64_t nb, struct k32_lanes *dst),
+                       const k32_tile_fn lanes[K32_NT]) {
+    int64_t tok_chunk = (int64_t)(((size_t)256 << 10) / as);
+    tok_chunk -= tok_chunk % K32_NT;
+    if (tok_chunk < K32_NT) tok_chunk = K32_NT;
+    if (tok_chunk > n_tok) tok_chunk = n_tok;
+    const size_t gbytes = n_tok > K32_SMALL ? (size_t)nb * sizeof(struct k32_lanes) : 0;
+    const size_t ntb = (size_t)tok_chunk * (size_t)nb; /* prepared blocks */
+    uint8_t *scr = dj_kernel_scratch(gbytes + ntb * (2 * sizeof(float) + sizeof(int32_t)));
+    struct k32_lanes *G = scr && gbytes ? (struct k32_lanes *)scr : NULL;
+    struct k32_tp tp = {NULL, NULL, NULL};
+    if (scr) {
+        tp.d = (float *)(scr + gbytes);
+        tp.dsa = tp.d + ntb;
+        tp.sa = (int32_t *)(tp.dsa + ntb);
+    }
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
+        const uint8_t *at = a + (size_t)t0 * as;
+        float *ct = c + t0 * ldc;
+        if (tp.d) k32_prep(at, as, nt_c, nb, tp);
+        if (!G) { /* a row at a time, up to 4 tokens a pass */
+            for (int64_t t = 0; t < nt_c;) {
+                const int64_t n = nt_c - t;
+                struct k32_tp tt = {NULL, NULL, NULL};
+                if (tp.d) tt = (struct k32_tp){tp.d + t * nb, tp.dsa + t * nb, tp.sa + t * nb};
+                const k32_rows_fn f = n >= 4 ? rows4 : n >= 2 ? rows2 : rows1;
+                f(nb, w, ws, at + (size_t)t * as, as, tt, ct + t * ldc, ldc, r0, r1);
+                t += n >= 4 ? 4 : n >= 2 ? 2 : 1;
+            }
+            continue;
+        }
+        for (int64_t r = r0; r < r1; r += 8) {
+            const int64_t nr = r1 - r < 8 ? r1 - r : 8;
+            const uint8_t *src[8];
+            for (int64_t i = 0; i < 8; i++) src[i] = w + (size_t)(r + (i < nr ? i : nr - 1)) * ws;
+            dec_group(src, nb, G);
+            const __m256i mask = lanes_to(nr);
+            for (int64_t t = 0; t < nt_c; t += K32_NT) {
+                const int nt = (int)(nt_c - t < K32_NT ? nt_c - t : K32_NT);
+                const struct k32_tp tt = {tp.d + t * nb, tp.dsa + t * nb, tp.sa + t * nb};
+                lanes[nt - 1](G, nb, at + (size_t)t * as, as, tt, nb, ct + t * ldc + r, ldc, mask);
+            }
+        }
+    }
+}
+
+K32_TYPE(q4_1, 0, 0, 1, 8)
+K32_TYPE(q5_1, 0, 0, 1, 4)
+K32_TYPE(q5_0, 1, 16, 0, 4)
+K32_TYPE(iq4_nl, 1, 0, 0, 1)
+K32_TYPE(mxfp4, 1, 12, 0, 4)
+
+#define K32_SET(k, TYPE, T)                                                                                        \
+    do {                                                                                                           \
+        (k)->w[TYPE].act_type = dj_kernels_act_type(TYPE);                                                         \
+        (k)->w[TYPE].matmul = T##_matmul;                                                                          \
+        (k)->w[TYPE].dot = T##_dot;                                                                                \
+        (k)->w[TYPE].dequantize_row = T##_dequant;                                                                 \
+        (k)->w[TYPE].pack = NULL;                                                                                  \
+        (k)->w[TYPE].matmul_packed = NULL;                                                                         \
+    } while (0)
+
+void dj_kernels_init_avx2_quants32(struct dj_kernels *k) {
+    K32_SET(k, DJ_TYPE_Q4_1, q4_1);
+    K32_SET(k, DJ_TYPE_Q5_1, q5_1);
+    K32_SET(k, DJ_TYPE_Q5_0, q5_0);
+    K32_SET(k, DJ_TYPE_IQ4_NL, iq4_nl);
+    K32_SET(k, DJ_TYPE_MXFP4, mxfp4);
+}
+
+#endif
