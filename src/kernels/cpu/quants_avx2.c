@@ -11,7 +11,12 @@
  *     acc = fma(-float(imin_b), dmin * d_a, acc)   super-block's sum of scale * level * a;
  *                                                  imin_b: sum of min * bsums (Q2_K, Q5_K)
  *
- * (acc starts at 0; the result).  d, dmin: the block's f16 scales, d times the type's
+ * (acc starts at 0; the result) for the types with an offset (below); Q2_K, Q5_K and
+ * IQ4_XS, with none, keep llama.cpp's form instead: the chain in 8 lanes of natural
+ * partial sums, acc = fma(float(isum lanes), d * d_a, acc) (and fnmadd for the mins), the
+ * result hsum8(acc) — no horizontal sum per super-block (decode: 0.72x -> 0.9-1.0x of
+ * llama.cpp's vec_dot for Q2_K, same-run measure), and in prefill it costs what the
+ * exact totals' vector epilogue does.  d, dmin: the block's f16 scales, d times the type's
  * power of two (IQ2: 1/8, IQ3_XXS: 1/4, IQ1: 1/8 — the integer scales are 2s+1, the
  * IQ1 levels 8 (grid +- 1/8)).  The lanes of a SIMD partial sum are added up in
  * integers before the one conversion: with an offset (below) a lane holds offset
@@ -70,13 +75,19 @@ static inline __m256i words2(int lo, int hi) {
     return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
 }
 
-/* 16 signed bytes s (scale of each 16 elements) -> chunk c's multipliers */
-static inline __m256i scw_from_bytes(__m128i s, int c) {
-    const __m128i ctl = _mm_setr_epi8((char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c),
-                                      (char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c + 1),
-                                      (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1),
-                                      (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1));
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, ctl));
+/* 16 scale bytes s (one per 16 elements; signed) -> the 8 chunks' multipliers: chunk c's
+ * low lane sub-block 2c's scale, high lane 2c+1's — one in-lane shuffle a chunk from the
+ * words of scales 0-7 (8-15) in both lanes */
+static inline void scw8_from_bytes(__m128i s, __m256i scw[8]) {
+    const __m256i w = _mm256_cvtepi8_epi16(s); /* words: scales 0-7 | 8-15 */
+    const __m256i lo = _mm256_permute2x128_si256(w, w, 0x00), hi = _mm256_permute2x128_si256(w, w, 0x11);
+    DJ_UNROLL for (int c = 0; c < 8; c++) {
+        const int e = 4 * (c % 4); /* byte of word 2c (mod 8) */
+        const __m256i ctl = _mm256_setr_epi8(e, e + 1, e, e + 1, e, e + 1, e, e + 1, e, e + 1, e, e + 1, e, e + 1, e,
+                                             e + 1, e + 2, e + 3, e + 2, e + 3, e + 2, e + 3, e + 2, e + 3, e + 2,
+                                             e + 3, e + 2, e + 3, e + 2, e + 3, e + 2, e + 3);
+        scw[c] = _mm256_shuffle_epi8(c < 4 ? lo : hi, ctl);
+    }
 }
 
 /* ---- the decoded forms ------------------------------------------------------------ */
@@ -123,6 +134,7 @@ static inline DJ_ALWAYS_INLINE void q3_K_dec(const uint8_t *p, struct kt_sb *o) 
     const uint32_t s3 = ((a1 >> 4) & 0x0f0f0f0fu) | (((a2 >> 6) & 0x03030303u) << 4);
     const __m128i s = _mm_sub_epi8(_mm_setr_epi32((int)s0, (int)s1, (int)s2, (int)s3), _mm_set1_epi8(32));
     o->cw = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(s), 2));
+    scw8_from_bytes(s, o->scw);
     const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
     const __m256i hm = _mm256_loadu_si256((const __m256i *)x->hmask);
     DJ_UNROLL for (int h = 0; h < 2; h++) {
@@ -130,7 +142,6 @@ static inline DJ_ALWAYS_INLINE void q3_K_dec(const uint8_t *p, struct kt_sb *o) 
         DJ_UNROLL for (int j = 0; j < 4; j++) {
             const int c = 4 * h + j;
             o->q[c] = _mm256_or_si256(_mm256_and_si256(shl16(q, -2 * j), m3), _mm256_and_si256(shl16(hm, 2 - c), b2));
-            o->scw[c] = scw_from_bytes(s, c);
         }
     }
     o->mw = _mm256_setzero_si256();
@@ -144,13 +155,13 @@ static inline DJ_ALWAYS_INLINE void q2_K_dec(const uint8_t *p, struct kt_sb *o) 
     const __m128i sb = _mm_loadu_si128((const __m128i *)x->scales);
     const __m128i sc = _mm_and_si128(sb, _mm_set1_epi8(0x0F));
     o->mw = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
+    scw8_from_bytes(sc, o->scw); /* 4-bit scales: the signed widening is the unsigned one */
     const __m256i m3 = _mm256_set1_epi8(3);
     DJ_UNROLL for (int h = 0; h < 2; h++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
         DJ_UNROLL for (int j = 0; j < 4; j++) {
             const int c = 4 * h + j;
             o->q[c] = _mm256_and_si256(shl16(q, -2 * j), m3);
-            o->scw[c] = scw_from_bytes(sc, c);
         }
     }
     o->cw = _mm256_setzero_si256();
@@ -411,24 +422,27 @@ static inline DJ_ALWAYS_INLINE void tq1_0_dec(const uint8_t *p, struct kt_sb *o)
  * because with an offset (OFF > 0) a lane's partial sum holds offset terms that cancel
  * only across lanes, and rounding it would scale the error with the offset rather than
  * with the dot's own terms.  SG: signed values (sign trick); CR: the offset correction
- * cw; MN: the mins.  VEC, for a full 2 x 4 tile: the 8 pairs' chains in the 8 lanes of
+ * cw; MN: the mins; UN: every scale 1 (TQ: maddubs summed as words, one madd).  VEC, for a full 2 x 4 tile: the 8 pairs' chains in the 8 lanes of
  * *vacc (pair (i, j) in lane 4i + j) instead of acc — lane for lane the same float
  * operations on the same totals, so the same bits. */
 static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const int SG, const int CR, const int MN,
-                                            const int VEC, const struct kt_sb *const *D, const uint8_t *a, size_t as,
-                                            float acc[2][4], __m256 *vacc) {
+                                            const int UN, const int VEC, const struct kt_sb *const *D, const uint8_t *a, size_t as,
+                                            float acc[2][4], __m256 *vacc, __m256 vc[2][4]) {
     const size_t qo = offsetof(struct dj_block_q8_K, qs), bo = offsetof(struct dj_block_q8_K, bsums);
     __m256i is[2][4];
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) is[i][j] = _mm256_setzero_si256();
 #define KT_STEP(c)                                                                                                   \
     do {                                                                                                             \
         DJ_UNROLL for (int i = 0; i < MR; i++) {                                                                     \
-            const __m256i q = D[i]->q[c], s = D[i]->scw[c];                                                          \
+            const __m256i q = D[i]->q[c], s = UN ? q : D[i]->scw[c];                                                 \
             const __m256i qa = SG ? _mm256_sign_epi8(q, q) : q;                                                      \
             DJ_UNROLL for (int j = 0; j < NT; j++) {                                                                 \
                 __m256i av = _mm256_loadu_si256((const __m256i *)(a + (size_t)j * as + qo + 32 * (size_t)(c)));      \
                 if (SG) av = _mm256_sign_epi8(av, q);                                                                \
-                is[i][j] = _mm256_add_epi32(is[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, av), s));          \
+                if (UN) /* unit scales: word sums, <= 8 * 2 * 3 * 127 = 6096 */                                   \
+                    is[i][j] = _mm256_add_epi16(is[i][j], _mm256_maddubs_epi16(qa, av));                             \
+                else                                                                                                 \
+                    is[i][j] = _mm256_add_epi32(is[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, av), s));      \
             }                                                                                                        \
         }                                                                                                            \
     } while (0)
@@ -439,6 +453,22 @@ static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const in
         for (int c = 0; c < 8; c++) KT_STEP(c);
     }
 #undef KT_STEP
+    if (UN) DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
+        is[i][j] = _mm256_madd_epi16(is[i][j], _mm256_set1_epi16(1));
+    if (!CR) { /* no offset: 8 lanes of natural partial sums, the pair's chain in 8 lanes */
+        DJ_UNROLL for (int j = 0; j < NT; j++) {
+            const uint8_t *ab = a + (size_t)j * as;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
+            const float da = dj_q_load_f32(ab);
+            DJ_UNROLL for (int i = 0; i < MR; i++) {
+                vc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i][j]), _mm256_set1_ps(D[i]->d * da), vc[i][j]);
+                if (MN)
+                    vc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, D[i]->mw)),
+                                                _mm256_set1_ps(D[i]->dmin * da), vc[i][j]);
+            }
+        }
+        return;
+    }
     if (VEC && MR == 2 && NT == 4) { /* the 8 pairs of a full tile at once, pair 4i + j in lane 4i + j */
         __m256i t[8], m[8];
         __m128 da4 = _mm_setzero_ps();
@@ -681,14 +711,21 @@ static inline struct kt_tot iq2_xxs_sb1(const uint8_t *p, const uint8_t *ab) {
 
 /* MR rows x NT tokens from the decoded rows D (row i at D + i * nb), all nb super-blocks */
 static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, const int SG, const int CR,
-                                                 const int MN, const struct kt_sb *D, int64_t nb, const uint8_t *a,
+                                                 const int MN, const int UN, const struct kt_sb *D, int64_t nb, const uint8_t *a,
                                                  size_t as, float *c, int64_t ldc) {
     float acc[2][4];
-    __m256 vacc = _mm256_setzero_ps();
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) acc[i][j] = 0;
+    __m256 vacc = _mm256_setzero_ps(), vc[2][4];
+    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) {
+        acc[i][j] = 0;
+        vc[i][j] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < nb; b++) {
         const struct kt_sb *Db[2] = {D + b, D + nb + b};
-        kt_core(MR, NT, SG, CR, MN, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc);
+        kt_core(MR, NT, SG, CR, MN, UN, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc, vc);
+    }
+    if (!CR) {
+        DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + i] = dj_q_hsum8(vc[i][j]);
+        return;
     }
     if (MR == 2 && NT == 4) {
         float v[8];
@@ -701,10 +738,10 @@ static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, con
 
 typedef void (*kt_tile_fn)(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c, int64_t ldc);
 
-#define KT_TILE_FN(name, MR, NT, SG, CR, MN)                                                                       \
+#define KT_TILE_FN(name, MR, NT, SG, CR, MN, UN)                                                                   \
     static void name##_##MR##x##NT(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c,       \
                                    int64_t ldc) {                                                                  \
-        kt_tile_body(MR, NT, SG, CR, MN, D, nb, a, as, c, ldc);                                                    \
+        kt_tile_body(MR, NT, SG, CR, MN, UN, D, nb, a, as, c, ldc);                                                \
     }
 #define KT_TILE_SET(name, DEF, ...)                                                                                \
     DEF(name, 1, 1, __VA_ARGS__) DEF(name, 1, 2, __VA_ARGS__) DEF(name, 1, 3, __VA_ARGS__)                         \
@@ -713,10 +750,11 @@ typedef void (*kt_tile_fn)(const struct kt_sb *D, int64_t nb, const uint8_t *a, 
     static const kt_tile_fn name[2][4] = {{name##_1x1, name##_1x2, name##_1x3, name##_1x4},                        \
                                           {name##_2x1, name##_2x2, name##_2x3, name##_2x4}};
 
-/* the flag combinations the types use: (signed, correction, mins) */
-KT_TILE_SET(kt_tiles_min, KT_TILE_FN, 0, 0, 1)  /* Q2_K, Q5_K */
-KT_TILE_SET(kt_tiles_off, KT_TILE_FN, 0, 1, 0)  /* Q3_K, IQ1/IQ2/IQ3, TQ */
-KT_TILE_SET(kt_tiles_sgn, KT_TILE_FN, 1, 0, 0)  /* IQ4_XS */
+/* the flag combinations the types use: (signed, correction, mins, unit scales) */
+KT_TILE_SET(kt_tiles_min, KT_TILE_FN, 0, 0, 1, 0)  /* Q2_K, Q5_K */
+KT_TILE_SET(kt_tiles_off, KT_TILE_FN, 0, 1, 0, 0)  /* Q3_K, IQ1/IQ2/IQ3 */
+KT_TILE_SET(kt_tiles_sgn, KT_TILE_FN, 1, 0, 0, 0)  /* IQ4_XS */
+KT_TILE_SET(kt_tiles_unit, KT_TILE_FN, 0, 1, 0, 1) /* TQ1_0, TQ2_0 */
 
 /* ---- per type: decode-as-you-go rows, matmul, dot, dequantize ------------------------ */
 
@@ -743,7 +781,7 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
 
 /* K-type T (block struct dj_block_T, decoder T_dec): the rows path for NT tokens, the
  * matmul, the dot. */
-#define KT_TYPE(T, SG, CR, MN, TILES, D1, SB1)                                                                     \
+#define KT_TYPE(T, SG, CR, MN, UN, TILES, D1, SB1)                                                                     \
     static void T##_dec_row(const uint8_t *w, int64_t nb, struct kt_sb *o) {                                       \
         for (int64_t b = 0; b < nb; b++) T##_dec(w + (size_t)b * sizeof(struct dj_block_##T), o + b);             \
     }                                                                                                              \
@@ -752,7 +790,11 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
                                                  int64_t r1) {                                                     \
         for (int64_t r = r0; r < r1; r++) {                                                                        \
             float acc[2][4];                                                                                       \
-            DJ_UNROLL for (int j = 0; j < NT; j++) acc[0][j] = 0;                                                  \
+            __m256 vc[2][4];                                                                                       \
+            DJ_UNROLL for (int j = 0; j < NT; j++) {                                                               \
+                acc[0][j] = 0;                                                                                     \
+                vc[0][j] = _mm256_setzero_ps();                                                                    \
+            }                                                                                                      \
             const uint8_t *wr = w + (size_t)r * ws;                                                                \
             for (int64_t b = 0; b < nb; b++) {                                                                     \
                 const uint8_t *wb = wr + (size_t)b * sizeof(struct dj_block_##T);                                  \
@@ -765,9 +807,9 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
                 struct kt_sb blk;                                                                                  \
                 const struct kt_sb *D[2] = {&blk, &blk};                                                           \
                 T##_dec(wb, &blk);                                                                                 \
-                kt_core(1, NT, SG, CR, MN, 0, D, ab, as, acc, NULL);                                                        \
+                kt_core(1, NT, SG, CR, MN, UN, 0, D, ab, as, acc, NULL, vc);                                       \
             }                                                                                                      \
-            DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = acc[0][j];                                     \
+            DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = CR ? acc[0][j] : dj_q_hsum8(vc[0][j]);         \
         }                                                                                                          \
     }                                                                                                              \
     static void T##_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
@@ -807,19 +849,19 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
         return c;                                                                                                  \
     }
 
-KT_TYPE(q5_K, 0, 0, 1, kt_tiles_min, 0, kt_no_sb1)
-KT_TYPE(q3_K, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
-KT_TYPE(q2_K, 0, 0, 1, kt_tiles_min, 0, kt_no_sb1)
-KT_TYPE(iq4_xs, 1, 0, 0, kt_tiles_sgn, 0, kt_no_sb1)
-KT_TYPE(iq2_xxs, 0, 1, 0, kt_tiles_off, 1, iq2_xxs_sb1)
-KT_TYPE(iq2_xs, 0, 1, 0, kt_tiles_off, 1, iq2_xs_sb1)
-KT_TYPE(iq2_s, 0, 1, 0, kt_tiles_off, 1, iq2_s_sb1)
-KT_TYPE(iq3_xxs, 0, 1, 0, kt_tiles_off, 1, iq3_xxs_sb1)
-KT_TYPE(iq3_s, 0, 1, 0, kt_tiles_off, 1, iq3_s_sb1)
-KT_TYPE(iq1_s, 0, 1, 0, kt_tiles_off, 1, iq1_s_sb1)
-KT_TYPE(iq1_m, 0, 1, 0, kt_tiles_off, 1, iq1_m_sb1)
-KT_TYPE(tq1_0, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
-KT_TYPE(tq2_0, 0, 1, 0, kt_tiles_off, 0, kt_no_sb1)
+KT_TYPE(q5_K, 0, 0, 1, 0, kt_tiles_min, 0, kt_no_sb1)
+KT_TYPE(q3_K, 0, 1, 0, 0, kt_tiles_off, 0, kt_no_sb1)
+KT_TYPE(q2_K, 0, 0, 1, 0, kt_tiles_min, 0, kt_no_sb1)
+KT_TYPE(iq4_xs, 1, 0, 0, 0, kt_tiles_sgn, 0, kt_no_sb1)
+KT_TYPE(iq2_xxs, 0, 1, 0, 0, kt_tiles_off, 1, iq2_xxs_sb1)
+KT_TYPE(iq2_xs, 0, 1, 0, 0, kt_tiles_off, 1, iq2_xs_sb1)
+KT_TYPE(iq2_s, 0, 1, 0, 0, kt_tiles_off, 1, iq2_s_sb1)
+KT_TYPE(iq3_xxs, 0, 1, 0, 0, kt_tiles_off, 1, iq3_xxs_sb1)
+KT_TYPE(iq3_s, 0, 1, 0, 0, kt_tiles_off, 1, iq3_s_sb1)
+KT_TYPE(iq1_s, 0, 1, 0, 0, kt_tiles_off, 1, iq1_s_sb1)
+KT_TYPE(iq1_m, 0, 1, 0, 0, kt_tiles_off, 1, iq1_m_sb1)
+KT_TYPE(tq1_0, 0, 1, 0, 1, kt_tiles_unit, 0, kt_no_sb1)
+KT_TYPE(tq2_0, 0, 1, 0, 1, kt_tiles_unit, 0, kt_no_sb1)
 
 /* ---- dequantizers ------------------------------------------------------------------
  *
