@@ -39,20 +39,37 @@ bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k
 #define CLI_KV_TYPE_HELP                                                                              \
     "  -ctk, --cache-type-k T  K cache type: f32, f16, bf16, q8_0, q4_0 (default f16; docs/CONFIG.md)\n" \
     "  -ctv, --cache-type-v T  V cache type (the same choices; MLA models keep no V rows: -ctk applies)\n"
-/* llama.cpp's quantization mix (quant_mix.c), shared by quantize and synth: set the
- * first five fields, call quant_mix_count for every tensor name, then quant_mix_type
- * for each tensor in file order: *type is left alone for tensors the mix keeps (vectors,
- * routers), else set; an ffn_down of an MoE model without a layer in its name is an error. */
-struct quant_mix {
-    uint32_t base;             /* DJ_TYPE_Q8_0, Q4_0 or Q4_K */
-    bool k_m;                  /* the q4_k_m mix */
-    bool has_output;           /* the file has output.weight (else token_embd is the output) */
-    uint32_t n_expert, n_layer; /* expert_count, block_count (0: absent) */
-    int n_attn_v, n_ffn_down, i_attn_v, i_ffn_down;
+/* llama-quantize's file types and quantization mix (quant_mix.c), shared by quantize and
+ * synth.  quant_ftype_find: a file type by llama-quantize's name, case-insensitive
+ * (aliases Q3_K, Q4_K, Q5_K included), NULL if unknown; refuse says why deja cannot write
+ * it (NULL: it can).  quant_ftype_list prints the names deja writes (or refuses).
+ * The mix: quant_mix_init, quant_mix_count for every tensor name, then quant_mix_type
+ * for each tensor in llama-quantize's order (quant_mix_order, a strcmp-like comparator
+ * of NUL-terminated names): *type is left alone for tensors the mix keeps (vectors,
+ * norms, routers), else set; *fell_back (may be NULL) tells that the row length forced
+ * a smaller block; an ffn_down of an MoE model without a layer in its name is an error. */
+struct quant_ftype {
+    const char *name;   /* as llama-quantize spells it: "Q4_K_M" */
+    uint32_t ftype;     /* llama.h's LLAMA_FTYPE_*, written as general.file_type */
+    uint32_t base;      /* the default tensor type (DJ_TYPE_*) */
+    const char *refuse; /* NULL, or why deja quantize does not write this type */
 };
+const struct quant_ftype *quant_ftype_find(const char *name);
+void quant_ftype_list(FILE *f, bool writable);
+struct quant_mix {
+    uint32_t ftype, base;       /* the file type and its default tensor type */
+    bool has_output;            /* the file has output.weight (else token_embd is the output) */
+    bool falcon, is_70b;        /* llama.cpp's LLM_ARCH_FALCON and LLM_TYPE_70B rules */
+    uint32_t n_expert, n_layer; /* expert_count, block_count (0: absent) */
+    uint32_t n_gqa;             /* head_count / head_count_kv of layer 0 (0: unknown) */
+    int n_attn_v, i_attn_v, i_ffn_down;
+};
+void quant_mix_init(struct quant_mix *q, const struct quant_ftype *ft, const char *arch, uint32_t n_expert,
+                    uint32_t n_layer, uint32_t n_head, uint32_t n_head_kv);
 void quant_mix_count(struct quant_mix *q, const char *name, size_t len);
-enum dj_status quant_mix_type(struct quant_mix *q, const char *name, size_t len, uint32_t n_dims, int64_t ne0,
-                              uint32_t *type);
+enum dj_status quant_mix_type(struct quant_mix *q, const char *name, size_t len, const int64_t ne[4], uint32_t *type,
+                              bool *fell_back);
+int quant_mix_order(const char *a, const char *b);
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL + message on failure. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);
 

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "core/ggml_type.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "tokenizer/tokenizer.h"
 
 static void inspect_usage(FILE *f) {
@@ -83,11 +84,17 @@ static void print_value(const struct gguf_ctx *g, size_t i) {
     }
 }
 
+static void fmt_bytes(char *b, size_t bn, size_t n) {
+    if (n >= (1u << 30)) snprintf(b, bn, "%.2f GiB", (double)n / (1u << 30));
+    else if (n >= (1u << 20)) snprintf(b, bn, "%.2f MiB", (double)n / (1u << 20));
+    else if (n >= 1024) snprintf(b, bn, "%.1f KiB", (double)n / 1024);
+    else snprintf(b, bn, "%zu B", n);
+}
+
 static void print_bytes(size_t n) {
-    if (n >= (1u << 30)) printf("%.2f GiB", (double)n / (1u << 30));
-    else if (n >= (1u << 20)) printf("%.2f MiB", (double)n / (1u << 20));
-    else if (n >= 1024) printf("%.1f KiB", (double)n / 1024);
-    else printf("%zu B", n);
+    char b[32];
+    fmt_bytes(b, sizeof b, n);
+    fputs(b, stdout);
 }
 
 static void print_vocab(const struct gguf_ctx *g) {
@@ -182,10 +189,20 @@ int cmd_inspect(int argc, char **argv) {
     printf("tensors:         %zu, ", gguf_n_tensors(g));
     print_bytes(total);
     printf(", %.2f M parameters\n", n_params / 1e6);
+    /* Per type, how this machine runs its matrices (the table dj_kernels() picked:
+     * "fast" = a kernel of that ISA, "reference" = the portable C path).  Vectors
+     * (norms, biases) are f32 and read directly. */
+    const struct dj_kernels *kt = dj_kernels();
     for (int t = 0; t < DJ_TYPE_COUNT; t++) {
         if (!n_by_type[t]) continue;
-        printf("  %-8s %5zu tensors  ", dj_type_name((uint32_t)t), n_by_type[t]);
-        print_bytes(bytes_by_type[t]);
+        char b[32];
+        fmt_bytes(b, sizeof b, bytes_by_type[t]);
+        printf("  %-8s %5zu tensors  %-11s", dj_type_name((uint32_t)t), n_by_type[t], b);
+        const enum dj_wpath p = dj_kernels_wpath(kt, (uint32_t)t);
+        if (p == DJ_WPATH_FAST) printf("  kernel: fast (%s)", kt->name);
+        else if (p == DJ_WPATH_REFERENCE) printf("  kernel: reference (portable C)");
+        else if (t == DJ_TYPE_F32) printf("  kernel: -");
+        else printf("  kernel: none: %s", dj_kernels_why_not((uint32_t)t));
         putchar('\n');
     }
 

@@ -6,10 +6,13 @@
  *
  * Weights: uniform in ±0.035 (std ≈ 0.02, the usual initialisation), from a
  * generator seeded by --seed and the tensor's name, so the same command writes
- * the same bytes; norm weights are 1.  Matrices are stored as --type (quantized
- * with the reference quantizers, except Q4_K and Q6_K tensors: random blocks
- * within about ±0.035, random_k_blocks; q4_k_m: llama.cpp's mix, quant_mix.c),
- * vectors and MoE routers as F32.  Generation is spread over -t threads by rows; the
+ * the same bytes; norm weights are 1.  Matrices are stored as --type: F32, F16,
+ * BF16, Q8_0 and Q4_0 quantized with the reference quantizers; every other
+ * weight type (Q4_K, Q6_K and all the types of synth_blocks.h: Q4_1 … IQ4_XS,
+ * TQ*, MXFP4, NVFP4, Q1_0, Q2_0) as random blocks with sane scales, weights
+ * within about ±0.035..0.1 (the reference quantizers' search costs about 40
+ * minutes of 2 cores for a 30B-A3B model, and the importance-matrix types have
+ * none); q4_k_m: llama.cpp's mix, quant_mix.c.  Vectors and MoE routers are F32.  Generation is spread over -t threads by rows; the
  * result does not depend on the thread count.
  *
  * Architectures: llama, qwen2, qwen3 (dense), llama with experts (Mixtral-style),
@@ -31,6 +34,7 @@
 #include "core/fp16.h"
 #include "kernels/blocks.h"
 #include "kernels/ref/ref.h"
+#include "synth_blocks.h"
 
 struct preset {
     const char *name, *archs; /* archs: the --arch values it applies to, space-separated */
@@ -62,7 +66,7 @@ static const struct preset presets[] = {
 
 static void synth_usage(FILE *f) {
     fprintf(f,
-            "usage: deja synth --arch ARCH --preset P [--type f16|bf16|f32|q8_0|q4_0|q4_k|q4_k_m]\n"
+            "usage: deja synth --arch ARCH --preset P [--type TYPE]\n"
             "                  --vocab-from VOCAB.gguf -o OUT.gguf [--layers N] [--seed S] [-t THREADS]\n"
             "  random weights at real shapes, tokenizer copied from VOCAB.gguf.  Presets:\n"
             "    llama, qwen2, qwen3:  tiny (n_embd 256, 4 layers, 8/4 heads, n_ff 768), micro (64, 1, 1/1,\n"
@@ -73,7 +77,10 @@ static void synth_usage(FILE *f) {
             "    deepseek2:            tiny (MLA kv_lora 256, 8 experts, 1 shared), v2-lite (DeepSeek-V2-Lite:\n"
             "                          2048, 27 layers, 16 heads, kv_lora 512, rope 64, 64 experts of 1408, 6\n"
             "                          used, 2 shared, 1 dense layer of 10944)\n"
-            "  --type: storage of the matrices (default f16; q4_k_m: llama.cpp's mix, as deja quantize);\n"
+            "  --type: storage of the matrices (default f16): f32, f16, bf16, q8_0, q4_0 (quantized), q4_k_m\n"
+            "  (llama.cpp's mix, as deja quantize), or random blocks of q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k\n"
+            "  q6_k iq4_nl iq4_xs iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m tq1_0 tq2_0 mxfp4 nvfp4\n"
+            "  q1_0 q2_0 (every row length a multiple of the type's block; otherwise f16);\n"
             "  vectors and MoE routers are f32.  --layers: fewer (or more) layers than the preset.\n"
             "  The file is written tensor by tensor: memory stays near the largest tensor.\n");
 }
@@ -101,31 +108,6 @@ struct gen_job {
     uint8_t *out;
 };
 
-/* K-quant rows as random blocks (the reference quantizers' search costs about 40
- * minutes of 2 cores for a 30B-A3B model): random quants and sub-block scales/mins,
- * with super-scales that keep weights within about +-0.035 like the other types'.
- * Q4_K: w = d sc q - dmin m, q in 0..15, sc and m in 0..63; Q6_K: w = d sc (q - 32),
- * q in 0..63, sc in 1..63. */
-static void random_k_blocks(uint32_t type, uint8_t *row, int64_t n_blocks, uint64_t s) {
-    const size_t bb = type == DJ_TYPE_Q4_K ? sizeof(struct dj_block_q4_K) : sizeof(struct dj_block_q6_K);
-    for (int64_t b = 0; b < n_blocks; b++) {
-        uint8_t *p = row + (size_t)b * bb;
-        for (size_t i = 0; i < bb; i += 8) {
-            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            memcpy(p + i, &s, bb - i < 8 ? bb - i : 8);
-        }
-        if (type == DJ_TYPE_Q4_K) {
-            struct dj_block_q4_K *q = (struct dj_block_q4_K *)p;
-            q->d = dj_f32_to_fp16(0.07f / (63.0f * 15.0f));
-            q->dmin = dj_f32_to_fp16(0.035f / 63.0f);
-        } else {
-            struct dj_block_q6_K *q = (struct dj_block_q6_K *)p;
-            for (int i = 0; i < DJ_QK_K / 16; i++) q->scales[i] = (int8_t)(1 + (uint8_t)q->scales[i] % 63);
-            q->d = dj_f32_to_fp16(0.035f / (63.0f * 32.0f));
-        }
-    }
-}
-
 static void gen_task(void *arg, int ith, int nth) {
     const struct gen_job *j = arg;
     const struct spec *sp = j->sp;
@@ -136,8 +118,8 @@ static void gen_task(void *arg, int ith, int nth) {
         /* one independent stream per row: the bytes do not depend on the split */
         uint64_t s = dj_fnv1a_u32(dj_fnv1a(sp->S->seed, sp->name, strlen(sp->name)), (uint32_t)r) | 1;
         uint8_t *row = j->out + (size_t)r * sp->row_bytes;
-        if (sp->type == DJ_TYPE_Q4_K || sp->type == DJ_TYPE_Q6_K) {
-            random_k_blocks(sp->type, row, sp->K / DJ_QK_K, s);
+        if (synth_random_type(sp->type)) {
+            synth_random_blocks(sp->type, row, sp->K / (int64_t)dj_type_info(sp->type)->blck, s);
             continue;
         }
         for (int64_t i = 0; i < sp->K; i++) {
@@ -156,6 +138,23 @@ static enum dj_status gen_fill(void *arg, void *buf, size_t nbytes) {
     struct gen_job j = {sp, buf};
     threadpool_run(sp->S->pool, gen_task, &j);
     return DJ_OK;
+}
+
+/* general.file_type (llama.cpp's enum llama_ftype, informational only) of a file whose
+ * matrices are all `type`: the "mostly" file type of that tensor type, the _S variant
+ * where llama.cpp has several. */
+static uint32_t synth_ftype(uint32_t type) {
+    static const struct { uint32_t type, ftype; } map[] = {
+        {DJ_TYPE_F32, 0},      {DJ_TYPE_F16, 1},     {DJ_TYPE_Q4_0, 2},     {DJ_TYPE_Q4_1, 3},    {DJ_TYPE_Q8_0, 7},
+        {DJ_TYPE_Q5_0, 8},     {DJ_TYPE_Q5_1, 9},    {DJ_TYPE_Q2_K, 10},    {DJ_TYPE_Q3_K, 11},   {DJ_TYPE_Q4_K, 14},
+        {DJ_TYPE_Q5_K, 16},    {DJ_TYPE_Q6_K, 18},   {DJ_TYPE_IQ2_XXS, 19}, {DJ_TYPE_IQ2_XS, 20}, {DJ_TYPE_IQ3_XXS, 23},
+        {DJ_TYPE_IQ1_S, 24},   {DJ_TYPE_IQ4_NL, 25}, {DJ_TYPE_IQ3_S, 26},   {DJ_TYPE_IQ2_S, 28},  {DJ_TYPE_IQ4_XS, 30},
+        {DJ_TYPE_IQ1_M, 31},   {DJ_TYPE_BF16, 32},   {DJ_TYPE_TQ1_0, 36},   {DJ_TYPE_TQ2_0, 37},  {DJ_TYPE_MXFP4, 38},
+        {DJ_TYPE_NVFP4, 39},   {DJ_TYPE_Q1_0, 40},   {DJ_TYPE_Q2_0, 41},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (map[i].type == type) return map[i].ftype;
+    return 1024; /* LLAMA_FTYPE_GUESSED */
 }
 
 static bool arch_in(const char *arch, const char *list) {
@@ -220,9 +219,10 @@ int cmd_synth(int argc, char **argv) {
     }
     const bool k_m = !strcmp(type_name, "q4_k_m");
     int type = !strcmp(type_name, "q4_k") || k_m ? DJ_TYPE_Q4_K : dj_type_from_name(type_name);
-    if (type != DJ_TYPE_F16 && type != DJ_TYPE_Q8_0 && type != DJ_TYPE_Q4_0 && type != DJ_TYPE_Q4_K &&
-        type != DJ_TYPE_F32 && type != DJ_TYPE_BF16)
-        return cli_error("synth", "--type: '%s' is not one of f16, bf16, f32, q8_0, q4_0, q4_k, q4_k_m", type_name);
+    if (type != DJ_TYPE_F16 && type != DJ_TYPE_Q8_0 && type != DJ_TYPE_Q4_0 && type != DJ_TYPE_F32 &&
+        type != DJ_TYPE_BF16 && !(type >= 0 && synth_random_type((uint32_t)type)))
+        return cli_error("synth", "--type: '%s' is not one of f16, bf16, f32, q8_0, q4_0, q4_k_m or a weight type of "
+                         "synth_blocks.h (deja synth --help)", type_name);
 
     struct gguf_ctx *voc = NULL;
     if (gguf_open(vocab_path, &voc) != DJ_OK) return cli_error("synth", "%s", dj_last_error());
@@ -249,8 +249,7 @@ int cmd_synth(int argc, char **argv) {
 #define U32(k, v) (st = gguf_writer_set_u32(w, KEY(k), (v)))
 #define F32(k, v) (st = gguf_writer_set_f32(w, KEY(k), (v)))
     snprintf(name, sizeof name, "deja-synth-%s-%s-%s", arch, preset_name, type_name);
-    uint32_t ftype = type == DJ_TYPE_F32 ? 0 : type == DJ_TYPE_F16 ? 1 : type == DJ_TYPE_Q4_0 ? 2 : type == DJ_TYPE_Q8_0 ? 7
-                   : k_m ? 15 : type == DJ_TYPE_Q4_K ? 14 : 32;
+    const uint32_t ftype = k_m ? 15 : synth_ftype((uint32_t)type);
     if ((st = gguf_writer_set_str(w, "general.architecture", arch, strlen(arch))) ||
         (st = gguf_writer_set_str(w, "general.name", name, strlen(name))) ||
         (st = gguf_writer_set_u32(w, "general.file_type", ftype)) ||
@@ -372,12 +371,14 @@ int cmd_synth(int argc, char **argv) {
         cli_error("synth", "out of memory");
         goto done;
     }
-    struct quant_mix mix = {(uint32_t)type, true, true, P.n_expert, P.n_layer, 0, 0, 0, 0};
+    struct quant_mix mix; /* q4_k_m: the tensors are made in llama-quantize's order of layers */
+    quant_mix_init(&mix, quant_ftype_find("Q4_K_M"), arch, P.n_expert, P.n_layer, P.n_head, P.n_head_kv);
     for (size_t i = 0; i < ns; i++) quant_mix_count(&mix, sp[i].name, strlen(sp[i].name));
     size_t total = 0;
     for (size_t i = 0; i < ns; i++) {
         uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") ? DJ_TYPE_F32 : (uint32_t)type;
-        if (k_m && (st = quant_mix_type(&mix, sp[i].name, strlen(sp[i].name), sp[i].n_dims, sp[i].K, &t))) goto fail_st;
+        const int64_t ne4[4] = {sp[i].ne[0], sp[i].n_dims > 1 ? sp[i].ne[1] : 1, sp[i].n_dims > 2 ? sp[i].ne[2] : 1, 1};
+        if (k_m && (st = quant_mix_type(&mix, sp[i].name, strlen(sp[i].name), ne4, &t, NULL))) goto fail_st;
         size_t rb;
         if (!dj_row_bytes(t, sp[i].K, &rb)) {
             t = DJ_TYPE_F16; /* a row the block size does not divide */

@@ -125,6 +125,18 @@ const struct dj_kernels *dj_kernels(void);
 const struct dj_kernels *dj_kernels_for_isa(enum dj_isa isa);
 const char *dj_isa_name(enum dj_isa isa); /* "generic", "avx2", "avx512" */
 
+/* How table k runs weight type `type`:
+ *   DJ_WPATH_FAST       a kernel of k's own ISA (vectorized for that CPU);
+ *   DJ_WPATH_REFERENCE  the generic table's portable C (any CPU; for a type no
+ *                       faster table has a kernel for, or when k is the generic table);
+ *   DJ_WPATH_NONE       no kernel at all: deja cannot run weights of this type. */
+enum dj_wpath { DJ_WPATH_NONE = 0, DJ_WPATH_REFERENCE, DJ_WPATH_FAST };
+enum dj_wpath dj_kernels_wpath(const struct dj_kernels *k, uint32_t type);
+const char *dj_wpath_name(enum dj_wpath p); /* "fast", "reference", "none" */
+/* Why deja cannot run weights of `type` (DJ_WPATH_NONE): one phrase for a message,
+ * e.g. "an activation-only type, not a weight type" or "unknown type id". */
+const char *dj_kernels_why_not(uint32_t type);
+
 /* Bytes of an activation row of k elements of act_type (k a multiple of its block). */
 size_t dj_kernels_act_row_bytes(int act_type, int64_t k);
 

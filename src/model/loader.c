@@ -50,14 +50,13 @@ const char *model_arch_name(enum dj_arch a) {
     return "?";
 }
 
-static bool weight_type_supported(uint32_t t) {
-    switch (t) {
-    case DJ_TYPE_F32: case DJ_TYPE_F16: case DJ_TYPE_BF16: case DJ_TYPE_Q8_0:
-    case DJ_TYPE_Q4_0: case DJ_TYPE_Q4_K: case DJ_TYPE_Q6_K:
-        return true;
-    default:
-        return false;
-    }
+/* A weight type deja can run: the kernel table has a matmul, a dot and a dequantizer
+ * for it (the generic table has them for every type a released file uses). */
+static bool weight_type_supported(uint32_t t) { return dj_kernels_wpath(dj_kernels(), t) != DJ_WPATH_NONE; }
+
+static enum dj_status unsupported_type(const struct dj_model *m, const char *name, uint32_t type) {
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (id %u), which deja cannot run as weights: %s",
+                   gguf_name(m->gguf), name, dj_type_name(type), type, dj_kernels_why_not(type));
 }
 
 /* The tensor `name` for binding into *w (cleared): *t = NULL when it is absent and
@@ -89,9 +88,10 @@ enum dj_status model_bind(struct dj_model *m, struct dj_weight *w, const char *n
                        (long long)ne1);
     DJ_ASSERT(ne0 > 0 && ne1 > 0); /* callers pass validated hyperparameters; the tensor matched them */
     bool vector = ne1 == 1;
-    if (vector ? t->type != DJ_TYPE_F32 : !weight_type_supported(t->type))
-        return dj_fail(DJ_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which deja does not support for %s",
-                       gguf_name(m->gguf), name, dj_type_name(t->type), vector ? "a vector (f32 only)" : "weights");
+    if (vector && t->type != DJ_TYPE_F32)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which deja does not support for a vector (f32 only)",
+                       gguf_name(m->gguf), name, dj_type_name(t->type));
+    if (!vector && !weight_type_supported(t->type)) return unsupported_type(m, name, t->type);
     w->data = t->data;
     w->type = t->type;
     w->ne0 = ne0;
@@ -111,9 +111,7 @@ enum dj_status model_bind_3d(struct dj_model *m, struct dj_weight *w, const char
                        (long long)(t->n_dims > 1 ? t->ne[1] : 1), (long long)(t->n_dims > 2 ? t->ne[2] : 1),
                        (long long)ne0, (long long)ne1, (long long)ne2);
     DJ_ASSERT(ne0 > 0 && ne1 > 0 && ne2 > 0);
-    if (!weight_type_supported(t->type))
-        return dj_fail(DJ_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which deja does not support for weights",
-                       gguf_name(m->gguf), name, dj_type_name(t->type));
+    if (!weight_type_supported(t->type)) return unsupported_type(m, name, t->type);
     w->data = t->data;
     w->type = t->type;
     w->ne0 = ne0;

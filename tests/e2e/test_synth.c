@@ -132,14 +132,15 @@ int main(int argc, char **argv) {
     CHECK(tensor_type(mix, "blk.0.ffn_gate_inp.weight", ne) == DJ_TYPE_F32 && ne[0] == 256 && ne[1] == 8);
     CHECK(tensor_type(q3, "blk.3.ffn_down_exps.weight", ne) == DJ_TYPE_Q6_K && ne[0] == 256 && ne[2] == 8);
     CHECK(tensor_type(q3, "blk.1.ffn_down_exps.weight", NULL) == DJ_TYPE_Q4_K);
+    CHECK(tensor_type(q3, "blk.1.attn_output.weight", NULL) == DJ_TYPE_Q5_K); /* 8 experts: llama.cpp's Q5_K */
     CHECK(tensor_type(q3, "blk.0.ffn_gate_inp.weight", NULL) == DJ_TYPE_F32);
     CHECK(tensor_type(q3, "blk.0.attn_q_norm.weight", ne) == DJ_TYPE_F32 && ne[0] == 32);
     CHECK(tensor_type(ds, "blk.0.ffn_gate.weight", NULL) == DJ_TYPE_Q4_K); /* the leading dense layer */
     CHECK(tensor_type(ds, "blk.0.ffn_gate_exps.weight", NULL) == -1);
     CHECK(tensor_type(ds, "blk.1.ffn_up_shexp.weight", ne) == DJ_TYPE_Q4_K && ne[1] == 256);
     CHECK(tensor_type(ds, "blk.1.attn_kv_a_mqa.weight", ne) == DJ_TYPE_Q4_K && ne[1] == 256 + 32);
-    /* attn_k_b rows are qk_nope = 64 long: no 256-block fits, Q8_0 does */
-    CHECK(tensor_type(ds, "blk.1.attn_k_b.weight", ne) == DJ_TYPE_Q8_0 && ne[0] == 64 && ne[1] == 256 && ne[2] == 8);
+    /* attn_k_b rows are qk_nope = 64 long: no 256-block fits; llama.cpp's fallback for Q4_K is Q5_0 */
+    CHECK(tensor_type(ds, "blk.1.attn_k_b.weight", ne) == DJ_TYPE_Q5_0 && ne[0] == 64 && ne[1] == 256 && ne[2] == 8);
     CHECK(tensor_type(ds, "blk.1.attn_v_b.weight", ne) == DJ_TYPE_Q4_K && ne[0] == 256 && ne[1] == 64 && ne[2] == 8);
     CHECK(RUN(&out, "inspect", (char *)ds) == 0 && strstr(out, "kv_lora_rank") && strstr(out, "key_length_mla") &&
           strstr(out, "leading_dense_block_count") && strstr(out, "\"yarn\""));

@@ -16,7 +16,8 @@
 #                   models (5-token SPM vocab, 1 layer): a llama in f32 with
 #                   llama3 rope scaling in its metadata, a qwen2 (biases) with
 #                   q8_0/q4_0/f16/bf16 weights, a qwen3 (q/k norms) with
-#                   q4_K/q6_K weights — every weight type the loader binds,
+#                   q4_K/q6_K weights, and three qwen3s with the 21 other
+#                   weight types (seven each) — every weight type the loader binds,
 #                   each small enough that the target also runs them
 #   fuzz_json_schema  hand-written JSON schemas (every supported keyword; strings
 #                   under several constraints: pattern with lengths, allOf
@@ -47,6 +48,9 @@
 #                   options byte 1 (a plain chat) and 6 (a tool loop with tools
 #                   and reasoning, add_generation_prompt; see fuzz_jinja.c)
 set -eu
+# Byte semantics: ${#s} below is a length in bytes only in the C locale (under C.UTF-8
+# the vocab's U+2581 counted as one, and every hand-built model's token list overran).
+export LC_ALL=C
 
 # Little-endian writers for the hand-built seed (POSIX sh arithmetic is 64-bit).
 byte() { printf "\\$(printf '%03o' "$1")"; }
@@ -190,6 +194,34 @@ tiny_qwen3_kquants() { # E 256 (a q4_K/q6_K row), 2 heads of 8, 1 KV head, n_ff 
     tensor blk.0.ffn_down.weight 30 8192 r 16 256
     model_end "$1"
 }
+# The other weight types, seven to a model (every matrix a 256-element row, so every
+# block size fits): 32/64/128-element blocks; k-quants and ternary; the IQ grids.
+# Q4_1 3, Q5_0 6, Q5_1 7, Q2_K 10, Q3_K 11, Q5_K 13, IQ2_XXS 16, IQ2_XS 17, IQ3_XXS 18,
+# IQ1_S 19, IQ4_NL 20, IQ3_S 21, IQ2_S 22, IQ4_XS 23, IQ1_M 29, TQ1_0 34, TQ2_0 35,
+# MXFP4 39, NVFP4 40, Q1_0 41, Q2_0 42.  Args: the types of token_embd, attn_q, attn_k,
+# attn_v, ffn_gate, ffn_up, output and their bytes per 256-element row.
+tiny_qwen3_types() { # OUT  T_EMB B_EMB  T_Q B_Q  T_K B_K  T_V B_V  T_G B_G  T_U B_U  T_O B_O
+    out=$1; shift
+    model_begin qwen3 256 1 2 1 8 16
+    tensor token_embd.weight "$1" $((5 * $2)) r 256 5
+    tensor output.weight "${13}" $((5 * ${14})) r 256 5
+    tensor output_norm.weight 0 1024 o 256
+    tensor blk.0.attn_norm.weight 0 1024 o 256
+    tensor blk.0.attn_q.weight "$3" $((16 * $4)) r 256 16
+    tensor blk.0.attn_k.weight "$5" $((8 * $6)) r 256 8
+    tensor blk.0.attn_v.weight "$7" $((8 * $8)) r 256 8
+    tensor blk.0.attn_q_norm.weight 0 32 o 8
+    tensor blk.0.attn_k_norm.weight 0 32 o 8
+    tensor blk.0.attn_output.weight 1 8192 r 16 256
+    tensor blk.0.ffn_norm.weight 0 1024 o 256
+    tensor blk.0.ffn_gate.weight "$9" $((16 * ${10})) r 256 16
+    tensor blk.0.ffn_up.weight "${11}" $((16 * ${12})) r 256 16
+    tensor blk.0.ffn_down.weight 30 8192 r 16 256
+    model_end "$out"
+}
+tiny_qwen3_small_blocks() { tiny_qwen3_types "$1" 3 160 6 176 7 192 20 144 39 136 40 144 42 72; }
+tiny_qwen3_kquants2() { tiny_qwen3_types "$1" 10 84 11 110 13 176 23 136 34 54 35 66 41 36; }
+tiny_qwen3_iquants() { tiny_qwen3_types "$1" 16 66 17 74 22 82 18 98 21 110 19 50 29 56; }
 
 if [ $# -ne 3 ]; then
     echo "usage: $0 NAME SHARED_DIR CORPUS_DIR" >&2
@@ -223,12 +255,16 @@ fuzz_tokenizer)
     ;;
 fuzz_model)
     rm -f "$corpus/stories260K.gguf" "$corpus/tiny_llama_f32.gguf" "$corpus/tiny_qwen2_mixed.gguf" \
-        "$corpus/tiny_qwen3_kquants.gguf"
+        "$corpus/tiny_qwen3_kquants.gguf" "$corpus/tiny_qwen3_small_blocks.gguf" "$corpus/tiny_qwen3_kquants2.gguf" \
+        "$corpus/tiny_qwen3_iquants.gguf"
     [ -f "$shared/models/stories260K.gguf" ] && cat "$shared/models/stories260K.gguf" > "$corpus/stories260K.gguf"
     TMPD=$(mktemp -d) SRC=$shared/models/stories260K.gguf
     tiny_llama_f32 "$corpus/tiny_llama_f32.gguf"
     tiny_qwen2_mixed "$corpus/tiny_qwen2_mixed.gguf"
     tiny_qwen3_kquants "$corpus/tiny_qwen3_kquants.gguf"
+    tiny_qwen3_small_blocks "$corpus/tiny_qwen3_small_blocks.gguf"
+    tiny_qwen3_kquants2 "$corpus/tiny_qwen3_kquants2.gguf"
+    tiny_qwen3_iquants "$corpus/tiny_qwen3_iquants.gguf"
     rm -rf "$TMPD"
     # the MoE / MLA golden models (qwen3moe, Mixtral-style llama, deepseek2 with and
     # without q LoRA): experts, routers, MLA tensors and the K-only cache

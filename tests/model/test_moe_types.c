@@ -1,10 +1,15 @@
 /*
  * test_moe_types.c — expert matmuls for every weight type deja runs: F16, BF16,
- * Q8_0, Q4_0, Q4_K, Q6_K.  The golden MoE models (golden/moe) have rows too
- * short for 256-element K-quant blocks, so this test writes its own: 256 wide,
- * expert width 256, 8 experts, 2 layers, vocab 512 (stories260K's tokenizer),
- * attention and router F32, the three expert tensors in the type under test
- * (bytes from dj_ref_quantize_row, llama.cpp's quantizers).  Per type:
+ * Q8_0, Q4_0, Q4_K, Q6_K, and the 21 others of ggml's table (Q4_1, Q5_0, Q5_1,
+ * IQ4_NL, MXFP4, NVFP4, Q1_0, Q2_0, Q2_K, Q3_K, Q5_K, IQ4_XS, IQ2_XXS, IQ2_XS,
+ * IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0).  The golden MoE models
+ * (golden/moe) have rows too short for 256-element K-quant blocks, so this test
+ * writes its own: 256 wide, expert width 256, 8 experts, 2 layers, vocab 512
+ * (stories260K's tokenizer), attention and router F32, the three expert tensors
+ * in the type under test: bytes from dj_ref_quantize_row (llama.cpp's quantizers)
+ * for the first six, random blocks with sane scales for the others
+ * (tools/synth_blocks.h, as `deja synth` writes them: the importance-matrix types
+ * have no quantizer), their F32 copies from dj_ref_dequantize_row.  Per type:
  *
  *  (a) expert slabs: a Mixtral-style (llama) model whose routing is forced —
  *      dims 0..7 of token t's embedding hold a large value at t % 8, and the
@@ -36,8 +41,15 @@
  * (DJ_ISA; the test prints them): F16 0 and BF16 0 — those kernels widen the
  * weights to f32 exactly and keep the F32 kernel's order, so they must stay
  * bitwise equal; Q8_0 7.6e-3, Q4_0 7.5e-3 (q8_0 activations) → 2e-2; Q4_K
- * 2.0e-2, Q6_K 2.2e-2 (q8_K activations) → 5e-2.  A wrong block decode or scale
- * gives errors of the logits' own size.
+ * 2.0e-2, Q6_K 2.2e-2 (q8_K activations) → 5e-2.  The random-block types, same
+ * classes and tolerances (generic and AVX2 tables, before the AVX2 kernels of the
+ * new types): q8_0-paired Q4_1 1.9e-3, Q5_0 1.3e-3, Q5_1 1.4e-3, IQ4_NL 1.1e-3,
+ * MXFP4 1.4e-2, NVFP4 1.7e-2, Q1_0 1.3e-3, Q2_0 1.8e-3; q8_K-paired Q2_K 5.1e-3,
+ * Q3_K 6.6e-4, Q5_K 3.5e-3, IQ4_XS 5.0e-4, IQ2_XXS 7.0e-4, IQ2_XS 6.9e-4, IQ2_S
+ * 8.9e-4, IQ3_XXS 6.0e-4, IQ3_S 4.6e-4, IQ1_S 1.3e-3, IQ1_M 1.3e-3, TQ1_0 9.6e-3,
+ * TQ2_0 1.5e-2 (their weights are smaller than the quantized 0.05-uniform ones
+ * but for MXFP4, NVFP4 and TQ*).  A wrong block decode or scale gives errors of
+ * the logits' own size.
  */
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +64,7 @@
 #include "test.h"
 #include "test_model.h"
 #include "test_run.h"
+#include "../../tools/synth_blocks.h"
 
 enum { E = 256, FE = 256, NE = 8, NL = 2, NH = 4, NKV = 2, HD = 64, V = 512, NTOK = 24, NSAME = 6 };
 #define SIGNAL 8.0f
@@ -59,10 +72,21 @@ enum { E = 256, FE = 256, NE = 8, NL = 2, NH = 4, NKV = 2, HD = 64, V = 512, NTO
 struct types_case {
     uint32_t type;
     float tol;
+    bool random; /* experts as random blocks (synth_blocks.h), not quantized from exps */
 };
 static const struct types_case cases[] = {
-    {DJ_TYPE_F16, 0.0f},   {DJ_TYPE_BF16, 0.0f},  {DJ_TYPE_Q8_0, 2e-2f},
-    {DJ_TYPE_Q4_0, 2e-2f}, {DJ_TYPE_Q4_K, 5e-2f}, {DJ_TYPE_Q6_K, 5e-2f},
+    {DJ_TYPE_F16, 0.0f, false},     {DJ_TYPE_BF16, 0.0f, false},    {DJ_TYPE_Q8_0, 2e-2f, false},
+    {DJ_TYPE_Q4_0, 2e-2f, false},   {DJ_TYPE_Q4_K, 5e-2f, false},   {DJ_TYPE_Q6_K, 5e-2f, false},
+    /* the other weight types: q8_0 activations */
+    {DJ_TYPE_Q4_1, 2e-2f, true},    {DJ_TYPE_Q5_0, 2e-2f, true},    {DJ_TYPE_Q5_1, 2e-2f, true},
+    {DJ_TYPE_IQ4_NL, 2e-2f, true},  {DJ_TYPE_MXFP4, 2e-2f, true},   {DJ_TYPE_NVFP4, 2e-2f, true},
+    {DJ_TYPE_Q1_0, 2e-2f, true},    {DJ_TYPE_Q2_0, 2e-2f, true},
+    /* q8_K activations */
+    {DJ_TYPE_Q2_K, 5e-2f, true},    {DJ_TYPE_Q3_K, 5e-2f, true},    {DJ_TYPE_Q5_K, 5e-2f, true},
+    {DJ_TYPE_IQ4_XS, 5e-2f, true},  {DJ_TYPE_IQ2_XXS, 5e-2f, true}, {DJ_TYPE_IQ2_XS, 5e-2f, true},
+    {DJ_TYPE_IQ2_S, 5e-2f, true},   {DJ_TYPE_IQ3_XXS, 5e-2f, true}, {DJ_TYPE_IQ3_S, 5e-2f, true},
+    {DJ_TYPE_IQ1_S, 5e-2f, true},   {DJ_TYPE_IQ1_M, 5e-2f, true},   {DJ_TYPE_TQ1_0, 5e-2f, true},
+    {DJ_TYPE_TQ2_0, 5e-2f, true},
 };
 
 /* The F32 tensors every file shares (generated once). */
@@ -129,11 +153,14 @@ static void free_common(void) {
     }
 }
 
-static bool make_experts(uint32_t type, struct expert_set *s) {
+/* random: the rows are synth_random_blocks of the type (seeded by layer, tensor and row),
+ * else exps quantized by the reference quantizer. */
+static bool make_experts(uint32_t type, bool random, struct expert_set *s) {
     memset(s, 0, sizeof *s);
     s->type = type;
-    if (!dj_row_bytes(type, 256, &s->row_bytes)) return false;
+    if (!dj_row_bytes(type, 256, &s->row_bytes) || (random && !synth_random_type(type))) return false;
     const size_t rows = (size_t)NE * 256;
+    const int64_t n_blocks = 256 / (int64_t)dj_type_info(type)->blck;
     for (int il = 0; il < NL; il++)
         for (int j = 0; j < 3; j++) {
             s->q[il][j] = malloc(rows * s->row_bytes);
@@ -141,9 +168,9 @@ static bool make_experts(uint32_t type, struct expert_set *s) {
             if (!s->q[il][j] || !s->deq[il][j]) return false;
             for (size_t r = 0; r < rows; r++) {
                 uint8_t *qr = s->q[il][j] + r * s->row_bytes;
-                if (!dj_ref_quantize_row(type, exps[il][j] + r * 256, qr, 256) ||
-                    !dj_ref_dequantize_row(type, qr, s->deq[il][j] + r * 256, 256))
-                    return false;
+                if (random) synth_random_blocks(type, qr, n_blocks, ((uint64_t)(il * 3 + j) << 32 | r) * 0x9E3779B97F4A7C15ull | 1);
+                else if (!dj_ref_quantize_row(type, exps[il][j] + r * 256, qr, 256)) return false;
+                if (!dj_ref_dequantize_row(type, qr, s->deq[il][j] + r * 256, 256)) return false;
             }
         }
     return true;
@@ -435,7 +462,7 @@ out:
  * tolerance 1). */
 static void check_quantize(const char *dir, const char *vocab) {
     struct expert_set s;
-    if (!make_experts(DJ_TYPE_F32, &s)) {
+    if (!make_experts(DJ_TYPE_F32, false, &s)) {
         CHECK(false);
         free_experts(&s);
         return;
@@ -493,7 +520,7 @@ int main(int argc, char **argv) {
     float worst[sizeof cases / sizeof cases[0]] = {0};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct expert_set s;
-        const bool ok = make_experts(cases[i].type, &s);
+        const bool ok = make_experts(cases[i].type, cases[i].random, &s);
         CHECKF(ok, "%s: quantizing the experts", dj_type_name(cases[i].type));
         if (ok) {
             check_slabs(dir, vocab, &s);

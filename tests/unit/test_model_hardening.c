@@ -63,6 +63,18 @@ static void extra_output_zero(struct gguf_writer *w) {
     CHECK(gguf_writer_add_tensor(w, "output.weight", DJ_TYPE_F32, 2, ne, empty_data, 0) == DJ_OK);
 }
 
+/* An output matrix (64 x 512, the default synth shape) of a type no kernel runs as weights:
+ * i32 (an integer tensor type) and q8_1 (ggml's activation-only type). */
+static uint8_t typed_data[64 * 512 * 4];
+static void extra_output_i32(struct gguf_writer *w) {
+    int64_t ne[2] = {64, 512};
+    CHECK(gguf_writer_add_tensor(w, "output.weight", DJ_TYPE_I32, 2, ne, typed_data, sizeof typed_data) == DJ_OK);
+}
+static void extra_output_q8_1(struct gguf_writer *w) {
+    int64_t ne[2] = {64, 512};
+    CHECK(gguf_writer_add_tensor(w, "output.weight", DJ_TYPE_Q8_1, 2, ne, typed_data, 512 * 2 * 36) == DJ_OK);
+}
+
 #define U(k, x) {k, 'u', (double)(x), NULL}
 #define FL(k, x) {k, 'f', (double)(x), NULL}
 #define S(k, x) {k, 's', 0, x}
@@ -119,6 +131,8 @@ static const struct variant variants[] = {
     {"token_embd.weight with 0 rows", {{0}}, shape_no_rows, NULL, "token_embd.weight", NULL},
     {"token_embd.weight a vector", {{0}}, shape_1d, NULL, "token_embd.weight", NULL},
     {"output.weight [64, 0]", {{0}}, NULL, extra_output_zero, "output.weight", "zero dimension"},
+    {"output.weight of type i32", {{0}}, NULL, extra_output_i32, "'output.weight' has type i32", "integer"},
+    {"output.weight of type q8_1", {{0}}, NULL, extra_output_q8_1, "'output.weight' has type q8_1", "activation"},
     {"rope_freqs.weight with a 0", {{0}}, shape_freqs_zero, NULL, "rope_freqs.weight", "element 3"},
     {"rope_freqs.weight with a nan", {{0}}, shape_freqs_nan, NULL, "rope_freqs.weight", "element 3"},
     {"rope scaling yarn", {S("rope.scaling.type", "yarn")}, NULL, NULL, "rope scaling type 'yarn'", NULL},

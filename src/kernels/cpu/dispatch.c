@@ -110,3 +110,35 @@ size_t dj_kernels_act_row_bytes(int act_type, int64_t k) {
     DJ_ASSERT(ok);
     return n;
 }
+
+enum dj_wpath dj_kernels_wpath(const struct dj_kernels *k, uint32_t type) {
+    if (type >= DJ_TYPE_COUNT || !k->w[type].matmul || !k->w[type].dot || !k->w[type].dequantize_row)
+        return DJ_WPATH_NONE;
+    pthread_once(&once, init_tables);
+    if (k->isa == DJ_ISA_GENERIC || k->w[type].matmul == tables[DJ_ISA_GENERIC].w[type].matmul)
+        return DJ_WPATH_REFERENCE;
+    return DJ_WPATH_FAST;
+}
+
+const char *dj_wpath_name(enum dj_wpath p) {
+    switch (p) {
+    case DJ_WPATH_FAST: return "fast";
+    case DJ_WPATH_REFERENCE: return "reference";
+    default: return "none";
+    }
+}
+
+const char *dj_kernels_why_not(uint32_t type) {
+    switch (type) {
+    case DJ_TYPE_Q8_1:
+    case DJ_TYPE_Q8_K: return "an activation type of ggml's CPU backend, not a weight type; no released file holds it";
+    case DJ_TYPE_I8:
+    case DJ_TYPE_I16:
+    case DJ_TYPE_I32:
+    case DJ_TYPE_I64:
+    case DJ_TYPE_F64: return "an integer/f64 tensor type; no model architecture deja runs has matrices of it";
+    default: break;
+    }
+    if (!dj_type_info(type)) return "an unknown type id (newer than this deja, or a damaged file)";
+    return "no kernel for it in this build (a dequantizer and a dot product in src/kernels would be needed)";
+}

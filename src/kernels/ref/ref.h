@@ -5,12 +5,12 @@
  *
  * Three families:
  *
- *  - Weight quantizers (float -> F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K) that produce
- *    the same bytes as llama.cpp's reference quantizers (quantize_row_*_ref
- *    in ggml-quants.c), which is what `llama-quantize` runs when no
- *    importance matrix is given.  Same float operations in the same order,
- *    same rounding helpers; this is what lets `deja quantize` reproduce
- *    llama.cpp's files and perplexities.
+ *  - Weight quantizers (float -> F16/BF16 and every type llama-quantize
+ *    writes without an importance matrix) that produce the same bytes as
+ *    llama-quantize: ggml's quantize_row_*_ref (quantize_iq4_{nl,xs} for
+ *    the iq4 types; quantize_ref.c says which per type).  Same float
+ *    operations in the same order, same rounding helpers; this is what
+ *    lets `deja quantize` reproduce llama.cpp's files and perplexities.
  *  - Dequantizers (type -> float), the same float formulas as ggml's
  *    dequantize_row_* (so a fast dequantizer must match them bit for bit).
  *  - Activation quantizers and dot products.  Each weight type is paired
@@ -44,8 +44,25 @@ void dj_ref_quantize_row_q8_0(const float *x, struct dj_block_q8_0 *y, int64_t n
 void dj_ref_quantize_row_q4_0(const float *x, struct dj_block_q4_0 *y, int64_t n);
 void dj_ref_quantize_row_q4_K(const float *x, struct dj_block_q4_K *y, int64_t n);
 void dj_ref_quantize_row_q6_K(const float *x, struct dj_block_q6_K *y, int64_t n);
-/* By type id: F32 (copy), F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.  False for any
- * other type or an n that is not a multiple of the block size. */
+void dj_ref_quantize_row_q4_1(const float *x, struct dj_block_q4_1 *y, int64_t n);
+void dj_ref_quantize_row_q5_0(const float *x, struct dj_block_q5_0 *y, int64_t n);
+void dj_ref_quantize_row_q5_1(const float *x, struct dj_block_q5_1 *y, int64_t n);
+void dj_ref_quantize_row_q1_0(const float *x, struct dj_block_q1_0 *y, int64_t n);
+void dj_ref_quantize_row_q2_0(const float *x, struct dj_block_q2_0 *y, int64_t n);
+void dj_ref_quantize_row_mxfp4(const float *x, struct dj_block_mxfp4 *y, int64_t n);
+void dj_ref_quantize_row_q2_K(const float *x, struct dj_block_q2_K *y, int64_t n);
+void dj_ref_quantize_row_q3_K(const float *x, struct dj_block_q3_K *y, int64_t n);
+void dj_ref_quantize_row_q5_K(const float *x, struct dj_block_q5_K *y, int64_t n);
+void dj_ref_quantize_row_tq1_0(const float *x, struct dj_block_tq1_0 *y, int64_t n);
+void dj_ref_quantize_row_tq2_0(const float *x, struct dj_block_tq2_0 *y, int64_t n);
+void dj_ref_quantize_row_iq4_nl(const float *x, struct dj_block_iq4_nl *y, int64_t n);
+void dj_ref_quantize_row_iq4_xs(const float *x, struct dj_block_iq4_xs *y, int64_t n);
+void dj_ref_quantize_row_iq3_s(const float *x, struct dj_block_iq3_s *y, int64_t n);
+/* By type id: F32 (copy), F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q1_0,
+ * Q2_0, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ1_0, TQ2_0, IQ4_NL, IQ4_XS,
+ * IQ3_S.  False for any other type (the importance-matrix IQ1/IQ2/IQ3_XXS
+ * types) or an
+ * n that is not a multiple of the block size. */
 bool dj_ref_quantize_row(uint32_t type, const float *x, void *y, int64_t n);
 
 /* ---- activation quantizers ------------------------------------------------ */
