@@ -551,15 +551,31 @@ static inline struct kt_tot iq2_xs_sb1(const uint8_t *p, const uint8_t *ab) {
 
 static inline struct kt_tot iq2_s_sb1(const uint8_t *p, const uint8_t *ab) {
     const struct dj_block_iq2_s *x = (const void *)p;
-    const uint8_t *qs = x->qs, *signs = x->qs + DJ_QK_K / 8, *a = ab + offsetof(struct dj_block_q8_K, qs);
+    const uint8_t *signs = x->qs + DJ_QK_K / 8, *a = ab + offsetof(struct dj_block_q8_K, qs);
     const __m256i one = _mm256_set1_epi8(1);
+    /* the 32 grid indices at once: qs[i] | ((qh[i / 4] << (8 - 2 (i % 4))) & 0x300), the shifts by
+     * multiplies, as 16-bit lanes */
+    uint16_t ix[32];
+    {
+        const __m128i qh = _mm_loadl_epi64((const __m128i *)x->qh);
+        const __m256i m = _mm256_setr_epi16(256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4);
+        DJ_UNROLL for (int v = 0; v < 2; v++) {
+            const int b = 4 * v;
+            const __m128i ctl = _mm_setr_epi8((char)b, (char)b, (char)b, (char)b, (char)(b + 1), (char)(b + 1),
+                                              (char)(b + 1), (char)(b + 1), (char)(b + 2), (char)(b + 2), (char)(b + 2),
+                                              (char)(b + 2), (char)(b + 3), (char)(b + 3), (char)(b + 3), (char)(b + 3));
+            const __m256i h = _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm_shuffle_epi8(qh, ctl)), m);
+            _mm256_storeu_si256((__m256i *)(ix + 16 * v),
+                                _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16(0x300)),
+                                                _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x->qs + 16 * v)))));
+        }
+    }
     __m256i acc = _mm256_setzero_si256();
-    DJ_UNROLL for (int c = 0; c < 8; c++) {
-        const unsigned h = x->qh[c];
-        const __m256i g = _mm256_set_epi64x((long long)dj_iq2s_grid[qs[4 * c + 3] | ((h << 2) & 0x300)],
-                                            (long long)dj_iq2s_grid[qs[4 * c + 2] | ((h << 4) & 0x300)],
-                                            (long long)dj_iq2s_grid[qs[4 * c + 1] | ((h << 6) & 0x300)],
-                                            (long long)dj_iq2s_grid[qs[4 * c] | ((h << 8) & 0x300)]);
+#pragma GCC unroll 2
+    for (int c = 0; c < 8; c++) {
+        const uint16_t *i4 = ix + 4 * c;
+        const __m256i g = _mm256_set_epi64x((long long)dj_iq2s_grid[i4[3]], (long long)dj_iq2s_grid[i4[2]],
+                                            (long long)dj_iq2s_grid[i4[1]], (long long)dj_iq2s_grid[i4[0]]);
         const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)),
                                             _mm256_or_si256(dj_q_bits32_mask(dj_load_u32(signs + 4 * c)), one));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
@@ -589,15 +605,28 @@ static inline struct kt_tot iq3_s_sb1(const uint8_t *p, const uint8_t *ab) {
     const struct dj_block_iq3_s *x = (const void *)p;
     const uint8_t *a = ab + offsetof(struct dj_block_q8_K, qs);
     const __m256i one = _mm256_set1_epi8(1);
+    /* the 64 grid indices at once: qs[i] | (bit i % 8 of qh[i / 8]) << 8, as 16-bit lanes */
+    uint16_t ix[64];
+    {
+        const __m128i qh = _mm_loadl_epi64((const __m128i *)x->qh);
+        const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+        DJ_UNROLL for (int v = 0; v < 4; v++) {
+            const __m128i ctl = _mm_setr_epi8((char)(2 * v), (char)(2 * v), (char)(2 * v), (char)(2 * v), (char)(2 * v),
+                                              (char)(2 * v), (char)(2 * v), (char)(2 * v), (char)(2 * v + 1),
+                                              (char)(2 * v + 1), (char)(2 * v + 1), (char)(2 * v + 1), (char)(2 * v + 1),
+                                              (char)(2 * v + 1), (char)(2 * v + 1), (char)(2 * v + 1));
+            const __m256i h = _mm256_and_si256(_mm256_cvtepu8_epi16(_mm_shuffle_epi8(qh, ctl)), bit);
+            const __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi16(h, bit), _mm256_set1_epi16(0x100));
+            _mm256_storeu_si256((__m256i *)(ix + 16 * v),
+                                _mm256_or_si256(hi, _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(x->qs + 16 * v)))));
+        }
+    }
     __m256i acc = _mm256_setzero_si256();
     DJ_UNROLL for (int c = 0; c < 8; c++) {
-        const uint8_t *q = x->qs + 8 * c;
-        const unsigned h = x->qh[c];
-        const __m256i g = _mm256_setr_epi32(
-            (int)dj_iq3s_grid[q[0] | ((h << 8) & 256)], (int)dj_iq3s_grid[q[1] | ((h << 7) & 256)],
-            (int)dj_iq3s_grid[q[2] | ((h << 6) & 256)], (int)dj_iq3s_grid[q[3] | ((h << 5) & 256)],
-            (int)dj_iq3s_grid[q[4] | ((h << 4) & 256)], (int)dj_iq3s_grid[q[5] | ((h << 3) & 256)],
-            (int)dj_iq3s_grid[q[6] | ((h << 2) & 256)], (int)dj_iq3s_grid[q[7] | ((h << 1) & 256)]);
+        const uint16_t *i8 = ix + 8 * c;
+        const __m256i g = _mm256_setr_epi32((int)dj_iq3s_grid[i8[0]], (int)dj_iq3s_grid[i8[1]], (int)dj_iq3s_grid[i8[2]],
+                                            (int)dj_iq3s_grid[i8[3]], (int)dj_iq3s_grid[i8[4]], (int)dj_iq3s_grid[i8[5]],
+                                            (int)dj_iq3s_grid[i8[6]], (int)dj_iq3s_grid[i8[7]]);
         const __m256i av = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(a + 32 * c)),
                                             _mm256_or_si256(dj_q_bits32_mask(dj_load_u32(x->signs + 4 * c)), one));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(g, av),
