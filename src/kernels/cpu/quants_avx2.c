@@ -471,11 +471,11 @@ static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const in
     }
     if (VEC && MR == 2 && NT == 4) { /* the 8 pairs of a full tile at once, pair 4i + j in lane 4i + j */
         __m256i t[8], m[8];
-        __m128 da4 = _mm_setzero_ps();
+        const __m128 da4 = _mm_setr_ps(dj_q_load_f32(a), dj_q_load_f32(a + as), dj_q_load_f32(a + 2 * as),
+                                       dj_q_load_f32(a + 3 * as));
         DJ_UNROLL for (int j = 0; j < 4; j++) {
             const uint8_t *ab = a + (size_t)j * as;
             const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
-            da4 = _mm_insert_ps(da4, _mm_load_ss((const float *)ab), (unsigned)j << 4);
             DJ_UNROLL for (int i = 0; i < 2; i++) {
                 t[4 * i + j] = CR ? _mm256_add_epi32(is[i][j], _mm256_madd_epi16(bs, D[i]->cw)) : is[i][j];
                 if (MN) m[4 * i + j] = _mm256_madd_epi16(bs, D[i]->mw);
