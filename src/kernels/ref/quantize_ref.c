@@ -572,6 +572,45 @@ void dj_ref_quantize_row_q3_K(const float *x, struct dj_block_q3_K *y, int64_t n
 
 /* ---- q4_K ------------------------------------------------------------------ */
 
+/* q4_K / q5_K: the 8 sub-block scales and mins as 6-bit values against the f16
+ * super-scales (ggml's packing, see dj_q4_K_scale_min). */
+static void k_pack_scales(const float *scales, const float *mins, float max_scale, float max_min, uint8_t *out,
+                          uint16_t *d, uint16_t *dmin) {
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < DJ_QK_K / 32; ++j) {
+        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        ls = (uint8_t)imin(63, ls);
+        lm = (uint8_t)imin(63, lm);
+        if (j < 4) {
+            out[j] = ls;
+            out[j + 4] = lm;
+        } else {
+            out[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            out[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            out[j - 0] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *d = dj_f32_to_fp16(max_scale / 63.f);
+    *dmin = dj_f32_to_fp16(max_min / 63.f);
+}
+
+/* q4_K / q5_K: the levels 0..nmax of a super-block against its stored scales. */
+static void k_requant(const float *x, const uint8_t *scales, uint16_t dh, uint16_t dminh, int nmax, uint8_t *L) {
+    for (int j = 0; j < DJ_QK_K / 32; ++j) {
+        uint8_t sc, m;
+        dj_q4_K_scale_min(j, scales, &sc, &m);
+        const float d = dj_fp16_to_f32(dh) * sc;
+        if (!d) continue;
+        const float dm = dj_fp16_to_f32(dminh) * m;
+        for (int ii = 0; ii < 32; ++ii) {
+            int l = nearest_int((x[32 * j + ii] + dm) / d);
+            L[32 * j + ii] = (uint8_t)imax(0, imin(nmax, l));
+        }
+    }
+}
+
 void dj_ref_quantize_row_q4_K(const float *x, struct dj_block_q4_K *y, int64_t n) {
     DJ_ASSERT(n % DJ_QK_K == 0);
     uint8_t L[DJ_QK_K];
@@ -595,37 +634,10 @@ void dj_ref_quantize_row_q4_K(const float *x, struct dj_block_q4_K *y, int64_t n
             if (mins[j] > max_min) max_min = mins[j];
         }
 
-        float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-        float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-        for (int j = 0; j < DJ_QK_K / 32; ++j) {
-            uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
-            uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
-            ls = (uint8_t)imin(63, ls);
-            lm = (uint8_t)imin(63, lm);
-            if (j < 4) {
-                b->scales[j] = ls;
-                b->scales[j + 4] = lm;
-            } else {
-                b->scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
-                b->scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
-                b->scales[j - 0] |= (uint8_t)((lm >> 4) << 6);
-            }
-        }
-        b->d = dj_f32_to_fp16(max_scale / 63.f);
-        b->dmin = dj_f32_to_fp16(max_min / 63.f);
+        k_pack_scales(scales, mins, max_scale, max_min, b->scales, &b->d, &b->dmin);
 
         /* Requantize against the rounded (6-bit, f16) scales actually stored. */
-        for (int j = 0; j < DJ_QK_K / 32; ++j) {
-            uint8_t sc, m;
-            dj_q4_K_scale_min(j, b->scales, &sc, &m);
-            const float d = dj_fp16_to_f32(b->d) * sc;
-            if (!d) continue;
-            const float dm = dj_fp16_to_f32(b->dmin) * m;
-            for (int ii = 0; ii < 32; ++ii) {
-                int l = nearest_int((x[32 * j + ii] + dm) / d);
-                L[32 * j + ii] = (uint8_t)imax(0, imin(15, l));
-            }
-        }
+        k_requant(x, b->scales, b->d, b->dmin, 15, L);
 
         uint8_t *q = b->qs;
         for (int j = 0; j < DJ_QK_K; j += 64, q += 32)
@@ -658,36 +670,9 @@ void dj_ref_quantize_row_q5_K(const float *x, struct dj_block_q5_K *y, int64_t n
             if (mins[j] > max_min) max_min = mins[j];
         }
 
-        float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-        float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-        for (int j = 0; j < DJ_QK_K / 32; ++j) {
-            uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
-            uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
-            ls = (uint8_t)imin(63, ls);
-            lm = (uint8_t)imin(63, lm);
-            if (j < 4) {
-                b->scales[j] = ls;
-                b->scales[j + 4] = lm;
-            } else {
-                b->scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
-                b->scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
-                b->scales[j - 0] |= (uint8_t)((lm >> 4) << 6);
-            }
-        }
-        b->d = dj_f32_to_fp16(max_scale / 63.f);
-        b->dmin = dj_f32_to_fp16(max_min / 63.f);
+        k_pack_scales(scales, mins, max_scale, max_min, b->scales, &b->d, &b->dmin);
 
-        for (int j = 0; j < DJ_QK_K / 32; ++j) {
-            uint8_t sc, m;
-            dj_q4_K_scale_min(j, b->scales, &sc, &m);
-            const float d = dj_fp16_to_f32(b->d) * sc;
-            if (!d) continue;
-            const float dm = dj_fp16_to_f32(b->dmin) * m;
-            for (int ii = 0; ii < 32; ++ii) {
-                int l = nearest_int((x[32 * j + ii] + dm) / d);
-                L[32 * j + ii] = (uint8_t)imax(0, imin(31, l));
-            }
-        }
+        k_requant(x, b->scales, b->d, b->dmin, 31, L);
 
         /* low nibbles of quants n+j and n+j+32 share qs[n/2 + j]; their fifth
          * bits are bits 2k and 2k+1 of qh[j] for the k-th 64-group */
