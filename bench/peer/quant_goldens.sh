@@ -11,13 +11,14 @@
 # goldens: logits_peer on every file -> tests/golden/quants/{codelm,synth}/<name>.json
 #
 # Environment: LLAMACPP (a llama.cpp checkout with a CPU build in build/: llama-quantize,
-# llama-imatrix and libllama; default /work/peer/src), QFILES (default /work/qfiles),
+# llama-imatrix and libllama; required), QFILES (where the model files go; default ../qfiles,
+# beside the repository, never inside it),
 # SHARED (default ../shared), DEJA (default build/bin/deja), PEER_COMMIT (the llama.cpp
 # commit, recorded in each golden's "label"; default d32676d7, the snapshot used).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-LLAMACPP=${LLAMACPP:-/work/peer/src}
-QFILES=${QFILES:-/work/qfiles}
+LLAMACPP=${LLAMACPP:?set LLAMACPP to a llama.cpp checkout with a CPU build in build/}
+QFILES=${QFILES:-../qfiles}
 SHARED=${SHARED:-../shared}
 DEJA=${DEJA:-build/bin/deja}
 OUT=tests/golden/quants
