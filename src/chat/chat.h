@@ -20,13 +20,20 @@
 #include "chat/toolparse.h"
 #include "tokenizer/tokenizer.h"
 
+/* The built-in templates for a model without tokenizer.chat_template. */
+enum dj_chat_builtin {
+    DJ_CHAT_BUILTIN_CHATML, /* chat_builtin_chatml */
+    DJ_CHAT_BUILTIN_GEMMA,  /* chat_builtin_gemma */
+};
+
 struct dj_chat_template {
     struct dj_jinja *j;
     char *src; /* the template source (malloc'd) */
     size_t n_src;
     char *bos, *eos; /* bos_token / eos_token as text ("" when the vocabulary has none) */
     struct dj_chat_syntax syn; /* how the model writes tool calls and reasoning */
-    bool builtin;      /* the built-in ChatML template (the model has none) */
+    bool builtin;      /* a built-in template (the model has none): builtin_kind says which */
+    enum dj_chat_builtin builtin_kind;
 };
 
 /* The built-in template: ChatML with tools in the system message as <tools>
@@ -34,7 +41,21 @@ struct dj_chat_template {
  * as <tool_response> blocks — the format of ../shared/traces. */
 extern const char chat_builtin_chatml[];
 
-/* Compiles src[0..n) (NULL: the built-in template).  bos / eos: the
+/* Gemma's turn format (<start_of_turn>user / model, <end_of_turn>; a leading system message
+ * folded into the first turn), as Gemma 2 and 3's instruct template writes it; no tool calls. */
+extern const char chat_builtin_gemma[];
+
+/* The built-in template for a model of general.architecture `arch` (may be NULL) with vocabulary
+ * v that has no template of its own: Gemma's format for gemma, gemma2, gemma3 and gemma3n when
+ * <start_of_turn> and <end_of_turn> are each one token of v; ChatML otherwise.  (llama.cpp uses
+ * ChatML for every model without a template: common_chat_templates_init.) */
+enum dj_chat_builtin chat_builtin_for(const char *arch, const struct dj_vocab *v);
+const char *chat_builtin_name(enum dj_chat_builtin kind); /* "built-in Gemma", "built-in ChatML" */
+/* chat_template_create of that built-in template (builtin set, builtin_kind = kind). */
+enum dj_status chat_template_create_builtin(enum dj_chat_builtin kind, const char *bos, const char *eos,
+                                            struct dj_chat_template **out);
+
+/* Compiles src[0..n) (NULL: the built-in ChatML template).  bos / eos: the
  * vocabulary's special-token texts (NULL: ""). */
 enum dj_status chat_template_create(const char *src, size_t n, const char *bos, const char *eos,
                                     struct dj_chat_template **out);

@@ -573,7 +573,10 @@ static void load_template(struct dj_server *s) {
         src = gs.ptr;
         n = gs.len;
     }
-    if (chat_template_create(src, n, bos, eos, &s->tmpl) != DJ_OK) {
+    /* a model without a template: ChatML, or Gemma's turns for the gemma family (chat.h) */
+    const enum dj_status cst = src ? chat_template_create(src, n, bos, eos, &s->tmpl)
+                                   : chat_template_create_builtin(chat_builtin_for(s->m->arch_name, v), bos, eos, &s->tmpl);
+    if (cst != DJ_OK) {
         snprintf(s->tmpl_error, sizeof s->tmpl_error, "the chat template does not compile: %s", dj_last_error());
         fprintf(stderr, "deja serve: %s (chat endpoints disabled; use --chat-template-file)\n", s->tmpl_error);
         s->tmpl = NULL;
@@ -587,8 +590,12 @@ static void load_template(struct dj_server *s) {
         if (vocab_tokenize(v, "<|im_end|>", 10, false, true, &t, &nt) == DJ_OK && nt != 1) s->turn_end_stop = "<|im_end|>";
         free(t);
     }
-    fprintf(stderr, "deja serve: chat template: %s (tool calls: %s%s%s)\n",
-            s->p.chat_template ? "from --chat-template-file" : s->tmpl->builtin ? "built-in ChatML" : "the model's",
+    fprintf(stderr, "deja serve: chat template: %s%s%s%s (tool calls: %s%s%s)\n",
+            s->p.chat_template ? "from --chat-template-file"
+            : s->tmpl->builtin ? chat_builtin_name(s->tmpl->builtin_kind)
+                               : "the model's",
+            s->tmpl->builtin ? " (the model has none; architecture " : "", s->tmpl->builtin ? s->m->arch_name : "",
+            s->tmpl->builtin ? ")" : "",
             chat_tool_syntax_name(s->tmpl->syn.tools), s->tmpl->syn.think_open ? ", reasoning markers" : "",
             s->turn_end_stop ? "; <|im_end|> is text in this vocabulary: chat turns also stop at that string" : "");
 }

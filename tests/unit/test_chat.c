@@ -1,5 +1,5 @@
 /*
- * test_chat.c — chat.h: message normalisation, the built-in template, and
+ * test_chat.c — chat.h: message normalisation, the built-in templates (ChatML, Gemma), and
  * prompt tokenization where only the template's markup may become control
  * tokens (vocab_tokenize_masked), and system messages where they stand
  * (chat_render_placed) over the 50 real templates of ../shared/golden.
@@ -264,11 +264,67 @@ static void test_system_placement(void) {
     chat_template_free(t);
 }
 
+/* The built-in Gemma template: Google's Gemma 2 template (../shared/golden) renders an
+ * alternating conversation the same; a first system message is folded into the first turn as
+ * Gemma 3's template does; a later one is folded by chat_render_placed; the choice by
+ * architecture needs the markers in the vocabulary. */
+static void test_builtin_gemma(void) {
+    struct dj_chat_template *t = NULL, *g2 = NULL;
+    CHECK(chat_template_create_builtin(DJ_CHAT_BUILTIN_GEMMA, "<bos>", "<eos>", &t) == DJ_OK);
+    if (!t) return;
+    CHECK(t->builtin && t->builtin_kind == DJ_CHAT_BUILTIN_GEMMA && !strcmp(chat_builtin_name(t->builtin_kind), "built-in Gemma"));
+    CHECK(t->syn.tools == DJ_TOOLS_NONE);
+    const char *conv = "[{\"role\": \"user\", \"content\": \"  Hello \"}, {\"role\": \"assistant\", \"content\": \"Hi\\n\"}, "
+                       "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}]";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/golden/chat_templates/templates/google-gemma-2-2b-it.jinja", shared);
+    size_t n = 0;
+    char *src = test_read_file(path, &n);
+    CHECKF(src != NULL, "cannot read %s", path);
+    if (src && chat_template_create(src, n, "<bos>", "<eos>", &g2) == DJ_OK) {
+        json_t *m = chat_normalize_messages(json_loads(conv, 0, NULL));
+        struct dj_jinja_out a = {0}, b = {0};
+        CHECK(m && chat_render(t, m, NULL, NULL, true, 0, &a) == DJ_OK && chat_render(g2, m, NULL, NULL, true, 0, &b) == DJ_OK);
+        CHECKF(a.text && b.text && !strcmp(a.text, b.text), "built-in:\n%s\ngemma-2-2b-it:\n%s", a.text ? a.text : "",
+               b.text ? b.text : "");
+        CHECK(a.text && !strcmp(a.text, "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi<end_of_turn>\n"
+                                        "<start_of_turn>user\na\nb<end_of_turn>\n<start_of_turn>model\n"));
+        jinja_out_free(&a), jinja_out_free(&b);
+        json_decref(m);
+    }
+    free(src);
+    chat_template_free(g2);
+    enum dj_system_placement how;
+    char *text = placed(t, "[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}]", &how);
+    CHECKF(text && !strcmp(text, "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n") &&
+               how == DJ_SYSTEM_AS_IS,
+           "got %s", text ? text : dj_last_error());
+    free(text);
+    text = placed(t,
+                  "[{\"role\": \"user\", \"content\": \"u1\"}, {\"role\": \"assistant\", \"content\": \"a1\"}, "
+                  "{\"role\": \"system\", \"content\": \"S2\"}, {\"role\": \"user\", \"content\": \"u2\"}]",
+                  &how);
+    CHECKF(text && !strcmp(text, "<bos><start_of_turn>user\nu1<end_of_turn>\n<start_of_turn>model\na1<end_of_turn>\n"
+                                 "<start_of_turn>user\nS2\n\nu2<end_of_turn>\n<start_of_turn>model\n") &&
+               how == DJ_SYSTEM_FOLDED_LATER,
+           "got %s", text ? text : dj_last_error());
+    free(text);
+    chat_template_free(t);
+    /* without a vocabulary holding <start_of_turn> / <end_of_turn>, or for another family: ChatML */
+    CHECK(chat_builtin_for("gemma3", NULL) == DJ_CHAT_BUILTIN_CHATML);
+    CHECK(chat_builtin_for("llama", NULL) == DJ_CHAT_BUILTIN_CHATML);
+    CHECK(chat_builtin_for(NULL, NULL) == DJ_CHAT_BUILTIN_CHATML);
+    CHECK(chat_template_create_builtin(DJ_CHAT_BUILTIN_CHATML, "<s>", "</s>", &t) == DJ_OK && t && t->builtin &&
+          t->builtin_kind == DJ_CHAT_BUILTIN_CHATML && !strcmp(t->src, chat_builtin_chatml));
+    chat_template_free(t);
+}
+
 int main(int argc, char **argv) {
     shared = argc > 1 ? argv[1] : "../shared";
     test_masked_tokenize();
     test_normalize();
     test_builtin();
+    test_builtin_gemma();
     test_system_placement();
     TEST_END();
 }
