@@ -12,7 +12,11 @@
  * text then the calls; the grammar rejects a wrong name, a missing required
  * argument, a wrong type, a value outside an enum; NAMED restricts the name;
  * parallel false allows exactly one call; with the family's think markers a
- * reasoning block may (or, forced open, must) come first.  Then random walks
+ * reasoning block may (or, forced open, must) come first (gpt-oss: the
+ * analysis message, then <|start|>assistant; never forced open).  GLM's
+ * families (Laguna's templates, with and without GLM-4.5's newlines) get
+ * their own bad calls; GLM's and Qwen3-Coder's raw string values are checked
+ * to read back as strings.  Then random walks
  * through each grammar (gmatch_next_ranges): every sentence generated must
  * parse (toolparse) into calls whose arguments are valid for the schema.
  */
