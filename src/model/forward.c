@@ -16,6 +16,12 @@
  *                                                   chosen experts' (moe_ffn)
  *   logits = W_out (rmsnorm(x) * output_norm)           (only the rows asked for)
  *
+ * gemma2/3 (model/gemma.c has their equations) add, each as a model or layer field: the
+ * embedding scale, post-norms of the attention and FFN outputs, pre-scaled queries and
+ * soft-capped scores and logits, a GELU gate (ggml's f16 table), and per layer a sliding
+ * window (dj_layer.n_swa: attn_task reads only the blocks the window touches) and a
+ * second rope setting (dj_layer.rope_local).
+ *
  * Every per-token computation reads only that token's row and the KV cache,
  * with a fixed order of operations, so results are independent of how the
  * prompt is split into ubatches and of the thread count (DESIGN.md §3). *

@@ -15,6 +15,8 @@
  *    --n-batch 13 (other chunkings of every prefill);
  *  - --kv-dir: a fresh store (nothing from disk), then a new process on it: n_reused_disk > 0;
  *  - --spec with every draft source (prompt lookup, memo, early exit), drafts accepted > 0;
+ *  - LLAMA_OPT_PRECOMPUTE_ROPE_MAX=100: positions past 100 rotate on the fly (both rope
+ *    settings, global and sliding), the others from the table;
  * Plus Tier 2 (LLAMA_OPT_DIFF_MODE=approx, whose RoPE correction rotates each layer's K with
  * that layer's base: model_rope_shift_layer): the replay runs every turn (its numbers are not
  * exact by design; approximate reuse engages only where a prompt edits an earlier one).
@@ -157,6 +159,15 @@ int main(int argc, char **argv) {
         CHECKF(acc > 0, "spec: no draft accepted (drafted %lld)", json_integer_value(json_object_get(sp, "drafted")));
         printf("spec: %lld drafted, %lld accepted, hashes equal\n", json_integer_value(json_object_get(sp, "drafted")),
                acc);
+        json_decref(d);
+    }
+    /* the precomputed RoPE table (both rope settings in a row) only up to position 100, the
+     * rest on the fly: the same bits */
+    setenv("LLAMA_OPT_PRECOMPUTE_ROPE_MAX", "100", 1);
+    d = replay("rope table", NULL, NULL, NULL, NULL);
+    unsetenv("LLAMA_OPT_PRECOMPUTE_ROPE_MAX");
+    if (d) {
+        same_hashes(ref, d, "LLAMA_OPT_PRECOMPUTE_ROPE_MAX=100");
         json_decref(d);
     }
     /* Tier 2 */
