@@ -222,7 +222,16 @@ enum dj_status chat_render(const struct dj_chat_template *t, const json_t *messa
     json_object_set_new(ctx, "bos_token", json_string(t->bos));
     json_object_set_new(ctx, "eos_token", json_string(t->eos));
     if (json_is_object(kwargs)) json_object_update(ctx, (json_t *)kwargs);
-    enum dj_status st = jinja_render(t->j, ctx, now, out);
+    /* bos_token / eos_token are the vocabulary's special-token texts, the template's own markup
+     * (chat_tokenize matches them as tokens) — unless the request's kwargs replaced them */
+    const char *owned[3] = {NULL, NULL, NULL};
+    size_t n_owned = 0;
+    if (!json_object_get(kwargs, "bos_token")) owned[n_owned++] = "bos_token";
+    if (!json_object_get(kwargs, "eos_token")) owned[n_owned++] = "eos_token";
+    struct dj_jinja_params p = jinja_default_params();
+    p.now = now;
+    p.template_owned = owned;
+    enum dj_status st = jinja_render_ex(t->j, ctx, &p, out);
     json_decref(ctx);
     return st;
 }

@@ -71,7 +71,9 @@ json_t *chat_normalize_messages(const json_t *messages);
 
 /* Renders messages (OpenAI chat shape, normalised) with transformers' call:
  * messages, tools (None when NULL), documents None, add_generation_prompt,
- * bos_token, eos_token, then every key of kwargs (may override).  now: the
+ * bos_token, eos_token, then every key of kwargs (may override).  bos_token and
+ * eos_token (unless kwargs gave them) are the template's own text in the output's
+ * from_input, like its literals: chat_tokenize matches them as special tokens.  now: the
  * clock strftime_now reads.  Errors: DJ_ERR_INVALID, the template's message. */
 enum dj_status chat_render(const struct dj_chat_template *t, const json_t *messages, const json_t *tools,
                            const json_t *kwargs, bool add_generation_prompt, int64_t now, struct dj_jinja_out *out);

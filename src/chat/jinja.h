@@ -58,6 +58,10 @@ struct dj_jinja_params {
     int64_t now;        /* strftime_now's clock, seconds since the epoch (default: time(NULL)) */
     uint64_t max_steps; /* evaluation steps, plus one per 64 bytes built */
     size_t max_output;  /* bytes of output, and of the body of a macro, set block or filter block */
+    /* NULL, or a NULL-terminated list of top-level context keys whose string values count as the
+     * template's own text in from_input (a chat server's bos_token / eos_token: the vocabulary's
+     * special-token texts, not the request's); every other context string is input */
+    const char *const *template_owned;
 };
 struct dj_jinja_params jinja_default_params(void);
 /* jinja_render with the clock and limits of p (NULL: the defaults). */

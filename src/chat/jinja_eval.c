@@ -1557,6 +1557,17 @@ enum dj_status jinja_render_ex(const struct dj_jinja *t, const json_t *ctx, cons
         ctxv = jv_dict(d);
     }
     r.ctx = ctxv.u.d;
+    for (const char *const *k = p->template_owned; k && *k; k++) {
+        struct jv *v = jj_dict_get_cstr(r.ctx, *k);
+        if (!v || v->t != JJ_STR) continue;
+        struct jj_str *own = jj_str_new(v->u.s->s, v->u.s->n, JJ_PROV_NONE);
+        if (!own) {
+            jv_decref(ctxv);
+            return dj_fail(DJ_ERR_INVALID, "template: out of memory");
+        }
+        jv_decref(*v);
+        *v = jv_str(own);
+    }
     struct jj_frame root = {0};
     struct jj_buf buf = {.max = r.max_output};
     r.root = &root;

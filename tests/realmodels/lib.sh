@@ -9,7 +9,8 @@
 #     /apply-template's text and the chat answer's usage.prompt_tokens;
 #   - the chat answer to "What is the capital of France?" (greedy) — what is asserted of it is
 #     the test's (REAL_CHAT_CHECK);
-#   - /v1/completions of "The capital of France is" (greedy) mentions Paris;
+#   - /v1/completions of a few-shot capitals prompt (prompts_<model>.json [2]: Germany -> Berlin,
+#     Italy -> Rome, France -> ?) answers Paris (greedy), as llama.cpp's greedy ids do;
 #   - `deja run --json-schema` gives a JSON text valid under the schema (jsonschema's
 #     Draft202012Validator), the country's capital in it checked where the model knows it.
 #
@@ -98,12 +99,13 @@ if r.usage.prompt_tokens != len(want_tokens):
     fail(f"the chat prompt is {r.usage.prompt_tokens} tokens, llama.cpp's tokens of the same text are {len(want_tokens)}")
 if not eval(chat_check, {"answer": answer, "finish": finish}):
     fail(f"the chat answer fails: {chat_check}")
-# the plain completion: a correct model of either kind continues with Paris
-c = client.completions.create(model=name, prompt="The capital of France is", temperature=0, max_tokens=8)
+# the plain completion: a correct model, base or instruct, answers the few-shot question
+few_shot = json.load(open(f"{gold}/prompts_{name}.json"))[2]
+c = client.completions.create(model=name, prompt=few_shot, temperature=0, max_tokens=4)
 text = c.choices[0].text
-print(f"{name} completion: 'The capital of France is' -> {text!r}")
-if "Paris" not in text:
-    fail("the completion of 'The capital of France is' does not mention Paris")
+print(f"{name} completion: ...{few_shot[-40:]!r} -> {text!r}")
+if not text.strip().startswith("Paris"):
+    fail("the few-shot completion does not answer Paris")
 sys.exit(1 if bad else 0)
 PY
 }

@@ -319,12 +319,41 @@ static void test_builtin_gemma(void) {
     chat_template_free(t);
 }
 
+/* bos_token / eos_token are the template's own text (matched as tokens by chat_tokenize), the
+ * messages' text is input; a bos_token given in kwargs (the request's) is input too. */
+static void test_bos_eos_owned(void) {
+    static const char src[] = "{{ bos_token }}{{ messages[0].content }}{{ eos_token }}";
+    struct dj_chat_template *t = NULL;
+    CHECK(chat_template_create(src, sizeof src - 1, "<B>", "<E>", &t) == DJ_OK);
+    if (!t) return;
+    json_t *m = json_loads("[{\"role\": \"user\", \"content\": \"hi\"}]", 0, NULL);
+    json_t *kw = json_loads("{\"bos_token\": \"<K>\"}", 0, NULL);
+    struct dj_jinja_out o = {0};
+    CHECK(chat_render(t, m, NULL, NULL, false, 0, &o) == DJ_OK && o.text && !strcmp(o.text, "<B>hi<E>"));
+    if (o.text && o.n == 8) {
+        const char want[] = "...^^...";
+        for (size_t i = 0; i < 8; i++)
+            CHECKF(((o.from_input && (o.from_input[i / 8] >> (i % 8) & 1)) ? '^' : '.') == want[i], "byte %zu", i);
+    }
+    jinja_out_free(&o);
+    CHECK(chat_render(t, m, NULL, kw, false, 0, &o) == DJ_OK && o.text && !strcmp(o.text, "<K>hi<E>"));
+    if (o.text && o.n == 8) {
+        const char want[] = "^^^^^...";
+        for (size_t i = 0; i < 8; i++)
+            CHECKF(((o.from_input && (o.from_input[i / 8] >> (i % 8) & 1)) ? '^' : '.') == want[i], "kwargs: byte %zu", i);
+    }
+    jinja_out_free(&o);
+    json_decref(m), json_decref(kw);
+    chat_template_free(t);
+}
+
 int main(int argc, char **argv) {
     shared = argc > 1 ? argv[1] : "../shared";
     test_masked_tokenize();
     test_normalize();
     test_builtin();
     test_builtin_gemma();
+    test_bos_eos_owned();
     test_system_placement();
     TEST_END();
 }
