@@ -23,11 +23,11 @@
  *    two logits may be off by tol; printed).  tol per prompt = max(batch-vs-token-by-token,
  *    flash-attention-vs-not) of llama.cpp on that prompt (spread_all_positions, spread_fa): the
  *    logit difference llama.cpp shows between two ways of computing the same thing on these
- *    files (0.5-4 here: every matmul re-quantizes its activations to 8 bits, so one ulp upstream
+ *    files (1.2-4.2 here: every matmul re-quantizes its activations to 8 bits, so one ulp upstream
  *    moves an activation across a rounding step, and 18-30 layers compound it; README.md has the
- *    numbers).  llama.cpp's own batch and token-by-token greedy ids part at such near ties (3 of
- *    4 SmolLM2 prompts, 2 of 4 Gemma prompts, within 32 steps), which is why the ids are compared
- *    teacher-forced rather than as a free-running sequence.
+ *    numbers).  llama.cpp's own batch and token-by-token greedy ids part at such near ties (2 of
+ *    4 SmolLM2 prompts, 1 of 4 Gemma prompts, within 32 steps; margins 0.009-0.16), which is why
+ *    the ids are compared teacher-forced rather than as a free-running sequence.
  *  - perplexity (<model>-ppl.json): `deja perplexity -c 512 --chunks N -t 2` on
  *    ../shared/golden/tinystories_sample.txt within 0.5 % of llama-perplexity's with the same
  *    context, chunks and cache type (f16 K/V, both defaults).
