@@ -32,24 +32,32 @@ for pair in smollm2:SmolLM2-135M-Instruct.Q4_1.gguf gemma3:gemma-3-270m-q4_k_m.g
     "$PEER/tokenize_peer" -m "$file" -p "$G/texts.json" -o "$G/$name-tokens.json" --label "$LABEL"
     "$PEER/logits_peer" -m "$file" -p "$G/prompts_$name.json" -o "$G/$name-logits.json" --steps 32 --top-k 64 \
         --top-steps 4 -t 1 --label "$LABEL"
-    # perplexity: the defaults otherwise (f16 K/V, n_batch 2048), as `deja perplexity` has them
-    log=$(mktemp)
+    # perplexity: the defaults otherwise (f16 K/V, n_batch 2048, flash attention auto = on for
+    # the CPU), as `deja perplexity` has them; then with flash attention off, llama.cpp's own
+    # spread (recorded, not the reference)
+    log=$(mktemp) log_fa=$(mktemp)
     "$L/build/bin/llama-perplexity" -m "$file" -f "$SHARED/$PPL_TEXT" -c $PPL_CTX --chunks $PPL_CHUNKS -t 2 >"$log" 2>&1
-    python3 - "$log" "$G/$name-ppl.json" "$PPL_TEXT" $PPL_CTX $PPL_CHUNKS "$LABEL" "${pair#*:}" <<'PY'
+    "$L/build/bin/llama-perplexity" -m "$file" -f "$SHARED/$PPL_TEXT" -c $PPL_CTX --chunks $PPL_CHUNKS -t 2 -fa off \
+        >"$log_fa" 2>&1
+    python3 - "$log" "$log_fa" "$G/$name-ppl.json" "$PPL_TEXT" $PPL_CTX $PPL_CHUNKS "$LABEL" "${pair#*:}" <<'PY'
 import json, re, sys
-log, out, text, ctx, chunks, label, model = sys.argv[1:]
-s = open(log).read()
-final = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", s)
-per_chunk = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", s)]
-if not final or len(per_chunk) != int(chunks):
-    sys.exit(f"llama-perplexity: no final estimate or {len(per_chunk)} chunk values in {log}")
+log, log_fa, out, text, ctx, chunks, label, model = sys.argv[1:]
+def parse(path):
+    s = open(path).read()
+    final = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", s)
+    per_chunk = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", s)]
+    if not final or len(per_chunk) != int(chunks):
+        sys.exit(f"llama-perplexity: no final estimate or {len(per_chunk)} chunk values in {path}")
+    return float(final.group(1)), float(final.group(2)), per_chunk
+ppl, err, by_chunk = parse(log)
+ppl_fa, _, by_chunk_fa = parse(log_fa)
+cmd = f"llama-perplexity -m {model} -f ../shared/{text} -c {ctx} --chunks {chunks} -t 2"
 json.dump({"model": model, "label": label, "text": text, "n_ctx": int(ctx), "n_chunks": int(chunks),
-           "cache_type": "f16", "ppl": float(final.group(1)), "ppl_err": float(final.group(2)),
-           "ppl_by_chunk": per_chunk,
-           "command": f"llama-perplexity -m {model} -f ../shared/{text} -c {ctx} --chunks {chunks} -t 2"},
+           "cache_type": "f16", "ppl": ppl, "ppl_err": err, "ppl_by_chunk": by_chunk, "command": cmd,
+           "ppl_fa_off": ppl_fa, "ppl_by_chunk_fa_off": by_chunk_fa, "command_fa_off": cmd + " -fa off"},
           open(out, "w"), indent=1)
 open(out, "a").write("\n")
 PY
-    rm -f "$log"
+    rm -f "$log" "$log_fa"
 done
 echo "real_goldens.sh: wrote $G/{smollm2,gemma3}-{tokens,logits,ppl}.json"

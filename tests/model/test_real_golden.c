@@ -30,7 +30,9 @@
  *    the ids are compared teacher-forced rather than as a free-running sequence.
  *  - perplexity (<model>-ppl.json): `deja perplexity -c 512 --chunks N -t 2` on
  *    ../shared/golden/tinystories_sample.txt within 0.5 % of llama-perplexity's with the same
- *    context, chunks and cache type (f16 K/V, both defaults).
+ *    context, chunks and cache type (f16 K/V, both defaults).  llama.cpp's own result moves
+ *    by about that much with flash attention off (SmolLM2: +0.54 %, recorded as ppl_fa_off and
+ *    printed): the same per-token rounding noise, summed over 1,020 scored tokens.
  */
 #include <jansson.h>
 #include <math.h>
@@ -48,6 +50,16 @@
 
 #define N_STEPS_MIN 32   /* greedy steps the goldens must hold */
 #define PPL_REL_TOL 0.005 /* 0.5 % */
+/* Under the sanitizers (make asan, -O1) the full runs take many minutes: there the test checks
+ * every text's tokens, the first prompt's logits for 4 steps, and that perplexity over one
+ * chunk runs and is finite — memory safety of the paths; the Release run checks the figures. */
+#ifdef DJ_SANITIZE_BUILD
+#define SAN_PROMPTS 1
+#define SAN_STEPS 4
+#else
+#define SAN_PROMPTS ((size_t)-1)
+#define SAN_STEPS ((size_t)-1)
+#endif
 
 static const struct real_model {
     const char *name, *file;
@@ -177,7 +189,8 @@ static void check_logits(const struct real_model *rm, const char *path) {
     int flips = 0, n_prompts = 0, n_steps_total = 0;
     float *logits = malloc(V * sizeof(float));
     json_t *res = json_object_get(g, "results");
-    for (size_t pi = 0; pi < json_array_size(res); pi++) {
+    const size_t n_res = json_array_size(res) < SAN_PROMPTS ? json_array_size(res) : SAN_PROMPTS;
+    for (size_t pi = 0; pi < n_res; pi++) {
         json_t *r = json_array_get(res, pi);
         const size_t idx = (size_t)json_integer_value(json_object_get(r, "index"));
         const char *prompt = json_string_value(json_array_get(prompts, idx));
@@ -228,7 +241,7 @@ static void check_logits(const struct real_model *rm, const char *path) {
         CHECKF(d <= tol, "%s p%zu: last position max |logit diff| %g > tol %g", rm->name, idx, d, tol);
         CHECKF(above == 0, "%s p%zu: %zu ids outside llama.cpp's top %zu score above its %zuth logit + tol", rm->name,
                idx, above, nt, nt);
-        for (size_t s = 0; s < ns; s++) {
+        for (size_t s = 0; s < ns && s < SAN_STEPS; s++) {
             const dj_token want = (dj_token)json_integer_value(json_array_get(greedy, s));
             if (s > 0) {
                 const dj_token prev = (dj_token)json_integer_value(json_array_get(greedy, s - 1));
@@ -262,7 +275,7 @@ static void check_logits(const struct real_model *rm, const char *path) {
         ctx_free(c);
         free(toks);
     }
-    CHECKF(n_prompts == (int)json_array_size(res) && n_prompts > 0, "%s: %d of %zu prompts ran", rm->name, n_prompts,
+    CHECKF(n_prompts == (int)n_res && n_prompts > 0, "%s: %d of %zu prompts ran", rm->name, n_prompts,
            json_array_size(res));
     if (n_summary < 8)
         snprintf(summary[n_summary++], sizeof summary[0],
@@ -290,6 +303,19 @@ static void check_perplexity(const struct real_model *rm, const char *path, cons
         return;
     }
     char *out = NULL;
+#ifdef DJ_SANITIZE_BUILD
+    {
+        int src = RUN(&out, "perplexity", "-m", (char *)path, "-f", (char *)test_shared_path(shared, text), "-c", ctx,
+                      "--chunks", "1", "-t", "2", "--json");
+        CHECKF(src == 0, "%s: deja perplexity exited %d: %s", rm->name, src, out);
+        const char *sp = strstr(out, "\"ppl\": ");
+        CHECK(sp && isfinite(atof(sp + 7)) && atof(sp + 7) > 1);
+        printf("%s perplexity NOT CHECKED against llama.cpp under the sanitizers (one chunk run)\n", rm->name);
+        free(out);
+        json_decref(g);
+        return;
+    }
+#endif
     int rc = RUN(&out, "perplexity", "-m", (char *)path, "-f", (char *)test_shared_path(shared, text), "-c", ctx,
                  "--chunks", chunks, "-t", "2", "--json");
     CHECKF(rc == 0, "%s: deja perplexity exited %d: %s", rm->name, rc, out);
@@ -303,8 +329,12 @@ static void check_perplexity(const struct real_model *rm, const char *path, cons
     CHECKF(o && rel <= PPL_REL_TOL, "%s: perplexity %.4f, llama.cpp's %.4f: %.3f %% apart (> %.1f %%)", rm->name, got,
            want, 100 * rel, 100 * PPL_REL_TOL);
     if (n_summary < 8)
-        snprintf(summary[n_summary++], sizeof summary[0], "%s perplexity (%s, -c %s, %s chunks): deja %.4f, llama.cpp %.4f (%.3f %%)",
-                 rm->name, text, ctx, chunks, got, want, 100 * rel);
+        snprintf(summary[n_summary++], sizeof summary[0],
+                 "%s perplexity (%s, -c %s, %s chunks): deja %.4f, llama.cpp %.4f (%+.3f %%; llama.cpp with flash "
+                 "attention off: %.4f, %+.3f %%)",
+                 rm->name, text, ctx, chunks, got, want, 100 * (got - want) / want,
+                 json_number_value(json_object_get(g, "ppl_fa_off")),
+                 100 * (json_number_value(json_object_get(g, "ppl_fa_off")) - want) / want);
     json_decref(o), json_decref(g);
     free(out);
 }
