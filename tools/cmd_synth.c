@@ -68,7 +68,8 @@ static const struct preset presets[] = {
     /* glm4moe: head 32 rotating 16 (partial NeoX), q/k/v biases and q/k norms, 1 dense layer,
      * 8 sigmoid-routed experts of 128 (2 used) + 1 shared, one NextN block */
     {"tiny", "glm4moe", 256, 4, 8, 4, 32, 768, 2048, 8, 2, 128, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, true},
-    /* GLM-4.5-Air's shape (46 + 1 NextN blocks) with 11 + 1: ~2.3B weights a MoE block */
+    /* GLM-4.5-Air's shape (46 + 1 NextN blocks) with 11 + 1.  q4_k_m, codelm's vocabulary:
+     * --layers 2 wrote 3.45 GB, --layers 3 5.14 GB (1.69 GB a MoE block), so ~18.7 GB here */
     {"air", "glm4moe", 4096, 11, 96, 8, 128, 10944, 131072, 128, 8, 1408, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, false},
     /* mistral3: YaRN factor 4 from an original context of 16 (so positions past 16 scale
      * their queries), attn_output bias */
