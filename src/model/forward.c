@@ -244,8 +244,9 @@ static void ctx_matmul_grouped(struct dj_context *c, int n_w, const struct dj_we
  * divided by a per-pair frequency factor if the model has rope_freqs, times
  * the linear scale.  The one place this arithmetic lives: the precomputed
  * table (rope_row) and the on-the-fly path both call it, so a table entry is
- * bitwise the value the on-the-fly path computes (tests/model/test_precompute.c). */
-static void rope_cos_sin(const struct dj_model *m, float pos, bool local, float *cs, float *sn) {
+ * bitwise the value the on-the-fly path computes (tests/model/test_precompute.c).
+ * local: the second setting (dj_layer.rope_local); mag: YaRN's magnitude on cos and sin. */
+static void rope_cos_sin_mag(const struct dj_model *m, float pos, bool local, float *cs, float *sn, bool mag) {
     const struct dj_hparams *hp = &m->hp;
     const int n_rot = (int)hp->n_rot;
     if (local) { /* the second setting (dj_layer.rope_local): its base and linear scale, nothing else */
@@ -262,7 +263,7 @@ static void rope_cos_sin(const struct dj_model *m, float pos, bool local, float 
     const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
     const float *ff = (const float *)m->rope_freqs.data;
     float theta = pos;
-    if (hp->rope_yarn) { /* ggml rope_yarn, ext_factor 1; cos/sin unscaled (golden/moe/README.md) */
+    if (hp->rope_yarn) { /* ggml rope_yarn, ext_factor 1; cos/sin times yarn_mscale (1 for deepseek2) */
         const float inv = 1.0f / hp->rope_factor;
         for (int i = 0; i < n_rot / 2; i++) {
             const float y = ((float)i - hp->yarn_low) / fmaxf(0.001f, hp->yarn_high - hp->yarn_low);
@@ -271,6 +272,10 @@ static void rope_cos_sin(const struct dj_model *m, float pos, bool local, float 
             const float t = interp * (1.0f - ramp) + extrap * ramp;
             cs[i] = cosf(t);
             sn[i] = sinf(t);
+            if (mag && hp->yarn_mscale != 1.0f) { /* ggml: cos and sin times mscale */
+                cs[i] *= hp->yarn_mscale;
+                sn[i] *= hp->yarn_mscale;
+            }
             theta *= theta_scale;
         }
         return;
@@ -281,6 +286,12 @@ static void rope_cos_sin(const struct dj_model *m, float pos, bool local, float 
         sn[i] = sinf(t);
         theta *= theta_scale;
     }
+}
+
+/* The rope of the forward pass: with YaRN's magnitude (rope_cos_sin_mag without it is a
+ * pure rotation: model_rope_shift_layer's, which moves a row already scaled once). */
+static void rope_cos_sin(const struct dj_model *m, float pos, bool local, float *cs, float *sn) {
+    rope_cos_sin_mag(m, pos, local, cs, sn, true);
 }
 
 /* Rotates the first n_rot dims of each of n_heads heads of one token by the
@@ -348,9 +359,11 @@ void model_rope_shift_layer(const struct dj_model *m, uint32_t il, float *k, int
      * row's tail [kv_lora, kv_lora + rope) of its one head.  A layer with the second rope
      * setting (gemma's sliding layers) rotates with its base. */
     DJ_ASSERT(il < m->hp.n_layer);
-    const bool local = m->layers[il].rope_local;
-    if (m->hp.mla) rope(m, k + m->hp.kv_lora, 1, (float)delta, false);
-    else rope(m, k, n_heads, (float)delta, local);
+    const bool local = m->layers[il].rope_local && !m->hp.mla;
+    float cs[512];
+    rope_cos_sin_mag(m, (float)delta, local, cs, cs + m->hp.n_rot / 2, false); /* a rotation: no YaRN magnitude */
+    if (m->hp.mla) rope_rotate(m, k + m->hp.kv_lora, 1, cs);
+    else rope_rotate(m, k, n_heads, cs);
 }
 
 void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t delta) {
@@ -545,6 +558,15 @@ static void post_norm(float *x, const struct dj_weight *w, int64_t n, int64_t E,
     for (int64_t t = 0; t < n; t++) rmsnorm(x + t * E, x + t * E, w->data, E, eps);
 }
 
+/* mistral3's llama4-style temperature scaling of one token's query row (model.h,
+ * mistral3.c): llama.cpp's llm_graph_input_attn_temp, the floor in float, the log in
+ * double, one float scale multiplied in. */
+static void attn_temp(const struct dj_hparams *hp, float *q, int64_t n, uint32_t pos) {
+    const float fl = floorf((float)pos / (float)hp->attn_temp_floor);
+    const float s = (float)(log((double)fl + 1.0) * (double)hp->attn_temp_scale + 1.0);
+    for (int64_t i = 0; i < n; i++) q[i] *= s;
+}
+
 static void head_norm(float *x, const struct dj_weight *w, int64_t n_tok, int n_heads, int hd, float eps) {
     if (!w->data) return;
     for (int64_t t = 0; t < n_tok; t++)
@@ -638,7 +660,8 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
     const struct dj_hparams *hp = &c->model->hp;
     const int64_t E = hp->n_embd, NE = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
-    const bool ds = hp->arch == DJ_ARCH_DEEPSEEK2; /* qwen3moe, Mixtral: softmax, normalized, no clamp */
+    /* deepseek2 and glm4moe (its keys, no groups: n_group 0); qwen3moe, Mixtral: softmax, normalized, no clamp */
+    const bool ds = hp->arch == DJ_ARCH_DEEPSEEK2 || hp->arch == DJ_ARCH_GLM4MOE;
     const struct moe_router rt = {.n_expert = (uint32_t)NE, .n_used = (uint32_t)K, .sigmoid = ds && hp->gating == 2,
                                   .bias = ds ? (const float *)L->exp_probs_b.data : NULL,
                                   .n_group = ds ? hp->n_group : 0, .n_group_used = hp->n_group_used,
@@ -1027,6 +1050,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
                 }
                 if (hp->attn_q_scale != 0) /* gemma: after rope, as llama.cpp's ggml_scale of Qcur */
                     for (int64_t i = 0; i < Q; i++) c->q[t * Q + i] *= hp->attn_q_scale;
+                if (hp->attn_temp_scale != 0.0f) attn_temp(hp, c->q + t * Q, Q, pos[t]);
                 void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
                 if (pr && il == pr->il) {
                     kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)KV);
@@ -1044,6 +1068,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
             struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
             threadpool_run(c->tpool, attn_task, &aj);
             ctx_matmul(c, &L->wo, c->att, n, c->xn);
+            add_bias(c->xn, &L->bo, n, E);
             post_norm(c->xn, &L->attn_post_norm, n, E, hp->rms_eps);
             for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
         }
