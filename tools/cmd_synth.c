@@ -61,6 +61,10 @@ static const struct preset presets[] = {
     {"tiny", "deepseek2", 256, 4, 8, 1, 0, 768, 4096, 8, 2, 256, 1, 1, 256, 0, 64, 32, 64},
     /* DeepSeek-V2-Lite (15.7B, 2.4B active) */
     {"v2-lite", "deepseek2", 2048, 27, 16, 1, 0, 10944, 163840, 64, 6, 1408, 2, 1, 512, 0, 128, 64, 128},
+    /* gpt-oss: sliding window 16 (tiny: the golden prompts cross it) or 128, every other layer */
+    {"tiny", "gpt-oss", 256, 4, 8, 2, 32, 256, 4096, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0},
+    /* gpt-oss-20b (21B, 3.6B active; --type mxfp4: every matrix in MXFP4, as the released experts) */
+    {"20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 131072, 32, 4, 2880, 0, 0, 0, 0, 0, 0, 0},
 };
 #undef DENSE
 
@@ -199,8 +203,8 @@ int cmd_synth(int argc, char **argv) {
         synth_usage(stderr);
         return cli_error("synth", "need --arch, --preset, --vocab-from and -o");
     }
-    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2"))
-        return cli_error("synth", "--arch: '%s' is not one of llama, qwen2, qwen3, qwen3moe, deepseek2", arch);
+    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2 gpt-oss"))
+        return cli_error("synth", "--arch: '%s' is not one of llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss", arch);
     struct preset P = {0};
     bool found = false;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
@@ -234,6 +238,7 @@ int cmd_synth(int argc, char **argv) {
     const uint32_t n_vocab = (uint32_t)toks.n;
     const bool qwen = arch[0] == 'q', mla = !strcmp(arch, "deepseek2"), moe = P.n_expert > 0;
     const bool llama_moe = moe && !strcmp(arch, "llama");
+    const bool oss = !strcmp(arch, "gpt-oss");
     const uint32_t hd = P.head_dim;
     struct gguf_writer *w = gguf_writer_create();
     struct synth_state S = {seed, threadpool_create((int)n_threads), NULL};
@@ -271,6 +276,12 @@ int cmd_synth(int argc, char **argv) {
             U32("leading_dense_block_count", P.n_dense) || U32("expert_shared_count", P.n_shared) ||
             F32("expert_weights_scale", 1.0f) || (st = gguf_writer_set_bool(w, KEY("expert_weights_norm"), false)) ||
             U32("expert_gating_func", 1))
+            goto fail_st;
+    } else if (oss) { /* as llama.cpp's converter writes gpt-oss's config */
+        if (U32("attention.key_length", hd) || U32("attention.value_length", hd) || U32("rope.dimension_count", hd) ||
+            F32("rope.freq_base", 150000.0f) || (st = gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", 4)) ||
+            F32("rope.scaling.factor", 32.0f) || U32("rope.scaling.original_context_length", 4096) ||
+            U32("attention.sliding_window", !strcmp(preset_name, "tiny") ? 16 : 128))
             goto fail_st;
     } else if (U32("attention.key_length", hd) || U32("attention.value_length", hd) || U32("rope.dimension_count", hd) ||
                F32("rope.freq_base", qwen ? 1000000.0f : 10000.0f)) {
@@ -335,7 +346,7 @@ int cmd_synth(int argc, char **argv) {
             L("attn_q.weight", E, Q, 1, 2, false);
             L("attn_k.weight", E, KV, 1, 2, false);
             L("attn_v.weight", E, KV, 1, 2, false);
-            if (!strcmp(arch, "qwen2")) {
+            if (!strcmp(arch, "qwen2") || oss) {
                 L("attn_q.bias", Q, 1, 1, 1, false);
                 L("attn_k.bias", KV, 1, 1, 1, false);
                 L("attn_v.bias", KV, 1, 1, 1, false);
@@ -345,8 +356,12 @@ int cmd_synth(int argc, char **argv) {
                 L("attn_k_norm.weight", hd, 1, 1, 1, true);
             }
             L("attn_output.weight", Q, E, 1, 2, false);
+            if (oss) {
+                L("attn_output.bias", E, 1, 1, 1, false);
+                L("attn_sinks.weight", H, 1, 1, 1, false);
+            }
         }
-        L("ffn_norm.weight", E, 1, 1, 1, true);
+        L(oss ? "post_attention_norm.weight" : "ffn_norm.weight", E, 1, 1, 1, true);
         if (!moe || il < P.n_dense) {
             L("ffn_gate.weight", E, F, 1, 2, false);
             L("ffn_up.weight", E, F, 1, 2, false);
@@ -356,6 +371,12 @@ int cmd_synth(int argc, char **argv) {
             L("ffn_gate_exps.weight", E, FE, NE, 3, false);
             L("ffn_up_exps.weight", E, FE, NE, 3, false);
             L("ffn_down_exps.weight", FE, E, NE, 3, false);
+            if (oss) {
+                L("ffn_gate_inp.bias", NE, 1, 1, 1, false);
+                L("ffn_gate_exps.bias", FE, NE, 1, 2, false);
+                L("ffn_up_exps.bias", FE, NE, 1, 2, false);
+                L("ffn_down_exps.bias", E, NE, 1, 2, false);
+            }
             if (P.n_shared) {
                 const int64_t FS = FE * P.n_shared;
                 L("ffn_gate_shexp.weight", E, FS, 1, 2, false);
@@ -376,7 +397,8 @@ int cmd_synth(int argc, char **argv) {
     for (size_t i = 0; i < ns; i++) quant_mix_count(&mix, sp[i].name, strlen(sp[i].name));
     size_t total = 0;
     for (size_t i = 0; i < ns; i++) {
-        uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") ? DJ_TYPE_F32 : (uint32_t)type;
+        uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") || strstr(sp[i].name, ".bias")
+                         ? DJ_TYPE_F32 : (uint32_t)type;
         const int64_t ne4[4] = {sp[i].ne[0], sp[i].n_dims > 1 ? sp[i].ne[1] : 1, sp[i].n_dims > 2 ? sp[i].ne[2] : 1, 1};
         if (k_m && (st = quant_mix_type(&mix, sp[i].name, strlen(sp[i].name), ne4, &t, NULL))) goto fail_st;
         size_t rb;

@@ -238,21 +238,24 @@ static void ctx_matmul_grouped(struct dj_context *c, int n_w, const struct dj_we
  * the linear scale.  The one place this arithmetic lives: the precomputed
  * table (rope_row) and the on-the-fly path both call it, so a table entry is
  * bitwise the value the on-the-fly path computes (tests/model/test_precompute.c). */
-static void rope_cos_sin(const struct dj_model *m, float pos, float *cs, float *sn) {
+/* cos and sin of each rotated pair at pos; mscale: YaRN's magnitude factor on both
+ * (hp->yarn_mscale for the forward pass, 1 for a rotation by a position delta). */
+static void rope_cos_sin_ms(const struct dj_model *m, float pos, float *cs, float *sn, float mscale) {
     const struct dj_hparams *hp = &m->hp;
     const int n_rot = (int)hp->n_rot;
     const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
     const float *ff = (const float *)m->rope_freqs.data;
     float theta = pos;
-    if (hp->rope_yarn) { /* ggml rope_yarn, ext_factor 1; cos/sin unscaled (golden/moe/README.md) */
+    if (hp->rope_yarn) { /* ggml rope_yarn, ext_factor 1; cos/sin times yarn_mscale (1 for deepseek2:
+                          golden/moe/README.md) */
         const float inv = 1.0f / hp->rope_factor;
         for (int i = 0; i < n_rot / 2; i++) {
             const float y = ((float)i - hp->yarn_low) / fmaxf(0.001f, hp->yarn_high - hp->yarn_low);
             const float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
             const float extrap = ff ? theta / ff[i] : theta, interp = inv * extrap;
             const float t = interp * (1.0f - ramp) + extrap * ramp;
-            cs[i] = cosf(t);
-            sn[i] = sinf(t);
+            cs[i] = cosf(t) * mscale;
+            sn[i] = sinf(t) * mscale;
             theta *= theta_scale;
         }
         return;
@@ -263,6 +266,10 @@ static void rope_cos_sin(const struct dj_model *m, float pos, float *cs, float *
         sn[i] = sinf(t);
         theta *= theta_scale;
     }
+}
+
+static void rope_cos_sin(const struct dj_model *m, float pos, float *cs, float *sn) {
+    rope_cos_sin_ms(m, pos, cs, sn, m->hp.yarn_mscale);
 }
 
 /* Rotates the first n_rot dims of each of n_heads heads of one token by the
@@ -325,8 +332,10 @@ void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t d
     /* R(p + delta) = R(delta) R(p): rotating by delta moves a K row from p to p + delta;
      * delta may be negative or past any table: always on the fly.  MLA: the rope part is the
      * row's tail [kv_lora, kv_lora + rope) of its one head */
-    if (m->hp.mla) rope(m, k + m->hp.kv_lora, 1, (float)delta);
-    else rope(m, k, n_heads, (float)delta);
+    float cs[512];
+    rope_cos_sin_ms(m, (float)delta, cs, cs + m->hp.n_rot / 2, 1.0f); /* a pure rotation (YaRN: no mscale) */
+    if (m->hp.mla) rope_rotate(m, k + m->hp.kv_lora, 1, cs);
+    else rope_rotate(m, k, n_heads, cs);
 }
 
 /* ---- K/V rows in the cache's type ------------------------------------------------ */
@@ -409,60 +418,76 @@ static void attn_task(void *arg, int ith, int nth) {
     const int hd = (int)hp->head_dim, n_head = (int)hp->n_head, n_kv = (int)hp->n_head_kv, group = n_head / n_kv;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t stride = c->n_embd_kv, bs = c->block_size, n_ctx = c->p.n_ctx;
-    const int64_t tile = c->att_tile;
+    const int64_t tile = c->att_tile, B = (int64_t)bs;
+    const float *sinks = c->model->layers[j->il].attn_sinks.data; /* gpt-oss: (n_head), else NULL */
+    const int64_t win = model_layer_window(c->model, j->il); /* 0: every earlier key */
     float *sc = c->scores + (size_t)ith * (size_t)tile * (size_t)group * n_ctx; /* (tile, group) rows of n_ctx */
     float *kt = c->kvt ? c->kvt + (size_t)ith * 2 * bs * (size_t)hd : NULL, *vt = kt ? kt + bs * (size_t)hd : NULL;
     const long n_items = (long)j->n_tiles * n_kv;
+/* The keys token t reads: [KLO(t), pos + 1), the last win positions of a windowed layer. */
+#define KLO(t) (win && (int64_t)j->pos[t] + 1 > win ? (int64_t)j->pos[t] + 1 - win : 0)
     for (long item = ith; item < n_items; item += nth) {
         const int64_t t0 = j->tiles[item / n_kv].t0, t1 = j->tiles[item / n_kv].t1;
         const uint32_t *table = j->seq[t0]->table; /* every token of a tile is of one sequence */
         const int hk = (int)(item % n_kv);
         const int64_t max_keys = (int64_t)j->pos[t1 - 1] + 1; /* positions increase */
-        for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) { /* block by block, in position order */
-            const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il);
+        const int64_t first = KLO(t0) / B * B; /* blocks before every window of the tile are not read */
+        for (int64_t p0 = first; p0 < max_keys; p0 += B) { /* block by block, in position order */
+            const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / B], j->il);
             const float *kb = (const float *)kraw + (size_t)hk * hd;
             size_t kstride = stride;
             if (c->p.type_k != DJ_TYPE_F32) { /* the block's rows of this head as floats, then as f32 */
-                const int64_t nr = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
+                const int64_t nr = max_keys - p0 < B ? max_keys - p0 : B;
                 kv_tile_to_f32(c, c->p.type_k, kraw, kv_pool_k_row_bytes(c->pool), c->k_head, hk, nr, kt);
                 kb = kt;
                 kstride = (size_t)hd;
             }
             for (int64_t t = t0; t < t1; t++) {
-                const int64_t n_keys = (int64_t)j->pos[t] + 1;
-                if (p0 >= n_keys) continue;
-                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+                const int64_t n_keys = (int64_t)j->pos[t] + 1, lo = KLO(t);
+                if (p0 >= n_keys || p0 + B <= lo) continue;
+                const int64_t a = lo > p0 ? lo : p0, nb = (n_keys - p0 < B ? n_keys : p0 + B) - a;
                 const float *q = c->q + (size_t)t * n_head * hd + (size_t)hk * group * hd; /* the group's first head */
                 for (int g = 0; g < group; g++)
-                    c->kern->attn_scores(hd, q + (size_t)g * hd, kb, kstride, nb, scale,
-                                         att_scores_row(sc, t - t0, g, group, n_ctx) + p0);
+                    c->kern->attn_scores(hd, q + (size_t)g * hd, kb + (size_t)(a - p0) * kstride, kstride, nb, scale,
+                                         att_scores_row(sc, t - t0, g, group, n_ctx) + a);
             }
         }
-        for (int64_t t = t0; t < t1; t++)
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t lo = KLO(t);
             for (int g = 0; g < group; g++)
-                c->kern->attn_softmax(att_scores_row(sc, t - t0, g, group, n_ctx), (int64_t)j->pos[t] + 1);
-        for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
-            const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il);
+                c->kern->attn_softmax(att_scores_row(sc, t - t0, g, group, n_ctx) + lo, (int64_t)j->pos[t] + 1 - lo,
+                                      sinks ? sinks[hk * group + g] : -INFINITY);
+        }
+        for (int64_t p0 = first; p0 < max_keys; p0 += B) {
+            const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / B], j->il);
             const float *vb = (const float *)vraw + (size_t)hk * hd;
             size_t vstride = stride;
             if (c->p.type_v != DJ_TYPE_F32) {
-                const int64_t n_rows = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
+                const int64_t n_rows = max_keys - p0 < B ? max_keys - p0 : B;
                 kv_tile_to_f32(c, c->p.type_v, vraw, kv_pool_v_row_bytes(c->pool), c->v_head, hk, n_rows, vt);
                 vb = vt;
                 vstride = (size_t)hd;
             }
-            struct vrows vr = {c->kern, hd, vb, vstride, p0 > 0, {0}, {0}, 0, 0};
+            /* rows that read the block from its start: added to (acc) or, in a token's first block,
+             * replacing its output; a window starting inside the block: one attn_values of its own */
+            struct vrows vr = {c->kern, hd, vb, vstride, true, {0}, {0}, 0, 0};
+            struct vrows vf = {c->kern, hd, vb, vstride, false, {0}, {0}, 0, 0};
             for (int64_t t = t0; t < t1; t++) {
-                const int64_t n_keys = (int64_t)j->pos[t] + 1;
-                if (p0 >= n_keys) continue;
-                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
-                for (int g = 0; g < group; g++)
-                    vrows_add(&vr, nb, att_scores_row(sc, t - t0, g, group, n_ctx) + p0,
-                              c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd);
+                const int64_t n_keys = (int64_t)j->pos[t] + 1, lo = KLO(t);
+                if (p0 >= n_keys || p0 + B <= lo) continue;
+                const int64_t a = lo > p0 ? lo : p0, nb = (n_keys - p0 < B ? n_keys : p0 + B) - a;
+                for (int g = 0; g < group; g++) {
+                    const float *w = att_scores_row(sc, t - t0, g, group, n_ctx) + a;
+                    float *o = c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd;
+                    if (a == p0) vrows_add(lo < p0 ? &vr : &vf, nb, w, o);
+                    else c->kern->attn_values(hd, w, vb + (size_t)(a - p0) * vstride, vstride, nb, o, false);
+                }
             }
             vrows_flush(&vr);
+            vrows_flush(&vf);
         }
     }
+#undef KLO
 }
 
 /* ---- the decoder ------------------------------------------------------------- */
@@ -520,6 +545,17 @@ static void swiglu(float *g, const float *u, int64_t n) {
     }
 }
 
+/* gpt-oss's clamped SwiGLU (ggml swiglu_oai, alpha 1.702, limit 7):
+ * g = min(g, 7) / (1 + exp(-1.702 min(g, 7))) * (clamp(u, -7, 7) + 1). */
+static void swiglu_oai(float *g, const float *u, int64_t n) {
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = limit < g[i] ? limit : g[i]; /* std::min(g, limit): a NaN g stays g */
+        const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+    }
+}
+
 /* y = down(silu(gate xn) * up xn) for the n rows of c->xn (a dense FFN, deepseek2's
  * shared experts); c->ff_g and c->ff_u are its scratch. */
 static void ffn_swiglu(struct dj_context *c, const struct dj_weight *gate, const struct dj_weight *up,
@@ -545,17 +581,30 @@ static void experts_slots(struct dj_context *c, int at, int n_used, const struct
     }
 }
 
+/* Adds each used expert's bias row (b: (width, n_expert) f32, row moe_ids[u]) to its
+ * block of y (c->moe_off / moe_cnt rows of `width` floats): gpt-oss's ggml_add_id. */
+static void experts_bias(struct dj_context *c, int n_used, const struct dj_weight *b, float *y, int64_t width) {
+    for (int u = 0; u < n_used; u++) {
+        const float *bv = (const float *)b->data + (size_t)c->moe_ids[u] * (size_t)width;
+        float *yr = y + c->moe_off[u] * width;
+        for (int64_t r = 0; r < c->moe_cnt[u]; r++, yr += width)
+            for (int64_t i = 0; i < width; i++) yr[i] += bv[i];
+    }
+}
+
 /* x += MoE(xn) for the layer's n rows (c->xn: the ffn-normed rows; clobbered). */
 static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n) {
     const struct dj_hparams *hp = &c->model->hp;
     const int64_t E = hp->n_embd, NE = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
     const bool ds = hp->arch == DJ_ARCH_DEEPSEEK2; /* qwen3moe, Mixtral: softmax, normalized, no clamp */
+    const bool oss = hp->arch == DJ_ARCH_GPT_OSS;  /* softmax over the top-k logits, biased experts */
     const struct moe_router rt = {.n_expert = (uint32_t)NE, .n_used = (uint32_t)K, .sigmoid = ds && hp->gating == 2,
+                                  .softmax_weight = oss, .z_bias = oss ? L->ffn_gate_inp_b.data : NULL,
                                   .bias = ds ? (const float *)L->exp_probs_b.data : NULL,
                                   .n_group = ds ? hp->n_group : 0, .n_group_used = hp->n_group_used,
-                                  .norm = !ds || hp->exp_norm, .norm_min = ds ? 6.103515625e-5f : 0.0f,
-                                  .scale = ds ? hp->exp_scale : 0.0f};
+                                  .norm = !oss && (!ds || hp->exp_norm), .norm_min = ds ? 6.103515625e-5f : 0.0f,
+                                  .scale = ds || oss ? hp->exp_scale : 0.0f};
     for (int64_t t = 0; t < n; t++) moe_route(&rt, c->moe_z + t * NE, c->moe_sel + t * K, c->moe_w + t * K);
     if (c->moe_trace)
         memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
@@ -603,12 +652,19 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
             ctx_matmul_grouped(c, n_used, c->grp_w + n_used, c->grp_a + n_used, a_row_up, c->grp_nt + n_used,
                                c->grp_y + n_used, c->grp_first);
         }
-        swiglu(c->ff_g, c->ff_u, off * F);
+        if (oss) {
+            experts_bias(c, n_used, &L->ffn_gate_exps_b, c->ff_g, F);
+            experts_bias(c, n_used, &L->ffn_up_exps_b, c->ff_u, F);
+            swiglu_oai(c->ff_g, c->ff_u, off * F);
+        } else {
+            swiglu(c->ff_g, c->ff_u, off * F);
+        }
     }
     const int act_dn = c->kern->w[L->ffn_down_exps.type].act_type;
     const void *ga = ctx_act(c, act_dn, c->ff_g, F, off, c->moe_act, &a_row);
     experts_slots(c, 0, n_used, &L->ffn_down_exps, ga, a_row, c->moe_o, E);
     ctx_matmul_grouped(c, n_used, c->grp_w, c->grp_a, a_row, c->grp_nt, c->grp_y, c->grp_first);
+    if (oss) experts_bias(c, n_used, &L->ffn_down_exps_b, c->moe_o, E);
     /* deepseek2's shared experts: one plain SwiGLU of n_ff_exp * n_shared, added to the
      * experts' sum before the residual (llama.cpp: ggml_add(moe_out, ffn_shexp)) */
     const bool shexp = L->ffn_up_shexp.data != NULL;
@@ -712,7 +768,7 @@ static void mla_attn_task(void *arg, int ith, int nth) {
             }
             if (pass == 0)
                 for (int64_t t = t0; t < t1; t++)
-                    for (int h = h0; h < h1; h++) c->kern->attn_softmax(MLA_ROW(t, h), (int64_t)j->pos[t] + 1);
+                    for (int h = h0; h < h1; h++) c->kern->attn_softmax(MLA_ROW(t, h), (int64_t)j->pos[t] + 1, -INFINITY);
         }
 #undef MLA_ROW
     }
@@ -954,6 +1010,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
             struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
             threadpool_run(c->tpool, attn_task, &aj);
             ctx_matmul(c, &L->wo, c->att, n, c->xn);
+            add_bias(c->xn, &L->bo, n, E);
             for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
         }
         for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm.data, E, hp->rms_eps);

@@ -46,6 +46,7 @@ const char *model_arch_name(enum dj_arch a) {
     case DJ_ARCH_QWEN3: return "qwen3";
     case DJ_ARCH_QWEN3MOE: return "qwen3moe";
     case DJ_ARCH_DEEPSEEK2: return "deepseek2";
+    case DJ_ARCH_GPT_OSS: return "gpt-oss";
     }
     return "?";
 }
@@ -266,9 +267,10 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
             return hp_bad(m, "rope.scaling.original_context_length", "is 0; it must be at least 1");
         return DJ_OK;
     }
-    if (stype.len == 4 && !memcmp(stype.ptr, "yarn", 4) && hp->arch == DJ_ARCH_DEEPSEEK2) {
-        /* only deepseek2's YaRN for now (other architectures scale cos/sin differently);
-         * as llama.cpp's deepseek2: beta_fast 32, beta_slow 1 (not read from the file) */
+    if (stype.len == 4 && !memcmp(stype.ptr, "yarn", 4) &&
+        (hp->arch == DJ_ARCH_DEEPSEEK2 || hp->arch == DJ_ARCH_GPT_OSS)) {
+        /* deepseek2's and gpt-oss's YaRN: beta_fast 32, beta_slow 1 (llama.cpp's defaults;
+         * neither reads them from the file) */
         hp->rope_yarn = true;
         if ((st = hp_f32(m, "rope.scaling.factor", &hp->rope_factor, 1.0f)) ||
             (st = hp_u32(m, "rope.scaling.original_context_length", &hp->rope_orig_ctx, true, hp->n_ctx_train)) ||
@@ -285,10 +287,20 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
         const float hi = ceilf(nd * logf((float)hp->rope_orig_ctx / (1.0f * 2 * pi)) / (2 * logf(hp->rope_freq_base)));
         hp->yarn_low = lo > 0 ? lo : 0;
         hp->yarn_high = hi < nd - 1 ? hi : nd - 1;
+        /* ggml's rope_yarn multiplies cos and sin by attn_factor (1 + 0.1 ln factor); llama.cpp
+         * sets attn_factor = get_mscale(factor) / (1 + 0.1 ln factor), which with
+         * yarn_log_multiplier (deepseek2) cancels to 1 (its kq_scale carries the mscale) and
+         * without it leaves (1 + 0.1 ln factor) after the same float operations */
+        hp->yarn_mscale = 1.0f;
+        if (hp->arch != DJ_ARCH_DEEPSEEK2 && hp->rope_factor > 1.0f) {
+            const float ms = 0.1f * 1.0f * logf(hp->rope_factor) + 1.0f;
+            const float attn_factor = ms * (1.0f / (1.0f + 0.1f * logf(hp->rope_factor)));
+            hp->yarn_mscale = attn_factor * (1.0f + 0.1f * logf(1.0f / (1.0f / hp->rope_factor)));
+        }
         return DJ_OK;
     }
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' (%s) is not supported (deja supports none, "
-                   "linear, llama3; yarn for deepseek2)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
+                   "linear, llama3; yarn for deepseek2 and gpt-oss)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
 }
 
 /* expert_count / expert_used_count and the expert width: qwen3moe's
@@ -422,6 +434,7 @@ static enum dj_status bind_tensors(struct dj_model *m) {
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers) return dj_fail(DJ_ERR_NOMEM, "out of memory binding %u layers", hp->n_layer);
     if (hp->arch == DJ_ARCH_DEEPSEEK2) return deepseek2_bind_layers(m);
+    if (hp->arch == DJ_ARCH_GPT_OSS) return gptoss_bind_layers(m);
     bool bias = hp->arch == DJ_ARCH_QWEN2, qk_norm = hp->arch == DJ_ARCH_QWEN3 || hp->arch == DJ_ARCH_QWEN3MOE;
     const bool moe = hp->n_expert > 0;
     const int64_t FE = hp->n_ff_exp, NE = hp->n_expert;
@@ -590,9 +603,10 @@ enum dj_status model_load(const char *path, struct dj_model **out) {
     else if (!strcmp(m->arch_name, "qwen3")) st = qwen3_load_hparams(m);
     else if (!strcmp(m->arch_name, "qwen3moe")) st = qwen3moe_load_hparams(m);
     else if (!strcmp(m->arch_name, "deepseek2")) st = deepseek2_load_hparams(m);
+    else if (!strcmp(m->arch_name, "gpt-oss")) st = gptoss_load_hparams(m);
     else {
         st = dj_fail(DJ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (deja supports llama, qwen2, qwen3, "
-                     "qwen3moe, deepseek2)",
+                     "qwen3moe, deepseek2, gpt-oss)",
                      path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }

@@ -12,6 +12,9 @@
  *   llama with expert_count > 0 — Mixtral: the llama decoder with an MoE FFN
  *   deepseek2 — Multi-head Latent Attention (absorbed; the K/V cache holds [c | k_pe]),
  *            YaRN rope, leading dense layers, MoE with shared experts (deepseek2.c)
+ *   gpt-oss — gpt-oss-20b/120b (gptoss.c): QKV and output biases, attention sinks, YaRN,
+ *            MoE of biased experts routed by a softmax over the top-k logits, clamped
+ *            SwiGLU (swiglu_oai)
  *
  * MoE FFN (forward.c: moe_ffn): router ffn_gate_inp, softmax over all experts,
  * the expert_used_count most probable, weights renormalized to sum 1, their
@@ -32,7 +35,7 @@
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE, DJ_ARCH_DEEPSEEK2 };
+enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE, DJ_ARCH_DEEPSEEK2, DJ_ARCH_GPT_OSS };
 enum dj_rope_type { DJ_ROPE_NORM, DJ_ROPE_NEOX };
 
 struct dj_hparams {
@@ -62,6 +65,8 @@ struct dj_hparams {
     bool rope_yarn;
     float yarn_low, yarn_high; /* ggml_rope_yarn_corr_dims with beta_fast 32, beta_slow 1 */
     float yarn_log_mul;        /* rope.scaling.yarn_log_multiplier (= 0.1 mscale_all_dim) */
+    float yarn_mscale;         /* cos/sin multiplier of ggml's rope_yarn (attn_factor times
+                                  1 + 0.1 ln factor); 1 for deepseek2, whose llama.cpp cancels it */
     /* deepseek2 (MLA).  head_dim = kv_lora + qk_rope (the K cache row), n_head_kv = 1 */
     bool mla;
     uint32_t q_lora, kv_lora, qk_nope, v_head; /* qk_rope = n_rot */
@@ -72,6 +77,11 @@ struct dj_hparams {
     bool exp_norm;             /* expert_weights_norm */
     float exp_scale;           /* expert_weights_scale; 0 = none */
     uint32_t n_group, n_group_used; /* expert_group_count / _used_count; 0/1 = no groups */
+    /* sliding-window attention (gpt-oss): a windowed layer's query at position p reads the
+     * keys at p - n_swa < q <= p (llama.cpp's LLAMA_SWA_TYPE_STANDARD); n_swa 0: none.
+     * Layer il is windowed when swa_pattern is 0 or il % swa_pattern < swa_pattern - 1
+     * (llama.cpp's set_swa_pattern: gpt-oss's 2 windows the even layers) */
+    uint32_t n_swa, swa_pattern;
 };
 
 /* A weight matrix: rows of ne0 elements (the reduction dimension K), ne1 rows. */
@@ -89,7 +99,9 @@ struct dj_weight {
 struct dj_layer {
     struct dj_weight attn_norm;          /* (n_embd), f32 */
     struct dj_weight wq, wk, wv, wo;     /* (n_head*hd, n_embd), (n_kv*hd, n_embd) x2, (n_embd, n_head*hd) */
-    struct dj_weight bq, bk, bv;         /* qwen2 biases, f32; data NULL otherwise */
+    struct dj_weight bq, bk, bv;         /* qwen2, gpt-oss biases, f32; data NULL otherwise */
+    struct dj_weight bo;                 /* gpt-oss attn_output.bias (n_embd), f32; NULL otherwise */
+    struct dj_weight attn_sinks;         /* gpt-oss (n_head) f32: a per-head logit joining each softmax */
     struct dj_weight q_norm, k_norm;     /* qwen3 per-head norms (hd), f32; NULL otherwise */
     struct dj_weight ffn_norm;           /* (n_embd), f32 */
     struct dj_weight w_gate, w_up;       /* (n_ff, n_embd) */
@@ -112,6 +124,8 @@ struct dj_layer {
     struct dj_weight wk_b;               /* (n_head * kv_lora, nope): head h = slab h, model_expert */
     struct dj_weight wv_b;               /* (n_head * v_head, kv_lora) */
     struct dj_weight exp_probs_b;        /* (n_expert) selection bias, optional */
+    /* gpt-oss: the router's bias (n_expert) and each expert's biases, (width, n_expert) f32 */
+    struct dj_weight ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
     struct dj_weight ffn_gate_shexp, ffn_up_shexp; /* (n_ff_exp*n_shared, n_embd) */
     struct dj_weight ffn_down_shexp;     /* (n_embd, n_ff_exp*n_shared) */
 };
@@ -138,6 +152,13 @@ struct dj_model {
                                      store keys its blocks by the file's content hash) */
 };
 
+/* The attention window of layer il: n_swa for a windowed layer, 0 (every earlier key) else. */
+static inline uint32_t model_layer_window(const struct dj_model *m, uint32_t il) {
+    const uint32_t P = m->hp.swa_pattern;
+    if (!m->hp.n_swa) return 0;
+    return P == 0 || il % P < P - 1 ? m->hp.n_swa : 0;
+}
+
 /* Loads and validates a model: every hyperparameter is range-checked (a bad one
  * gives DJ_ERR_FORMAT naming the file and the key), every tensor bound with its
  * shape and type checked.  *out is set only on success; free with model_free. */
@@ -157,6 +178,9 @@ enum dj_status qwen2_load_hparams(struct dj_model *m);
 enum dj_status qwen3_load_hparams(struct dj_model *m);
 enum dj_status qwen3moe_load_hparams(struct dj_model *m);
 enum dj_status deepseek2_load_hparams(struct dj_model *m);
+enum dj_status gptoss_load_hparams(struct dj_model *m);
+/* gptoss.c: each layer's tensors (after the common ones) */
+enum dj_status gptoss_bind_layers(struct dj_model *m);
 /* deepseek2.c: after the common hparams: MLA, YaRN and MoE keys; then each layer's tensors */
 enum dj_status deepseek2_load_mla(struct dj_model *m);
 enum dj_status deepseek2_bind_layers(struct dj_model *m);
