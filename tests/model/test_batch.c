@@ -6,7 +6,8 @@
  *
  * Per model (stories260K F32, codelm F16, codelm quantized to q4_k_m by
  * `deja quantize`, which has Q4_K and Q6_K tensors, and deepseek2-lite-tiny:
- * Multi-head Latent Attention over a K-only pool): 16 random token
+ * Multi-head Latent Attention over a K-only pool, and a gpt-oss tiny model: windows
+ * of 16 on every other layer, attention sinks, MXFP4 experts): 16 random token
  * sequences of 3-120 tokens.  Reference: each sequence alone, every
  * position's logits (ctx_decode, one call), hashed per row.  Then random
  * schedules over one shared pool: each step picks 1-16 of the unfinished
@@ -224,6 +225,16 @@ int main(int argc, char **argv) {
     check_model(codelm, n_sched);
     if (rc == 0) check_model(q, n_sched);
     check_model(test_shared_path(argv[1], "golden/moe/deepseek2-lite-tiny.gguf"), n_sched);
+    /* gpt-oss: sliding windows of 16 on even layers (the sequences run to 120 tokens),
+     * attention sinks, biased MXFP4 experts */
+    char oss[600];
+    snprintf(oss, sizeof oss, "%s/gpt-oss-tiny.gguf", dir);
+    rc = RUN(&out, "synth", "--arch", "gpt-oss", "--preset", "tiny", "--type", "mxfp4", "--vocab-from",
+             (char *)codelm, "-o", oss);
+    CHECKF(rc == 0, "synth gpt-oss: %s", out);
+    free(out);
+    if (rc == 0) check_model(oss, n_sched);
+    unlink(oss);
     unlink(q);
     rmdir(dir);
     TEST_END();

@@ -78,7 +78,8 @@ static const char *const synth_types[] = {
 /* other architectures (deja synth --arch A --preset P --type T, codelm's vocabulary),
  * golden arch/<name>.json; fa: whether llama.cpp's flash-attention spread is part of the
  * tolerance (gpt-oss: no — llama.cpp's CPU flash attention with sinks and windows moves the
- * tiny F32 model's logits by 0.27 where its batch and token-by-token runs agree to 5e-7,
+ * tiny MXFP4 model's logits by 1.0, the F32 one's by up to 0.27 where its batch and
+ * token-by-token runs agree to 5e-7,
  * so the tolerance is its batch-vs-token spread over the prompt and the greedy steps); floor:
  * the least tolerance.  gpt-oss-tiny-mxfp4: llama.cpp's own batch-vs-token spread on this
  * file is 0.0011 on prompts.json but 0.022-0.029 on prefixes of 12-24 tokens of a prose
