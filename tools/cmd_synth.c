@@ -43,6 +43,7 @@ struct preset {
     uint32_t n_expert, n_used, n_ff_exp, n_shared, n_dense;
     /* MLA (deepseek2): kv_lora, q_lora (0: none), qk_nope, qk_rope, v_head */
     uint32_t kv_lora, q_lora, qk_nope, qk_rope, v_head;
+    uint32_t n_swa; /* gemma, gpt-oss: attention.sliding_window */
 };
 
 #define DENSE "llama qwen2 qwen3"
@@ -60,11 +61,18 @@ static const struct preset presets[] = {
     {"30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 40960, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0},
     {"tiny", "deepseek2", 256, 4, 8, 1, 0, 768, 4096, 8, 2, 256, 1, 1, 256, 0, 64, 32, 64},
     /* DeepSeek-V2-Lite (15.7B, 2.4B active) */
+    {"v2-lite", "deepseek2", 2048, 27, 16, 1, 0, 10944, 163840, 64, 6, 1408, 2, 1, 512, 0, 128, 64, 128, 0},
+    /* gemma3: 5 sliding layers (window 16: a prompt of a few dozen tokens crosses it) and one
+     * global, as the default pattern of 6; gemma2: sliding and global alternating */
+    {"tiny", "gemma3", 256, 6, 4, 2, 64, 768, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16},
+    {"tiny", "gemma2", 256, 4, 4, 2, 64, 768, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16},
+    /* Gemma 3 4B (window 1024, linear rope scaling 8 on the global layers) */
+    {"4b", "gemma3", 2560, 34, 8, 4, 256, 10240, 131072, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1024},
     {"v2-lite", "deepseek2", 2048, 27, 16, 1, 0, 10944, 163840, 64, 6, 1408, 2, 1, 512, 0, 128, 64, 128},
     /* gpt-oss: sliding window 16 (tiny: the golden prompts cross it) or 128, every other layer */
-    {"tiny", "gpt-oss", 256, 4, 8, 2, 32, 256, 4096, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny", "gpt-oss", 256, 4, 8, 2, 32, 256, 4096, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0, 16},
     /* gpt-oss-20b (21B, 3.6B active; --type mxfp4: every matrix in MXFP4, as the released experts) */
-    {"20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 131072, 32, 4, 2880, 0, 0, 0, 0, 0, 0, 0},
+    {"20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 131072, 32, 4, 2880, 0, 0, 0, 0, 0, 0, 0, 128},
 };
 #undef DENSE
 
@@ -81,6 +89,10 @@ static void synth_usage(FILE *f) {
             "    deepseek2:            tiny (MLA kv_lora 256, 8 experts, 1 shared), v2-lite (DeepSeek-V2-Lite:\n"
             "                          2048, 27 layers, 16 heads, kv_lora 512, rope 64, 64 experts of 1408, 6\n"
             "                          used, 2 shared, 1 dense layer of 10944)\n"
+            "    gemma3:               tiny (256, 6 layers: 5 sliding with window 16 and 1 global, 4/2 heads\n"
+            "                          of 64, n_ff 768), 4b (Gemma 3 4B: 2560, 34 layers, 8/4 heads of 256,\n"
+            "                          10240, window 1024, linear rope scaling 8)\n"
+            "    gemma2:               tiny (gemma3's tiny with 4 layers alternating, soft-capping 50/30)\n"
             "  --type: storage of the matrices (default f16): f32, f16, bf16, q8_0, q4_0 (quantized), q4_k_m\n"
             "  (llama.cpp's mix, as deja quantize), or random blocks of q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k\n"
             "  q6_k iq4_nl iq4_xs iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m tq1_0 tq2_0 mxfp4 nvfp4\n"
@@ -203,8 +215,9 @@ int cmd_synth(int argc, char **argv) {
         synth_usage(stderr);
         return cli_error("synth", "need --arch, --preset, --vocab-from and -o");
     }
-    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2 gpt-oss"))
-        return cli_error("synth", "--arch: '%s' is not one of llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss", arch);
+    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2 gemma2 gemma3 gpt-oss"))
+        return cli_error("synth", "--arch: '%s' is not one of llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2, gemma3, "
+                         "gpt-oss", arch);
     struct preset P = {0};
     bool found = false;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
@@ -238,6 +251,7 @@ int cmd_synth(int argc, char **argv) {
     const uint32_t n_vocab = (uint32_t)toks.n;
     const bool qwen = arch[0] == 'q', mla = !strcmp(arch, "deepseek2"), moe = P.n_expert > 0;
     const bool llama_moe = moe && !strcmp(arch, "llama");
+    const bool gemma = !strncmp(arch, "gemma", 5), gemma3 = !strcmp(arch, "gemma3");
     const bool oss = !strcmp(arch, "gpt-oss");
     const uint32_t hd = P.head_dim;
     struct gguf_writer *w = gguf_writer_create();
@@ -262,7 +276,7 @@ int cmd_synth(int argc, char **argv) {
         U32("context_length", P.n_ctx) || U32("embedding_length", P.n_embd) || U32("block_count", P.n_layer) ||
         U32("feed_forward_length", P.n_ff) || U32("attention.head_count", P.n_head) ||
         U32("attention.head_count_kv", P.n_head_kv) ||
-        F32("attention.layer_norm_rms_epsilon", qwen || mla ? 1e-6f : 1e-5f))
+        F32("attention.layer_norm_rms_epsilon", qwen || mla || gemma ? 1e-6f : 1e-5f))
         goto fail_st;
     if (mla) {
         /* the split layout llama.cpp's converter writes: key/value_length are the absorbed
@@ -281,12 +295,19 @@ int cmd_synth(int argc, char **argv) {
         if (U32("attention.key_length", hd) || U32("attention.value_length", hd) || U32("rope.dimension_count", hd) ||
             F32("rope.freq_base", 150000.0f) || (st = gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", 4)) ||
             F32("rope.scaling.factor", 32.0f) || U32("rope.scaling.original_context_length", 4096) ||
-            U32("attention.sliding_window", !strcmp(preset_name, "tiny") ? 16 : 128))
+            U32("attention.sliding_window", P.n_swa))
             goto fail_st;
     } else if (U32("attention.key_length", hd) || U32("attention.value_length", hd) || U32("rope.dimension_count", hd) ||
-               F32("rope.freq_base", qwen ? 1000000.0f : 10000.0f)) {
+               F32("rope.freq_base", qwen || gemma3 ? 1000000.0f : 10000.0f)) {
         goto fail_st;
     }
+    /* gemma: the keys llama.cpp's converter writes (gemma2's soft-capping; Gemma 3 4B's linear
+     * rope scaling of the global layers) */
+    if (gemma && (U32("attention.sliding_window", P.n_swa) ||
+                  (!gemma3 && (F32("attn_logit_softcapping", 50.0f) || F32("final_logit_softcapping", 30.0f))) ||
+                  (P.n_embd >= 2560 && ((st = gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear", 6)) ||
+                                        F32("rope.scaling.factor", 8.0f)))))
+        goto fail_st;
     if (moe && (U32("expert_count", P.n_expert) || U32("expert_used_count", P.n_used) ||
                 (!llama_moe && U32("expert_feed_forward_length", P.n_ff_exp))))
         goto fail_st;
@@ -320,7 +341,7 @@ int cmd_synth(int argc, char **argv) {
     } while (0)
     ADD("token_embd.weight", E, n_vocab, 1, 2, false);
     ADD("output_norm.weight", E, 1, 1, 1, true);
-    ADD("output.weight", E, n_vocab, 1, 2, false);
+    if (!gemma) ADD("output.weight", E, n_vocab, 1, 2, false); /* gemma: tied, as the released files */
     for (uint32_t il = 0; il < P.n_layer; il++) {
         char n[64];
 #define L(suffix, k, nn, n3, dims, one)                            \
@@ -351,17 +372,19 @@ int cmd_synth(int argc, char **argv) {
                 L("attn_k.bias", KV, 1, 1, 1, false);
                 L("attn_v.bias", KV, 1, 1, 1, false);
             }
-            if (!strncmp(arch, "qwen3", 5)) {
+            if (!strncmp(arch, "qwen3", 5) || gemma3) {
                 L("attn_q_norm.weight", hd, 1, 1, 1, true);
                 L("attn_k_norm.weight", hd, 1, 1, 1, true);
             }
             L("attn_output.weight", Q, E, 1, 2, false);
+            if (gemma) L("post_attention_norm.weight", E, 1, 1, 1, true);
             if (oss) {
                 L("attn_output.bias", E, 1, 1, 1, false);
                 L("attn_sinks.weight", H, 1, 1, 1, false);
             }
         }
         L(oss ? "post_attention_norm.weight" : "ffn_norm.weight", E, 1, 1, 1, true);
+        if (gemma) L("post_ffw_norm.weight", E, 1, 1, 1, true);
         if (!moe || il < P.n_dense) {
             L("ffn_gate.weight", E, F, 1, 2, false);
             L("ffn_up.weight", E, F, 1, 2, false);

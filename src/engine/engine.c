@@ -616,7 +616,7 @@ static enum dj_status approx_reuse(struct dj_engine *e, struct dj_session *s, co
             const int64_t delta = (int64_t)(P + j) - src[j];
             if (delta) { /* in the cache's type: to floats, rotated, back (one more rounding) */
                 kv_row_to_f32(e->p.kv_type_k, kd, krow, kv);
-                model_rope_shift(e->model, krow, (int)hp->n_head_kv, delta);
+                model_rope_shift_layer(e->model, il, krow, (int)hp->n_head_kv, delta);
                 kv_row_from_f32(e->p.kv_type_k, krow, kd, kv);
             }
         }

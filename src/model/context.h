@@ -215,6 +215,10 @@ enum dj_status ctx_probe_k(struct dj_context *c, const dj_token *toks, const uin
  * to ~1e-6 (tests/model/test_rope_shift.c).  Only layer 0's K is fully
  * corrected by this: deeper layers also depend on the earlier tokens. */
 void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t delta);
+/* model_rope_shift for a K row of layer il: a model whose layers rope differently
+ * (hp.rope_local: gemma's sliding layers have their own base) rotates each layer's
+ * rows with that layer's setting; model_rope_shift is layer 0's. */
+void model_rope_shift_layer(const struct dj_model *m, uint32_t il, float *k, int n_heads, int64_t delta);
 
 /* A row of n K/V elements: f32 -> the pool type (f32 copies; f16/bf16 round to nearest
  * even; q8_0/q4_0 ggml's reference quantizers) and back (exact).  The same bytes and

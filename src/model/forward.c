@@ -16,6 +16,12 @@
  *                                                   chosen experts' (moe_ffn)
  *   logits = W_out (rmsnorm(x) * output_norm)           (only the rows asked for)
  *
+ * gemma2/3 (model/gemma.c has their equations) add, each as a model or layer field: the
+ * embedding scale, post-norms of the attention and FFN outputs, pre-scaled queries and
+ * soft-capped scores and logits, a GELU gate (ggml's f16 table), and per layer a sliding
+ * window (dj_layer.n_swa: attn_task reads only the blocks the window touches) and a
+ * second rope setting (dj_layer.rope_local).
+ *
  * Every per-token computation reads only that token's row and the KV cache,
  * with a fixed order of operations, so results are independent of how the
  * prompt is split into ubatches and of the thread count (DESIGN.md §3). *
@@ -30,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "core/status.h"
 #include "kernels/kernels.h"
@@ -237,12 +244,23 @@ static void ctx_matmul_grouped(struct dj_context *c, int n_w, const struct dj_we
  * divided by a per-pair frequency factor if the model has rope_freqs, times
  * the linear scale.  The one place this arithmetic lives: the precomputed
  * table (rope_row) and the on-the-fly path both call it, so a table entry is
- * bitwise the value the on-the-fly path computes (tests/model/test_precompute.c). */
-/* cos and sin of each rotated pair at pos; mscale: YaRN's magnitude factor on both
- * (hp->yarn_mscale for the forward pass, 1 for a rotation by a position delta). */
-static void rope_cos_sin_ms(const struct dj_model *m, float pos, float *cs, float *sn, float mscale) {
+ * bitwise the value the on-the-fly path computes (tests/model/test_precompute.c).
+ * mscale: YaRN's magnitude factor on cos and sin (hp->yarn_mscale for the forward
+ * pass, 1 for a rotation by a position delta). */
+static void rope_cos_sin_ms(const struct dj_model *m, float pos, bool local, float *cs, float *sn, float mscale) {
     const struct dj_hparams *hp = &m->hp;
     const int n_rot = (int)hp->n_rot;
+    if (local) { /* the second setting (dj_layer.rope_local): its base and linear scale, nothing else */
+        const float theta_scale = powf(hp->rope_base_local, -2.0f / (float)n_rot);
+        float theta = pos;
+        for (int i = 0; i < n_rot / 2; i++) {
+            const float t = hp->rope_scale_local * theta;
+            cs[i] = cosf(t);
+            sn[i] = sinf(t);
+            theta *= theta_scale;
+        }
+        return;
+    }
     const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
     const float *ff = (const float *)m->rope_freqs.data;
     float theta = pos;
@@ -268,8 +286,8 @@ static void rope_cos_sin_ms(const struct dj_model *m, float pos, float *cs, floa
     }
 }
 
-static void rope_cos_sin(const struct dj_model *m, float pos, float *cs, float *sn) {
-    rope_cos_sin_ms(m, pos, cs, sn, m->hp.yarn_mscale);
+static void rope_cos_sin(const struct dj_model *m, float pos, bool local, float *cs, float *sn) {
+    rope_cos_sin_ms(m, pos, local, cs, sn, m->hp.yarn_mscale);
 }
 
 /* Rotates the first n_rot dims of each of n_heads heads of one token by the
@@ -290,23 +308,29 @@ static void rope_rotate(const struct dj_model *m, float *x, int n_heads, const f
     }
 }
 
-/* RoPE of one token at `pos`, computed on the fly. */
-static void rope(const struct dj_model *m, float *x, int n_heads, float pos) {
+/* RoPE of one token at `pos`, computed on the fly (local: the second setting; mscale as
+ * rope_cos_sin_ms). */
+static void rope_ms(const struct dj_model *m, float *x, int n_heads, float pos, bool local, float mscale) {
     float cs[512]; /* n_rot/2 <= 256, checked at context creation */
-    rope_cos_sin(m, pos, cs, cs + m->hp.n_rot / 2);
+    rope_cos_sin_ms(m, pos, local, cs, cs + m->hp.n_rot / 2, mscale);
     rope_rotate(m, x, n_heads, cs);
 }
 
-/* The cos/sin row of position pos (rope_rotate's cs) from the context's table
+static void rope(const struct dj_model *m, float *x, int n_heads, float pos, bool local) {
+    rope_ms(m, x, n_heads, pos, local, m->hp.yarn_mscale);
+}
+
+/* The cos/sin row of position pos (rope_rotate's cs; local: of the second rope setting,
+ * hp.rope_local) from the context's table
  * (spec §2.2 precomputation), filling the table up to pos first if needed;
  * NULL when pos is not below the table's capacity (rope_cap; 0 when
  * precomputation is off) or growing the table failed: the caller then
  * computes on the fly.  The table only grows (doubling, up to rope_cap
  * positions) and is never invalidated: its values depend on the model alone.
  * Called by the forward pass's thread only. */
-static const float *rope_row(struct dj_context *c, uint32_t pos) {
+static const float *rope_row(struct dj_context *c, uint32_t pos, bool local) {
     const struct dj_model *m = c->model;
-    const size_t n_rot = m->hp.n_rot;
+    const size_t n_rot = m->hp.n_rot, w = m->hp.rope_local ? 2 * n_rot : n_rot; /* a row: [main | local] */
     if (pos >= c->rope_cap) return NULL;
     if (pos >= c->rope_n) {
         if (pos >= c->rope_n_alloc) {
@@ -314,28 +338,35 @@ static const float *rope_row(struct dj_context *c, uint32_t pos) {
             if (n_alloc < (uint64_t)pos + 1) n_alloc = (uint64_t)pos + 1;
             if (n_alloc > c->rope_cap) n_alloc = c->rope_cap;
             /* n_alloc < 2^32 rows of n_rot <= 512 floats: no overflow in size_t */
-            float *tab = realloc(c->rope_tab, (size_t)n_alloc * n_rot * sizeof(float));
+            float *tab = realloc(c->rope_tab, (size_t)n_alloc * w * sizeof(float));
             if (!tab) return NULL;
             c->rope_tab = tab;
             c->rope_n_alloc = (uint32_t)n_alloc;
         }
         for (uint32_t p = c->rope_n; p <= pos; p++) {
-            float *row = c->rope_tab + (size_t)p * n_rot;
-            rope_cos_sin(m, (float)p, row, row + n_rot / 2);
+            float *row = c->rope_tab + (size_t)p * w;
+            rope_cos_sin(m, (float)p, false, row, row + n_rot / 2);
+            if (m->hp.rope_local) rope_cos_sin(m, (float)p, true, row + n_rot, row + n_rot + n_rot / 2);
         }
         c->rope_n = pos + 1;
     }
-    return c->rope_tab + (size_t)pos * n_rot;
+    DJ_ASSERT(!local || m->hp.rope_local);
+    return c->rope_tab + (size_t)pos * w + (local ? n_rot : 0);
+}
+
+void model_rope_shift_layer(const struct dj_model *m, uint32_t il, float *k, int n_heads, int64_t delta) {
+    /* R(p + delta) = R(delta) R(p): rotating by delta moves a K row from p to p + delta;
+     * delta may be negative or past any table: always on the fly.  MLA: the rope part is the
+     * row's tail [kv_lora, kv_lora + rope) of its one head.  A layer with the second rope
+     * setting (gemma's sliding layers) rotates with its base. */
+    DJ_ASSERT(il < m->hp.n_layer);
+    const bool local = m->layers[il].rope_local;
+    if (m->hp.mla) rope_ms(m, k + m->hp.kv_lora, 1, (float)delta, false, 1.0f); /* YaRN: a pure rotation */
+    else rope_ms(m, k, n_heads, (float)delta, local, 1.0f);
 }
 
 void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t delta) {
-    /* R(p + delta) = R(delta) R(p): rotating by delta moves a K row from p to p + delta;
-     * delta may be negative or past any table: always on the fly.  MLA: the rope part is the
-     * row's tail [kv_lora, kv_lora + rope) of its one head */
-    float cs[512];
-    rope_cos_sin_ms(m, (float)delta, cs, cs + m->hp.n_rot / 2, 1.0f); /* a pure rotation (YaRN: no mscale) */
-    if (m->hp.mla) rope_rotate(m, k + m->hp.kv_lora, 1, cs);
-    else rope_rotate(m, k, n_heads, cs);
+    model_rope_shift_layer(m, 0, k, n_heads, delta);
 }
 
 /* ---- K/V rows in the cache's type ------------------------------------------------ */
@@ -411,83 +442,106 @@ static void vrows_add(struct vrows *v, int64_t nb, const float *w, float *o) {
     v->orow[v->nr++] = o;
 }
 
+/* vrows_add for a row whose keys start inside the block (a sliding window's first block:
+ * V rows from vb, acc per row): rows join a call only with the same start and acc. */
+static void vrows_add_at(struct vrows *v, const float *vb, bool acc, int64_t nb, const float *w, float *o) {
+    if (v->nr && (vb != v->vb || acc != v->acc)) vrows_flush(v);
+    v->vb = vb;
+    v->acc = acc;
+    vrows_add(v, nb, w, o);
+}
+
+/* The first key position a query at pos sees through a window of n_swa keys (0: none):
+ * llama.cpp's standard SWA masks key p0 when pos - p0 >= n_swa (llama_hparams::is_masked_swa),
+ * so the keys are (pos - n_swa, pos]. */
+static inline int64_t swa_first_key(uint32_t pos, uint32_t n_swa) {
+    return n_swa && (int64_t)pos + 1 > (int64_t)n_swa ? (int64_t)pos + 1 - (int64_t)n_swa : 0;
+}
+
+/* Soft-capping of n scores (gemma2's attention): s = cap tanh(s / cap), as llama.cpp's
+ * graph (scale by 1/cap, tanh, scale by cap). */
+static void softcap_row(float *s, int64_t n, float cap) {
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; i++) s[i] = tanhf(s[i] * inv) * cap;
+}
+
 static void attn_task(void *arg, int ith, int nth) {
     const struct attn_job *j = arg;
     struct dj_context *c = j->c;
     const struct dj_hparams *hp = &c->model->hp;
     const int hd = (int)hp->head_dim, n_head = (int)hp->n_head, n_kv = (int)hp->n_head_kv, group = n_head / n_kv;
-    const float scale = 1.0f / sqrtf((float)hd);
+    /* gemma: the queries were scaled before (llama.cpp's f_attention_scale), the scores are not */
+    const float scale = hp->attn_q_scale != 0 ? 1.0f : 1.0f / sqrtf((float)hd), cap = hp->attn_softcap;
+    const uint32_t n_swa = c->model->layers[j->il].n_swa; /* 0: every key up to the query */
     const size_t stride = c->n_embd_kv, bs = c->block_size, n_ctx = c->p.n_ctx;
-    const int64_t tile = c->att_tile, B = (int64_t)bs;
+    const int64_t tile = c->att_tile;
     const float *sinks = c->model->layers[j->il].attn_sinks.data; /* gpt-oss: (n_head), else NULL */
-    const int64_t win = model_layer_window(c->model, j->il); /* 0: every earlier key */
     float *sc = c->scores + (size_t)ith * (size_t)tile * (size_t)group * n_ctx; /* (tile, group) rows of n_ctx */
     float *kt = c->kvt ? c->kvt + (size_t)ith * 2 * bs * (size_t)hd : NULL, *vt = kt ? kt + bs * (size_t)hd : NULL;
     const long n_items = (long)j->n_tiles * n_kv;
-/* The keys token t reads: [KLO(t), pos + 1), the last win positions of a windowed layer. */
-#define KLO(t) (win && (int64_t)j->pos[t] + 1 > win ? (int64_t)j->pos[t] + 1 - win : 0)
     for (long item = ith; item < n_items; item += nth) {
         const int64_t t0 = j->tiles[item / n_kv].t0, t1 = j->tiles[item / n_kv].t1;
         const uint32_t *table = j->seq[t0]->table; /* every token of a tile is of one sequence */
         const int hk = (int)(item % n_kv);
         const int64_t max_keys = (int64_t)j->pos[t1 - 1] + 1; /* positions increase */
-        const int64_t first = KLO(t0) / B * B; /* blocks before every window of the tile are not read */
-        for (int64_t p0 = first; p0 < max_keys; p0 += B) { /* block by block, in position order */
-            const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / B], j->il);
+        /* a sliding window: blocks before the first one the tile's earliest window touches
+         * are not read; each query's keys start at its own first key (lo) */
+        const int64_t p_first = swa_first_key(j->pos[t0], n_swa) / (int64_t)bs * (int64_t)bs;
+        for (int64_t p0 = p_first; p0 < max_keys; p0 += (int64_t)bs) { /* block by block, in position order */
+            const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il);
             const float *kb = (const float *)kraw + (size_t)hk * hd;
             size_t kstride = stride;
             if (c->p.type_k != DJ_TYPE_F32) { /* the block's rows of this head as floats, then as f32 */
-                const int64_t nr = max_keys - p0 < B ? max_keys - p0 : B;
+                const int64_t nr = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
                 kv_tile_to_f32(c, c->p.type_k, kraw, kv_pool_k_row_bytes(c->pool), c->k_head, hk, nr, kt);
                 kb = kt;
                 kstride = (size_t)hd;
             }
             for (int64_t t = t0; t < t1; t++) {
-                const int64_t n_keys = (int64_t)j->pos[t] + 1, lo = KLO(t);
-                if (p0 >= n_keys || p0 + B <= lo) continue;
-                const int64_t a = lo > p0 ? lo : p0, nb = (n_keys - p0 < B ? n_keys : p0 + B) - a;
+                const int64_t n_keys = (int64_t)j->pos[t] + 1, lo = swa_first_key(j->pos[t], n_swa);
+                if (p0 >= n_keys || p0 + (int64_t)bs <= lo) continue;
+                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+                const int64_t off = lo > p0 ? lo - p0 : 0; /* keys of the block before the window */
                 const float *q = c->q + (size_t)t * n_head * hd + (size_t)hk * group * hd; /* the group's first head */
-                for (int g = 0; g < group; g++)
-                    c->kern->attn_scores(hd, q + (size_t)g * hd, kb + (size_t)(a - p0) * kstride, kstride, nb, scale,
-                                         att_scores_row(sc, t - t0, g, group, n_ctx) + a);
+                for (int g = 0; g < group; g++) {
+                    float *row = att_scores_row(sc, t - t0, g, group, n_ctx) + p0 + off;
+                    c->kern->attn_scores(hd, q + (size_t)g * hd, kb + (size_t)off * kstride, kstride, nb - off, scale,
+                                         row);
+                    if (cap != 0) softcap_row(row, nb - off, cap);
+                }
             }
         }
         for (int64_t t = t0; t < t1; t++) {
-            const int64_t lo = KLO(t);
+            const int64_t lo = swa_first_key(j->pos[t], n_swa);
             for (int g = 0; g < group; g++)
                 c->kern->attn_softmax(att_scores_row(sc, t - t0, g, group, n_ctx) + lo, (int64_t)j->pos[t] + 1 - lo,
                                       sinks ? sinks[hk * group + g] : -INFINITY);
         }
-        for (int64_t p0 = first; p0 < max_keys; p0 += B) {
-            const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / B], j->il);
+        for (int64_t p0 = p_first; p0 < max_keys; p0 += (int64_t)bs) {
+            const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il);
             const float *vb = (const float *)vraw + (size_t)hk * hd;
             size_t vstride = stride;
             if (c->p.type_v != DJ_TYPE_F32) {
-                const int64_t n_rows = max_keys - p0 < B ? max_keys - p0 : B;
+                const int64_t n_rows = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
                 kv_tile_to_f32(c, c->p.type_v, vraw, kv_pool_v_row_bytes(c->pool), c->v_head, hk, n_rows, vt);
                 vb = vt;
                 vstride = (size_t)hd;
             }
-            /* rows that read the block from its start: added to (acc) or, in a token's first block,
-             * replacing its output; a window starting inside the block: one attn_values of its own */
-            struct vrows vr = {c->kern, hd, vb, vstride, true, {0}, {0}, 0, 0};
-            struct vrows vf = {c->kern, hd, vb, vstride, false, {0}, {0}, 0, 0};
+            struct vrows vr = {c->kern, hd, vb, vstride, p0 > 0, {0}, {0}, 0, 0};
             for (int64_t t = t0; t < t1; t++) {
-                const int64_t n_keys = (int64_t)j->pos[t] + 1, lo = KLO(t);
-                if (p0 >= n_keys || p0 + B <= lo) continue;
-                const int64_t a = lo > p0 ? lo : p0, nb = (n_keys - p0 < B ? n_keys : p0 + B) - a;
-                for (int g = 0; g < group; g++) {
-                    const float *w = att_scores_row(sc, t - t0, g, group, n_ctx) + a;
-                    float *o = c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd;
-                    if (a == p0) vrows_add(lo < p0 ? &vr : &vf, nb, w, o);
-                    else c->kern->attn_values(hd, w, vb + (size_t)(a - p0) * vstride, vstride, nb, o, false);
-                }
+                const int64_t n_keys = (int64_t)j->pos[t] + 1, lo = swa_first_key(j->pos[t], n_swa);
+                if (p0 >= n_keys || p0 + (int64_t)bs <= lo) continue;
+                const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
+                const int64_t off = lo > p0 ? lo - p0 : 0;
+                /* without a window: off 0 and acc p0 > 0, the calls of full attention */
+                for (int g = 0; g < group; g++)
+                    vrows_add_at(&vr, vb + (size_t)off * vstride, p0 > lo, nb - off,
+                                 att_scores_row(sc, t - t0, g, group, n_ctx) + p0 + off,
+                                 c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd);
             }
             vrows_flush(&vr);
-            vrows_flush(&vf);
         }
     }
-#undef KLO
 }
 
 /* ---- the decoder ------------------------------------------------------------- */
@@ -497,6 +551,12 @@ static void add_bias(float *y, const struct dj_weight *b, int64_t n_tok, int64_t
     const float *bv = b->data;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t i = 0; i < n; i++) y[t * n + i] += bv[i];
+}
+
+/* gemma's post-norms: each of n rows of E floats -> rms(row) * w, in place; none without w. */
+static void post_norm(float *x, const struct dj_weight *w, int64_t n, int64_t E, float eps) {
+    if (!w->data) return;
+    for (int64_t t = 0; t < n; t++) rmsnorm(x + t * E, x + t * E, w->data, E, eps);
 }
 
 static void head_norm(float *x, const struct dj_weight *w, int64_t n_tok, int n_heads, int hd, float eps) {
@@ -510,6 +570,10 @@ static void head_norm(float *x, const struct dj_weight *w, int64_t n_tok, int n_
 
 static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_token tok, float *dst) {
     c->kern->w[w->type].dequantize_row((const uint8_t *)w->data + (size_t)tok * w->row_bytes, dst, w->ne0);
+    if (c->model->hp.embd_scale) { /* gemma: times sqrt(n_embd) (llama.cpp: ggml_scale by sqrtf(n_embd)) */
+        const float s = sqrtf((float)c->model->hp.n_embd);
+        for (int64_t i = 0; i < w->ne0; i++) dst[i] *= s;
+    }
 }
 
 /* ---- Mixture of Experts --------------------------------------------------------
@@ -556,14 +620,27 @@ static void swiglu_oai(float *g, const float *u, int64_t n) {
     }
 }
 
-/* y = down(silu(gate xn) * up xn) for the n rows of c->xn (a dense FFN, deepseek2's
- * shared experts); c->ff_g and c->ff_u are its scratch. */
+/* g = gelu(g) * u over n floats, as ggml's CPU geglu: through the f16 table tab
+ * (dj_model.gelu_tab), 0 below -10, the identity from 10 (gemma.c). */
+static void geglu(const float *tab, float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i];
+        if (x <= -10.0f) g[i] = 0.0f;
+        else if (x >= 10.0f) g[i] = x * u[i];
+        else g[i] = tab[dj_f32_to_fp16(x)] * u[i];
+    }
+}
+
+/* y = down(act(gate xn) * up xn) for the n rows of c->xn (a dense FFN, deepseek2's
+ * shared experts); act is SiLU, or GELU where the model's FFN has it (hp.ffn_gelu);
+ * c->ff_g and c->ff_u are its scratch. */
 static void ffn_swiglu(struct dj_context *c, const struct dj_weight *gate, const struct dj_weight *up,
                        const struct dj_weight *down, int64_t n, float *y) {
     const struct dj_weight *gate_up[2] = {gate, up};
     float *const gate_up_out[2] = {c->ff_g, c->ff_u};
     ctx_matmul_n(c, gate_up, gate_up_out, 2, c->xn, n);
-    swiglu(c->ff_g, c->ff_u, n * up->ne1);
+    if (c->model->hp.ffn_gelu) geglu(c->model->gelu_tab, c->ff_g, c->ff_u, n * up->ne1);
+    else swiglu(c->ff_g, c->ff_u, n * up->ne1);
     ctx_matmul(c, down, c->ff_g, n, y);
 }
 
@@ -826,11 +903,11 @@ static bool mla_layer(struct dj_context *c, uint32_t il, const struct dj_layer *
         float *k = c->k + t * D;
         rmsnorm(k, k, L->kv_a_norm.data, R, hp->rms_eps);
         float csb[512];
-        const float *cs = rope_row(c, pos[t]);
+        const float *cs = rope_row(c, pos[t], false);
         if (cs) {
             c->rope_hits += 2;
         } else {
-            rope_cos_sin(m, (float)pos[t], csb, csb + P / 2);
+            rope_cos_sin(m, (float)pos[t], false, csb, csb + P / 2);
             cs = csb;
         }
         rope_rotate(m, k + R, 1, cs);
@@ -984,15 +1061,17 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
             head_norm(c->q, &L->q_norm, n, (int)hp->n_head, (int)hd, hp->rms_eps);
             head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
             for (int64_t t = 0; t < n; t++) {
-                const float *cs = rope_row(c, pos[t]); /* one precomputed cos/sin row for q and k */
+                const float *cs = rope_row(c, pos[t], L->rope_local); /* one precomputed cos/sin row for q and k */
                 if (cs) {
                     rope_rotate(m, c->q + t * Q, (int)hp->n_head, cs);
                     rope_rotate(m, c->k + t * KV, (int)hp->n_head_kv, cs);
                     c->rope_hits += 2;
                 } else {
-                    rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t]);
-                    rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t]);
+                    rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t], L->rope_local);
+                    rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t], L->rope_local);
                 }
+                if (hp->attn_q_scale != 0) /* gemma: after rope, as llama.cpp's ggml_scale of Qcur */
+                    for (int64_t i = 0; i < Q; i++) c->q[t * Q + i] *= hp->attn_q_scale;
                 void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
                 if (pr && il == pr->il) {
                     kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)KV);
@@ -1011,6 +1090,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
             threadpool_run(c->tpool, attn_task, &aj);
             ctx_matmul(c, &L->wo, c->att, n, c->xn);
             add_bias(c->xn, &L->bo, n, E);
+            post_norm(c->xn, &L->attn_post_norm, n, E, hp->rms_eps);
             for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
         }
         for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
@@ -1019,6 +1099,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
             continue;
         }
         ffn_swiglu(c, &L->w_gate, &L->w_up, &L->w_down, n, c->xn);
+        post_norm(c->xn, &L->ffn_post_norm, n, E, hp->rms_eps);
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     }
 
@@ -1033,6 +1114,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
     for (int64_t r = 0; r < n_out; r++)
         rmsnorm(c->xn + r * E, c->x + (int64_t)(inv ? inv[out[r]] : out[r]) * E, m->output_norm.data, E, hp->rms_eps);
     ctx_matmul(c, &m->output, c->xn, n_out, logits);
+    if (hp->final_softcap != 0) softcap_row(logits, n_out * (int64_t)hp->n_vocab, hp->final_softcap);
 }
 
 /* The positions of one sequence in a batch: kv rows must exist. */

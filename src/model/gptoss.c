@@ -37,8 +37,8 @@ enum dj_status gptoss_load_hparams(struct dj_model *m) {
         (st = model_hp_f32(m, "expert_weights_scale", &hp->exp_scale, 0.0f)) ||
         (st = model_hp_u32(m, "attention.sliding_window", &hp->n_swa, false, 0)) ||
         (st = model_hp_range(m, "attention.sliding_window", hp->n_swa, 1, 1u << 24)) ||
-        (st = model_hp_u32(m, "attention.sliding_window_pattern", &hp->swa_pattern, true, 2)) ||
-        (st = model_hp_range(m, "attention.sliding_window_pattern", hp->swa_pattern, 0, 1u << 16)))
+        (st = model_hp_u32(m, "attention.sliding_window_pattern", &hp->swa_period, true, 2)) ||
+        (st = model_hp_range(m, "attention.sliding_window_pattern", hp->swa_period, 0, 1u << 16)))
         return st;
     if (!isfinite(hp->exp_scale))
         return dj_fail(DJ_ERR_FORMAT, "%s: hyperparameter 'gpt-oss.expert_weights_scale' is not finite",
@@ -54,6 +54,8 @@ enum dj_status gptoss_bind_layers(struct dj_model *m) {
     enum dj_status st;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         struct dj_layer *L = &m->layers[il];
+        const uint32_t P = hp->swa_period; /* llama.cpp's set_swa_pattern: 2 windows the even layers */
+        L->n_swa = P == 0 || il % P < P - 1 ? hp->n_swa : 0;
         char n[96];
 #define BIND(field, suffix, ne0, ne1)                                                      \
     snprintf(n, sizeof n, "blk.%u.%s", il, suffix);                                        \

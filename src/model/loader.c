@@ -47,6 +47,8 @@ const char *model_arch_name(enum dj_arch a) {
     case DJ_ARCH_QWEN3MOE: return "qwen3moe";
     case DJ_ARCH_DEEPSEEK2: return "deepseek2";
     case DJ_ARCH_GPT_OSS: return "gpt-oss";
+    case DJ_ARCH_GEMMA2: return "gemma2";
+    case DJ_ARCH_GEMMA3: return "gemma3";
     }
     return "?";
 }
@@ -358,6 +360,7 @@ static enum dj_status load_common_hparams(struct dj_model *m) {
                        "%u; deja needs them equal", gguf_name(m->gguf), m->arch_name, v_len, hp->head_dim);
     if ((st = check_hparams(m)) || (st = load_moe_hparams(m))) return st;
     if ((st = load_rope_scaling(m))) return st;
+    if (hp->arch == DJ_ARCH_GEMMA2 || hp->arch == DJ_ARCH_GEMMA3) return gemma_load_swa(m);
     return hp->arch == DJ_ARCH_DEEPSEEK2 ? deepseek2_load_mla(m) : DJ_OK;
 }
 
@@ -435,6 +438,7 @@ static enum dj_status bind_tensors(struct dj_model *m) {
     if (!m->layers) return dj_fail(DJ_ERR_NOMEM, "out of memory binding %u layers", hp->n_layer);
     if (hp->arch == DJ_ARCH_DEEPSEEK2) return deepseek2_bind_layers(m);
     if (hp->arch == DJ_ARCH_GPT_OSS) return gptoss_bind_layers(m);
+    if (hp->arch == DJ_ARCH_GEMMA2 || hp->arch == DJ_ARCH_GEMMA3) return gemma_bind_layers(m);
     bool bias = hp->arch == DJ_ARCH_QWEN2, qk_norm = hp->arch == DJ_ARCH_QWEN3 || hp->arch == DJ_ARCH_QWEN3MOE;
     const bool moe = hp->n_expert > 0;
     const int64_t FE = hp->n_ff_exp, NE = hp->n_expert;
@@ -603,10 +607,12 @@ enum dj_status model_load(const char *path, struct dj_model **out) {
     else if (!strcmp(m->arch_name, "qwen3")) st = qwen3_load_hparams(m);
     else if (!strcmp(m->arch_name, "qwen3moe")) st = qwen3moe_load_hparams(m);
     else if (!strcmp(m->arch_name, "deepseek2")) st = deepseek2_load_hparams(m);
+    else if (!strcmp(m->arch_name, "gemma2")) st = gemma2_load_hparams(m);
+    else if (!strcmp(m->arch_name, "gemma3")) st = gemma3_load_hparams(m);
     else if (!strcmp(m->arch_name, "gpt-oss")) st = gptoss_load_hparams(m);
     else {
         st = dj_fail(DJ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (deja supports llama, qwen2, qwen3, "
-                     "qwen3moe, deepseek2, gpt-oss)",
+                     "qwen3moe, deepseek2, gemma2, gemma3, gpt-oss)",
                      path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }
@@ -643,6 +649,7 @@ void model_free(struct dj_model *m) {
     free(m->layers);
     free(m->rope_freqs_buf);
     free(m->mla_buf);
+    free(m->gelu_tab);
     free(m->path);
     free(m);
 }

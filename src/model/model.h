@@ -12,9 +12,16 @@
  *   llama with expert_count > 0 — Mixtral: the llama decoder with an MoE FFN
  *   deepseek2 — Multi-head Latent Attention (absorbed; the K/V cache holds [c | k_pe]),
  *            YaRN rope, leading dense layers, MoE with shared experts (deepseek2.c)
- *   gpt-oss — gpt-oss-20b/120b (gptoss.c): QKV and output biases, attention sinks, YaRN,
- *            MoE of biased experts routed by a softmax over the top-k logits, clamped
- *            SwiGLU (swiglu_oai)
+ *   gemma2, gemma3 — sliding-window layers interleaved with global ones (each with its
+ *            rope base), post-norms around attention and FFN, GELU-gated FFN, embeddings
+ *            scaled by sqrt(n_embd), soft-capping; gemma3 adds q/k norms (gemma.c)
+ *   gpt-oss — gpt-oss-20b/120b (gptoss.c): sliding windows on every other layer, QKV and
+ *            output biases, attention sinks, YaRN, MoE of biased experts routed by a softmax
+ *            over the top-k logits, clamped SwiGLU (swiglu_oai)
+ *
+ * Per-layer attention (any architecture): dj_layer.n_swa is the layer's sliding window
+ * (a query at p sees keys p - n_swa < q <= p; 0 = all up to p) and dj_layer.rope_local
+ * picks the second rope setting (hp.rope_base_local / rope_scale_local).
  *
  * MoE FFN (forward.c: moe_ffn): router ffn_gate_inp, softmax over all experts,
  * the expert_used_count most probable, weights renormalized to sum 1, their
@@ -35,7 +42,8 @@
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE, DJ_ARCH_DEEPSEEK2, DJ_ARCH_GPT_OSS };
+enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE, DJ_ARCH_DEEPSEEK2, DJ_ARCH_GEMMA2,
+               DJ_ARCH_GEMMA3, DJ_ARCH_GPT_OSS };
 enum dj_rope_type { DJ_ROPE_NORM, DJ_ROPE_NEOX };
 
 struct dj_hparams {
@@ -77,11 +85,22 @@ struct dj_hparams {
     bool exp_norm;             /* expert_weights_norm */
     float exp_scale;           /* expert_weights_scale; 0 = none */
     uint32_t n_group, n_group_used; /* expert_group_count / _used_count; 0/1 = no groups */
-    /* sliding-window attention (gpt-oss): a windowed layer's query at position p reads the
-     * keys at p - n_swa < q <= p (llama.cpp's LLAMA_SWA_TYPE_STANDARD); n_swa 0: none.
-     * Layer il is windowed when swa_pattern is 0 or il % swa_pattern < swa_pattern - 1
-     * (llama.cpp's set_swa_pattern: gpt-oss's 2 windows the even layers) */
-    uint32_t n_swa, swa_pattern;
+    /* Sliding-window attention and per-layer rope (gemma2/3; the per-layer values are in
+     * dj_layer: n_swa, rope_local) */
+    uint32_t n_swa;            /* attention.sliding_window of the windowed layers; 0 = no layer has one */
+    uint32_t swa_period;       /* gemma: attention.sliding_window_pattern; layer il has the window iff
+                                  il % period < period - 1 (0: every layer; 1: none) */
+    bool rope_local;           /* some layer ropes with the second setting: */
+    float rope_base_local;     /*   its base (gemma3: rope.freq_base_swa, default 10000) */
+    float rope_scale_local;    /*   its linear scale (gemma3: 1; gemma2: rope_linear_scale) */
+    /* gemma */
+    float attn_q_scale;        /* queries times this before the dot products (llama.cpp's f_attention_scale);
+                                  0 = scores times 1/sqrt(head_dim) (every other architecture) */
+    float attn_softcap;        /* attention scores s -> c tanh(s / c) before the softmax; 0 = none */
+    float final_softcap;       /* logits likewise; 0 = none */
+    bool embd_scale;           /* embeddings times sqrt(n_embd) */
+    bool ffn_gelu;             /* gate activation GELU (tanh form, through ggml's f16 table: dj_model.gelu_tab);
+                                  false = SiLU */
 };
 
 /* A weight matrix: rows of ne0 elements (the reduction dimension K), ne1 rows. */
@@ -128,6 +147,10 @@ struct dj_layer {
     struct dj_weight ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
     struct dj_weight ffn_gate_shexp, ffn_up_shexp; /* (n_ff_exp*n_shared, n_embd) */
     struct dj_weight ffn_down_shexp;     /* (n_embd, n_ff_exp*n_shared) */
+    /* gemma: RMS norms of the attention output and the FFN output before their residual adds */
+    struct dj_weight attn_post_norm, ffn_post_norm; /* (n_embd), f32; NULL otherwise */
+    uint32_t n_swa;   /* sliding window: a query at p sees keys (p - n_swa, p]; 0 = every key up to p */
+    bool rope_local;  /* rope with hp.rope_base_local / rope_scale_local (not rope_freq_base) */
 };
 
 struct dj_model {
@@ -150,14 +173,9 @@ struct dj_model {
     float *mla_buf;               /* owned: legacy attn_kv_b split into wk_b / wv_b (f32), or NULL */
     char *path;                   /* owned: the file it was loaded from (the persistent KV
                                      store keys its blocks by the file's content hash) */
+    float *gelu_tab;              /* owned (65536) when hp.ffn_gelu: GELU of every f16 value x, rounded to
+                                     f16 (ggml's table: gemma.c); NULL otherwise */
 };
-
-/* The attention window of layer il: n_swa for a windowed layer, 0 (every earlier key) else. */
-static inline uint32_t model_layer_window(const struct dj_model *m, uint32_t il) {
-    const uint32_t P = m->hp.swa_pattern;
-    if (!m->hp.n_swa) return 0;
-    return P == 0 || il % P < P - 1 ? m->hp.n_swa : 0;
-}
 
 /* Loads and validates a model: every hyperparameter is range-checked (a bad one
  * gives DJ_ERR_FORMAT naming the file and the key), every tensor bound with its
@@ -184,6 +202,11 @@ enum dj_status gptoss_bind_layers(struct dj_model *m);
 /* deepseek2.c: after the common hparams: MLA, YaRN and MoE keys; then each layer's tensors */
 enum dj_status deepseek2_load_mla(struct dj_model *m);
 enum dj_status deepseek2_bind_layers(struct dj_model *m);
+/* gemma.c: gemma2 / gemma3 hparams, after the common ones (windows, rope, scales), and tensors */
+enum dj_status gemma2_load_hparams(struct dj_model *m);
+enum dj_status gemma3_load_hparams(struct dj_model *m);
+enum dj_status gemma_load_swa(struct dj_model *m);
+enum dj_status gemma_bind_layers(struct dj_model *m);
 
 /* loader.c's helpers for "<arch>.<key>" hyperparameters (architecture files) */
 enum dj_status model_hp_u32(struct dj_model *m, const char *key, uint32_t *out, bool has_default, uint32_t def);

@@ -87,9 +87,9 @@ const char *tc_put(struct dj_gbnf_builder *b, const char *name, char *body) {
 #define DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>"
 
 enum { TB_OBJ, TB_RAW };     /* a call's body: a JSON object, or the name raw between markers */
-enum { TA_JSON, TA_XML };    /* the arguments: JSON per the schema, or Qwen3-Coder parameters */
 
 #define ID9 "\"\\\"\" [A-Za-z0-9]{9} \"\\\"\"" /* a JSON string of 9 alphanumerics */
+#define HARMONY_TO " to=functions." /* gpt-oss: the recipient in a call's header (the trigger) */
 
 struct tc_var {
     const char *trigger;      /* chat_tool_trigger of the family: a prefix of open + call_open + the body's literal */
@@ -97,15 +97,18 @@ struct tc_var {
     const char *open;         /* literal before the first call */
     bool open_ws;             /* JSON: the builder's whitespace after open ("[") */
     const char *call_open;    /* literal before every call */
-    uint8_t body, args;
+    uint8_t body;
+    const struct tc_xml_fmt *xml; /* the arguments: NULL JSON per the schema, else XML-like parameters */
     /* TB_OBJ: {"lead_key": lead_x_val, "name_key": "NAME", "args_key": ARGS[, "trail_key": trail_val]} */
     const char *lead_key, *lead_val, *name_key, *args_key, *trail_key, *trail_val;
     /* TB_RAW: pre PRE_X NAME post POST_X ARGS */
     const char *pre, *pre_x, *post, *post_x;
     const char *name_stop;    /* TB_RAW: the parser reads the name up to this */
+    const char *name_set;     /* TB_RAW: ... or up to whitespace or one of these characters */
     bool strict;              /* TB_RAW: the parser takes only [A-Za-z0-9_.:-] names */
     const char *call_close;   /* literal after every call */
     const char *sep;          /* literal between calls */
+    const char *sep_x, *close_x; /* or an expression between calls; an expression after close */
     bool sep_json, close_json; /* the builder's ',' between calls / ']' to close (JSON) */
     const char *close;        /* literal after the last call */
     bool single;              /* one call only, whatever parallel says */
@@ -170,8 +173,13 @@ static const struct tc_family families[DJ_TOOL_FORMAT_N] = {
     [DJ_TOOL_FORMAT_GIGACHAT] = {"gigachat", {{.trigger = "<|function_call|>", .open = "<|function_call|>",
                                                OBJ("name", "arguments"), .single = true}}, 1},
     [DJ_TOOL_FORMAT_QWEN3_CODER] = {"qwen3-coder", {{.trigger = "<tool_call>", .call_open = "<tool_call>\n<function=",
-                                                     .body = TB_RAW, .args = TA_XML, .post = ">\n", .name_stop = ">",
+                                                     .body = TB_RAW, .xml = &tc_xml_qwen, .post = ">\n", .name_stop = ">",
                                                      .call_close = "</function>\n</tool_call>", .sep = "\n"}}, 1},
+    [DJ_TOOL_FORMAT_GLM] = {"glm", {{.trigger = "<tool_call>", .call_open = "<tool_call>", .body = TB_RAW, .xml = &tc_xml_glm,
+                                     .post_x = "\"\\n\"?", .name_set = "<", .call_close = "</tool_call>", .sep_x = "\"\\n\"?",
+                                     .close_x = "\"\\n\"?"}}, 1},
+    /* harmony: built by harmony_calls(); the row gives the trigger and that one call is made */
+    [DJ_TOOL_FORMAT_GPT_OSS] = {"gpt-oss", {{.trigger = HARMONY_TO, .body = TB_RAW, .single = true}}, 1},
 };
 
 const char *toolcall_format_name(enum dj_tool_format f) {
@@ -364,7 +372,11 @@ static enum dj_status tool_at(json_t *tools, size_t i, const char **name, json_t
 
 /* Can the parser read name back when it is written raw in v? */
 static bool raw_name_ok(const struct tc_var *v, const char *name) {
+    if (strlen(name) > 256) return false; /* the parser's cap (TP_NAME_MAX) */
     if (v->name_stop && strstr(name, v->name_stop)) return false;
+    if (v->name_set)
+        for (const char *q = name; *q; q++)
+            if ((unsigned char)*q <= ' ' || strchr(v->name_set, *q)) return false; /* whitespace, control characters */
     if (v->strict)
         for (const char *q = name; *q; q++) {
             char c = *q;
@@ -396,7 +408,7 @@ static enum dj_status calls_expr(struct tc_ctx *c, const struct tc_var *v, const
                                  int vi, char **res) {
     enum dj_status st = DJ_OK;
     char *alts = NULL, *out = NULL, *body_lit = NULL, *rest_body = NULL, *p = NULL;
-    char *q_callopen_lit = NULL, *q_close = NULL, *q_callclose = NULL, *q_sep = NULL, *q_p = NULL;
+    char *q_callopen_lit = NULL, *q_close = NULL, *q_callclose = NULL, *q_sep = NULL, *q_p = NULL, *lit_tmp = NULL;
     size_t n_alts = 0;
     *res = NULL;
     for (size_t i = 0; i < c->n_tools; i++) {
@@ -446,8 +458,13 @@ static enum dj_status calls_expr(struct tc_ctx *c, const struct tc_var *v, const
     q_callopen_lit = col ? lit(col) : NULL;
     free(col);
     q_callclose = lit(v->call_close);
-    q_close = v->close_json ? tc_fmt("%s", c->RS) : lit(v->close);
-    q_sep = v->sep_json ? tc_fmt("%s", c->COMMA) : lit(v->sep);
+    if (v->close_x) {
+        lit_tmp = lit(v->close);
+        q_close = lit_tmp ? tc_fmt("%s %s", lit_tmp, v->close_x) : NULL;
+    } else {
+        q_close = v->close_json ? tc_fmt("%s", c->RS) : lit(v->close);
+    }
+    q_sep = v->sep_json ? tc_fmt("%s", c->COMMA) : v->sep_x ? tc_fmt("%s", v->sep_x) : lit(v->sep);
     if (!q_callopen_lit || !q_callclose || !q_close || !q_sep) goto oom;
     snprintf(nm, sizeof nm, "call%d", vi);
     const char *call = tc_put(c->b, nm, tc_fmt("%s %s %s", q_callopen_lit, rb, q_callclose));
@@ -484,7 +501,7 @@ oom:
     st = dj_fail(DJ_ERR_NOMEM, "tools: out of memory");
 done:
     free(alts), free(body_lit), free(rest_body), free(p), free(q_callopen_lit), free(q_close), free(q_callclose), free(q_sep),
-        free(q_p);
+        free(q_p), free(lit_tmp);
     return st;
 }
 
@@ -493,16 +510,77 @@ static enum dj_status think_expr(struct dj_gbnf_builder *b, const struct dj_tool
     *res = NULL;
     if (!o->think_open || !o->think_close || !*o->think_open || !*o->think_close)
         return (*res = tc_fmt("%s", "")) ? DJ_OK : DJ_ERR_NOMEM;
-    const char *pats[1] = {o->think_close};
+    const bool harmony = o->format == DJ_TOOL_FORMAT_GPT_OSS;
+    const char *pats[3] = {o->think_close, "<|call|>", "<|return|>"};
+    size_t n_pats = 1;
+    if (harmony) /* the parser ends a message at any of its end markers */
+        for (size_t i = 1; i < 3; i++)
+            if (strcmp(pats[i], o->think_close)) pats[n_pats++] = pats[i];
     const char *text;
-    enum dj_status st = tc_text_rule(b, "think", pats, 1, NULL, NULL, &text);
+    enum dj_status st = tc_text_rule(b, "think", pats, n_pats, NULL, NULL, &text);
     if (st) return st;
     char *qo = lit(o->think_open), *qc = lit(o->think_close);
-    if (qo && qc)
-        *res = o->think_forced_open ? tc_fmt("%s %s [ \\t\\r\\n]{0,8} ", text, qc)
-                                    : tc_fmt("( %s %s %s [ \\t\\r\\n]{0,8} )? ", qo, text, qc);
+    if (qo && qc) {
+        if (harmony) *res = tc_fmt("( %s %s %s \"<|start|>assistant\" )? ", qo, text, qc);
+        else if (o->think_forced_open) *res = tc_fmt("%s %s [ \\t\\r\\n]{0,8} ", text, qc);
+        else *res = tc_fmt("( %s %s %s [ \\t\\r\\n]{0,8} )? ", qo, text, qc);
+    }
     free(qo), free(qc);
     return *res ? DJ_OK : dj_fail(DJ_ERR_NOMEM, "tools: out of memory");
+}
+
+/* Can the harmony parser read name back from " to=functions.NAME"?  It takes
+ * [A-Za-z0-9_./-] after "to=" (toolparse_ops.c, hdr_word), the header up to
+ * 512 bytes. */
+static bool harmony_name_ok(const char *name) {
+    size_t n = strlen(name);
+    if (n > 256) return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
+              ch == '-' || ch == '/'))
+            return false;
+    }
+    return true;
+}
+
+/* gpt-oss (harmony, toolcall.h): the call as an expression (*res, malloc'd;
+ * NULL when no tool name can be written).  after_to: what follows
+ * HARMONY_TO (the lazy grammar's, and AUTO's after its free text), the
+ * channel after the name optional; else the whole call from the first byte,
+ * in either header order. */
+static enum dj_status harmony_calls(struct tc_ctx *c, bool after_to, char **res) {
+    char *alts = NULL, *alts2 = NULL;
+    size_t n_alts = 0;
+    *res = NULL;
+    const char *chan = tc_put(c->b, "h-channel", tc_fmt("\"<|channel|>\" ( \"commentary\" | \"analysis\" )"));
+    const char *tail = chan ? tc_put(c->b, "h-tail", tc_fmt("( \" \" \"<|constrain|>\"? \"json\" )? \"<|message|>\"")) : NULL;
+    if (!tail) goto oom;
+    for (size_t i = 0; i < c->n_tools; i++) {
+        const struct tc_tool *t = &c->tools[i];
+        if (!harmony_name_ok(t->name)) continue;
+        char *nl = gbnf_quote(t->name, strlen(t->name));
+        /* after_to: NAME CHANNEL? TAIL ARGS; else channel first (A) and channel after the name (B) */
+        char *a = nl ? tc_fmt("%s%s %s%s%s %s %s", n_alts ? " | " : "", nl, after_to ? "( " : "", after_to ? chan : "",
+                              after_to ? " )?" : "", tail, t->args)
+                     : NULL;
+        char *b2 = nl && !after_to ? tc_fmt("%s%s %s %s %s", n_alts ? " | " : "", nl, chan, tail, t->args) : NULL;
+        free(nl);
+        bool ok = a && tc_cat(&alts, a) && (after_to || (b2 && tc_cat(&alts2, b2)));
+        free(a), free(b2);
+        if (!ok) goto oom;
+        n_alts++;
+    }
+    if (!n_alts) goto done;
+    *res = after_to ? tc_fmt("( %s )", alts)
+                    : tc_fmt("%s \"%s\" ( %s ) | \"%s\" ( %s )", chan, HARMONY_TO, alts, HARMONY_TO, alts2);
+    if (!*res) goto oom;
+done:
+    free(alts), free(alts2);
+    return DJ_OK;
+oom:
+    free(alts), free(alts2);
+    return dj_fail(DJ_ERR_NOMEM, "tools: out of memory");
 }
 
 static enum dj_status build(json_t *tools, const struct dj_toolcall_opts *o, bool lazy, char **out) {
@@ -534,8 +612,8 @@ static enum dj_status build(json_t *tools, const struct dj_toolcall_opts *o, boo
         free(san);
         if (!hint) goto oom;
         const char *args;
-        if (vars[0].args == TA_XML) {
-            st = tc_xml_args(b, params, name, hint, &xml_str, &args);
+        if (vars[0].xml) {
+            st = tc_xml_args(b, vars[0].xml, params, name, hint, &xml_str, &args);
         } else {
             if (!params) {
                 if (!empty && !(empty = json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0))) {
@@ -559,8 +637,13 @@ static enum dj_status build(json_t *tools, const struct dj_toolcall_opts *o, boo
                  : dj_fail(DJ_ERR_INVALID, "tools: no tools");
         goto done;
     }
+    const bool harmony = o->format == DJ_TOOL_FORMAT_GPT_OSS;
     size_t n_forms = 0;
-    for (int k = 0; k < n_vars; k++) {
+    if (harmony) {
+        if ((st = harmony_calls(&c, lazy || o->choice == DJ_TOOL_AUTO, &calls))) goto done;
+        n_forms = calls != NULL;
+    }
+    for (int k = 0; k < n_vars && !harmony; k++) {
         char *e;
         if ((st = calls_expr(&c, &vars[k], o, lazy, k, &e))) goto done;
         if (!e) continue;
@@ -581,7 +664,8 @@ static enum dj_status build(json_t *tools, const struct dj_toolcall_opts *o, boo
     const char *calls_rule = tc_put(b, "calls", calls);
     calls = NULL;
     if (!calls_rule) goto oom;
-    const char *lead = vars[0].lead_x ? vars[0].lead_x : "";
+    /* harmony's AUTO calls are the text after the trigger (harmony_calls) */
+    const char *lead = harmony && o->choice == DJ_TOOL_AUTO ? "\"" HARMONY_TO "\"" : vars[0].lead_x ? vars[0].lead_x : "";
     if (lazy) {
         root = tc_fmt("%s", calls_rule);
     } else {

@@ -31,6 +31,23 @@
  *   QWEN3_CODER   <tool_call>\n<function=NAME>\n<parameter=P>\nV\n</parameter>\n...</function>\n</tool_call>\n...
  *                 (toolcall_xml.c: V is raw text for a string parameter, JSON text otherwise;
  *                 the limits of that mapping are listed there)
+ *   GLM           <tool_call>NAME[\n]<arg_key>P</arg_key>[\n]<arg_value>V</arg_value>[\n]...</tool_call>\n<tool_call>...
+ *                 (GLM-4.5+, Laguna; V as for QWEN3_CODER, with the same limits; the newlines
+ *                 optional, as GLM-4.5 writes them and GLM-4.7 / Laguna S do not)
+ *   GPT_OSS       harmony (the prompt ends in <|start|>assistant): one call, in either header order,
+ *                   <|channel|>C to=functions.NAME[ [<|constrain|>]json]<|message|>ARGS
+ *                 |  to=functions.NAME<|channel|>C[ [<|constrain|>]json]<|message|>ARGS
+ *                 C "commentary" or "analysis"; the grammar ends after ARGS, where the model
+ *                 writes <|call|> (an end-of-generation token in gpt-oss's vocabulary: the
+ *                 mask allows end-of-generation tokens exactly where the grammar can end, so
+ *                 one call, whatever parallel says).  Reasoning: an analysis message first
+ *                 (see Reasoning).  The markers are written as text: gpt-oss's <|channel|>,
+ *                 <|message|>, <|start|>, <|constrain|>, <|end|> are tokens the vocabulary
+ *                 renders as their text (src/tokenizer/vocab.c), so the mask allows those
+ *                 single tokens for them (and the same text spelled by other tokens); a
+ *                 vocabulary without them spells them.  NAME: [A-Za-z0-9_./-], what the parser
+ *                 reads from the header.  The lazy grammar (after " to=functions.") allows
+ *                 the <|channel|>C after the name or not, as it cannot see which order began.
  * Where the name is written raw (not as a JSON string), a tool whose name the
  * parser could not read back (it contains the text that ends the name, or,
  * for MISTRAL's first form and FUNCTIONARY_V31, a character outside
@@ -41,12 +58,11 @@
  * parsed from free text, unconstrained):
  *   FUNCTIONARY_V32  the first call follows the prompt's ">>>" with no marker of its
  *                    own and "all\n" switches to text: no trigger to be lazy on
- *   GPT_OSS, MUSE    harmony messages: the call is chosen in a header
- *                    (" to=functions.NAME" / " to=NAME") that the model writes
- *                    around channels and stop tokens the grammar cannot see
- *   GLM, DEEPSEEK_V4, KIMI_K3  XML-like parameters whose values are typed by
- *                    rules (attributes, raw text vs JSON) not yet mapped to grammars;
- *                    QWEN3_CODER's builder is the model for adding them
+ *   MUSE             harmony headers with <atem:...> XML calls: not mapped (GPT_OSS's
+ *                    builder and QWEN3_CODER's are the models for it)
+ *   DEEPSEEK_V4, KIMI_K3  XML-like parameters whose values are typed by attributes
+ *                    (string="true", type="..."), not yet mapped to grammars;
+ *                    QWEN3_CODER's and GLM's builder is the model for adding them
  *   LFM2, GEMMA4     Python-literal / Gemma notation arguments: no schema-to-grammar
  *                    converter for those notations
  *   NONE             the template has no tool-call syntax
@@ -58,7 +74,11 @@
  * to 8 of [ \t\r\n], then what the mode allows.  Think text is anything
  * without think_close.  So a thinking model (QwQ, Qwen3, DeepSeek R1) is never
  * forced to write its calls inside its reasoning.  The lazy grammar is the
- * same as without reasoning (it starts after the trigger).
+ * same as without reasoning (it starts after the trigger).  GPT_OSS: the
+ * block is a message, think_open text think_close then "<|start|>assistant"
+ * (no whitespace), its text without <|call|> and <|return|> either (the
+ * parser ends a message at any of its end markers); think_forced_open is
+ * ignored (a harmony prompt never ends inside a message: toolparse.h).
  *
  * Modes (tool_choice):
  *   NONE      no grammar: every field of the result is NULL.
@@ -120,6 +140,8 @@ enum dj_tool_format {
     DJ_TOOL_FORMAT_FIREFUNCTION,
     DJ_TOOL_FORMAT_GIGACHAT,
     DJ_TOOL_FORMAT_QWEN3_CODER,
+    DJ_TOOL_FORMAT_GLM,
+    DJ_TOOL_FORMAT_GPT_OSS,
     DJ_TOOL_FORMAT_N
 };
 

@@ -32,12 +32,26 @@ const char *tc_put(struct dj_gbnf_builder *b, const char *name, char *body);
 enum dj_status tc_text_rule(struct dj_gbnf_builder *b, const char *prefix, const char *const *pats, size_t n_pats,
                             const char *no_first, const char **states, const char **start);
 
-/* The rule for the parameters of one Qwen3-Coder call (what comes between
- * "<function=NAME>\n" and "</function>"), for the parameters schema params
- * (NULL: none).  tool: the function's name, for messages.  *str_cache: NULL
- * at first, then the raw-string rule made for b (shared by every tool).
- * toolcall_xml.c. */
-enum dj_status tc_xml_args(struct dj_gbnf_builder *b, json_t *params, const char *tool, const char *hint,
-                           const char **str_cache, const char **rule);
+/* How one XML-like family writes a parameter (toolcall_xml.c):
+ *   key_open KEY key_close MID val_open VALUE val_close END
+ * with MID and END GBNF expressions ("" for none). */
+struct tc_xml_fmt {
+    const char *what;                 /* "Qwen3-Coder XML", for messages */
+    const char *key_open, *key_close; /* literals around the key */
+    const char *key_forbid;           /* a key holding this cannot be read back (the parser reads the key up to it) */
+    const char *mid_x;                /* expression between key_close and val_open */
+    const char *val_open, *val_close; /* literals around the value */
+    const char *val_end;              /* the marker the parser ends the value at (a string may not hold it; starts with '<') */
+    const char *end_x;                /* expression after val_close */
+};
+extern const struct tc_xml_fmt tc_xml_qwen, tc_xml_glm;
+
+/* The rule for the parameters of one call in format f (for Qwen3-Coder what
+ * comes between "<function=NAME>\n" and "</function>"), for the parameters
+ * schema params (NULL: none).  tool: the function's name, for messages.
+ * *str_cache: NULL at first, then the raw-string rule made for b (shared by
+ * every tool; one format per builder).  toolcall_xml.c. */
+enum dj_status tc_xml_args(struct dj_gbnf_builder *b, const struct tc_xml_fmt *f, json_t *params, const char *tool,
+                           const char *hint, const char **str_cache, const char **rule);
 
 #endif

@@ -1,40 +1,47 @@
 /*
- * toolcall_xml.c — the parameters of a Qwen3-Coder / Qwen3.5 tool call as a
- * grammar (the rest of the call is toolcall.c's table):
+ * toolcall_xml.c — the parameters of an XML-like tool call as a grammar (the
+ * rest of the call is toolcall.c's table), for the two families whose values
+ * are typed by the same rule:
  *
- *   <parameter=KEY>\nVALUE\n</parameter>\n      one per property, in the order of
- *                                              `properties`; required ones always,
- *                                              the others optional; no other keys
+ *   Qwen3-Coder / Qwen3.5:  <parameter=KEY>\nVALUE\n</parameter>\n
+ *   GLM-4.5+ / Laguna:      <arg_key>KEY</arg_key>[\n]<arg_value>VALUE</arg_value>[\n]
  *
- * The parser (src/chat/toolparse_build.c, OP_XPARAMS with x_qwen) strips the
- * '\n' after <parameter=KEY> and before </parameter>, then reads VALUE as
- * JSON when, whitespace trimmed, it is a complete JSON number, true, false,
- * object or array, and as a string of the raw text otherwise (null, quoted
- * text, anything else).  So that every value the grammar allows reads back as
- * what the schema asks for:
+ * one per property, in the order of `properties`; required ones always, the
+ * others optional; no other keys.
+ *
+ * The parser (src/chat/toolparse_build.c, OP_XPARAMS with x_qwen / x_glm)
+ * reads VALUE (Qwen3-Coder: less the '\n' after <parameter=KEY> and before
+ * </parameter>) as JSON when, whitespace trimmed, it is a complete JSON
+ * number, true, false, object or array, and as a string of the raw text
+ * otherwise (null, quoted text, anything else).  So that every value the
+ * grammar allows reads back as what the schema asks for:
  *
  *   a string parameter (type "string", a type list with "string", or {}):
  *       raw text that the parser cannot take for JSON: optional leading
  *       whitespace, then nothing, or text that does not start with '{' or '['
  *       and is not a JSON number, true or false (an automaton: a text that
  *       starts like a number must leave the number syntax, "t"/"f" must not
- *       spell exactly true/false, before the end); never "</parameter>".
+ *       spell exactly true/false, before the end); never the value's end
+ *       marker (</parameter>, </arg_value>).
  *       Not enforced for raw text: pattern, format, minLength, maxLength
  *       (the value is a string, but may break them), and a string that
  *       begins with '{' or '[' cannot be written.
  *   enum / const: each allowed value as the parser reads it back — a string
  *       raw (left out if the parser would misread it: it looks like JSON,
- *       starts or ends with whitespace, or holds "</parameter>"), another
+ *       starts or ends with whitespace, or holds the end marker), another
  *       value as its JSON text (null left out: it reads back as "null").
  *   integer, number, boolean, array, object (a type list without "string":
  *       "null" dropped from it): the JSON text of json_schema.c's rule.  A
- *       JSON string inside an array or object holding "</parameter>" would end
- *       the value early: not excluded (json_schema has no such constraint).
+ *       JSON string inside an array or object holding the end marker would
+ *       end the value early: not excluded (json_schema has no such
+ *       constraint); nor is a JSON value over 1 MiB, which the parser takes
+ *       for a string (TP_VALUE_CAP).
  *   anything else (anyOf, oneOf, allOf, $ref, not, type "null" alone): not
  *       supported (DJ_ERR_UNSUPPORTED: the caller may fall back to free output).
  *
- * Keys: a key with '>' cannot be read back (the parser reads the key up to
- * '>'): an optional one is left out, a required one is an error.  So is an
+ * Keys: a key the parser cannot read back (Qwen3-Coder: one with '>', as it
+ * reads the key up to '>'; GLM: one holding </arg_key>), empty or over 256
+ * bytes: an optional one is left out, a required one is an error.  So is an
  * optional parameter whose schema is not supported (left out).
  */
 #include <stdio.h>
@@ -44,7 +51,12 @@
 #include "sample/toolcall.h"
 #include "sample/toolcall_int.h"
 
-#define VAL_CLOSE "</parameter>"
+const struct tc_xml_fmt tc_xml_qwen = {.what = "Qwen3-Coder XML", .key_open = "<parameter=", .key_close = ">\n",
+                                       .key_forbid = ">", .mid_x = "", .val_open = "", .val_close = "\n</parameter>\n",
+                                       .val_end = "</parameter>", .end_x = ""};
+const struct tc_xml_fmt tc_xml_glm = {.what = "GLM XML", .key_open = "<arg_key>", .key_close = "</arg_key>",
+                                      .key_forbid = "</arg_key>", .mid_x = "\"\\n\"?", .val_open = "<arg_value>",
+                                      .val_close = "</arg_value>", .val_end = "</arg_value>", .end_x = "\"\\n\"?"};
 
 /* The raw-string rules, made once per builder (names owned by the builder). */
 struct xs_rules {
@@ -56,8 +68,8 @@ struct xs_rules {
 /* the alternatives that leave a state of the number / word automata for plain text */
 #define ESC(cls) "[^" cls "<] %s | \"<\" %s"
 
-static enum dj_status xs_make(struct dj_gbnf_builder *b, struct xs_rules *x) {
-    const char *pats[1] = {VAL_CLOSE}, *states[TC_MAX_PATS * TC_MAX_MARKER + 1];
+static enum dj_status xs_make(struct dj_gbnf_builder *b, const char *val_end, struct xs_rules *x) {
+    const char *pats[1] = {val_end}, *states[TC_MAX_PATS * TC_MAX_MARKER + 1];
     enum dj_status st = tc_text_rule(b, "xval", pats, 1, NULL, states, &x->rest);
     if (st) return st;
     x->rest_lt = states[1];
@@ -112,9 +124,9 @@ static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
  * JSON (a number, true, false, '{' or '[' first), has whitespace at either
  * end (trimmed before the JSON test, and one '\n' is stripped), or holds the
  * value's end marker. */
-static bool raw_string_safe(const char *s, size_t n) {
+static bool raw_string_safe(const char *s, size_t n, const char *val_end) {
     if (n == 0) return true;
-    if (strlen(s) != n || strstr(s, VAL_CLOSE) || is_ws(s[0]) || is_ws(s[n - 1])) return false;
+    if (strlen(s) != n || strstr(s, val_end) || is_ws(s[0]) || is_ws(s[n - 1])) return false;
     if (s[0] == '{' || s[0] == '[') return false;
     if (!strcmp(s, "true") || !strcmp(s, "false")) return false;
     /* a JSON number? */
@@ -148,15 +160,15 @@ static bool has_type(json_t *type, const char *t) {
 }
 
 /* enum / const: the values' texts as alternatives. */
-static enum dj_status enum_rule(struct dj_gbnf_builder *b, json_t *vals, const char *tool, const char *key, const char *hint,
-                                const char **rule) {
+static enum dj_status enum_rule(struct dj_gbnf_builder *b, const struct tc_xml_fmt *f, json_t *vals, const char *tool,
+                                const char *key, const char *hint, const char **rule) {
     char *body = NULL;
     size_t i, n_alts = 0;
     json_t *v;
     json_array_foreach(vals, i, v) {
         char *text = NULL;
         if (json_is_string(v)) {
-            if (!raw_string_safe(json_string_value(v), json_string_length(v))) continue;
+            if (!raw_string_safe(json_string_value(v), json_string_length(v), f->val_end)) continue;
             text = strdup(json_string_value(v));
         } else if (!json_is_null(v)) {
             text = json_dumps(v, JSON_ENCODE_ANY);
@@ -175,25 +187,25 @@ static enum dj_status enum_rule(struct dj_gbnf_builder *b, json_t *vals, const c
     }
     if (!n_alts)
         return dj_fail(DJ_ERR_UNSUPPORTED,
-                       "tools: %s: parameter '%s': none of its enum values can be written as a Qwen3-Coder XML value "
+                       "tools: %s: parameter '%s': none of its enum values can be written as a %s value "
                        "that reads back as itself",
-                       tool, key);
+                       tool, key, f->what);
     *rule = tc_put(b, hint, body);
     return *rule ? DJ_OK : dj_fail(DJ_ERR_NOMEM, "tools: out of memory");
 }
 
 /* The value rule of one parameter. */
-static enum dj_status value_rule(struct dj_gbnf_builder *b, const char **str_cache, json_t *s, const char *tool,
-                                 const char *key, const char *hint, const char **rule) {
+static enum dj_status value_rule(struct dj_gbnf_builder *b, const struct tc_xml_fmt *f, const char **str_cache, json_t *s,
+                                 const char *tool, const char *key, const char *hint, const char **rule) {
     enum dj_status st;
     if (json_is_true(s) || (json_is_object(s) && !json_object_size(s))) goto string; /* anything: a string is valid */
     if (!json_is_object(s))
         return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: parameter '%s': a schema that is not an object", tool, key);
     json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
-    if (json_is_array(en)) return enum_rule(b, en, tool, key, hint, rule);
+    if (json_is_array(en)) return enum_rule(b, f, en, tool, key, hint, rule);
     if (cn) {
         json_t *a = json_pack("[O]", cn);
-        st = a ? enum_rule(b, a, tool, key, hint, rule) : dj_fail(DJ_ERR_NOMEM, "tools: out of memory");
+        st = a ? enum_rule(b, f, a, tool, key, hint, rule) : dj_fail(DJ_ERR_NOMEM, "tools: out of memory");
         json_decref(a);
         return st;
     }
@@ -201,8 +213,8 @@ static enum dj_status value_rule(struct dj_gbnf_builder *b, const char **str_cac
     static const char *const composite[] = {"anyOf", "oneOf", "allOf", "$ref", "not"};
     for (size_t i = 0; i < sizeof composite / sizeof composite[0]; i++)
         if (json_object_get(s, composite[i]))
-            return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: parameter '%s': '%s' has no Qwen3-Coder XML grammar", tool, key,
-                           composite[i]);
+            return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: parameter '%s': '%s' has no %s grammar", tool, key,
+                           composite[i], f->what);
     if (!type || has_type(type, "string")) goto string;
     /* a JSON value: drop "null" (it would read back as the string "null") */
     json_t *copy = json_deep_copy(s);
@@ -215,12 +227,12 @@ static enum dj_status value_rule(struct dj_gbnf_builder *b, const char **str_cac
             json_array_append(t2, v);
         if (!json_array_size(t2)) {
             json_decref(t2), json_decref(copy);
-            return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: parameter '%s': type null has no Qwen3-Coder XML value", tool, key);
+            return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: parameter '%s': type null has no %s value", tool, key, f->what);
         }
         json_object_set_new(copy, "type", t2);
     } else if (has_type(type, "null")) {
         json_decref(copy);
-        return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: parameter '%s': type null has no Qwen3-Coder XML value", tool, key);
+        return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: parameter '%s': type null has no %s value", tool, key, f->what);
     }
     st = gbnf_builder_add_schema(b, copy, hint, rule);
     json_decref(copy);
@@ -228,15 +240,20 @@ static enum dj_status value_rule(struct dj_gbnf_builder *b, const char **str_cac
 string:
     if (!*str_cache) {
         struct xs_rules x = {0};
-        if ((st = xs_make(b, &x))) return st;
+        if ((st = xs_make(b, f->val_end, &x))) return st;
         *str_cache = x.str;
     }
     *rule = *str_cache;
     return DJ_OK;
 }
 
-enum dj_status tc_xml_args(struct dj_gbnf_builder *b, json_t *params, const char *tool, const char *hint,
-                           const char **str_cache, const char **rule) {
+/* Can the parser read key back? */
+static bool key_ok(const struct tc_xml_fmt *f, const char *key) {
+    return *key && strlen(key) <= 256 && !strstr(key, f->key_forbid);
+}
+
+enum dj_status tc_xml_args(struct dj_gbnf_builder *b, const struct tc_xml_fmt *f, json_t *params, const char *tool,
+                           const char *hint, const char **str_cache, const char **rule) {
     json_t *props = json_is_object(params) ? json_object_get(params, "properties") : NULL;
     json_t *req = json_is_object(params) ? json_object_get(params, "required") : NULL;
     if (params && !json_is_object(params))
@@ -246,8 +263,8 @@ enum dj_status tc_xml_args(struct dj_gbnf_builder *b, json_t *params, const char
     static const char *const composite[] = {"anyOf", "oneOf", "allOf", "$ref", "not"};
     for (size_t i = 0; params && i < sizeof composite / sizeof composite[0]; i++)
         if (json_object_get(params, composite[i]))
-            return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: parameters with '%s' have no Qwen3-Coder XML grammar", tool,
-                           composite[i]);
+            return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: parameters with '%s' have no %s grammar", tool, composite[i],
+                           f->what);
     /* every required key must be a property that can be written */
     size_t i;
     json_t *r;
@@ -256,9 +273,9 @@ enum dj_status tc_xml_args(struct dj_gbnf_builder *b, json_t *params, const char
         if (!k || !json_object_get(props, k))
             return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: required parameter '%s' is not among the properties", tool,
                            k ? k : "?");
-        if (strchr(k, '>') || !*k)
-            return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: required parameter '%s' cannot be written in Qwen3-Coder XML",
-                           tool, k);
+        if (!key_ok(f, k))
+            return dj_fail(DJ_ERR_UNSUPPORTED, "tools: %s: required parameter '%.256s' cannot be written in %s", tool, k,
+                           f->what);
     }
     char *body = NULL;
     const char *key;
@@ -266,7 +283,7 @@ enum dj_status tc_xml_args(struct dj_gbnf_builder *b, json_t *params, const char
     size_t n_items = 0, k_i = 0;
     json_object_foreach(props, key, ps) {
         k_i++;
-        if (!*key || strchr(key, '>') || strlen(key) > 256) continue;
+        if (!key_ok(f, key)) continue;
         bool required = false;
         json_array_foreach(req, i, r) required |= json_is_string(r) && !strcmp(json_string_value(r), key);
         char *vh = tc_fmt("%s-%zu", hint, k_i);
@@ -275,19 +292,21 @@ enum dj_status tc_xml_args(struct dj_gbnf_builder *b, json_t *params, const char
             return DJ_ERR_NOMEM;
         }
         const char *vr;
-        enum dj_status st = value_rule(b, str_cache, ps, tool, key, vh, &vr);
+        enum dj_status st = value_rule(b, f, str_cache, ps, tool, key, vh, &vr);
         free(vh);
         if (st == DJ_ERR_UNSUPPORTED && !required) continue; /* an optional parameter left out */
         if (st) {
             free(body);
             return st;
         }
-        char *open = tc_fmt("<parameter=%s>\n", key);
+        char *open = tc_fmt("%s%s%s", f->key_open, key, f->key_close);
         char *qo = open ? gbnf_quote(open, strlen(open)) : NULL;
-        char *item = qo ? tc_fmt("%s%s %s %s \"\\n</parameter>\\n\"%s", n_items ? " " : "", required ? "" : "(", qo, vr,
-                                 required ? "" : " )?")
-                        : NULL;
-        free(open), free(qo);
+        char *qvo = *f->val_open ? gbnf_quote(f->val_open, strlen(f->val_open)) : strdup("");
+        char *qvc = gbnf_quote(f->val_close, strlen(f->val_close));
+        char *item = qo && qvo && qvc ? tc_fmt("%s%s %s %s %s %s %s %s%s", n_items ? " " : "", required ? "" : "(", qo,
+                                               f->mid_x, qvo, vr, qvc, f->end_x, required ? "" : " )?")
+                                      : NULL;
+        free(open), free(qo), free(qvo), free(qvc);
         if (!item || !tc_cat(&body, item)) {
             free(item), free(body);
             return dj_fail(DJ_ERR_NOMEM, "tools: out of memory");

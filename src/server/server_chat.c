@@ -372,6 +372,7 @@ static bool tool_format_of(enum dj_tool_syntax t, enum dj_tool_format *f) {
         {DJ_TOOLS_SOLAR, DJ_TOOL_FORMAT_SOLAR},             {DJ_TOOLS_NEMOTRON, DJ_TOOL_FORMAT_NEMOTRON},
         {DJ_TOOLS_APRIEL, DJ_TOOL_FORMAT_APRIEL},           {DJ_TOOLS_MINIMAX_M1, DJ_TOOL_FORMAT_MINIMAX_M1},
         {DJ_TOOLS_FIREFUNCTION, DJ_TOOL_FORMAT_FIREFUNCTION}, {DJ_TOOLS_GIGACHAT, DJ_TOOL_FORMAT_GIGACHAT},
+        {DJ_TOOLS_GLM, DJ_TOOL_FORMAT_GLM},                 {DJ_TOOLS_GPT_OSS, DJ_TOOL_FORMAT_GPT_OSS},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (map[i].syn == t) {
@@ -407,7 +408,8 @@ static enum dj_status request_grammar(struct dj_server *s, const struct dj_chat_
     to.think_forced_open = syn->think_forced_open;
     struct dj_toolcall_grammar tg = {0};
     enum dj_status st = toolcall_grammar_build_value(cr->tools, &to, &tg);
-    /* a schema one syntax cannot express (Qwen3-Coder XML values): free output, parsed as before */
+    /* a schema one syntax cannot express (Qwen3-Coder / GLM XML values, tool names a raw-name syntax
+     * cannot carry): free output, parsed as before */
     if (st == DJ_ERR_UNSUPPORTED) return DJ_OK;
     /* a tool schema the converter refuses (docs/SERVER.md "JSON Schema coverage"): with tool_choice
      * auto the calls are parsed from free output, as for the families without grammars, rather than

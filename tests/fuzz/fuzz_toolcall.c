@@ -2,8 +2,9 @@
  * fuzz_toolcall.c — libFuzzer target for the tool-call grammars of every
  * family (src/sample/toolcall.c, toolcall_xml.c).  The first byte picks the
  * family (its value mod DJ_TOOL_FORMAT_N), the second the options (bits 0-1
- * tool_choice, 2 parallel, 3-4 whitespace mode, 5 strict, 6 think markers,
- * 7 think forced open), the rest is a tools array (JSON).  Whatever the
+ * tool_choice, 2 parallel, 3-4 whitespace mode, 5 strict, 6 think markers
+ * (gpt-oss: its analysis message's), 7 think forced open), the rest is a
+ * tools array (JSON).  Whatever the
  * input: no crash, no leak (ASan/UBSan); a failure comes with a message; a
  * success is a pair of grammars that grammar_parse accepts (abort otherwise).
  * Seeds: tools arrays with every parameter shape toolcall_xml.c classifies
@@ -40,6 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     o.schema.whitespace = (enum dj_json_ws)(((f >> 3) & 3) % 3);
     o.schema.strict = (f >> 5) & 1;
     if ((f >> 6) & 1) o.think_open = "<think>", o.think_close = "</think>";
+    if (((f >> 6) & 1) && o.format == DJ_TOOL_FORMAT_GPT_OSS) /* harmony's analysis message */
+        o.think_open = "<|channel|>analysis<|message|>", o.think_close = "<|end|>";
     o.think_forced_open = (f >> 7) & 1;
     o.name = "f";
     struct dj_toolcall_grammar g = {0};

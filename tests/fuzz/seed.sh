@@ -425,14 +425,14 @@ fuzz_toolparse) toolparse_seeds "$corpus" ;;
 esac
 # ---- fuzz_toolparse (end) ----
 # ---- fuzz_toolcall (begin) ----
-# fuzz_toolcall: byte 0 the family (mod DJ_TOOL_FORMAT_N = 17), byte 1 the options
+# fuzz_toolcall: byte 0 the family (mod DJ_TOOL_FORMAT_N = 19), byte 1 the options
 # (fuzz_toolcall.c), then a tools array; every tools line for every family, options rotating.
 if [ "$name" = fuzz_toolcall ]; then
     i=0
     while IFS= read -r line; do
         [ -n "$line" ] || continue
         fam=0
-        while [ $fam -lt 17 ]; do
+        while [ $fam -lt 19 ]; do
             f="$corpus/tools$i-$fam.json"
             rm -f "$f"
             opt=$(( (i * 37 + fam * 11) % 256 ))
@@ -446,6 +446,7 @@ if [ "$name" = fuzz_toolcall ]; then
 [{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"anyOf":[{"type":"string"},{"type":"integer"}]},"y":{"$ref":"#/$defs/y"}},"$defs":{"y":{"type":"string"}}}}}]
 [{"name":"get weather","parameters":{"type":"object","properties":{"k>ey":{"type":"string"}}}},{"type":"function","function":{"name":"a[b"}},{"type":"function","function":{"name":"x\ny"}}]
 [{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"s":{"type":"string","pattern":"^a+$","minLength":2}},"required":["s"],"additionalProperties":false}}}]
+[{"type":"function","function":{"name":"fs/read.v2","parameters":{"type":"object","properties":{"a</arg_key>":{"type":"string"},"b":{"type":"integer"},"c":{"oneOf":[{"type":"string"}]}},"required":["b"]}}},{"type":"function","function":{"name":"a<b"}},{"type":"function","function":{"name":"a:b"}}]
 TOOLS
 fi
 # ---- fuzz_toolcall (end) ----

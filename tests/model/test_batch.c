@@ -6,8 +6,10 @@
  *
  * Per model (stories260K F32, codelm F16, codelm quantized to q4_k_m by
  * `deja quantize`, which has Q4_K and Q6_K tensors, and deepseek2-lite-tiny:
- * Multi-head Latent Attention over a K-only pool, and a gpt-oss tiny model: windows
- * of 16 on every other layer, attention sinks, MXFP4 experts): 16 random token
+ * Multi-head Latent Attention over a K-only pool; and `deja synth --arch gemma3 --preset
+ * tiny`: five sliding-window layers of 16 keys, so most of these sequences pass the window
+ * and their later tokens skip the first blocks; and a gpt-oss tiny model: windows of 16 on
+ * every other layer, attention sinks, MXFP4 experts): 16 random token
  * sequences of 3-120 tokens.  Reference: each sequence alone, every
  * position's logits (ctx_decode, one call), hashed per row.  Then random
  * schedules over one shared pool: each step picks 1-16 of the unfinished
@@ -225,6 +227,14 @@ int main(int argc, char **argv) {
     check_model(codelm, n_sched);
     if (rc == 0) check_model(q, n_sched);
     check_model(test_shared_path(argv[1], "golden/moe/deepseek2-lite-tiny.gguf"), n_sched);
+    char g3[600];
+    snprintf(g3, sizeof g3, "%s/gemma3-tiny.gguf", dir);
+    rc = RUN(&out, "synth", "--arch", "gemma3", "--preset", "tiny", "--vocab-from",
+             (char *)test_shared_path(argv[1], "vocab/ggml-vocab-llama-spm.gguf"), "-o", g3, "-t", "2");
+    CHECKF(rc == 0, "synth gemma3: %s", out);
+    free(out);
+    if (rc == 0) check_model(g3, n_sched);
+    unlink(g3);
     /* gpt-oss: sliding windows of 16 on even layers (the sequences run to 120 tokens),
      * attention sinks, biased MXFP4 experts */
     char oss[600];

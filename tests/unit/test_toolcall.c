@@ -12,7 +12,11 @@
  * text then the calls; the grammar rejects a wrong name, a missing required
  * argument, a wrong type, a value outside an enum; NAMED restricts the name;
  * parallel false allows exactly one call; with the family's think markers a
- * reasoning block may (or, forced open, must) come first.  Then random walks
+ * reasoning block may (or, forced open, must) come first (gpt-oss: the
+ * analysis message, then <|start|>assistant; never forced open).  GLM's
+ * families (Laguna's templates, with and without GLM-4.5's newlines) get
+ * their own bad calls; GLM's and Qwen3-Coder's raw string values are checked
+ * to read back as strings.  Then random walks
  * through each grammar (gmatch_next_ranges): every sentence generated must
  * parse (toolparse) into calls whose arguments are valid for the schema.
  */
@@ -51,6 +55,7 @@ struct fam {
     const char *end;   /* the end-of-turn marker after the calls */
     bool parallel;     /* the template renders two calls */
     const char *one, *two; /* hand-written call texts (when tmpl renders none) */
+    const char *think_sep; /* between the reasoning block and the calls (NULL: "\n\n") */
 };
 
 static const struct fam fams[] = {
@@ -83,6 +88,12 @@ static const struct fam fams[] = {
     {DJ_TOOL_FORMAT_FIREFUNCTION, DJ_TOOLS_FIREFUNCTION, "fireworks-ai-llama-3-firefunction-v2", "<|eot_id|>", true, NULL, NULL},
     {DJ_TOOL_FORMAT_GIGACHAT, DJ_TOOLS_GIGACHAT, "GigaChat3.1-10B-A1.8B", "<|message_sep|>", false, NULL, NULL},
     {DJ_TOOL_FORMAT_QWEN3_CODER, DJ_TOOLS_QWEN3_CODER, "Qwen3.5-4B", "<|im_end|>", true, NULL, NULL},
+    /* GLM's syntax: Laguna XS.2 writes GLM-4.5's newlines, S-2.1 none */
+    {DJ_TOOL_FORMAT_GLM, DJ_TOOLS_GLM, "poolside-Laguna-XS.2", "</assistant>", true, NULL, NULL},
+    {DJ_TOOL_FORMAT_GLM, DJ_TOOLS_GLM, "poolside-Laguna-S-2.1", "</assistant>", true, NULL, NULL},
+    {DJ_TOOL_FORMAT_GLM, DJ_TOOLS_GLM, "poolside-Laguna-XS-2.1", "</assistant>", true, NULL, NULL},
+    /* harmony: the template renders one call a message (its " to=functions." header first) */
+    {DJ_TOOL_FORMAT_GPT_OSS, DJ_TOOLS_GPT_OSS, "openai-gpt-oss-120b", "<|call|>", false, NULL, NULL, "<|start|>assistant"},
 };
 #define N_FAMS (sizeof fams / sizeof fams[0])
 
@@ -305,12 +316,14 @@ static char *random_sentence(const struct dj_grammar *g) {
             gmatch_free(m);
             return out;
         }
-        if (late && rnd() % 2) { /* or close what is open: a string, a container, a value, the reasoning */
-            const char *cand[] = {"\"", "}", "]", "\n</parameter>\n", walk_think_close ? walk_think_close : "\""};
-            size_t j0 = rnd() % 5;
+        /* or close what is open: a string, a container, a value (with a newline, which a JSON string cannot
+         * hold: an XML end marker inside a JSON string ends the value early, a known limit), the reasoning */
+        if (late && rnd() % 2) {
+            const char *cand[] = {"\"", "}", "]", "\n</parameter>\n", "\n</arg_value>", walk_think_close ? walk_think_close : "\""};
+            size_t j0 = rnd() % 6;
             bool took = false;
-            for (size_t j = 0; j < 5 && !took; j++) {
-                const char *cs = cand[(j0 + j) % 5];
+            for (size_t j = 0; j < 6 && !took; j++) {
+                const char *cs = cand[(j0 + j) % 6];
                 size_t nc = strlen(cs);
                 if (n + nc + 1 < cap && gmatch_accept_bytes(m, cs, nc)) memcpy(out + n, cs, nc), n += nc, took = true;
             }
@@ -435,8 +448,8 @@ static void test_family(const struct fam *f) {
         if (two) CHECKF(match(g.full, two), "%s (%s): REQUIRED rejects the rendered calls:\n%s", fname, f->tmpl, two);
         CHECK(!match(g.full, ""));
         CHECKF(!match(g.full, "Sure, let me call it."), "%s", fname);
-        /* the wrong name, a missing argument, a wrong type, a value not in the enum */
-        bool xml = f->fmt == DJ_TOOL_FORMAT_QWEN3_CODER;
+        /* the wrong name, a missing argument, a wrong type, a value not in the enum, an unknown key */
+        bool xml = f->fmt == DJ_TOOL_FORMAT_QWEN3_CODER, glm = f->fmt == DJ_TOOL_FORMAT_GLM;
         const char *subs[][2] = {
             {"get_weather", "get_wether"},
             {xml ? "<parameter=location>\nParis, France\n</parameter>\n" : "\"location\": \"Paris, France\", ", ""},
@@ -445,11 +458,34 @@ static void test_family(const struct fam *f) {
             {"true", "1"},
             {xml ? "</parameter>\n</function>" : "{\"wind\": true}}", xml ? "</parameter>\n<parameter=x>\n1\n</parameter>\n</function>" : "{\"wind\": true}, \"x\": 1}"},
         };
-        for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
-            char *bad = subst(one, subs[i][0], subs[i][1]);
-            CHECKF(bad != NULL, "%s: '%s' not in the rendered text %s", fname, subs[i][0], one);
+        const char *glm_subs[][2] = {
+            {"get_weather", "get_wether"},
+            {"<arg_key>location</arg_key>", "<arg_key>place</arg_key>"},
+            {"<arg_value>3<", "<arg_value>three<"},
+            {">celsius<", ">kelvin<"},
+            {"true", "1"},
+            {"<arg_key>days", "<arg_key>x</arg_key><arg_value>1</arg_value><arg_key>days"},
+            {"<arg_key>unit", "<arg_key>days</arg_key><arg_value>4</arg_value><arg_key>unit"}, /* a key twice */
+            {"Paris, France", "42"},                                                            /* reads back as a number */
+        };
+        const size_t n_subs = glm ? sizeof glm_subs / sizeof glm_subs[0] : sizeof subs / sizeof subs[0];
+        for (size_t i = 0; i < n_subs; i++) {
+            const char *from = glm ? glm_subs[i][0] : subs[i][0], *to = glm ? glm_subs[i][1] : subs[i][1];
+            char *bad = subst(one, from, to);
+            CHECKF(bad != NULL, "%s: '%s' not in the rendered text %s", fname, from, one);
             if (bad) CHECKF(!match(g.full, bad), "%s: REQUIRED accepts a bad call:\n%s", fname, bad);
             free(bad);
+        }
+        if (glm) { /* a missing required argument: location's pair cut */
+            const char *a = strstr(one, "<arg_key>location"), *z = a ? strstr(a, "<arg_key>days") : NULL;
+            CHECK(a && z);
+            if (a && z) {
+                char *bad = malloc(strlen(one) + 1);
+                memcpy(bad, one, (size_t)(a - one));
+                strcpy(bad + (a - one), z);
+                CHECKF(!match(g.full, bad), "%s: REQUIRED accepts a call without location:\n%s", fname, bad);
+                free(bad);
+            }
         }
         /* trailing text after the calls */
         char *trail = cat2(one, " and more");
@@ -493,11 +529,13 @@ static void test_family(const struct fam *f) {
     /* reasoning first */
     if (syn.think_open && syn.think_close) {
         char pre[512];
-        snprintf(pre, sizeof pre, "%sThe user wants the weather; call get_weather.%s\n\n", syn.think_open, syn.think_close);
+        const char *sep = f->think_sep ? f->think_sep : "\n\n";
+        snprintf(pre, sizeof pre, "%sThe user wants the weather; call get_weather.%s%s", syn.think_open, syn.think_close, sep);
         char *with = cat2(pre, one), *inside = NULL;
         if (build(f, DJ_TOOL_REQUIRED, NULL, true, &syn, true, false, &g)) {
             CHECKF(match(g.full, with), "%s: a reasoning block before the calls is rejected:\n%s", fname, with);
             CHECKF(match(g.full, one), "%s: calls without reasoning are rejected", fname);
+            check_parse(f, &nothink, with, 1);
             check_walks(f, &nothink, g.full, 20, false);
             gset_free(&g);
         }
@@ -507,7 +545,8 @@ static void test_family(const struct fam *f) {
         inside = cat2("The user wants the weather. ", one);
         struct dj_chat_syntax fo = syn;
         fo.think_forced_open = true;
-        if (build(f, DJ_TOOL_REQUIRED, NULL, true, &syn, true, true, &g)) {
+        /* harmony: the prompt never ends inside a message (the option is ignored) */
+        if (f->fmt != DJ_TOOL_FORMAT_GPT_OSS && build(f, DJ_TOOL_REQUIRED, NULL, true, &syn, true, true, &g)) {
             CHECKF(match(g.full, forced), "%s: forced-open reasoning then calls rejected:\n%s", fname, forced);
             CHECKF(!match(g.full, one), "%s: forced-open accepts calls inside the reasoning", fname);
             CHECKF(!match(g.full, inside), "%s: forced-open accepts calls with no think close", fname);
@@ -550,45 +589,111 @@ static void test_errors(void) {
     o.format = DJ_TOOL_FORMAT_QWEN3_CODER;
     CHECK(toolcall_grammar_build(any, strlen(any), &o, &tg) == DJ_ERR_UNSUPPORTED);
     CHECK(strstr(dj_last_error(), "anyOf") != NULL);
+    /* GLM: the same limits, named for GLM; a name with whitespace or '<' cannot be read back */
+    o.format = DJ_TOOL_FORMAT_GLM;
+    CHECK(toolcall_grammar_build(any, strlen(any), &o, &tg) == DJ_ERR_UNSUPPORTED);
+    CHECK(strstr(dj_last_error(), "anyOf") != NULL && strstr(dj_last_error(), "GLM") != NULL);
+    CHECK(toolcall_grammar_build(odd, strlen(odd), &o, &tg) == DJ_ERR_UNSUPPORTED);
+    const char *lt = "[{\"type\":\"function\",\"function\":{\"name\":\"a<b\"}}]";
+    CHECK(toolcall_grammar_build(lt, strlen(lt), &o, &tg) == DJ_ERR_UNSUPPORTED);
+    /* GLM: a required key holding </arg_key> cannot be written; an optional one is left out */
+    const char *keys = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                       "{\"a</arg_key>\":{\"type\":\"string\"},\"b\":{\"type\":\"integer\"}},\"required\":[\"b\"]}}}]";
+    CHECK(toolcall_grammar_build(keys, strlen(keys), &o, &tg) == DJ_OK);
+    g = parse_gbnf(tg.gbnf);
+    CHECK(match(g, "<tool_call>f\n<arg_key>b</arg_key>\n<arg_value>7</arg_value>\n</tool_call>"));
+    CHECK(match(g, "<tool_call>f<arg_key>b</arg_key><arg_value>7</arg_value></tool_call>"));
+    CHECK(!match(g, "<tool_call>f\n<arg_key>a</arg_key></arg_key>\n<arg_value>x</arg_value>\n<arg_key>b</arg_key>\n"
+                    "<arg_value>7</arg_value>\n</tool_call>"));
+    CHECK(!match(g, "<tool_call>f\n</tool_call>")); /* b is required */
+    grammar_free(g);
+    toolcall_grammar_free(&tg);
+    const char *keys_req = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                           "{\"a</arg_key>\":{\"type\":\"string\"}},\"required\":[\"a</arg_key>\"]}}}]";
+    CHECK(toolcall_grammar_build(keys_req, strlen(keys_req), &o, &tg) == DJ_ERR_UNSUPPORTED);
+    /* a tool without parameters: the bare call, which reads back as {} */
+    const char *bare = "[{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]";
+    CHECK(toolcall_grammar_build(bare, strlen(bare), &o, &tg) == DJ_OK);
+    g = parse_gbnf(tg.gbnf);
+    CHECK(match(g, "<tool_call>now\n</tool_call>") && !match(g, "<tool_call>now\n<arg_key>x</arg_key>\n"
+                                                              "<arg_value>1</arg_value>\n</tool_call>"));
+    struct dj_chat_syntax gsyn = {.tools = DJ_TOOLS_GLM};
+    struct calls c;
+    CHECK(parse_back(&gsyn, "<tool_call>now\n</tool_call>", &c) == DJ_OK && c.n == 1 && same_json(c.args[0], "{}"));
+    grammar_free(g);
+    toolcall_grammar_free(&tg);
+    /* gpt-oss: the header's name is [A-Za-z0-9_./-]; others are left out, none left is UNSUPPORTED */
+    o.format = DJ_TOOL_FORMAT_GPT_OSS;
+    CHECK(toolcall_grammar_build(odd, strlen(odd), &o, &tg) == DJ_ERR_UNSUPPORTED);
+    const char *two = "[{\"type\":\"function\",\"function\":{\"name\":\"a:b\"}},{\"type\":\"function\",\"function\":"
+                      "{\"name\":\"fs/read\",\"parameters\":{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\"}},"
+                      "\"required\":[\"p\"],\"additionalProperties\":false}}}]";
+    CHECK(toolcall_grammar_build(two, strlen(two), &o, &tg) == DJ_OK);
+    g = parse_gbnf(tg.gbnf);
+    const char *fs = "<|channel|>commentary to=functions.fs/read <|constrain|>json<|message|>{\"p\": \"x\"}";
+    CHECK(match(g, fs) && !match(g, "<|channel|>commentary to=functions.a:b <|constrain|>json<|message|>{}"));
+    struct dj_chat_syntax hsyn = {.tools = DJ_TOOLS_GPT_OSS};
+    CHECK(parse_back(&hsyn, fs, &c) == DJ_OK && c.n == 1 && !strcmp(c.names[0], "fs/read") && same_json(c.args[0], "{\"p\": \"x\"}"));
+    /* harmony: no text between the messages, no final message, no second call */
+    CHECK(!match(g, "<|channel|>final<|message|>Hi"));
+    CHECK(!match(g, " to=functions.fs/read<|channel|>commentary json<|message|>{\"p\": \"x\"}<|call|>"));
+    CHECK(!match(g, "<|channel|>commentary to=functions.fs/read<|channel|>commentary json<|message|>{\"p\": \"x\"}"));
+    CHECK(!match(g, "<|channel|>commentary to=functions.fs/read json<|message|>{\"p\": \"x\"}"
+                    "<|start|>assistant<|channel|>commentary to=functions.fs/read json<|message|>{\"p\": \"y\"}"));
+    grammar_free(g);
+    toolcall_grammar_free(&tg);
 }
 
-/* Qwen3-Coder string values: text the parser would read as JSON is not allowed. */
-static void test_xml_strings(void) {
+/* Qwen3-Coder and GLM string values: text the parser would read as JSON is not allowed. */
+static void test_xml_strings(enum dj_tool_format fmt) {
+    const bool glm = fmt == DJ_TOOL_FORMAT_GLM;
     const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
                         "{\"s\":{\"type\":\"string\"},\"n\":{\"type\":[\"integer\",\"null\"]},"
                         "\"e\":{\"enum\":[\"a b\",\"42\",\"true\",7,null,\" x\"]}},\"required\":[\"s\"]}}}]";
     struct dj_toolcall_opts o = toolcall_default_opts();
-    o.format = DJ_TOOL_FORMAT_QWEN3_CODER;
+    o.format = fmt;
     o.choice = DJ_TOOL_REQUIRED;
     struct dj_toolcall_grammar tg = {0};
     CHECK(toolcall_grammar_build(tools, strlen(tools), &o, &tg) == DJ_OK);
     struct dj_grammar *g = parse_gbnf(tg.gbnf);
     static const char *const ok[] = {"hello", "", "  spaced", "12abc", "1.", "-", "1e", "true story", "t", "fals", "null",
-                                     "\"quoted\"", "x</paramete", "3 4", "-0x", "2026-01-15"};
+                                     "\"quoted\"", "x</paramete", "3 4", "-0x", "2026-01-15", "x</arg_valu"};
     static const char *const bad[] = {"12", "-3.5e+7", "0", "true", "false", " 42", "true  ", "{\"a\": 1}", "[1]",
-                                      "a</parameter>b", "1.5\n"};
+                                      "a</parameter>b", "1.5\n", "a</arg_value>b"};
+    /* the value's end marker of the other family is plain text */
+    const char *other_end = glm ? "</parameter>" : "</arg_value>";
+    const char *wrap = glm ? "<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>%s</arg_value>\n</tool_call>"
+                           : "<tool_call>\n<function=f>\n<parameter=s>\n%s\n</parameter>\n</function>\n</tool_call>";
+    struct dj_chat_syntax syn = {.tools = glm ? DJ_TOOLS_GLM : DJ_TOOLS_QWEN3_CODER};
     char buf[256];
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        snprintf(buf, sizeof buf, "<tool_call>\n<function=f>\n<parameter=s>\n%s\n</parameter>\n</function>\n</tool_call>", ok[i]);
-        CHECKF(match(g, buf), "string value '%s' rejected", ok[i]);
-        struct dj_chat_syntax syn = {.tools = DJ_TOOLS_QWEN3_CODER};
+        snprintf(buf, sizeof buf, wrap, ok[i]);
+        CHECKF(match(g, buf), "%s: string value '%s' rejected", toolcall_format_name(fmt), ok[i]);
         struct calls c;
         CHECK(parse_back(&syn, buf, &c) == DJ_OK && c.n == 1);
         json_t *a = json_loads(c.args[0], 0, NULL);
         CHECKF(json_is_string(json_object_get(a, "s")) && !strcmp(json_string_value(json_object_get(a, "s")), ok[i]),
-               "'%s' reads back as %s", ok[i], c.args[0]);
+               "%s: '%s' reads back as %s", toolcall_format_name(fmt), ok[i], c.args[0]);
         json_decref(a);
     }
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(buf, sizeof buf, "<tool_call>\n<function=f>\n<parameter=s>\n%s\n</parameter>\n</function>\n</tool_call>", bad[i]);
-        CHECKF(!match(g, buf), "string value '%s' accepted", bad[i]);
+        snprintf(buf, sizeof buf, wrap, bad[i]);
+        bool plain = strstr(bad[i], other_end) != NULL;
+        CHECKF(match(g, buf) == plain, "%s: string value '%s' %s", toolcall_format_name(fmt), bad[i],
+               plain ? "rejected" : "accepted");
     }
     /* integer-or-null: only integers; enum: the safe values only */
-    const char *n_ok = "<tool_call>\n<function=f>\n<parameter=s>\nx\n</parameter>\n<parameter=n>\n-5\n</parameter>\n"
-                       "<parameter=e>\na b\n</parameter>\n</function>\n</tool_call>";
+    const char *n_ok = glm ? "<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>x</arg_value>\n<arg_key>n</arg_key>\n"
+                             "<arg_value>-5</arg_value>\n<arg_key>e</arg_key>\n<arg_value>a b</arg_value>\n</tool_call>"
+                           : "<tool_call>\n<function=f>\n<parameter=s>\nx\n</parameter>\n<parameter=n>\n-5\n</parameter>\n"
+                             "<parameter=e>\na b\n</parameter>\n</function>\n</tool_call>";
     CHECK(match(g, n_ok));
-    char *n_null = subst(n_ok, "\n-5\n", "\nnull\n"), *e42 = subst(n_ok, "\na b\n", "\n42\n"), *e7 = subst(n_ok, "\na b\n", "\n7\n");
-    CHECK(!match(g, n_null) && !match(g, e42) && match(g, e7));
+    const char *l = glm ? ">" : "\n", *r = glm ? "<" : "\n";
+    char f5[16], fnull[16], fab[16], f42[16], f7[16];
+    snprintf(f5, sizeof f5, "%s-5%s", l, r), snprintf(fnull, sizeof fnull, "%snull%s", l, r);
+    snprintf(fab, sizeof fab, "%sa b%s", l, r), snprintf(f42, sizeof f42, "%s42%s", l, r), snprintf(f7, sizeof f7, "%s7%s", l, r);
+    char *n_null = subst(n_ok, f5, fnull), *e42 = subst(n_ok, fab, f42), *e7 = subst(n_ok, fab, f7);
+    CHECK(n_null && e42 && e7 && !match(g, n_null) && !match(g, e42) && match(g, e7));
     free(n_null), free(e42), free(e7);
     grammar_free(g);
     toolcall_grammar_free(&tg);
@@ -598,7 +703,8 @@ int main(int argc, char **argv) {
     shared = argc > 1 ? argv[1] : "../shared";
     for (size_t i = 0; i < N_FAMS; i++) test_family(&fams[i]);
     test_errors();
-    test_xml_strings();
+    test_xml_strings(DJ_TOOL_FORMAT_QWEN3_CODER);
+    test_xml_strings(DJ_TOOL_FORMAT_GLM);
     printf("families: %zu templates checked; random walks: %zu sentences, %zu parsed to valid calls\n", N_FAMS,
            n_walks_total, n_walks_parsed);
     TEST_END();
