@@ -16,8 +16,8 @@
  * result does not depend on the thread count.
  *
  * Architectures: llama, qwen2, qwen3 (dense), llama with experts (Mixtral-style),
- * qwen3moe and deepseek2 (MLA in the split attn_k_b / attn_v_b layout that
- * llama.cpp's converter writes), with the metadata keys and tensor names and
+ * qwen3moe, deepseek2 (MLA in the split attn_k_b / attn_v_b layout that
+ * llama.cpp's converter writes), glm4moe (with its NextN block) and mistral3, with the metadata keys and tensor names and
  * shapes llama.cpp loads (golden/moe/README.md).  Tensors are produced while the
  * file is written (gguf_writer_add_tensor_fill), so a 17 GB model needs memory
  * for its largest tensor only.
@@ -44,6 +44,10 @@ struct preset {
     /* MLA (deepseek2): kv_lora, q_lora (0: none), qk_nope, qk_rope, v_head */
     uint32_t kv_lora, q_lora, qk_nope, qk_rope, v_head;
     uint32_t n_swa; /* gemma, gpt-oss: attention.sliding_window */
+    uint32_t n_nextn;   /* glm4moe: NextN blocks after the n_layer run ones */
+    uint32_t yarn_orig; /* mistral3: YaRN original context (and temperature floor) */
+    float yarn_factor;  /* mistral3: rope.scaling.factor */
+    bool tiny;          /* glm4moe: q/k norms; mistral3: attn_output bias, beta 8/2, log_mul 0.5 */
 };
 
 #define DENSE "llama qwen2 qwen3"
@@ -68,7 +72,18 @@ static const struct preset presets[] = {
     {"tiny", "gemma2", 256, 4, 4, 2, 64, 768, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16},
     /* Gemma 3 4B (window 1024, linear rope scaling 8 on the global layers) */
     {"4b", "gemma3", 2560, 34, 8, 4, 256, 10240, 131072, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1024},
-    {"v2-lite", "deepseek2", 2048, 27, 16, 1, 0, 10944, 163840, 64, 6, 1408, 2, 1, 512, 0, 128, 64, 128},
+    /* glm4moe: head 32 rotating 16 (partial NeoX), q/k/v biases and q/k norms, 1 dense layer,
+     * 8 sigmoid-routed experts of 128 (2 used) + 1 shared, one NextN block */
+    {"tiny", "glm4moe", 256, 4, 8, 4, 32, 768, 2048, 8, 2, 128, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, true},
+    /* GLM-4.5-Air's shape (46 + 1 NextN blocks) with 11 + 1.  q4_k_m, codelm's vocabulary:
+     * --layers 2 wrote 3.45 GB, --layers 3 5.14 GB (1.69 GB a MoE block), so ~18.7 GB here */
+    {"air", "glm4moe", 4096, 11, 96, 8, 128, 10944, 131072, 128, 8, 1408, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, false},
+    /* mistral3: YaRN factor 4 from an original context of 16 (so positions past 16 scale
+     * their queries), attn_output bias */
+    {"tiny", "mistral3", 256, 4, 8, 4, 32, 768, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 4.0f, true},
+    /* Devstral-Small-2-24B's text model: 40 layers, 32/8 heads of 128, YaRN 48 from 8192 */
+    {"devstral", "mistral3", 5120, 40, 32, 8, 128, 32768, 393216, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8192, 48.0f,
+     false},
     /* gpt-oss: sliding window 16 (tiny: the golden prompts cross it) or 128, every other layer */
     {"tiny", "gpt-oss", 256, 4, 8, 2, 32, 256, 4096, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0, 16},
     /* gpt-oss-20b (21B, 3.6B active; --type mxfp4: every matrix in MXFP4, as the released experts) */
@@ -93,6 +108,13 @@ static void synth_usage(FILE *f) {
             "                          of 64, n_ff 768), 4b (Gemma 3 4B: 2560, 34 layers, 8/4 heads of 256,\n"
             "                          10240, window 1024, linear rope scaling 8)\n"
             "    gemma2:               tiny (gemma3's tiny with 4 layers alternating, soft-capping 50/30)\n"
+            "    glm4moe:              tiny (head 32 rotating 16, biases, q/k norms, 8 experts of 128, 2 used,\n"
+            "                          1 shared, 1 dense layer, 1 NextN block), air (GLM-4.5-Air's shape: 4096,\n"
+            "                          96/8 heads of 128 rotating 64, 128 experts of 1408, 8 used, 1 shared,\n"
+            "                          1 dense layer of 10944; 11 layers + 1 NextN instead of 46 + 1)\n"
+            "    mistral3:             tiny (llama tiny with YaRN 4 from 16, temperature scaling 0.1, an\n"
+            "                          attn_output bias), devstral (Devstral-Small-2: 5120, 40 layers, 32/8\n"
+            "                          heads of 128, n_ff 32768, YaRN 48 from 8192, temperature 0.1)\n"
             "  --type: storage of the matrices (default f16): f32, f16, bf16, q8_0, q4_0 (quantized), q4_k_m\n"
             "  (llama.cpp's mix, as deja quantize), or random blocks of q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k\n"
             "  q6_k iq4_nl iq4_xs iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m tq1_0 tq2_0 mxfp4 nvfp4\n"
@@ -215,9 +237,9 @@ int cmd_synth(int argc, char **argv) {
         synth_usage(stderr);
         return cli_error("synth", "need --arch, --preset, --vocab-from and -o");
     }
-    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2 gemma2 gemma3 gpt-oss"))
+    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2 gemma2 gemma3 glm4moe mistral3 gpt-oss"))
         return cli_error("synth", "--arch: '%s' is not one of llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2, gemma3, "
-                         "gpt-oss", arch);
+                         "glm4moe, mistral3, gpt-oss", arch);
     struct preset P = {0};
     bool found = false;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
@@ -253,6 +275,8 @@ int cmd_synth(int argc, char **argv) {
     const bool llama_moe = moe && !strcmp(arch, "llama");
     const bool gemma = !strncmp(arch, "gemma", 5), gemma3 = !strcmp(arch, "gemma3");
     const bool oss = !strcmp(arch, "gpt-oss");
+    const bool glm = !strcmp(arch, "glm4moe"), mis3 = !strcmp(arch, "mistral3");
+    const uint32_t n_blocks = P.n_layer + P.n_nextn; /* block_count: glm4moe's NextN blocks included */
     const uint32_t hd = P.head_dim;
     struct gguf_writer *w = gguf_writer_create();
     struct synth_state S = {seed, threadpool_create((int)n_threads), NULL};
@@ -273,7 +297,7 @@ int cmd_synth(int argc, char **argv) {
         (st = gguf_writer_set_str(w, "general.name", name, strlen(name))) ||
         (st = gguf_writer_set_u32(w, "general.file_type", ftype)) ||
         (st = gguf_writer_set_u32(w, "general.quantization_version", 2)) || U32("vocab_size", n_vocab) ||
-        U32("context_length", P.n_ctx) || U32("embedding_length", P.n_embd) || U32("block_count", P.n_layer) ||
+        U32("context_length", P.n_ctx) || U32("embedding_length", P.n_embd) || U32("block_count", n_blocks) ||
         U32("feed_forward_length", P.n_ff) || U32("attention.head_count", P.n_head) ||
         U32("attention.head_count_kv", P.n_head_kv) ||
         F32("attention.layer_norm_rms_epsilon", qwen || mla || gemma ? 1e-6f : 1e-5f))
@@ -297,10 +321,25 @@ int cmd_synth(int argc, char **argv) {
             F32("rope.scaling.factor", 32.0f) || U32("rope.scaling.original_context_length", 4096) ||
             U32("attention.sliding_window", P.n_swa))
             goto fail_st;
-    } else if (U32("attention.key_length", hd) || U32("attention.value_length", hd) || U32("rope.dimension_count", hd) ||
-               F32("rope.freq_base", qwen || gemma3 ? 1000000.0f : 10000.0f)) {
+    } else if (U32("attention.key_length", hd) || U32("attention.value_length", hd) ||
+               U32("rope.dimension_count", glm ? hd / 2 : hd) ||
+               F32("rope.freq_base", qwen || gemma3 || glm || (mis3 && P.tiny) ? 1000000.0f : mis3 ? 100000000.0f : 10000.0f)) {
         goto fail_st;
     }
+    if (glm && (U32("leading_dense_block_count", P.n_dense) || U32("expert_shared_count", P.n_shared) ||
+                F32("expert_weights_scale", P.tiny ? 2.5f : 1.0f) ||
+                (st = gguf_writer_set_bool(w, KEY("expert_weights_norm"), true)) || U32("expert_gating_func", 2) ||
+                U32("nextn_predict_layers", P.n_nextn)))
+        goto fail_st;
+    /* mistral3: the keys convert_hf_to_gguf.py writes for Ministral 3 / Devstral 2 (yarn from
+     * rope_parameters, mscale_all_dim as the log multiplier, llama_4_scaling_beta) */
+    if (mis3 && ((st = gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", 4)) ||
+                 F32("rope.scaling.factor", P.yarn_factor) || U32("rope.scaling.original_context_length", P.yarn_orig) ||
+                 F32("rope.scaling.yarn_beta_fast", P.tiny ? 8.0f : 32.0f) ||
+                 F32("rope.scaling.yarn_beta_slow", P.tiny ? 2.0f : 1.0f) ||
+                 F32("rope.scaling.yarn_log_multiplier", P.tiny ? 0.5f : 1.0f) ||
+                 F32("attention.temperature_scale", 0.1f)))
+        goto fail_st;
     /* gemma: the keys llama.cpp's converter writes (gemma2's soft-capping; Gemma 3 4B's linear
      * rope scaling of the global layers) */
     if (gemma && (U32("attention.sliding_window", P.n_swa) ||
@@ -322,7 +361,7 @@ int cmd_synth(int argc, char **argv) {
     const int64_t E = P.n_embd, H = P.n_head, Q = H * hd, KV = (int64_t)P.n_head_kv * hd,
                   F = llama_moe ? P.n_ff_exp : P.n_ff, FE = P.n_ff_exp, NE = P.n_expert,
                   R = P.kv_lora, NOPE = P.qk_nope, ROPE = P.qk_rope, VH = P.v_head;
-    size_t max_specs = 3 + (size_t)P.n_layer * 20;
+    size_t max_specs = 3 + (size_t)n_blocks * 24;
     sp = calloc(max_specs, sizeof *sp);
     if (!sp) {
         cli_error("synth", "out of memory");
@@ -342,7 +381,7 @@ int cmd_synth(int argc, char **argv) {
     ADD("token_embd.weight", E, n_vocab, 1, 2, false);
     ADD("output_norm.weight", E, 1, 1, 1, true);
     if (!gemma) ADD("output.weight", E, n_vocab, 1, 2, false); /* gemma: tied, as the released files */
-    for (uint32_t il = 0; il < P.n_layer; il++) {
+    for (uint32_t il = 0; il < n_blocks; il++) {
         char n[64];
 #define L(suffix, k, nn, n3, dims, one)                            \
     do {                                                           \
@@ -367,23 +406,24 @@ int cmd_synth(int argc, char **argv) {
             L("attn_q.weight", E, Q, 1, 2, false);
             L("attn_k.weight", E, KV, 1, 2, false);
             L("attn_v.weight", E, KV, 1, 2, false);
-            if (!strcmp(arch, "qwen2") || oss) {
+            if (!strcmp(arch, "qwen2") || glm || oss) {
                 L("attn_q.bias", Q, 1, 1, 1, false);
                 L("attn_k.bias", KV, 1, 1, 1, false);
                 L("attn_v.bias", KV, 1, 1, 1, false);
             }
-            if (!strncmp(arch, "qwen3", 5) || gemma3) {
+            if (!strncmp(arch, "qwen3", 5) || gemma3 || (glm && P.tiny)) {
                 L("attn_q_norm.weight", hd, 1, 1, 1, true);
                 L("attn_k_norm.weight", hd, 1, 1, 1, true);
             }
             L("attn_output.weight", Q, E, 1, 2, false);
             if (gemma) L("post_attention_norm.weight", E, 1, 1, 1, true);
+            if (mis3 && P.tiny) L("attn_output.bias", E, 1, 1, 1, false);
             if (oss) {
                 L("attn_output.bias", E, 1, 1, 1, false);
                 L("attn_sinks.weight", H, 1, 1, 1, false);
             }
         }
-        L(oss ? "post_attention_norm.weight" : "ffn_norm.weight", E, 1, 1, 1, true);
+        L(glm || oss ? "post_attention_norm.weight" : "ffn_norm.weight", E, 1, 1, 1, true);
         if (gemma) L("post_ffw_norm.weight", E, 1, 1, 1, true);
         if (!moe || il < P.n_dense) {
             L("ffn_gate.weight", E, F, 1, 2, false);
@@ -391,6 +431,7 @@ int cmd_synth(int argc, char **argv) {
             L("ffn_down.weight", F, E, 1, 2, false);
         } else {
             L("ffn_gate_inp.weight", E, NE, 1, 2, false);
+            if (glm) L("exp_probs_b.bias", NE, 1, 1, 1, false);
             L("ffn_gate_exps.weight", E, FE, NE, 3, false);
             L("ffn_up_exps.weight", E, FE, NE, 3, false);
             L("ffn_down_exps.weight", FE, E, NE, 3, false);
@@ -407,6 +448,12 @@ int cmd_synth(int argc, char **argv) {
                 L("ffn_down_shexp.weight", FS, E, 1, 2, false);
             }
         }
+        if (il >= P.n_layer) { /* glm4moe NextN: bound by deja and llama.cpp, run by neither */
+            L("nextn.eh_proj.weight", 2 * E, E, 1, 2, false);
+            L("nextn.enorm.weight", E, 1, 1, 1, true);
+            L("nextn.hnorm.weight", E, 1, 1, 1, true);
+            L("nextn.shared_head_norm.weight", E, 1, 1, 1, true);
+        }
 #undef L
     }
 #undef ADD
@@ -416,7 +463,7 @@ int cmd_synth(int argc, char **argv) {
         goto done;
     }
     struct quant_mix mix; /* q4_k_m: the tensors are made in llama-quantize's order of layers */
-    quant_mix_init(&mix, quant_ftype_find("Q4_K_M"), arch, P.n_expert, P.n_layer, P.n_head, P.n_head_kv);
+    quant_mix_init(&mix, quant_ftype_find("Q4_K_M"), arch, P.n_expert, n_blocks, P.n_head, P.n_head_kv);
     for (size_t i = 0; i < ns; i++) quant_mix_count(&mix, sp[i].name, strlen(sp[i].name));
     size_t total = 0;
     for (size_t i = 0; i < ns; i++) {
@@ -437,7 +484,7 @@ int cmd_synth(int argc, char **argv) {
     }
     if ((st = gguf_writer_write(w, out_path))) goto fail_st;
     fprintf(stderr, "synth: wrote %s: %s %s, %u layers, %zu tensors, %.2f GB of weights\n", out_path, arch, preset_name,
-            P.n_layer, ns, (double)total / 1e9);
+            n_blocks, ns, (double)total / 1e9);
     rc = 0;
     goto done;
 fail_st:

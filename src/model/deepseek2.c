@@ -74,8 +74,17 @@ enum dj_status deepseek2_load_mla(struct dj_model *m) {
     float mscale = 1.0f;
     if (hp->rope_yarn) mscale = 1.0f + hp->yarn_log_mul * logf(hp->rope_factor); /* 0.1 mscale_all_dim ln(factor) */
     hp->kq_scale = mscale * mscale / sqrtf((float)(hp->qk_nope + hp->n_rot));
-    /* MoE */
-    uint32_t gating = 1;
+    return model_load_moe_keys(m, 1, true);
+}
+
+/* The MoE keys of deepseek2 and glm4moe (model.h).  gating_default: expert_gating_func
+ * when absent (deepseek2 softmax 1, glm4moe sigmoid 2); groups: read expert_group_count /
+ * _used_count (glm4moe: llama.cpp does not, so neither does deja). */
+enum dj_status model_load_moe_keys(struct dj_model *m, uint32_t gating_default, bool groups) {
+    struct dj_hparams *hp = &m->hp;
+    enum dj_status st;
+    const char *path = gguf_name(m->gguf);
+    uint32_t gating = gating_default;
     bool norm = false;
     char key[128];
     snprintf(key, sizeof key, "%s.expert_weights_norm", m->arch_name);
@@ -95,18 +104,19 @@ enum dj_status deepseek2_load_mla(struct dj_model *m) {
         (st = model_hp_u32(m, "expert_shared_count", &hp->n_expert_shared, false, 0)) ||
         (st = model_hp_range(m, "expert_shared_count", hp->n_expert_shared, 0, 64)) ||
         (st = model_hp_f32(m, "expert_weights_scale", &hp->exp_scale, 0.0f)) ||
-        (st = model_hp_u32(m, "expert_gating_func", &gating, true, 1)) ||
+        (st = model_hp_u32(m, "expert_gating_func", &gating, true, gating_default)) ||
         (st = model_hp_range(m, "expert_gating_func", gating, 1, 2)) ||
-        (st = model_hp_u32(m, "expert_group_count", &hp->n_group, true, 0)) ||
-        (st = model_hp_u32(m, "expert_group_used_count", &hp->n_group_used, true, 0)))
+        (groups && (st = model_hp_u32(m, "expert_group_count", &hp->n_group, true, 0))) ||
+        (groups && (st = model_hp_u32(m, "expert_group_used_count", &hp->n_group_used, true, 0))))
         return st;
     hp->gating = gating;
     if (!isfinite(hp->exp_scale))
-        return dj_fail(DJ_ERR_FORMAT, "%s: hyperparameter 'deepseek2.expert_weights_scale' is not finite", path);
+        return dj_fail(DJ_ERR_FORMAT, "%s: hyperparameter '%s.expert_weights_scale' is not finite", path,
+                       m->arch_name);
     if (hp->n_group > 1) {
         if (hp->n_expert % hp->n_group || hp->n_expert / hp->n_group < 2)
-            return dj_fail(DJ_ERR_FORMAT, "%s: hyperparameter 'deepseek2.expert_group_count' is %u: it must divide "
-                           "expert_count (%u) into groups of at least 2", path, hp->n_group, hp->n_expert);
+            return dj_fail(DJ_ERR_FORMAT, "%s: hyperparameter '%s.expert_group_count' is %u: it must divide "
+                           "expert_count (%u) into groups of at least 2", path, m->arch_name, hp->n_group, hp->n_expert);
         if ((st = model_hp_range(m, "expert_group_used_count", hp->n_group_used, 1, hp->n_group))) return st;
         if ((uint64_t)hp->n_group_used * (hp->n_expert / hp->n_group) < hp->n_expert_used)
             return dj_fail(DJ_ERR_FORMAT, "%s: %u expert groups of %u used leave fewer experts than expert_used_count "

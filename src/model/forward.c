@@ -245,9 +245,8 @@ static void ctx_matmul_grouped(struct dj_context *c, int n_w, const struct dj_we
  * the linear scale.  The one place this arithmetic lives: the precomputed
  * table (rope_row) and the on-the-fly path both call it, so a table entry is
  * bitwise the value the on-the-fly path computes (tests/model/test_precompute.c).
- * mscale: YaRN's magnitude factor on cos and sin (hp->yarn_mscale for the forward
- * pass, 1 for a rotation by a position delta). */
-static void rope_cos_sin_ms(const struct dj_model *m, float pos, bool local, float *cs, float *sn, float mscale) {
+ * local: the second setting (dj_layer.rope_local); mag: YaRN's magnitude on cos and sin. */
+static void rope_cos_sin_mag(const struct dj_model *m, float pos, bool local, float *cs, float *sn, bool mag) {
     const struct dj_hparams *hp = &m->hp;
     const int n_rot = (int)hp->n_rot;
     if (local) { /* the second setting (dj_layer.rope_local): its base and linear scale, nothing else */
@@ -264,16 +263,19 @@ static void rope_cos_sin_ms(const struct dj_model *m, float pos, bool local, flo
     const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)n_rot);
     const float *ff = (const float *)m->rope_freqs.data;
     float theta = pos;
-    if (hp->rope_yarn) { /* ggml rope_yarn, ext_factor 1; cos/sin times yarn_mscale (1 for deepseek2:
-                          golden/moe/README.md) */
+    if (hp->rope_yarn) { /* ggml rope_yarn, ext_factor 1; cos/sin times yarn_mscale (1 for deepseek2) */
         const float inv = 1.0f / hp->rope_factor;
         for (int i = 0; i < n_rot / 2; i++) {
             const float y = ((float)i - hp->yarn_low) / fmaxf(0.001f, hp->yarn_high - hp->yarn_low);
             const float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
             const float extrap = ff ? theta / ff[i] : theta, interp = inv * extrap;
             const float t = interp * (1.0f - ramp) + extrap * ramp;
-            cs[i] = cosf(t) * mscale;
-            sn[i] = sinf(t) * mscale;
+            cs[i] = cosf(t);
+            sn[i] = sinf(t);
+            if (mag && hp->yarn_mscale != 1.0f) { /* ggml: cos and sin times mscale */
+                cs[i] *= hp->yarn_mscale;
+                sn[i] *= hp->yarn_mscale;
+            }
             theta *= theta_scale;
         }
         return;
@@ -286,8 +288,10 @@ static void rope_cos_sin_ms(const struct dj_model *m, float pos, bool local, flo
     }
 }
 
+/* The rope of the forward pass: with YaRN's magnitude (rope_cos_sin_mag without it is a
+ * pure rotation: model_rope_shift_layer's, which moves a row already scaled once). */
 static void rope_cos_sin(const struct dj_model *m, float pos, bool local, float *cs, float *sn) {
-    rope_cos_sin_ms(m, pos, local, cs, sn, m->hp.yarn_mscale);
+    rope_cos_sin_mag(m, pos, local, cs, sn, true);
 }
 
 /* Rotates the first n_rot dims of each of n_heads heads of one token by the
@@ -308,16 +312,11 @@ static void rope_rotate(const struct dj_model *m, float *x, int n_heads, const f
     }
 }
 
-/* RoPE of one token at `pos`, computed on the fly (local: the second setting; mscale as
- * rope_cos_sin_ms). */
-static void rope_ms(const struct dj_model *m, float *x, int n_heads, float pos, bool local, float mscale) {
-    float cs[512]; /* n_rot/2 <= 256, checked at context creation */
-    rope_cos_sin_ms(m, pos, local, cs, cs + m->hp.n_rot / 2, mscale);
-    rope_rotate(m, x, n_heads, cs);
-}
-
+/* RoPE of one token at `pos`, computed on the fly (local: the second setting). */
 static void rope(const struct dj_model *m, float *x, int n_heads, float pos, bool local) {
-    rope_ms(m, x, n_heads, pos, local, m->hp.yarn_mscale);
+    float cs[512]; /* n_rot/2 <= 256, checked at context creation */
+    rope_cos_sin(m, pos, local, cs, cs + m->hp.n_rot / 2);
+    rope_rotate(m, x, n_heads, cs);
 }
 
 /* The cos/sin row of position pos (rope_rotate's cs; local: of the second rope setting,
@@ -360,9 +359,11 @@ void model_rope_shift_layer(const struct dj_model *m, uint32_t il, float *k, int
      * row's tail [kv_lora, kv_lora + rope) of its one head.  A layer with the second rope
      * setting (gemma's sliding layers) rotates with its base. */
     DJ_ASSERT(il < m->hp.n_layer);
-    const bool local = m->layers[il].rope_local;
-    if (m->hp.mla) rope_ms(m, k + m->hp.kv_lora, 1, (float)delta, false, 1.0f); /* YaRN: a pure rotation */
-    else rope_ms(m, k, n_heads, (float)delta, local, 1.0f);
+    const bool local = m->layers[il].rope_local && !m->hp.mla;
+    float cs[512];
+    rope_cos_sin_mag(m, (float)delta, local, cs, cs + m->hp.n_rot / 2, false); /* a rotation: no YaRN magnitude */
+    if (m->hp.mla) rope_rotate(m, k + m->hp.kv_lora, 1, cs);
+    else rope_rotate(m, k, n_heads, cs);
 }
 
 void model_rope_shift(const struct dj_model *m, float *k, int n_heads, int64_t delta) {
@@ -559,6 +560,15 @@ static void post_norm(float *x, const struct dj_weight *w, int64_t n, int64_t E,
     for (int64_t t = 0; t < n; t++) rmsnorm(x + t * E, x + t * E, w->data, E, eps);
 }
 
+/* mistral3's llama4-style temperature scaling of one token's query row (model.h,
+ * mistral3.c): llama.cpp's llm_graph_input_attn_temp, the floor in float, the log in
+ * double, one float scale multiplied in. */
+static void attn_temp(const struct dj_hparams *hp, float *q, int64_t n, uint32_t pos) {
+    const float fl = floorf((float)pos / (float)hp->attn_temp_floor);
+    const float s = (float)(log((double)fl + 1.0) * (double)hp->attn_temp_scale + 1.0);
+    for (int64_t i = 0; i < n; i++) q[i] *= s;
+}
+
 static void head_norm(float *x, const struct dj_weight *w, int64_t n_tok, int n_heads, int hd, float eps) {
     if (!w->data) return;
     for (int64_t t = 0; t < n_tok; t++)
@@ -674,8 +684,9 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
     const struct dj_hparams *hp = &c->model->hp;
     const int64_t E = hp->n_embd, NE = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
     ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
-    const bool ds = hp->arch == DJ_ARCH_DEEPSEEK2; /* qwen3moe, Mixtral: softmax, normalized, no clamp */
-    const bool oss = hp->arch == DJ_ARCH_GPT_OSS;  /* softmax over the top-k logits, biased experts */
+    /* deepseek2 and glm4moe (its keys, no groups: n_group 0); qwen3moe, Mixtral: softmax, normalized, no clamp */
+    const bool ds = hp->arch == DJ_ARCH_DEEPSEEK2 || hp->arch == DJ_ARCH_GLM4MOE;
+    const bool oss = hp->arch == DJ_ARCH_GPT_OSS; /* softmax over the top-k logits, biased experts */
     const struct moe_router rt = {.n_expert = (uint32_t)NE, .n_used = (uint32_t)K, .sigmoid = ds && hp->gating == 2,
                                   .softmax_weight = oss, .z_bias = oss ? L->ffn_gate_inp_b.data : NULL,
                                   .bias = ds ? (const float *)L->exp_probs_b.data : NULL,
@@ -1072,6 +1083,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
                 }
                 if (hp->attn_q_scale != 0) /* gemma: after rope, as llama.cpp's ggml_scale of Qcur */
                     for (int64_t i = 0; i < Q; i++) c->q[t * Q + i] *= hp->attn_q_scale;
+                if (hp->attn_temp_scale != 0.0f) attn_temp(hp, c->q + t * Q, Q, pos[t]);
                 void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
                 if (pr && il == pr->il) {
                     kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)KV);

@@ -49,6 +49,8 @@ const char *model_arch_name(enum dj_arch a) {
     case DJ_ARCH_GPT_OSS: return "gpt-oss";
     case DJ_ARCH_GEMMA2: return "gemma2";
     case DJ_ARCH_GEMMA3: return "gemma3";
+    case DJ_ARCH_GLM4MOE: return "glm4moe";
+    case DJ_ARCH_MISTRAL3: return "mistral3";
     }
     return "?";
 }
@@ -270,39 +272,62 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
         return DJ_OK;
     }
     if (stype.len == 4 && !memcmp(stype.ptr, "yarn", 4) &&
-        (hp->arch == DJ_ARCH_DEEPSEEK2 || hp->arch == DJ_ARCH_GPT_OSS)) {
-        /* deepseek2's and gpt-oss's YaRN: beta_fast 32, beta_slow 1 (llama.cpp's defaults;
-         * neither reads them from the file) */
+        (hp->arch == DJ_ARCH_DEEPSEEK2 || hp->arch == DJ_ARCH_MISTRAL3 || hp->arch == DJ_ARCH_GPT_OSS)) {
+        /* llama.cpp's YaRN (ggml rope_yarn with ext_factor 1; llama_context's attn_factor).
+         * Only where a golden test checks it: deepseek2, mistral3, gpt-oss */
+        float attn = 1.0f;
         hp->rope_yarn = true;
         if ((st = hp_f32(m, "rope.scaling.factor", &hp->rope_factor, 1.0f)) ||
             (st = hp_u32(m, "rope.scaling.original_context_length", &hp->rope_orig_ctx, true, hp->n_ctx_train)) ||
-            (st = hp_f32(m, "rope.scaling.yarn_log_multiplier", &hp->yarn_log_mul, 0.0f)))
+            (st = hp_f32(m, "rope.scaling.yarn_log_multiplier", &hp->yarn_log_mul, 0.0f)) ||
+            (st = hp_f32(m, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, 32.0f)) ||
+            (st = hp_f32(m, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, 1.0f)) ||
+            (st = hp_f32(m, "rope.scaling.attn_factor", &attn, 1.0f)))
             return st;
-        if (!isfinite(hp->rope_factor) || hp->rope_factor < 1)
-            return hp_bad(m, "rope.scaling.factor", "is %g; it must be a finite number >= 1", (double)hp->rope_factor);
+        if (!isfinite(hp->rope_factor) || hp->rope_factor < 1 || hp->rope_factor > 65536)
+            return hp_bad(m, "rope.scaling.factor", "is %g; it must be a finite number between 1 and 65536",
+                          (double)hp->rope_factor);
         if (hp->rope_orig_ctx == 0)
             return hp_bad(m, "rope.scaling.original_context_length", "is 0; it must be at least 1");
-        if (!isfinite(hp->yarn_log_mul))
-            return hp_bad(m, "rope.scaling.yarn_log_multiplier", "is not finite");
+        if (!isfinite(hp->yarn_log_mul) || hp->yarn_log_mul < 0 || hp->yarn_log_mul > 100)
+            return hp_bad(m, "rope.scaling.yarn_log_multiplier", "is %g; it must be a finite number between 0 and 100",
+                          (double)hp->yarn_log_mul);
+        /* beta: rotations per original context; the corr dims need them > 0 and fast >= slow */
+        if (!isfinite(hp->yarn_beta_fast) || hp->yarn_beta_fast <= 0 || hp->yarn_beta_fast > 1e6f)
+            return hp_bad(m, "rope.scaling.yarn_beta_fast", "is %g; it must be a finite number in (0, 1e6]",
+                          (double)hp->yarn_beta_fast);
+        if (!isfinite(hp->yarn_beta_slow) || hp->yarn_beta_slow <= 0 || hp->yarn_beta_slow > hp->yarn_beta_fast)
+            return hp_bad(m, "rope.scaling.yarn_beta_slow", "is %g; it must be a finite number in (0, yarn_beta_fast %g]",
+                          (double)hp->yarn_beta_slow, (double)hp->yarn_beta_fast);
+        if (!isfinite(attn) || attn <= 0 || attn > 100)
+            return hp_bad(m, "rope.scaling.attn_factor", "is %g; it must be a finite number in (0, 100]", (double)attn);
         const float nd = (float)hp->n_rot, pi = 3.14159265358979323846f;
-        const float lo = floorf(nd * logf((float)hp->rope_orig_ctx / (32.0f * 2 * pi)) / (2 * logf(hp->rope_freq_base)));
-        const float hi = ceilf(nd * logf((float)hp->rope_orig_ctx / (1.0f * 2 * pi)) / (2 * logf(hp->rope_freq_base)));
+        const float lo = floorf(nd * logf((float)hp->rope_orig_ctx / (hp->yarn_beta_fast * 2 * pi)) /
+                                (2 * logf(hp->rope_freq_base)));
+        const float hi = ceilf(nd * logf((float)hp->rope_orig_ctx / (hp->yarn_beta_slow * 2 * pi)) /
+                               (2 * logf(hp->rope_freq_base)));
         hp->yarn_low = lo > 0 ? lo : 0;
         hp->yarn_high = hi < nd - 1 ? hi : nd - 1;
-        /* ggml's rope_yarn multiplies cos and sin by attn_factor (1 + 0.1 ln factor); llama.cpp
-         * sets attn_factor = get_mscale(factor) / (1 + 0.1 ln factor), which with
-         * yarn_log_multiplier (deepseek2) cancels to 1 (its kq_scale carries the mscale) and
-         * without it leaves (1 + 0.1 ln factor) after the same float operations */
-        hp->yarn_mscale = 1.0f;
-        if (hp->arch != DJ_ARCH_DEEPSEEK2 && hp->rope_factor > 1.0f) {
-            const float ms = 0.1f * 1.0f * logf(hp->rope_factor) + 1.0f;
-            const float attn_factor = ms * (1.0f / (1.0f + 0.1f * logf(hp->rope_factor)));
-            hp->yarn_mscale = attn_factor * (1.0f + 0.1f * logf(1.0f / (1.0f / hp->rope_factor)));
+        /* cos/sin magnitude, in llama.cpp's float steps: llama_context's yarn_attn_factor
+         * (get_mscale ratio; deepseek2 takes mscale = the log multiplier), divided by the
+         * magnitude rope_yarn then multiplies back in, times rope.scaling.attn_factor */
+        const float freq_scale = 1.0f / hp->rope_factor, factor = 1.0f / freq_scale;
+#define GET_MSCALE(s, ms) ((s) <= 1.0f ? 1.0f : (0.1f * (ms) * logf(s) + 1.0f))
+        float yaf;
+        if (hp->yarn_log_mul != 0.0f) {
+            const float ms = hp->arch == DJ_ARCH_DEEPSEEK2 && hp->yarn_log_mul != 1.0f ? hp->yarn_log_mul : 1.0f;
+            yaf = GET_MSCALE(factor, ms) / GET_MSCALE(factor, hp->yarn_log_mul);
+        } else {
+            yaf = GET_MSCALE(factor, 1.0f);
         }
+#undef GET_MSCALE
+        yaf *= 1.0f / (1.0f + 0.1f * logf(factor));
+        yaf *= attn;
+        hp->yarn_mscale = yaf * (1.0f + 0.1f * logf(1.0f / freq_scale));
         return DJ_OK;
     }
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' (%s) is not supported (deja supports none, "
-                   "linear, llama3; yarn for deepseek2 and gpt-oss)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
+                   "linear, llama3; yarn for deepseek2, mistral3 and gpt-oss)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
 }
 
 /* expert_count / expert_used_count and the expert width: qwen3moe's
@@ -361,6 +386,8 @@ static enum dj_status load_common_hparams(struct dj_model *m) {
     if ((st = check_hparams(m)) || (st = load_moe_hparams(m))) return st;
     if ((st = load_rope_scaling(m))) return st;
     if (hp->arch == DJ_ARCH_GEMMA2 || hp->arch == DJ_ARCH_GEMMA3) return gemma_load_swa(m);
+    if (hp->arch == DJ_ARCH_GLM4MOE) return glm4moe_load_moe(m);
+    if (hp->arch == DJ_ARCH_MISTRAL3) return mistral3_load_temp(m);
     return hp->arch == DJ_ARCH_DEEPSEEK2 ? deepseek2_load_mla(m) : DJ_OK;
 }
 
@@ -434,11 +461,12 @@ static enum dj_status bind_tensors(struct dj_model *m) {
         m->rope_freqs = (struct dj_weight){.data = m->rope_freqs_buf, .type = DJ_TYPE_F32, .ne0 = hp->n_rot / 2,
                                            .ne1 = 1, .row_bytes = (size_t)(hp->n_rot / 2) * sizeof(float)};
     }
-    m->layers = calloc(hp->n_layer, sizeof *m->layers);
+    m->layers = calloc((size_t)hp->n_layer + hp->n_layer_nextn, sizeof *m->layers);
     if (!m->layers) return dj_fail(DJ_ERR_NOMEM, "out of memory binding %u layers", hp->n_layer);
     if (hp->arch == DJ_ARCH_DEEPSEEK2) return deepseek2_bind_layers(m);
     if (hp->arch == DJ_ARCH_GPT_OSS) return gptoss_bind_layers(m);
     if (hp->arch == DJ_ARCH_GEMMA2 || hp->arch == DJ_ARCH_GEMMA3) return gemma_bind_layers(m);
+    if (hp->arch == DJ_ARCH_GLM4MOE) return glm4moe_bind_layers(m);
     bool bias = hp->arch == DJ_ARCH_QWEN2, qk_norm = hp->arch == DJ_ARCH_QWEN3 || hp->arch == DJ_ARCH_QWEN3MOE;
     const bool moe = hp->n_expert > 0;
     const int64_t FE = hp->n_ff_exp, NE = hp->n_expert;
@@ -453,6 +481,15 @@ static enum dj_status bind_tensors(struct dj_model *m) {
         BIND(wk, "attn_k.weight", E, KV, true);
         BIND(wv, "attn_v.weight", E, KV, true);
         BIND(wo, "attn_output.weight", Q, E, true);
+        if (hp->arch == DJ_ARCH_MISTRAL3) {
+            BIND(bo, "attn_output.bias", E, 1, false);
+            static const char *const fb[] = {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"};
+            for (int i = 0; i < 3; i++) {
+                snprintf(n, sizeof n, "blk.%u.%s", il, fb[i]);
+                if (gguf_find_tensor(m->gguf, n))
+                    return dj_fail(DJ_ERR_UNSUPPORTED, "%s: tensor '%s' (an FFN bias) is not supported", path, n);
+            }
+        }
         BIND(bq, "attn_q.bias", Q, 1, bias);
         BIND(bk, "attn_k.bias", KV, 1, bias);
         BIND(bv, "attn_v.bias", KV, 1, bias);
@@ -609,10 +646,12 @@ enum dj_status model_load(const char *path, struct dj_model **out) {
     else if (!strcmp(m->arch_name, "deepseek2")) st = deepseek2_load_hparams(m);
     else if (!strcmp(m->arch_name, "gemma2")) st = gemma2_load_hparams(m);
     else if (!strcmp(m->arch_name, "gemma3")) st = gemma3_load_hparams(m);
+    else if (!strcmp(m->arch_name, "glm4moe")) st = glm4moe_load_hparams(m);
+    else if (!strcmp(m->arch_name, "mistral3")) st = mistral3_load_hparams(m);
     else if (!strcmp(m->arch_name, "gpt-oss")) st = gptoss_load_hparams(m);
     else {
         st = dj_fail(DJ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (deja supports llama, qwen2, qwen3, "
-                     "qwen3moe, deepseek2, gemma2, gemma3, gpt-oss)",
+                     "qwen3moe, deepseek2, gemma2, gemma3, glm4moe, mistral3, gpt-oss)",
                      path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }

@@ -15,6 +15,11 @@
  *   gemma2, gemma3 — sliding-window layers interleaved with global ones (each with its
  *            rope base), post-norms around attention and FFN, GELU-gated FFN, embeddings
  *            scaled by sqrt(n_embd), soft-capping; gemma3 adds q/k norms (gemma.c)
+ *   glm4moe — GLM-4.5 / 4.6 / 4.7 (glm4moe.c): partial NeoX rope, q/k/v biases, optional
+ *            q/k norms, leading dense layers, sigmoid-routed experts with a selection bias
+ *            and shared experts (deepseek2's routing); NextN layers bound, not run
+ *   mistral3 — Ministral 3, Devstral Small 2 (mistral3.c): llama with YaRN and llama4-style
+ *            attention temperature scaling of the queries, optional attn_output bias
  *   gpt-oss — gpt-oss-20b/120b (gptoss.c): sliding windows on every other layer, QKV and
  *            output biases, attention sinks, YaRN, MoE of biased experts routed by a softmax
  *            over the top-k logits, clamped SwiGLU (swiglu_oai)
@@ -43,7 +48,7 @@
 #include "tokenizer/tokenizer.h"
 
 enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE, DJ_ARCH_DEEPSEEK2, DJ_ARCH_GEMMA2,
-               DJ_ARCH_GEMMA3, DJ_ARCH_GPT_OSS };
+               DJ_ARCH_GEMMA3, DJ_ARCH_GLM4MOE, DJ_ARCH_MISTRAL3, DJ_ARCH_GPT_OSS };
 enum dj_rope_type { DJ_ROPE_NORM, DJ_ROPE_NEOX };
 
 struct dj_hparams {
@@ -73,8 +78,6 @@ struct dj_hparams {
     bool rope_yarn;
     float yarn_low, yarn_high; /* ggml_rope_yarn_corr_dims with beta_fast 32, beta_slow 1 */
     float yarn_log_mul;        /* rope.scaling.yarn_log_multiplier (= 0.1 mscale_all_dim) */
-    float yarn_mscale;         /* cos/sin multiplier of ggml's rope_yarn (attn_factor times
-                                  1 + 0.1 ln factor); 1 for deepseek2, whose llama.cpp cancels it */
     /* deepseek2 (MLA).  head_dim = kv_lora + qk_rope (the K cache row), n_head_kv = 1 */
     bool mla;
     uint32_t q_lora, kv_lora, qk_nope, v_head; /* qk_rope = n_rot */
@@ -101,6 +104,18 @@ struct dj_hparams {
     bool embd_scale;           /* embeddings times sqrt(n_embd) */
     bool ffn_gelu;             /* gate activation GELU (tanh form, through ggml's f16 table: dj_model.gelu_tab);
                                   false = SiLU */
+    /* glm4moe: nextn_predict_layers (NextN / MTP blocks after the n_layer run ones: bound
+     * into layers[n_layer ..], never run) */
+    uint32_t n_layer_nextn;
+    /* YaRN (any architecture with rope.scaling.type "yarn"): rope.scaling.yarn_beta_fast /
+     * _beta_slow (32 / 1) give yarn_low / yarn_high; yarn_mscale multiplies cos and sin
+     * (llama.cpp's attn_factor times its ext-factor magnitude: 1 for deepseek2 and for
+     * mscale_all_dim 1, else 1 + 0.1 ln factor) */
+    float yarn_beta_fast, yarn_beta_slow, yarn_mscale;
+    /* mistral3: attention.temperature_scale (llama4-style; 0 = none) and its floor (the
+     * YaRN original context): q *= 1 + scale * ln(floor(pos / floor) + 1) after rope */
+    float attn_temp_scale;
+    uint32_t attn_temp_floor;
 };
 
 /* A weight matrix: rows of ne0 elements (the reduction dimension K), ne1 rows. */
@@ -119,7 +134,6 @@ struct dj_layer {
     struct dj_weight attn_norm;          /* (n_embd), f32 */
     struct dj_weight wq, wk, wv, wo;     /* (n_head*hd, n_embd), (n_kv*hd, n_embd) x2, (n_embd, n_head*hd) */
     struct dj_weight bq, bk, bv;         /* qwen2, gpt-oss biases, f32; data NULL otherwise */
-    struct dj_weight bo;                 /* gpt-oss attn_output.bias (n_embd), f32; NULL otherwise */
     struct dj_weight attn_sinks;         /* gpt-oss (n_head) f32: a per-head logit joining each softmax */
     struct dj_weight q_norm, k_norm;     /* qwen3 per-head norms (hd), f32; NULL otherwise */
     struct dj_weight ffn_norm;           /* (n_embd), f32 */
@@ -151,6 +165,12 @@ struct dj_layer {
     struct dj_weight attn_post_norm, ffn_post_norm; /* (n_embd), f32; NULL otherwise */
     uint32_t n_swa;   /* sliding window: a query at p sees keys (p - n_swa, p]; 0 = every key up to p */
     bool rope_local;  /* rope with hp.rope_base_local / rope_scale_local (not rope_freq_base) */
+    struct dj_weight bo;                 /* (n_embd) attn_output.bias, f32 (gpt-oss; optional: mistral3) */
+    /* glm4moe NextN / MTP layers (il >= n_layer): bound and validated, not run */
+    struct dj_weight nextn_eh_proj;      /* (n_embd, 2 n_embd) */
+    struct dj_weight nextn_enorm, nextn_hnorm; /* (n_embd) */
+    struct dj_weight nextn_embed, nextn_head;  /* (n_vocab, n_embd), optional */
+    struct dj_weight nextn_head_norm;    /* (n_embd), optional */
 };
 
 struct dj_model {
@@ -168,7 +188,7 @@ struct dj_model {
     size_t packed_arena_bytes;
     float *rope_freqs_buf;        /* (n_rot/2) owned: llama3 factors computed from the metadata
                                      when the file has no rope_freqs tensor; NULL otherwise */
-    struct dj_layer *layers;      /* n_layer */
+    struct dj_layer *layers;      /* n_layer (+ n_layer_nextn, glm4moe) */
     char arch_name[32];
     float *mla_buf;               /* owned: legacy attn_kv_b split into wk_b / wv_b (f32), or NULL */
     char *path;                   /* owned: the file it was loaded from (the persistent KV
@@ -207,6 +227,17 @@ enum dj_status gemma2_load_hparams(struct dj_model *m);
 enum dj_status gemma3_load_hparams(struct dj_model *m);
 enum dj_status gemma_load_swa(struct dj_model *m);
 enum dj_status gemma_bind_layers(struct dj_model *m);
+/* deepseek2.c: the MoE keys (leading dense layers, experts, shared experts, gating, weight
+ * norm and scale; groups when `groups`), range-checked; shared with glm4moe */
+enum dj_status model_load_moe_keys(struct dj_model *m, uint32_t gating_default, bool groups);
+/* glm4moe.c: hparams hook, then (after the common hparams) the MoE and NextN keys, then
+ * each layer's tensors (NextN layers included) */
+enum dj_status glm4moe_load_hparams(struct dj_model *m);
+enum dj_status glm4moe_load_moe(struct dj_model *m);
+enum dj_status glm4moe_bind_layers(struct dj_model *m);
+/* mistral3.c: hparams hook; mistral3_load_temp after the rope scaling keys */
+enum dj_status mistral3_load_hparams(struct dj_model *m);
+enum dj_status mistral3_load_temp(struct dj_model *m);
 
 /* loader.c's helpers for "<arch>.<key>" hyperparameters (architecture files) */
 enum dj_status model_hp_u32(struct dj_model *m, const char *key, uint32_t *out, bool has_default, uint32_t def);

@@ -26,6 +26,9 @@
  *  - -ctk/-ctv q8_0: logits unlike the f32 cache's, the same in a second process
  *    restoring from a q8_0 store on the same directory (f32 blocks there are another
  *    key); a quantized type on stories260K (head size 8) and an unknown type: refused.
+ * run on `deja synth --preset tiny` glm4moe and mistral3 files (test_run_arch; the same
+ * ~1k-token prompt, so mistral3's YaRN and query temperature scaling act on every block):
+ * run 2 on a --kv-dir restores blocks and gives the cold text, ids and logits_hash.
  */
 #include <dirent.h>
 #include <stdbool.h>
@@ -349,6 +352,39 @@ static void test_run(const char *shared) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) runres_free(all[i]);
 }
 
+static void test_run_arch(const char *shared) {
+    static const char *const archs[] = {"glm4moe", "mistral3"};
+    const char *keep = codelm;
+    static char pf[300]; /* test_run's prompt file (its path was a local of test_run) */
+    snprintf(pf, sizeof pf, "%s/prompt.txt", tmpdir);
+    prompt_file = pf;
+    for (int i = 0; i < 2; i++) {
+        char model[300], kv[300];
+        snprintf(model, sizeof model, "%s/%s-tiny.gguf", tmpdir, archs[i]);
+        snprintf(kv, sizeof kv, "%s/run_kv_%s", tmpdir, archs[i]);
+        char *out = NULL;
+        int rc = RUN(&out, "synth", "--arch", (char *)archs[i], "--preset", "tiny", "--vocab-from", (char *)keep, "-o",
+                     model, "-t", "2");
+        CHECKF(rc == 0, "synth %s: %s", archs[i], out);
+        free(out);
+        if (rc) continue;
+        printf("deja run, %s tiny:\n", archs[i]);
+        codelm = model; /* run_json's model */
+        struct runres cold = run_json("persistence off", NULL, NULL, NULL, NULL);
+        struct runres r1 = run_json("--kv-dir (fresh)", "--kv-dir", kv, NULL, NULL);
+        struct runres r2 = run_json("--kv-dir (second process)", "--kv-dir", kv, NULL, NULL);
+        same_run(&cold, &r1, "run 1");
+        same_run(&cold, &r2, "run 2 (restored)");
+        CHECKF(r1.disk == 0 && r2.disk > 0 && r2.disk != ~0ull && r2.computed < cold.computed,
+               "%s run 2: disk %llu computed %llu (cold %llu)", archs[i], r2.disk, r2.computed, cold.computed);
+        runres_free(&cold);
+        runres_free(&r1);
+        runres_free(&r2);
+        unlink(model);
+    }
+    codelm = keep;
+}
+
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : "../shared";
     deja_bin = argc > 2 ? argv[2] : "build/bin/deja";
@@ -369,6 +405,7 @@ int main(int argc, char **argv) {
     traces[1] = test_shared_path(shared, "traces/openhands_mock__DelegatorAgent_test_edits.jsonl");
     test_replay();
     test_run(shared);
+    test_run_arch(shared);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -5,10 +5,12 @@
  * size, 1 or 2 threads (ctx_forward).
  *
  * Per model (stories260K F32, codelm F16, codelm quantized to q4_k_m by
- * `deja quantize`, which has Q4_K and Q6_K tensors, and deepseek2-lite-tiny:
- * Multi-head Latent Attention over a K-only pool; and `deja synth --arch gemma3 --preset
+ * `deja quantize`, which has Q4_K and Q6_K tensors, deepseek2-lite-tiny:
+ * Multi-head Latent Attention over a K-only pool; `deja synth --arch gemma3 --preset
  * tiny`: five sliding-window layers of 16 keys, so most of these sequences pass the window
- * and their later tokens skip the first blocks; and a gpt-oss tiny model: windows of 16 on
+ * and their later tokens skip the first blocks; `deja synth --preset tiny`
+ * glm4moe and mistral3 files: sigmoid-routed + shared experts, partial rope;
+ * YaRN and the query temperature scaling; and a gpt-oss tiny model: windows of 16 on
  * every other layer, attention sinks, MXFP4 experts): 16 random token
  * sequences of 3-120 tokens.  Reference: each sequence alone, every
  * position's logits (ctx_decode, one call), hashed per row.  Then random
@@ -246,6 +248,16 @@ int main(int argc, char **argv) {
     if (rc == 0) check_model(oss, n_sched);
     unlink(oss);
     unlink(q);
+    static const char *const archs[] = {"glm4moe", "mistral3"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(q, sizeof q, "%s/%s-tiny.gguf", dir, archs[i]);
+        rc = RUN(&out, "synth", "--arch", (char *)archs[i], "--preset", "tiny", "--vocab-from", (char *)codelm, "-o",
+                 q, "-t", "2");
+        CHECKF(rc == 0, "synth %s: %s", archs[i], out);
+        free(out);
+        if (rc == 0) check_model(q, n_sched);
+        unlink(q);
+    }
     rmdir(dir);
     TEST_END();
 }

@@ -10,11 +10,16 @@
  * (the simulation mode of `replay --teacher-force`) reports what it reports
  * without them; a cache salt keeps a request away from the memo; the memo
  * stays within LLAMA_OPT_MEMO_TRIE_MAX nodes.
+ * The same exactness on `deja synth --preset tiny` glm4moe (MoE with shared experts,
+ * partial rope) and mistral3 (YaRN, query temperature scaling) files (check_arch):
+ * greedy, seeded n = 2 and penalized requests, lookup + memo drafts (fixed and
+ * adaptive, alone and batched) and lookup + memo + early exit (adaptive).
  */
 #include "core/hash.h"
 #include "engine/engine.h"
 #include "engine/trace.h"
 #include "test.h"
+#include "test_run.h"
 
 enum { MAX_GEN = 64, N_REQ = 6 };
 
@@ -244,8 +249,51 @@ static void test_memo_salt_bound(const struct dj_model *m, const struct rq *q) {
     engine_destroy(e);
 }
 
+/* The exactness checks on a tiny synth model of `arch` (random weights: its greedy text
+ * repeats itself, so lookup and memo drafts are accepted). */
+static void check_arch(const char *shared, const char *arch, const char *code) {
+    char path[] = "/tmp/deja_test_spec_arch_XXXXXX.gguf";
+    const int fd = mkstemps(path, 5);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    char *out = NULL;
+    int rc = RUN(&out, "synth", "--arch", (char *)arch, "--preset", "tiny", "--vocab-from",
+                 (char *)test_shared_path(shared, "models/codelm-15m-f16.gguf"), "-o", path, "-t", "2");
+    CHECKF(rc == 0, "synth %s: %s", arch, out);
+    free(out);
+    struct dj_model *m = NULL;
+    if (rc == 0) CHECKF(model_load(path, &m) == DJ_OK, "%s: %s", arch, dj_last_error());
+    unlink(path);
+    if (!m) return;
+    dj_token *tb = NULL;
+    size_t nb = 0;
+    CHECK(vocab_tokenize(m->vocab, code, strlen(code), true, false, &tb, &nb) == DJ_OK);
+    struct dj_sampler_params greedy = sampler_default_params(), hot = sampler_default_params(),
+                             pen = sampler_default_params();
+    greedy.temp = 0.0f;
+    hot.temp = 0.8f;
+    hot.seed = 7;
+    pen.temp = 0.0f;
+    pen.repeat_penalty = 1.1f;
+    pen.penalty_last_n = 32;
+    const struct rq q[3] = {{tb, nb, greedy, 48, 1, NULL}, {tb, nb, hot, 40, 2, NULL}, {tb, nb, pen, 32, 1, NULL}};
+    static struct out ref[3];
+    uint64_t ref_passes[3];
+    printf("%s:\n", arch);
+    run_plain(m, q, 3, ref, ref_passes);
+    const unsigned L = DJ_SPEC_BIT(DJ_SPEC_LOOKUP), M = DJ_SPEC_BIT(DJ_SPEC_MEMO), X = DJ_SPEC_BIT(DJ_SPEC_EXIT);
+    for (int adaptive = 0; adaptive < 2; adaptive++)
+        for (int batched = 0; batched < 2; batched++) run_spec(m, q, 3, ref, ref_passes, L | M, adaptive, batched);
+    exit_layer = 0;
+    run_spec(m, q, 3, ref, ref_passes, L | M | X, true, false);
+    free(tb);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
+    deja_bin = argv[2];
     struct dj_model *m = NULL;
     CHECKF(model_load(test_shared_path(argv[1], "models/codelm-15m-f16.gguf"), &m) == DJ_OK, "%s", dj_last_error());
     if (!m) TEST_END();
@@ -323,6 +371,8 @@ int main(int argc, char **argv) {
             }
     test_forced(m, &qq[0], &ref[0]);
     test_memo_salt_bound(m, &qq[1]);
+    check_arch(argv[1], "glm4moe", two);
+    check_arch(argv[1], "mistral3", two);
     free(ta);
     free(tb);
     free(pa);

@@ -13,6 +13,12 @@
  * end in SIGFPE in ctx_create's or model_bind's divisions).  A few variants also
  * go through `deja replay`, `deja bench` and `deja perplexity`.  The unchanged
  * model (llama, qwen2, qwen3) must load and run.
+ *
+ * glm4moe and mistral3 (test_arch_variants): `deja synth --preset tiny` files with one
+ * key's value or one tensor's name patched in place: the NextN count, the MoE keys, a
+ * missing NextN / selection-bias / post-attention-norm tensor; YaRN's factor, beta_fast,
+ * beta_slow, log multiplier, original context, the temperature scale, a partial rope,
+ * experts — each refused naming the file and the key or tensor.
  */
 #include <math.h>
 #include <stdint.h>
@@ -257,6 +263,129 @@ static void test_valid(void) {
     }
 }
 
+/* ---- glm4moe, mistral3 ------------------------------------------------------------ */
+
+/* A copy of src with the bytes at `at` after the first occurrence of `find` replaced. */
+static bool patch_file(const char *src, const char *dst, const char *find, size_t at, const void *repl, size_t n) {
+    size_t len = 0;
+    char *b = test_read_file(src, &len);
+    if (!b) return false;
+    char *p = memmem(b, len, find, strlen(find));
+    bool ok = p && (size_t)(p - b) + at + n <= len;
+    if (ok) {
+        memcpy(p + at, repl, n);
+        FILE *f = fopen(dst, "wb");
+        ok = f && fwrite(b, 1, len, f) == len;
+        if (f) ok = (fclose(f) == 0) && ok;
+    }
+    free(b);
+    return ok;
+}
+
+struct arch_variant {
+    const char *what, *find; /* a key (its value patched) or a tensor name (its last byte) */
+    char t;                  /* u: u32 value, f: f32 value, n: rename */
+    double v;
+    enum dj_status want_st;
+    const char *want;
+};
+
+static void test_arch_variants(void) {
+    static const struct arch_variant glm[] = {
+        {"nextn_predict_layers 5 of 5 blocks", "glm4moe.nextn_predict_layers", 'u', 5, DJ_ERR_FORMAT,
+         "glm4moe.nextn_predict_layers"},
+        {"expert_count 0", "glm4moe.expert_count", 'u', 0, DJ_ERR_FORMAT, "glm4moe.expert_count"},
+        {"expert_count 1000", "glm4moe.expert_count", 'u', 1000, DJ_ERR_FORMAT, "glm4moe.expert_count"},
+        {"expert_used_count 9 of 8", "glm4moe.expert_used_count", 'u', 9, DJ_ERR_FORMAT, "glm4moe.expert_used_count"},
+        {"expert_feed_forward_length 0", "glm4moe.expert_feed_forward_length", 'u', 0, DJ_ERR_FORMAT,
+         "glm4moe.expert_feed_forward_length"},
+        {"expert_shared_count 100", "glm4moe.expert_shared_count", 'u', 100, DJ_ERR_FORMAT,
+         "glm4moe.expert_shared_count"},
+        {"expert_gating_func 3", "glm4moe.expert_gating_func", 'u', 3, DJ_ERR_FORMAT, "glm4moe.expert_gating_func"},
+        {"expert_weights_scale nan", "glm4moe.expert_weights_scale", 'f', NAN, DJ_ERR_FORMAT,
+         "glm4moe.expert_weights_scale"},
+        {"leading_dense_block_count 5", "glm4moe.leading_dense_block_count", 'u', 5, DJ_ERR_FORMAT,
+         "glm4moe.leading_dense_block_count"},
+        {"NextN eh_proj missing", "blk.4.nextn.eh_proj.weight", 'n', 0, DJ_ERR_NOT_FOUND, "blk.4.nextn.eh_proj.weight"},
+        {"NextN enorm missing", "blk.4.nextn.enorm.weight", 'n', 0, DJ_ERR_NOT_FOUND, "blk.4.nextn.enorm.weight"},
+        {"exp_probs_b missing", "blk.2.exp_probs_b.bias", 'n', 0, DJ_ERR_NOT_FOUND, "blk.2.exp_probs_b.bias"},
+        {"post_attention_norm missing", "blk.0.post_attention_norm.weight", 'n', 0, DJ_ERR_NOT_FOUND,
+         "blk.0.post_attention_norm.weight"},
+    };
+    static const struct arch_variant mis[] = {
+        {"yarn factor 0.5", "mistral3.rope.scaling.factor", 'f', 0.5, DJ_ERR_FORMAT, "mistral3.rope.scaling.factor"},
+        {"yarn factor nan", "mistral3.rope.scaling.factor", 'f', NAN, DJ_ERR_FORMAT, "mistral3.rope.scaling.factor"},
+        {"yarn original_context_length 0", "mistral3.rope.scaling.original_context_length", 'u', 0, DJ_ERR_FORMAT,
+         "mistral3.rope.scaling.original_context_length"},
+        {"yarn_beta_fast 0", "mistral3.rope.scaling.yarn_beta_fast", 'f', 0, DJ_ERR_FORMAT,
+         "mistral3.rope.scaling.yarn_beta_fast"},
+        {"yarn_beta_fast inf", "mistral3.rope.scaling.yarn_beta_fast", 'f', INFINITY, DJ_ERR_FORMAT,
+         "mistral3.rope.scaling.yarn_beta_fast"},
+        {"yarn_beta_slow 100 > beta_fast 8", "mistral3.rope.scaling.yarn_beta_slow", 'f', 100, DJ_ERR_FORMAT,
+         "mistral3.rope.scaling.yarn_beta_slow"},
+        {"yarn_beta_slow -1", "mistral3.rope.scaling.yarn_beta_slow", 'f', -1, DJ_ERR_FORMAT,
+         "mistral3.rope.scaling.yarn_beta_slow"},
+        {"yarn_log_multiplier nan", "mistral3.rope.scaling.yarn_log_multiplier", 'f', NAN, DJ_ERR_FORMAT,
+         "mistral3.rope.scaling.yarn_log_multiplier"},
+        {"temperature_scale -0.1", "mistral3.attention.temperature_scale", 'f', -0.1, DJ_ERR_FORMAT,
+         "mistral3.attention.temperature_scale"},
+        {"temperature_scale nan", "mistral3.attention.temperature_scale", 'f', NAN, DJ_ERR_FORMAT,
+         "mistral3.attention.temperature_scale"},
+        {"rope.dimension_count 16 of a 32 head", "mistral3.rope.dimension_count", 'u', 16, DJ_ERR_FORMAT,
+         "mistral3.rope.dimension_count"},
+        {"attn_output.bias of 1 layer renamed away", "blk.1.attn_output.bias", 'n', 0, DJ_OK, NULL},
+    };
+    static const struct { const char *arch; const struct arch_variant *v; size_t n; } sets[] = {
+        {"glm4moe", glm, sizeof glm / sizeof glm[0]}, {"mistral3", mis, sizeof mis / sizeof mis[0]}};
+    for (size_t a = 0; a < 2; a++) {
+        char src[128], out_path[128];
+        snprintf(src, sizeof src, "%s/%s.gguf", dir, sets[a].arch);
+        char *out = NULL;
+        int rc = RUN(&out, "synth", "--arch", (char *)sets[a].arch, "--preset", "tiny", "--vocab-from",
+                     (char *)test_shared_path(shared, "models/stories260K.gguf"), "-o", src, "-t", "1");
+        CHECKF(rc == 0, "synth %s: exit %d: %s", sets[a].arch, rc, out);
+        free(out);
+        if (rc) continue;
+        struct dj_model *m = NULL;
+        CHECKF(model_load(src, &m) == DJ_OK, "%s unpatched: %s", sets[a].arch, dj_last_error());
+        if (m && a == 0) CHECK(m->hp.n_layer == 4 && m->hp.n_layer_nextn == 1 && m->layers[4].nextn_eh_proj.data);
+        if (m && a == 1) CHECK(m->hp.rope_yarn && m->hp.attn_temp_scale > 0.09f && m->hp.attn_temp_floor == 16);
+        model_free(m);
+        for (size_t i = 0; i < sets[a].n; i++) {
+            const struct arch_variant *v = &sets[a].v[i];
+            snprintf(out_path, sizeof out_path, "%s/%s_bad%02zu.gguf", dir, sets[a].arch, i);
+            const uint32_t u = (uint32_t)v->v;
+            const float f = (float)v->v;
+            const size_t key_len = strlen(v->find);
+            bool ok = v->t == 'n' ? patch_file(src, out_path, v->find, key_len - 1, "x", 1)
+                                  : patch_file(src, out_path, v->find, key_len + 4, v->t == 'u' ? (const void *)&u
+                                                                                                 : (const void *)&f, 4);
+            CHECKF(ok, "%s %s: patching failed", sets[a].arch, v->what);
+            if (!ok) continue;
+            m = (struct dj_model *)0x1;
+            dj_clear_error();
+            enum dj_status st = model_load(out_path, &m);
+            const char *msg = dj_last_error();
+            if (v->want_st == DJ_OK) { /* optional tensors: absent is fine */
+                CHECKF(st == DJ_OK, "%s %s: %s", sets[a].arch, v->what, msg);
+                if (st == DJ_OK) {
+                    CHECK(m->layers[1].bo.data == NULL && m->layers[0].bo.data != NULL);
+                    model_free(m);
+                }
+            } else {
+                CHECKF(st == v->want_st, "%s %s: status %d, expected %d (%s)", sets[a].arch, v->what, st, v->want_st,
+                       msg);
+                CHECKF(m == (struct dj_model *)0x1, "%s %s: out-param written on failure", sets[a].arch, v->what);
+                if (st == DJ_OK && m != (struct dj_model *)0x1) model_free(m);
+                CHECKF(strstr(msg, out_path) && strstr(msg, v->want), "%s %s: message lacks the file or '%s': %s",
+                       sets[a].arch, v->what, v->want, msg);
+            }
+            unlink(out_path);
+        }
+        unlink(src);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s SHARED_DIR DEJA_BINARY\n", argv[0]);
@@ -271,6 +400,7 @@ int main(int argc, char **argv) {
     }
     test_valid();
     test_variants();
+    test_arch_variants();
     rmdir(dir);
     TEST_END();
 }
