@@ -43,7 +43,7 @@ struct preset {
     uint32_t n_expert, n_used, n_ff_exp, n_shared, n_dense;
     /* MLA (deepseek2): kv_lora, q_lora (0: none), qk_nope, qk_rope, v_head */
     uint32_t kv_lora, q_lora, qk_nope, qk_rope, v_head;
-    uint32_t n_swa; /* gemma: attention.sliding_window */
+    uint32_t n_swa; /* gemma, gpt-oss: attention.sliding_window */
     uint32_t n_nextn;   /* glm4moe: NextN blocks after the n_layer run ones */
     uint32_t yarn_orig; /* mistral3: YaRN original context (and temperature floor) */
     float yarn_factor;  /* mistral3: rope.scaling.factor */
@@ -84,6 +84,10 @@ static const struct preset presets[] = {
     /* Devstral-Small-2-24B's text model: 40 layers, 32/8 heads of 128, YaRN 48 from 8192 */
     {"devstral", "mistral3", 5120, 40, 32, 8, 128, 32768, 393216, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8192, 48.0f,
      false},
+    /* gpt-oss: sliding window 16 (tiny: the golden prompts cross it) or 128, every other layer */
+    {"tiny", "gpt-oss", 256, 4, 8, 2, 32, 256, 4096, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0, 16},
+    /* gpt-oss-20b (21B, 3.6B active; --type mxfp4: every matrix in MXFP4, as the released experts) */
+    {"20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 131072, 32, 4, 2880, 0, 0, 0, 0, 0, 0, 0, 128},
 };
 #undef DENSE
 
@@ -233,9 +237,9 @@ int cmd_synth(int argc, char **argv) {
         synth_usage(stderr);
         return cli_error("synth", "need --arch, --preset, --vocab-from and -o");
     }
-    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2 gemma2 gemma3 glm4moe mistral3"))
+    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2 gemma2 gemma3 glm4moe mistral3 gpt-oss"))
         return cli_error("synth", "--arch: '%s' is not one of llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2, gemma3, "
-                         "glm4moe, mistral3", arch);
+                         "glm4moe, mistral3, gpt-oss", arch);
     struct preset P = {0};
     bool found = false;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
@@ -270,6 +274,7 @@ int cmd_synth(int argc, char **argv) {
     const bool qwen = arch[0] == 'q', mla = !strcmp(arch, "deepseek2"), moe = P.n_expert > 0;
     const bool llama_moe = moe && !strcmp(arch, "llama");
     const bool gemma = !strncmp(arch, "gemma", 5), gemma3 = !strcmp(arch, "gemma3");
+    const bool oss = !strcmp(arch, "gpt-oss");
     const bool glm = !strcmp(arch, "glm4moe"), mis3 = !strcmp(arch, "mistral3");
     const uint32_t n_blocks = P.n_layer + P.n_nextn; /* block_count: glm4moe's NextN blocks included */
     const uint32_t hd = P.head_dim;
@@ -309,6 +314,12 @@ int cmd_synth(int argc, char **argv) {
             U32("leading_dense_block_count", P.n_dense) || U32("expert_shared_count", P.n_shared) ||
             F32("expert_weights_scale", 1.0f) || (st = gguf_writer_set_bool(w, KEY("expert_weights_norm"), false)) ||
             U32("expert_gating_func", 1))
+            goto fail_st;
+    } else if (oss) { /* as llama.cpp's converter writes gpt-oss's config */
+        if (U32("attention.key_length", hd) || U32("attention.value_length", hd) || U32("rope.dimension_count", hd) ||
+            F32("rope.freq_base", 150000.0f) || (st = gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", 4)) ||
+            F32("rope.scaling.factor", 32.0f) || U32("rope.scaling.original_context_length", 4096) ||
+            U32("attention.sliding_window", P.n_swa))
             goto fail_st;
     } else if (U32("attention.key_length", hd) || U32("attention.value_length", hd) ||
                U32("rope.dimension_count", glm ? hd / 2 : hd) ||
@@ -395,7 +406,7 @@ int cmd_synth(int argc, char **argv) {
             L("attn_q.weight", E, Q, 1, 2, false);
             L("attn_k.weight", E, KV, 1, 2, false);
             L("attn_v.weight", E, KV, 1, 2, false);
-            if (!strcmp(arch, "qwen2") || glm) {
+            if (!strcmp(arch, "qwen2") || glm || oss) {
                 L("attn_q.bias", Q, 1, 1, 1, false);
                 L("attn_k.bias", KV, 1, 1, 1, false);
                 L("attn_v.bias", KV, 1, 1, 1, false);
@@ -407,8 +418,12 @@ int cmd_synth(int argc, char **argv) {
             L("attn_output.weight", Q, E, 1, 2, false);
             if (gemma) L("post_attention_norm.weight", E, 1, 1, 1, true);
             if (mis3 && P.tiny) L("attn_output.bias", E, 1, 1, 1, false);
+            if (oss) {
+                L("attn_output.bias", E, 1, 1, 1, false);
+                L("attn_sinks.weight", H, 1, 1, 1, false);
+            }
         }
-        L(glm ? "post_attention_norm.weight" : "ffn_norm.weight", E, 1, 1, 1, true);
+        L(glm || oss ? "post_attention_norm.weight" : "ffn_norm.weight", E, 1, 1, 1, true);
         if (gemma) L("post_ffw_norm.weight", E, 1, 1, 1, true);
         if (!moe || il < P.n_dense) {
             L("ffn_gate.weight", E, F, 1, 2, false);
@@ -420,6 +435,12 @@ int cmd_synth(int argc, char **argv) {
             L("ffn_gate_exps.weight", E, FE, NE, 3, false);
             L("ffn_up_exps.weight", E, FE, NE, 3, false);
             L("ffn_down_exps.weight", FE, E, NE, 3, false);
+            if (oss) {
+                L("ffn_gate_inp.bias", NE, 1, 1, 1, false);
+                L("ffn_gate_exps.bias", FE, NE, 1, 2, false);
+                L("ffn_up_exps.bias", FE, NE, 1, 2, false);
+                L("ffn_down_exps.bias", E, NE, 1, 2, false);
+            }
             if (P.n_shared) {
                 const int64_t FS = FE * P.n_shared;
                 L("ffn_gate_shexp.weight", E, FS, 1, 2, false);
@@ -446,7 +467,8 @@ int cmd_synth(int argc, char **argv) {
     for (size_t i = 0; i < ns; i++) quant_mix_count(&mix, sp[i].name, strlen(sp[i].name));
     size_t total = 0;
     for (size_t i = 0; i < ns; i++) {
-        uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") ? DJ_TYPE_F32 : (uint32_t)type;
+        uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") || strstr(sp[i].name, ".bias")
+                         ? DJ_TYPE_F32 : (uint32_t)type;
         const int64_t ne4[4] = {sp[i].ne[0], sp[i].n_dims > 1 ? sp[i].ne[1] : 1, sp[i].n_dims > 2 ? sp[i].ne[2] : 1, 1};
         if (k_m && (st = quant_mix_type(&mix, sp[i].name, strlen(sp[i].name), ne4, &t, NULL))) goto fail_st;
         size_t rb;

@@ -26,7 +26,8 @@
 // Output: one JSON document (stdout or -o; per prompt, by its index in PROMPTS.json:
 // prompt_tokens, top_last, top_last_seq (the seq run's logits at top_last's ids),
 // greedy, greedy_seq, step_top, spread_all_positions, spread_at (its position), spread_fa,
-// spread_last; and the maxima over prompts), and with --dump DIR the full last-position
+// spread_last, spread_steps (batch vs seq over the greedy steps while both fed the same ids);
+// and the maxima over prompts), and with --dump DIR the full last-position
 // logits of each prompt's batch run as DIR/p<i>.logits_last.f32 (n_vocab float32 LE).
 //
 // Built against a llama.cpp build outside this repository (bench/peer/README.md); the
@@ -324,11 +325,13 @@ int main(int argc, char ** argv) {
         std::vector<llama_token> greedy;
         std::vector<std::string> step_tops;
         std::vector<float> cur(last, last + n_vocab);
+        std::vector<float> step_rows; // every batch step's logits, for spread_steps
         for (int s = 0; s < n_steps; s++) {
             if (s > 0) {
                 if (!decode(ctx, {greedy.back()}, np + s - 1, false, n_vocab, row)) return 1;
                 cur = row;
             }
+            step_rows.insert(step_rows.end(), cur.begin(), cur.end());
             step_tops.push_back(top_json(cur.data(), n_vocab, top_steps));
             greedy.push_back(argmax(cur.data(), n_vocab));
         }
@@ -340,11 +343,15 @@ int main(int argc, char ** argv) {
         }
         std::vector<llama_token> greedy_seq;
         cur.assign(seq_rows.end() - n_vocab, seq_rows.end());
+        float spread_steps = 0; // batch vs seq over the greedy steps, while both fed the same ids
         for (int s = 0; s < n_steps; s++) {
             if (s > 0) {
                 if (!decode(ctx, {greedy_seq.back()}, np + s - 1, false, n_vocab, row)) return 1;
                 cur = row;
             }
+            if (std::vector<llama_token>(greedy.begin(), greedy.begin() + s) == greedy_seq)
+                for (int v = 0; v < n_vocab; v++)
+                    spread_steps = std::max(spread_steps, fabsf(cur[v] - step_rows[(size_t) s * n_vocab + v]));
             greedy_seq.push_back(argmax(cur.data(), n_vocab));
         }
         float spread = 0, spread_last = 0;
@@ -394,7 +401,8 @@ int main(int argc, char ** argv) {
         js += "      \"spread_all_positions\": " + fmt_float(spread) + ",\n";
         js += "      \"spread_at\": " + std::to_string(spread_pos) + ",\n";
         js += "      \"spread_fa\": " + fmt_float(spread_fa) + ",\n";
-        js += "      \"spread_last\": " + fmt_float(spread_last) + "\n";
+        js += "      \"spread_last\": " + fmt_float(spread_last) + ",\n";
+        js += "      \"spread_steps\": " + fmt_float(spread_steps) + "\n";
         js += pi + 1 < ptoks.size() ? "    },\n" : "    }\n";
     }
     js += "  ],\n";

@@ -4,11 +4,13 @@
 # (with an importance matrix for the types that need one), and for `deja synth` tiny
 # models whose matrices are random blocks of each weight type.
 #
-#   bench/peer/quant_goldens.sh [files|goldens|all]   (default all)
+#   bench/peer/quant_goldens.sh [files|goldens|all|arch]   (default all)
 #
 # files:   the model files, under $QFILES (never in the repository): codelm/ (llama-quantize,
 #          llama-imatrix) and synth/ (deja synth); their sha256 in tests/golden/quants/SHA256SUMS
 # goldens: logits_peer on every file -> tests/golden/quants/{codelm,synth}/<name>.json
+# arch:    the other architectures' deja synth files (ARCH_FILES, under $QFILES/arch; their
+#          lines of SHA256SUMS replaced) and their goldens -> tests/golden/quants/arch/<name>.json
 #
 # Environment: LLAMACPP (a llama.cpp checkout with a CPU build in build/: llama-quantize,
 # llama-imatrix and libllama; required), QFILES (where the model files go; default ../qfiles,
@@ -34,6 +36,9 @@ CODELM_IMATRIX="IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS Q2_K_S"
 # deja synth --type: every weight type llama.cpp's CPU backend runs, as random blocks
 SYNTH_TYPES="q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s
              iq1_s iq1_m tq1_0 tq2_0 mxfp4 nvfp4 q1_0 q2_0"
+
+# other architectures: NAME:ARCH:PRESET:TYPE (deja synth, codelm's vocabulary)
+ARCH_FILES="gpt-oss-tiny-f32:gpt-oss:tiny:f32 gpt-oss-tiny-mxfp4:gpt-oss:tiny:mxfp4"
 
 peer=build/logits_peer
 build_peer() {
@@ -88,9 +93,28 @@ goldens() {
     done
 }
 
+arch() {
+    build_peer
+    mkdir -p "$QFILES/arch" "$OUT/arch"
+    local label="llama.cpp ${PEER_COMMIT:-d32676d7}" e name a p t
+    for e in $ARCH_FILES; do
+        IFS=: read -r name a p t <<< "$e"
+        "$DEJA" synth --arch "$a" --preset "$p" --type "$t" --vocab-from "$F16" -o "$QFILES/arch/$name.gguf" -t 1 \
+            2> /dev/null
+        "$peer" -m "$QFILES/arch/$name.gguf" -p "$OUT/prompts.json" -o "$OUT/arch/$name.json" --label "$label" 2>&1 |
+            grep -v control-looking
+    done
+    {
+        grep -v '  arch/' "$OUT/SHA256SUMS" || true
+        (cd "$QFILES/arch" && sha256sum *.gguf | sed 's|  |  arch/|')
+    } > "$OUT/SHA256SUMS.new"
+    mv "$OUT/SHA256SUMS.new" "$OUT/SHA256SUMS"
+}
+
 case $mode in
     files) files ;;
     goldens) goldens ;;
-    all) files; goldens ;;
-    *) echo "usage: $0 [files|goldens|all]" >&2; exit 2 ;;
+    all) files; goldens; arch ;;
+    arch) arch ;;
+    *) echo "usage: $0 [files|goldens|all|arch]" >&2; exit 2 ;;
 esac

@@ -77,8 +77,11 @@ typedef void (*dj_attn_values_n_fn)(int64_t hd, int nr, const float *const *w, c
 /* attn_softmax: s[p] = exp(s[p] - max) / sum over p of exp(s[q] - max), p in [0, n),
  * n >= 1: one fixed sequence of operations on the row alone (the generic table: expf
  * and a sum in double in position order; avx512: a 16-lane exp and 16 lanes of double
- * sums, p % 16, combined in a fixed tree). */
-typedef void (*dj_attn_softmax_fn)(float *s, int64_t n);
+ * sums, p % 16, combined in a fixed tree).  sink (gpt-oss's attention sinks; -INFINITY:
+ * none, bitwise the plain softmax) joins the softmax as one more logit whose
+ * probability is dropped, as ggml's soft_max_ext: max = max(max, sink), then
+ * exp(sink - max) (expf) added to the double sum after the row's. */
+typedef void (*dj_attn_softmax_fn)(float *s, int64_t n, float sink);
 
 /* The kernels of one weight type; all NULL if the table has none for it. */
 struct dj_wtype_kernels {

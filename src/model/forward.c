@@ -476,6 +476,7 @@ static void attn_task(void *arg, int ith, int nth) {
     const uint32_t n_swa = c->model->layers[j->il].n_swa; /* 0: every key up to the query */
     const size_t stride = c->n_embd_kv, bs = c->block_size, n_ctx = c->p.n_ctx;
     const int64_t tile = c->att_tile;
+    const float *sinks = c->model->layers[j->il].attn_sinks.data; /* gpt-oss: (n_head), else NULL */
     float *sc = c->scores + (size_t)ith * (size_t)tile * (size_t)group * n_ctx; /* (tile, group) rows of n_ctx */
     float *kt = c->kvt ? c->kvt + (size_t)ith * 2 * bs * (size_t)hd : NULL, *vt = kt ? kt + bs * (size_t)hd : NULL;
     const long n_items = (long)j->n_tiles * n_kv;
@@ -514,7 +515,8 @@ static void attn_task(void *arg, int ith, int nth) {
         for (int64_t t = t0; t < t1; t++) {
             const int64_t lo = swa_first_key(j->pos[t], n_swa);
             for (int g = 0; g < group; g++)
-                c->kern->attn_softmax(att_scores_row(sc, t - t0, g, group, n_ctx) + lo, (int64_t)j->pos[t] + 1 - lo);
+                c->kern->attn_softmax(att_scores_row(sc, t - t0, g, group, n_ctx) + lo, (int64_t)j->pos[t] + 1 - lo,
+                                      sinks ? sinks[hk * group + g] : -INFINITY);
         }
         for (int64_t p0 = p_first; p0 < max_keys; p0 += (int64_t)bs) {
             const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il);
@@ -617,6 +619,17 @@ static void swiglu(float *g, const float *u, int64_t n) {
     }
 }
 
+/* gpt-oss's clamped SwiGLU (ggml swiglu_oai, alpha 1.702, limit 7):
+ * g = min(g, 7) / (1 + exp(-1.702 min(g, 7))) * (clamp(u, -7, 7) + 1). */
+static void swiglu_oai(float *g, const float *u, int64_t n) {
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = limit < g[i] ? limit : g[i]; /* std::min(g, limit): a NaN g stays g */
+        const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+    }
+}
+
 /* g = gelu(g) * u over n floats, as ggml's CPU geglu: through the f16 table tab
  * (dj_model.gelu_tab), 0 below -10, the identity from 10 (gemma.c). */
 static void geglu(const float *tab, float *g, const float *u, int64_t n) {
@@ -655,6 +668,17 @@ static void experts_slots(struct dj_context *c, int at, int n_used, const struct
     }
 }
 
+/* Adds each used expert's bias row (b: (width, n_expert) f32, row moe_ids[u]) to its
+ * block of y (c->moe_off / moe_cnt rows of `width` floats): gpt-oss's ggml_add_id. */
+static void experts_bias(struct dj_context *c, int n_used, const struct dj_weight *b, float *y, int64_t width) {
+    for (int u = 0; u < n_used; u++) {
+        const float *bv = (const float *)b->data + (size_t)c->moe_ids[u] * (size_t)width;
+        float *yr = y + c->moe_off[u] * width;
+        for (int64_t r = 0; r < c->moe_cnt[u]; r++, yr += width)
+            for (int64_t i = 0; i < width; i++) yr[i] += bv[i];
+    }
+}
+
 /* x += MoE(xn) for the layer's n rows (c->xn: the ffn-normed rows; clobbered). */
 static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n) {
     const struct dj_hparams *hp = &c->model->hp;
@@ -662,11 +686,13 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
     ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
     /* deepseek2 and glm4moe (its keys, no groups: n_group 0); qwen3moe, Mixtral: softmax, normalized, no clamp */
     const bool ds = hp->arch == DJ_ARCH_DEEPSEEK2 || hp->arch == DJ_ARCH_GLM4MOE;
+    const bool oss = hp->arch == DJ_ARCH_GPT_OSS; /* softmax over the top-k logits, biased experts */
     const struct moe_router rt = {.n_expert = (uint32_t)NE, .n_used = (uint32_t)K, .sigmoid = ds && hp->gating == 2,
+                                  .softmax_weight = oss, .z_bias = oss ? L->ffn_gate_inp_b.data : NULL,
                                   .bias = ds ? (const float *)L->exp_probs_b.data : NULL,
                                   .n_group = ds ? hp->n_group : 0, .n_group_used = hp->n_group_used,
-                                  .norm = !ds || hp->exp_norm, .norm_min = ds ? 6.103515625e-5f : 0.0f,
-                                  .scale = ds ? hp->exp_scale : 0.0f};
+                                  .norm = !oss && (!ds || hp->exp_norm), .norm_min = ds ? 6.103515625e-5f : 0.0f,
+                                  .scale = ds || oss ? hp->exp_scale : 0.0f};
     for (int64_t t = 0; t < n; t++) moe_route(&rt, c->moe_z + t * NE, c->moe_sel + t * K, c->moe_w + t * K);
     if (c->moe_trace)
         memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
@@ -714,12 +740,19 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
             ctx_matmul_grouped(c, n_used, c->grp_w + n_used, c->grp_a + n_used, a_row_up, c->grp_nt + n_used,
                                c->grp_y + n_used, c->grp_first);
         }
-        swiglu(c->ff_g, c->ff_u, off * F);
+        if (oss) {
+            experts_bias(c, n_used, &L->ffn_gate_exps_b, c->ff_g, F);
+            experts_bias(c, n_used, &L->ffn_up_exps_b, c->ff_u, F);
+            swiglu_oai(c->ff_g, c->ff_u, off * F);
+        } else {
+            swiglu(c->ff_g, c->ff_u, off * F);
+        }
     }
     const int act_dn = c->kern->w[L->ffn_down_exps.type].act_type;
     const void *ga = ctx_act(c, act_dn, c->ff_g, F, off, c->moe_act, &a_row);
     experts_slots(c, 0, n_used, &L->ffn_down_exps, ga, a_row, c->moe_o, E);
     ctx_matmul_grouped(c, n_used, c->grp_w, c->grp_a, a_row, c->grp_nt, c->grp_y, c->grp_first);
+    if (oss) experts_bias(c, n_used, &L->ffn_down_exps_b, c->moe_o, E);
     /* deepseek2's shared experts: one plain SwiGLU of n_ff_exp * n_shared, added to the
      * experts' sum before the residual (llama.cpp: ggml_add(moe_out, ffn_shexp)) */
     const bool shexp = L->ffn_up_shexp.data != NULL;
@@ -823,7 +856,7 @@ static void mla_attn_task(void *arg, int ith, int nth) {
             }
             if (pass == 0)
                 for (int64_t t = t0; t < t1; t++)
-                    for (int h = h0; h < h1; h++) c->kern->attn_softmax(MLA_ROW(t, h), (int64_t)j->pos[t] + 1);
+                    for (int h = h0; h < h1; h++) c->kern->attn_softmax(MLA_ROW(t, h), (int64_t)j->pos[t] + 1, -INFINITY);
         }
 #undef MLA_ROW
     }

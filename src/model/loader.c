@@ -46,6 +46,7 @@ const char *model_arch_name(enum dj_arch a) {
     case DJ_ARCH_QWEN3: return "qwen3";
     case DJ_ARCH_QWEN3MOE: return "qwen3moe";
     case DJ_ARCH_DEEPSEEK2: return "deepseek2";
+    case DJ_ARCH_GPT_OSS: return "gpt-oss";
     case DJ_ARCH_GEMMA2: return "gemma2";
     case DJ_ARCH_GEMMA3: return "gemma3";
     case DJ_ARCH_GLM4MOE: return "glm4moe";
@@ -271,9 +272,9 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
         return DJ_OK;
     }
     if (stype.len == 4 && !memcmp(stype.ptr, "yarn", 4) &&
-        (hp->arch == DJ_ARCH_DEEPSEEK2 || hp->arch == DJ_ARCH_MISTRAL3)) {
+        (hp->arch == DJ_ARCH_DEEPSEEK2 || hp->arch == DJ_ARCH_MISTRAL3 || hp->arch == DJ_ARCH_GPT_OSS)) {
         /* llama.cpp's YaRN (ggml rope_yarn with ext_factor 1; llama_context's attn_factor).
-         * Only where a golden test checks it: deepseek2, mistral3 */
+         * Only where a golden test checks it: deepseek2, mistral3, gpt-oss */
         float attn = 1.0f;
         hp->rope_yarn = true;
         if ((st = hp_f32(m, "rope.scaling.factor", &hp->rope_factor, 1.0f)) ||
@@ -326,7 +327,7 @@ static enum dj_status load_rope_scaling(struct dj_model *m) {
         return DJ_OK;
     }
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' (%s) is not supported (deja supports none, "
-                   "linear, llama3; yarn for deepseek2 and mistral3)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
+                   "linear, llama3; yarn for deepseek2, mistral3 and gpt-oss)", gguf_name(m->gguf), (int)(stype.len > 64 ? 64 : stype.len), stype.ptr, key);
 }
 
 /* expert_count / expert_used_count and the expert width: qwen3moe's
@@ -463,6 +464,7 @@ static enum dj_status bind_tensors(struct dj_model *m) {
     m->layers = calloc((size_t)hp->n_layer + hp->n_layer_nextn, sizeof *m->layers);
     if (!m->layers) return dj_fail(DJ_ERR_NOMEM, "out of memory binding %u layers", hp->n_layer);
     if (hp->arch == DJ_ARCH_DEEPSEEK2) return deepseek2_bind_layers(m);
+    if (hp->arch == DJ_ARCH_GPT_OSS) return gptoss_bind_layers(m);
     if (hp->arch == DJ_ARCH_GEMMA2 || hp->arch == DJ_ARCH_GEMMA3) return gemma_bind_layers(m);
     if (hp->arch == DJ_ARCH_GLM4MOE) return glm4moe_bind_layers(m);
     bool bias = hp->arch == DJ_ARCH_QWEN2, qk_norm = hp->arch == DJ_ARCH_QWEN3 || hp->arch == DJ_ARCH_QWEN3MOE;
@@ -646,9 +648,10 @@ enum dj_status model_load(const char *path, struct dj_model **out) {
     else if (!strcmp(m->arch_name, "gemma3")) st = gemma3_load_hparams(m);
     else if (!strcmp(m->arch_name, "glm4moe")) st = glm4moe_load_hparams(m);
     else if (!strcmp(m->arch_name, "mistral3")) st = mistral3_load_hparams(m);
+    else if (!strcmp(m->arch_name, "gpt-oss")) st = gptoss_load_hparams(m);
     else {
         st = dj_fail(DJ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (deja supports llama, qwen2, qwen3, "
-                     "qwen3moe, deepseek2, gemma2, gemma3, glm4moe, mistral3)",
+                     "qwen3moe, deepseek2, gemma2, gemma3, glm4moe, mistral3, gpt-oss)",
                      path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }

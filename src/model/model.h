@@ -20,6 +20,9 @@
  *            and shared experts (deepseek2's routing); NextN layers bound, not run
  *   mistral3 — Ministral 3, Devstral Small 2 (mistral3.c): llama with YaRN and llama4-style
  *            attention temperature scaling of the queries, optional attn_output bias
+ *   gpt-oss — gpt-oss-20b/120b (gptoss.c): sliding windows on every other layer, QKV and
+ *            output biases, attention sinks, YaRN, MoE of biased experts routed by a softmax
+ *            over the top-k logits, clamped SwiGLU (swiglu_oai)
  *
  * Per-layer attention (any architecture): dj_layer.n_swa is the layer's sliding window
  * (a query at p sees keys p - n_swa < q <= p; 0 = all up to p) and dj_layer.rope_local
@@ -45,7 +48,7 @@
 #include "tokenizer/tokenizer.h"
 
 enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE, DJ_ARCH_DEEPSEEK2, DJ_ARCH_GEMMA2,
-               DJ_ARCH_GEMMA3, DJ_ARCH_GLM4MOE, DJ_ARCH_MISTRAL3 };
+               DJ_ARCH_GEMMA3, DJ_ARCH_GLM4MOE, DJ_ARCH_MISTRAL3, DJ_ARCH_GPT_OSS };
 enum dj_rope_type { DJ_ROPE_NORM, DJ_ROPE_NEOX };
 
 struct dj_hparams {
@@ -130,7 +133,8 @@ struct dj_weight {
 struct dj_layer {
     struct dj_weight attn_norm;          /* (n_embd), f32 */
     struct dj_weight wq, wk, wv, wo;     /* (n_head*hd, n_embd), (n_kv*hd, n_embd) x2, (n_embd, n_head*hd) */
-    struct dj_weight bq, bk, bv;         /* qwen2 biases, f32; data NULL otherwise */
+    struct dj_weight bq, bk, bv;         /* qwen2, gpt-oss biases, f32; data NULL otherwise */
+    struct dj_weight attn_sinks;         /* gpt-oss (n_head) f32: a per-head logit joining each softmax */
     struct dj_weight q_norm, k_norm;     /* qwen3 per-head norms (hd), f32; NULL otherwise */
     struct dj_weight ffn_norm;           /* (n_embd), f32 */
     struct dj_weight w_gate, w_up;       /* (n_ff, n_embd) */
@@ -153,13 +157,15 @@ struct dj_layer {
     struct dj_weight wk_b;               /* (n_head * kv_lora, nope): head h = slab h, model_expert */
     struct dj_weight wv_b;               /* (n_head * v_head, kv_lora) */
     struct dj_weight exp_probs_b;        /* (n_expert) selection bias, optional */
+    /* gpt-oss: the router's bias (n_expert) and each expert's biases, (width, n_expert) f32 */
+    struct dj_weight ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
     struct dj_weight ffn_gate_shexp, ffn_up_shexp; /* (n_ff_exp*n_shared, n_embd) */
     struct dj_weight ffn_down_shexp;     /* (n_embd, n_ff_exp*n_shared) */
     /* gemma: RMS norms of the attention output and the FFN output before their residual adds */
     struct dj_weight attn_post_norm, ffn_post_norm; /* (n_embd), f32; NULL otherwise */
     uint32_t n_swa;   /* sliding window: a query at p sees keys (p - n_swa, p]; 0 = every key up to p */
     bool rope_local;  /* rope with hp.rope_base_local / rope_scale_local (not rope_freq_base) */
-    struct dj_weight bo;                 /* (n_embd) attn_output.bias, f32, optional (mistral3) */
+    struct dj_weight bo;                 /* (n_embd) attn_output.bias, f32 (gpt-oss; optional: mistral3) */
     /* glm4moe NextN / MTP layers (il >= n_layer): bound and validated, not run */
     struct dj_weight nextn_eh_proj;      /* (n_embd, 2 n_embd) */
     struct dj_weight nextn_enorm, nextn_hnorm; /* (n_embd) */
@@ -210,6 +216,9 @@ enum dj_status qwen2_load_hparams(struct dj_model *m);
 enum dj_status qwen3_load_hparams(struct dj_model *m);
 enum dj_status qwen3moe_load_hparams(struct dj_model *m);
 enum dj_status deepseek2_load_hparams(struct dj_model *m);
+enum dj_status gptoss_load_hparams(struct dj_model *m);
+/* gptoss.c: each layer's tensors (after the common ones) */
+enum dj_status gptoss_bind_layers(struct dj_model *m);
 /* deepseek2.c: after the common hparams: MLA, YaRN and MoE keys; then each layer's tensors */
 enum dj_status deepseek2_load_mla(struct dj_model *m);
 enum dj_status deepseek2_bind_layers(struct dj_model *m);

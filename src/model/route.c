@@ -13,6 +13,9 @@
  *       argsort order, as an iterative argmax finds them)
  *   w_i = p[S_i];  norm: w_i /= max(sum w in double rounded once, norm_min);  scale
  *
+ * gpt-oss (softmax_weight): z += z_bias; p = z (no gate); w = softmax(z_S) over the k
+ * selected (max subtracted, summed in double in selection order, times 1 / sum).
+ *
  * Top-k is one pass keeping the k best so far in a list sorted by (score desc,
  * id asc): a new id joins only if strictly better than the list's last, and goes
  * after every equal score (ids arrive in increasing order), so the list is the
@@ -65,7 +68,11 @@ void moe_route(const struct moe_router *r, float *z, int32_t *sel, float *w) {
     const int64_t n = r->n_expert, k = r->n_used;
     float s[MOE_ROUTE_MAX], ks[MOE_ROUTE_MAX]; /* scores; the sorted list's scores */
     float inv = 1.0f;
-    if (r->sigmoid) {
+    if (r->z_bias)
+        for (int64_t e = 0; e < n; e++) z[e] += r->z_bias[e];
+    if (r->softmax_weight) {
+        /* p = z: the selection below multiplies by inv = 1, which changes no bit */
+    } else if (r->sigmoid) {
         for (int64_t e = 0; e < n; e++) z[e] = 1.0f / (1.0f + expf(-z[e]));
     } else {
         float mx = -INFINITY;
@@ -81,14 +88,14 @@ void moe_route(const struct moe_router *r, float *z, int32_t *sel, float *w) {
     bool nan = false;
     if (r->n_group <= 1) { /* p, s and the top-k in one pass */
         for (int64_t e = 0; e < n; e++) {
-            if (!r->sigmoid) z[e] *= inv;
+            if (!r->sigmoid && !r->softmax_weight) z[e] *= inv;
             s[e] = r->bias ? z[e] + r->bias[e] : z[e];
             nan |= s[e] != s[e];
             top_k_offer(ks, sel, &cnt, k, s[e], (int32_t)e);
         }
     } else {
         for (int64_t e = 0; e < n; e++) {
-            if (!r->sigmoid) z[e] *= inv;
+            if (!r->sigmoid && !r->softmax_weight) z[e] *= inv;
             s[e] = r->bias ? z[e] + r->bias[e] : z[e];
         }
         const int64_t G = r->n_group, per = n / G;
@@ -121,6 +128,17 @@ void moe_route(const struct moe_router *r, float *z, int32_t *sel, float *w) {
     }
     if (nan) top_k_argmax(s, n, k, sel);
     for (int64_t i = 0; i < k; i++) w[i] = z[sel[i]];
+    if (r->softmax_weight) {
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < k; i++) mx = w[i] > mx ? w[i] : mx;
+        double sum = 0.0;
+        for (int64_t i = 0; i < k; i++) {
+            w[i] = expf(w[i] - mx);
+            sum += (double)w[i];
+        }
+        const float winv = (float)(1.0 / sum);
+        for (int64_t i = 0; i < k; i++) w[i] *= winv;
+    }
     if (r->norm) {
         double sum = 0.0;
         for (int64_t i = 0; i < k; i++) sum += (double)w[i];

@@ -14,6 +14,9 @@ struct moe_router {
     uint32_t n_expert;      /* 1 .. MOE_ROUTE_MAX */
     uint32_t n_used;        /* k: 1 .. n_expert */
     bool sigmoid;           /* gating: sigmoid(z) (deepseek2 gating 2), else softmax(z) */
+    bool softmax_weight;    /* gpt-oss (llama.cpp SOFTMAX_WEIGHT): no gate; the top k of z, their
+                               weights softmax(z_S) (overrides sigmoid) */
+    const float *z_bias;    /* (n_expert) added to the router logits first (gpt-oss), or NULL */
     const float *bias;      /* (n_expert) added to the selection score only (exp_probs_b), or NULL */
     uint32_t n_group;       /* <= 1: no groups; else n_expert / n_group >= 2 experts per group (loader) */
     uint32_t n_group_used;  /* groups that compete (1 .. n_group), holding >= n_used experts */

@@ -26,8 +26,9 @@
  *  - -ctk/-ctv q8_0: logits unlike the f32 cache's, the same in a second process
  *    restoring from a q8_0 store on the same directory (f32 blocks there are another
  *    key); a quantized type on stories260K (head size 8) and an unknown type: refused.
- * run on `deja synth --preset tiny` glm4moe and mistral3 files (test_run_arch; the same
- * ~1k-token prompt, so mistral3's YaRN and query temperature scaling act on every block):
+ * run on `deja synth --preset tiny` glm4moe, mistral3 and gpt-oss files (test_run_arch; the
+ * same ~1k-token prompt, so mistral3's YaRN and query temperature scaling and gpt-oss's
+ * windows of 16 act on every block):
  * run 2 on a --kv-dir restores blocks and gives the cold text, ids and logits_hash.
  */
 #include <dirent.h>
@@ -353,12 +354,12 @@ static void test_run(const char *shared) {
 }
 
 static void test_run_arch(const char *shared) {
-    static const char *const archs[] = {"glm4moe", "mistral3"};
+    static const char *const archs[] = {"glm4moe", "mistral3", "gpt-oss"};
     const char *keep = codelm;
     static char pf[300]; /* test_run's prompt file (its path was a local of test_run) */
     snprintf(pf, sizeof pf, "%s/prompt.txt", tmpdir);
     prompt_file = pf;
-    for (int i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
         char model[300], kv[300];
         snprintf(model, sizeof model, "%s/%s-tiny.gguf", tmpdir, archs[i]);
         snprintf(kv, sizeof kv, "%s/run_kv_%s", tmpdir, archs[i]);

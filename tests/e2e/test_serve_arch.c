@@ -1,5 +1,5 @@
 /*
- * test_serve_arch.c — glm4moe and mistral3 through `deja serve`: a `deja synth
+ * test_serve_arch.c — glm4moe, mistral3 and gpt-oss through `deja serve`: a `deja synth
  * --preset tiny` model of each family, started with a chat template of the family
  * (--chat-template-file), and
  *  - the server's start-up line names the tool-call format it detected in the
@@ -134,5 +134,9 @@ int main(int argc, char **argv) {
              test_shared_path(argv[1], "golden/chat_templates/templates/mistralai-Ministral-3-14B-Reasoning-2512.jinja"));
     check_family(argv[1], "mistral3", t1, "mistral", "[INST]List the files here.[/INST]");
     check_family(argv[1], "mistral3", t2, "mistral", "[INST]List the files here.[/INST]");
+    /* gpt-oss: its own template (harmony; the tool-call grammar on harmony's markers is
+     * test_serve_tools's, this is the architecture behind the server) */
+    snprintf(t1, sizeof t1, "%s", test_shared_path(argv[1], "golden/chat_templates/templates/openai-gpt-oss-120b.jinja"));
+    check_family(argv[1], "gpt-oss", t1, "gpt-oss", "<|start|>user<|message|>List the files here.");
     TEST_END();
 }

@@ -108,40 +108,55 @@ static void check_table(const struct dj_kernels *k) {
 
 /* The softmax of a score row: within float rounding of exp(s - max) / sum computed in
  * double, summing to 1, the element past the row untouched; the same row gives the same
- * bits again. */
+ * bits again.  With a sink (gpt-oss): the sink is one more logit in the max and the sum,
+ * its own probability dropped (the row sums to 1 - p_sink); sink -INFINITY is bitwise
+ * the plain softmax of the older kernel contract (checked against a sink far below). */
 static void check_softmax(const struct dj_kernels *k) {
     struct trng r = {11};
     const int64_t ns[] = {1, 7, 16, 17, 100, 4099};
-    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
-        const int64_t n = ns[a];
-        float *x = malloc((size_t)(n + 1) * sizeof(float)), *s = malloc((size_t)(n + 1) * sizeof(float));
-        float *s2 = malloc((size_t)(n + 1) * sizeof(float));
-        for (int64_t p = 0; p < n; p++) x[p] = 12.0f * trng_gauss(&r);
-        x[n] = 777.0f;
-        memcpy(s, x, (size_t)(n + 1) * sizeof(float));
-        memcpy(s2, x, (size_t)(n + 1) * sizeof(float));
-        k->attn_softmax(s, n);
-        k->attn_softmax(s2, n);
-        double mx = -INFINITY, sum = 0, got = 0;
-        for (int64_t p = 0; p < n; p++) mx = x[p] > mx ? x[p] : mx;
-        for (int64_t p = 0; p < n; p++) sum += exp((double)x[p] - mx);
-        int bad = 0;
-        for (int64_t p = 0; p < n; p++) {
-            /* s - max rounded to float first, as every table computes it (beyond Sterbenz's
-             * range that rounding alone moves exp by |s - max| * 2^-24 relative) */
-            const double ref = exp((double)(x[p] - (float)mx)) / sum;
-            bad += !(fabs(s[p] - ref) <= 1e-6 * ref + 1e-37);
-            got += s[p];
+    const float sinks[] = {-INFINITY, 3.5f, 40.0f, -2.0f};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t si = 0; si < sizeof sinks / sizeof sinks[0]; si++) {
+            const int64_t n = ns[a];
+            const float sink = sinks[si];
+            float *x = malloc((size_t)(n + 1) * sizeof(float)), *s = malloc((size_t)(n + 1) * sizeof(float));
+            float *s2 = malloc((size_t)(n + 1) * sizeof(float));
+            for (int64_t p = 0; p < n; p++) x[p] = 12.0f * trng_gauss(&r);
+            x[n] = 777.0f;
+            memcpy(s, x, (size_t)(n + 1) * sizeof(float));
+            memcpy(s2, x, (size_t)(n + 1) * sizeof(float));
+            k->attn_softmax(s, n, sink);
+            k->attn_softmax(s2, n, sink);
+            double mx = -INFINITY, sum = 0, got = 0;
+            for (int64_t p = 0; p < n; p++) mx = x[p] > mx ? x[p] : mx;
+            if (sink > mx) mx = sink;
+            for (int64_t p = 0; p < n; p++) sum += exp((double)x[p] - mx);
+            const double p_sink = sink > -INFINITY ? exp((double)sink - mx) / (sum + exp((double)sink - mx)) : 0.0;
+            if (sink > -INFINITY) sum += exp((double)sink - mx);
+            int bad = 0;
+            for (int64_t p = 0; p < n; p++) {
+                /* s - max rounded to float first, as every table computes it (beyond Sterbenz's
+                 * range that rounding alone moves exp by |s - max| * 2^-24 relative) */
+                const double ref = exp((double)(x[p] - (float)mx)) / sum;
+                bad += !(fabs(s[p] - ref) <= 1e-6 * ref + 1e-37);
+                got += s[p];
+            }
+            CHECKF(bad == 0, "%s softmax n %lld sink %g: %d values off", k->name, (long long)n, (double)sink, bad);
+            CHECKF(fabs(got - (1.0 - p_sink)) < 1e-5, "%s softmax n %lld sink %g: sums to %.9g, not %.9g", k->name,
+                   (long long)n, (double)sink, got, 1.0 - p_sink);
+            CHECKF(s[n] == 777.0f, "%s softmax n %lld: wrote past the row", k->name, (long long)n);
+            CHECKF(!memcmp(s, s2, (size_t)n * sizeof(float)), "%s softmax n %lld: not reproducible", k->name,
+                   (long long)n);
+            if (sink == -INFINITY) { /* a sink too small to register changes no bit */
+                memcpy(s2, x, (size_t)n * sizeof(float));
+                k->attn_softmax(s2, n, -1e30f);
+                CHECKF(!memcmp(s, s2, (size_t)n * sizeof(float)), "%s softmax n %lld: sink -1e30 is not the plain "
+                       "softmax", k->name, (long long)n);
+            }
+            free(x);
+            free(s);
+            free(s2);
         }
-        CHECKF(bad == 0, "%s softmax n %lld: %d values off", k->name, (long long)n, bad);
-        CHECKF(fabs(got - 1.0) < 1e-5, "%s softmax n %lld: sums to %.9g", k->name, (long long)n, got);
-        CHECKF(s[n] == 777.0f, "%s softmax n %lld: wrote past the row", k->name, (long long)n);
-        CHECKF(!memcmp(s, s2, (size_t)n * sizeof(float)), "%s softmax n %lld: not reproducible", k->name,
-               (long long)n);
-        free(x);
-        free(s);
-        free(s2);
-    }
 }
 
 int main(void) {

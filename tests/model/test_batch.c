@@ -8,9 +8,10 @@
  * `deja quantize`, which has Q4_K and Q6_K tensors, deepseek2-lite-tiny:
  * Multi-head Latent Attention over a K-only pool; `deja synth --arch gemma3 --preset
  * tiny`: five sliding-window layers of 16 keys, so most of these sequences pass the window
- * and their later tokens skip the first blocks; and `deja synth --preset tiny`
+ * and their later tokens skip the first blocks; `deja synth --preset tiny`
  * glm4moe and mistral3 files: sigmoid-routed + shared experts, partial rope;
- * YaRN and the query temperature scaling): 16 random token
+ * YaRN and the query temperature scaling; and a gpt-oss tiny model: windows of 16 on
+ * every other layer, attention sinks, MXFP4 experts): 16 random token
  * sequences of 3-120 tokens.  Reference: each sequence alone, every
  * position's logits (ctx_decode, one call), hashed per row.  Then random
  * schedules over one shared pool: each step picks 1-16 of the unfinished
@@ -236,6 +237,16 @@ int main(int argc, char **argv) {
     free(out);
     if (rc == 0) check_model(g3, n_sched);
     unlink(g3);
+    /* gpt-oss: sliding windows of 16 on even layers (the sequences run to 120 tokens),
+     * attention sinks, biased MXFP4 experts */
+    char oss[600];
+    snprintf(oss, sizeof oss, "%s/gpt-oss-tiny.gguf", dir);
+    rc = RUN(&out, "synth", "--arch", "gpt-oss", "--preset", "tiny", "--type", "mxfp4", "--vocab-from",
+             (char *)codelm, "-o", oss);
+    CHECKF(rc == 0, "synth gpt-oss: %s", out);
+    free(out);
+    if (rc == 0) check_model(oss, n_sched);
+    unlink(oss);
     unlink(q);
     static const char *const archs[] = {"glm4moe", "mistral3"};
     for (int i = 0; i < 2; i++) {

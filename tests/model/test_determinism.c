@@ -5,7 +5,8 @@
  * blocks of 1, 7, 16, 64 positions or one block for everything — on every model
  * in ../shared/models and on every weight type: codelm quantized by
  * `deja quantize` to q8_0, q4_0 and q4_k_m (which has Q4_K and Q6_K
- * tensors), and a `deja synth` tiny model in bf16.  Where the kernel table
+ * tensors), a `deja synth` tiny model in bf16, and a tiny gpt-oss (sliding windows,
+ * sinks, MXFP4 experts).  Where the kernel table
  * repacks a type (kernels.h: pack; q8_0, q4_0, q4_K on AVX-512 and AVX2), the
  * model loaded as usual holds the repacked copy and its logits equal those of the
  * same file loaded with DJ_REPACK=0 (the file's layout), in one batch and token
@@ -49,6 +50,14 @@ int main(int argc, char **argv) {
     int rc = RUN(&out, "synth", "--arch", "qwen3", "--preset", "tiny", "--type", "bf16", "--vocab-from",
                  (char *)test_shared_path(argv[1], "vocab/ggml-vocab-deepseek-coder.gguf"), "-o", models[n_models]);
     CHECKF(rc == 0, "synth bf16: %s", out);
+    free(out);
+    n_models++;
+    /* gpt-oss: windows of 16 on the even layers (the prompt's 64+ tokens and the KV blocks of
+     * 1, 7, 16 and 64 put window starts everywhere in a block), sinks, MXFP4 experts */
+    snprintf(models[n_models], 512, "%s/gpt-oss-tiny.gguf", dir);
+    rc = RUN(&out, "synth", "--arch", "gpt-oss", "--preset", "tiny", "--type", "mxfp4", "--vocab-from", models[2], "-o",
+             models[n_models]);
+    CHECKF(rc == 0, "synth gpt-oss: %s", out);
     free(out);
     n_models++;
     for (size_t mi = 0; mi < n_models; mi++) {

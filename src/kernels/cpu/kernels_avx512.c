@@ -1511,12 +1511,14 @@ static inline __m512 exp16(__m512 x) {
 /* Softmax of one score row: the max (exact in any order), exp16 of s - max, the sum in
  * 16 double lanes (p % 16; masked lanes add +0.0) reduced by a fixed tree, then times
  * (float)(1 / sum).  The scalar loop with glibc's expf was ~40% of codelm's pp4096. */
-static void attn_softmax_avx512(float *s, int64_t n) {
+static void attn_softmax_avx512(float *s, int64_t n, float sink) {
     __m512 vmx = _mm512_set1_ps(-INFINITY);
     int64_t p = 0;
     for (; p + 16 <= n; p += 16) vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(s + p));
     if (p < n) vmx = _mm512_mask_max_ps(vmx, tail_mask(n - p), vmx, _mm512_maskz_loadu_ps(tail_mask(n - p), s + p));
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmx));
+    float mxs = _mm512_reduce_max_ps(vmx);
+    if (sink > mxs) mxs = sink;
+    const __m512 mx = _mm512_set1_ps(mxs);
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
     for (p = 0; p < n; p += 16) {
         const __mmask16 m = tail_mask(n - p);
@@ -1528,7 +1530,8 @@ static void attn_softmax_avx512(float *s, int64_t n) {
     const __m512d t8 = _mm512_add_pd(lo, hi);
     const __m256d t4 = _mm256_add_pd(_mm512_castpd512_pd256(t8), _mm512_extractf64x4_pd(t8, 1));
     const __m128d t2 = _mm_add_pd(_mm256_castpd256_pd128(t4), _mm256_extractf128_pd(t4, 1));
-    const double sum = _mm_cvtsd_f64(_mm_add_sd(t2, _mm_unpackhi_pd(t2, t2)));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(t2, _mm_unpackhi_pd(t2, t2)));
+    if (sink > -INFINITY) sum += (double)expf(sink - mxs);
     const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
     for (p = 0; p < n; p += 16) {
         const __mmask16 m = tail_mask(n - p);

@@ -309,14 +309,16 @@ static void attn_values_generic(int64_t hd, const float *w, const float *v, size
         for (int64_t d = 0; d < hd; d++) out[d] += w[p] * v[d];
 }
 
-static void attn_softmax_generic(float *s, int64_t n) {
+static void attn_softmax_generic(float *s, int64_t n, float sink) {
     float mx = -INFINITY;
     for (int64_t p = 0; p < n; p++) mx = s[p] > mx ? s[p] : mx;
+    if (sink > mx) mx = sink;
     double sum = 0.0;
     for (int64_t p = 0; p < n; p++) {
         s[p] = expf(s[p] - mx);
         sum += (double)s[p];
     }
+    if (sink > -INFINITY) sum += (double)expf(sink - mx);
     const float inv = (float)(1.0 / sum);
     for (int64_t p = 0; p < n; p++) s[p] *= inv;
 }
