@@ -18,7 +18,9 @@
  * key's value or one tensor's name patched in place: the NextN count, the MoE keys, a
  * missing NextN / selection-bias / post-attention-norm tensor; YaRN's factor, beta_fast,
  * beta_slow, log multiplier, original context, the temperature scale, a partial rope,
- * experts — each refused naming the file and the key or tensor.
+ * experts — each refused naming the file and the key or tensor.  gpt-oss likewise: the
+ * window, the expert keys, YaRN's factor and original context, a missing sink or expert
+ * or router bias.
  */
 #include <math.h>
 #include <stdint.h>
@@ -335,9 +337,28 @@ static void test_arch_variants(void) {
          "mistral3.rope.dimension_count"},
         {"attn_output.bias of 1 layer renamed away", "blk.1.attn_output.bias", 'n', 0, DJ_OK, NULL},
     };
+    static const struct arch_variant oss[] = {
+        {"sliding_window 0", "gpt-oss.attention.sliding_window", 'u', 0, DJ_ERR_FORMAT,
+         "gpt-oss.attention.sliding_window"},
+        {"expert_count 0", "gpt-oss.expert_count", 'u', 0, DJ_ERR_FORMAT, "gpt-oss.expert_count"},
+        {"expert_count 1000", "gpt-oss.expert_count", 'u', 1000, DJ_ERR_FORMAT, "gpt-oss.expert_count"},
+        {"expert_used_count 9 of 8", "gpt-oss.expert_used_count", 'u', 9, DJ_ERR_FORMAT, "gpt-oss.expert_used_count"},
+        {"expert_feed_forward_length 0", "gpt-oss.expert_feed_forward_length", 'u', 0, DJ_ERR_FORMAT,
+         "gpt-oss.expert_feed_forward_length"},
+        {"yarn factor 0.5", "gpt-oss.rope.scaling.factor", 'f', 0.5, DJ_ERR_FORMAT, "gpt-oss.rope.scaling.factor"},
+        {"yarn original_context_length 0", "gpt-oss.rope.scaling.original_context_length", 'u', 0, DJ_ERR_FORMAT,
+         "gpt-oss.rope.scaling.original_context_length"},
+        {"attn_sinks of layer 1 renamed away", "blk.1.attn_sinks.weight", 'n', 0, DJ_ERR_NOT_FOUND,
+         "blk.1.attn_sinks.weight"},
+        {"ffn_down_exps.bias of layer 0 renamed away", "blk.0.ffn_down_exps.bias", 'n', 0, DJ_ERR_NOT_FOUND,
+         "blk.0.ffn_down_exps.bias"},
+        {"ffn_gate_inp.bias of layer 2 renamed away", "blk.2.ffn_gate_inp.bias", 'n', 0, DJ_ERR_NOT_FOUND,
+         "blk.2.ffn_gate_inp.bias"},
+    };
     static const struct { const char *arch; const struct arch_variant *v; size_t n; } sets[] = {
-        {"glm4moe", glm, sizeof glm / sizeof glm[0]}, {"mistral3", mis, sizeof mis / sizeof mis[0]}};
-    for (size_t a = 0; a < 2; a++) {
+        {"glm4moe", glm, sizeof glm / sizeof glm[0]}, {"mistral3", mis, sizeof mis / sizeof mis[0]},
+        {"gpt-oss", oss, sizeof oss / sizeof oss[0]}};
+    for (size_t a = 0; a < sizeof sets / sizeof sets[0]; a++) {
         char src[128], out_path[128];
         snprintf(src, sizeof src, "%s/%s.gguf", dir, sets[a].arch);
         char *out = NULL;
@@ -350,6 +371,9 @@ static void test_arch_variants(void) {
         CHECKF(model_load(src, &m) == DJ_OK, "%s unpatched: %s", sets[a].arch, dj_last_error());
         if (m && a == 0) CHECK(m->hp.n_layer == 4 && m->hp.n_layer_nextn == 1 && m->layers[4].nextn_eh_proj.data);
         if (m && a == 1) CHECK(m->hp.rope_yarn && m->hp.attn_temp_scale > 0.09f && m->hp.attn_temp_floor == 16);
+        if (m && a == 2) /* windows of 16 on the even layers, sinks, YaRN 32 with its magnitude 1 + 0.1 ln 32 */
+            CHECK(m->layers[0].n_swa == 16 && m->layers[1].n_swa == 0 && m->layers[2].n_swa == 16 &&
+                  m->layers[0].attn_sinks.data && m->hp.rope_yarn && fabsf(m->hp.yarn_mscale - 1.34657f) < 1e-4f);
         model_free(m);
         for (size_t i = 0; i < sets[a].n; i++) {
             const struct arch_variant *v = &sets[a].v[i];
