@@ -254,8 +254,9 @@ static void test_memo_salt_bound(const struct dj_model *m, const struct rq *q) {
  * repeats itself, so lookup and memo drafts are accepted). */
 /* seed: deja synth's (the default is 42); a random model's drafts must be accepted now and
  * then for the check not to be vacuous, which depends on its weights: gpt-oss's tiny
- * model with seed 42 accepts no lookup draft next to the memo's (seeds 3, 8, 10 and 12 of
- * 1-12 do; the exactness checks passed with every seed tried) */
+ * model with seed 42 accepts no lookup draft next to the memo's, and the adaptive policy's
+ * choices vary between runs (seed 3 accepted 0-4 per configuration); seed 14 accepted 6-11
+ * in each of the five configurations (seeds 8-19 tried; the exactness held with every one) */
 static void check_arch(const char *shared, const char *arch, const char *code, const char *seed) {
     char path[] = "/tmp/deja_test_spec_arch_XXXXXX.gguf";
     const int fd = mkstemps(path, 5);
@@ -379,7 +380,7 @@ int main(int argc, char **argv) {
     test_memo_salt_bound(m, &qq[1]);
     check_arch(argv[1], "glm4moe", two, "42");
     check_arch(argv[1], "mistral3", two, "42");
-    check_arch(argv[1], "gpt-oss", two, "3");
+    check_arch(argv[1], "gpt-oss", two, "14");
     free(ta);
     free(tb);
     free(pa);
