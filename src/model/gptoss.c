@@ -22,6 +22,7 @@
 #include "core/ggml_type.h"
 #include "core/status.h"
 #include "model/model.h"
+#include "model/route.h"
 
 enum dj_status gptoss_load_hparams(struct dj_model *m) {
     struct dj_hparams *hp = &m->hp;
@@ -29,7 +30,7 @@ enum dj_status gptoss_load_hparams(struct dj_model *m) {
     hp->rope_type = DJ_ROPE_NEOX;
     enum dj_status st;
     if ((st = model_hp_u32(m, "expert_count", &hp->n_expert, false, 0)) ||
-        (st = model_hp_range(m, "expert_count", hp->n_expert, 1, 512)) ||
+        (st = model_hp_range(m, "expert_count", hp->n_expert, 1, MOE_ROUTE_MAX)) ||
         (st = model_hp_u32(m, "expert_used_count", &hp->n_expert_used, false, 0)) ||
         (st = model_hp_range(m, "expert_used_count", hp->n_expert_used, 1, hp->n_expert)) ||
         (st = model_hp_u32(m, "expert_feed_forward_length", &hp->n_ff_exp, false, 0)) ||
