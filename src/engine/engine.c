@@ -45,8 +45,8 @@ struct dj_engine_params engine_default_params(void) {
 
 size_t engine_kv_bytes_per_token(const struct dj_model *m, uint32_t type_k, uint32_t type_v) {
     const size_t n = (size_t)m->hp.n_head_kv * m->hp.head_dim;
-    if (model_kv_k_only(m)) return (size_t)m->hp.n_layer * kv_row_bytes(type_k, n); /* MLA: no V rows */
-    return (size_t)m->hp.n_layer * (kv_row_bytes(type_k, n) + kv_row_bytes(type_v, n));
+    if (model_kv_k_only(m)) return (size_t)m->hp.n_layer_kv * kv_row_bytes(type_k, n); /* MLA: no V rows */
+    return (size_t)m->hp.n_layer_kv * (kv_row_bytes(type_k, n) + kv_row_bytes(type_v, n));
 }
 
 /* MemAvailable of /proc/meminfo in bytes; 0 if unknown. */
@@ -96,7 +96,7 @@ static void engine_open_store(struct dj_engine *e) {
                      "deja-kv 1 kernels=%s k=%s v=%s v_rows=%d block=%u layers=%u kv_heads=%u head_dim=%u rot=%u "
                      "rope=%d base=%.9g llama3=%d factor=%.9g low=%.9g high=%.9g orig=%u linear=%.9g",
                      dj_kernels()->name, dj_type_info(e->p.kv_type_k)->name, dj_type_info(e->p.kv_type_v)->name,
-                     !model_kv_k_only(m), e->block_size, hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_rot,
+                     !model_kv_k_only(m), e->block_size, hp->n_layer_kv, hp->n_head_kv, hp->head_dim, hp->n_rot,
                      (int)hp->rope_type, hp->rope_freq_base, (int)hp->rope_llama3, hp->rope_factor,
                      hp->rope_low_freq_factor, hp->rope_high_freq_factor, hp->rope_orig_ctx, hp->rope_linear_scale);
     if (n < 0 || (size_t)n + 32 > sizeof desc) return;
@@ -109,7 +109,7 @@ static void engine_open_store(struct dj_engine *e) {
     sp.max_bytes = e->p.persist_max_bytes;
     memcpy(sp.key, &h0, 16);
     memcpy(sp.key + 16, &h1, 16);
-    sp.n_layer = hp->n_layer;
+    sp.n_layer = hp->n_layer_kv;
     sp.n_embd_kv = hp->n_head_kv * hp->head_dim;
     sp.block_size = e->block_size;
     /* ggml type ids of K and V; bit 16: no V rows (MLA's K-only geometry, persist.h) */
@@ -146,7 +146,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
                            "KV budget %.3f MiB is smaller than one KV block (%.3f MiB: %u positions x %zu bytes of "
                            "K/V per position: %u layers x %s%zu elements)",
                            p->kv_budget_mib, (double)block_bytes / 1048576.0, cfg->block_size, block_bytes / cfg->block_size,
-                           hp->n_layer, model_kv_k_only(m) ? "one K row of " : "K+V rows of 2 x ", n_embd_kv);
+                           hp->n_layer_kv, model_kv_k_only(m) ? "one K row of " : "K+V rows of 2 x ", n_embd_kv);
         max_blocks = blocks > 1073741824.0 ? 1073741824u : (uint64_t)blocks;
     } else if (p->kv_budget_auto) {
         /* half of what the machine has free now (the weights are mapped already), at least
@@ -178,8 +178,8 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    struct kv_pool_params pp = {hp->n_layer, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks,
-                                p->kv_type_k, p->kv_type_v, model_kv_k_only(m)};
+    struct kv_pool_params pp = {hp->n_layer_kv, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks,
+                                p->kv_type_k, p->kv_type_v, model_kv_k_only(m), hp->rs_floats};
     st = kv_pool_create(&pp, &e->pool);
     if (st) {
         pthread_mutex_destroy(&e->mu);

@@ -275,7 +275,30 @@ void kv_seq_free(struct kv_seq *s) {
     if (!s->pool) return;
     for (size_t i = 0; i < s->n_blocks; i++) kv_pool_unref(s->pool, s->table[i]);
     free(s->table);
+    free(s->rs);
     memset(s, 0, sizeof *s);
+}
+
+size_t kv_seq_rs_floats(const struct kv_seq *s) { return s->pool->p.rs_floats; }
+bool kv_seq_rs_ok(const struct kv_seq *s) { return s->pool->p.rs_floats == 0 || s->rs_pos == s->n_pos; }
+
+/* The state buffer, allocated as zeros (the state before position 0). */
+static enum dj_status rs_alloc(struct kv_seq *s) {
+    if (s->rs || s->pool->p.rs_floats == 0) return DJ_OK;
+    s->rs = calloc(s->pool->p.rs_floats, sizeof(float));
+    if (!s->rs)
+        return dj_fail(DJ_ERR_NOMEM, "KV cache: out of memory for a recurrent state of %zu floats",
+                       s->pool->p.rs_floats);
+    return DJ_OK;
+}
+
+enum dj_status kv_seq_rs_set(struct kv_seq *s, const float *rs) {
+    if (s->pool->p.rs_floats == 0) return DJ_OK;
+    enum dj_status st = rs_alloc(s);
+    if (st) return st;
+    memcpy(s->rs, rs, s->pool->p.rs_floats * sizeof(float));
+    s->rs_pos = s->n_pos;
+    return DJ_OK;
 }
 
 enum dj_status kv_seq_clone(struct kv_seq *dst, const struct kv_seq *src) {
@@ -288,6 +311,15 @@ enum dj_status kv_seq_clone(struct kv_seq *dst, const struct kv_seq *src) {
         for (size_t i = 0; i < dst->n_blocks; i++) kv_pool_ref(src->pool, dst->table[i]);
     }
     dst->n_pos = src->n_pos;
+    dst->rs_pos = src->rs_pos;
+    if (src->rs) {
+        if (rs_alloc(dst)) {
+            kv_seq_free(dst);
+            kv_seq_init(dst, src->pool);
+            return DJ_ERR_NOMEM;
+        }
+        memcpy(dst->rs, src->rs, src->pool->p.rs_floats * sizeof(float));
+    }
     return DJ_OK;
 }
 
@@ -306,7 +338,8 @@ static enum dj_status table_push(struct kv_seq *s, uint32_t id) {
 enum dj_status kv_seq_prepare(struct kv_seq *s, size_t n) {
     struct kv_pool *pool = s->pool;
     const size_t bs = pool->p.block_size, end = s->n_pos + n;
-    enum dj_status st;
+    enum dj_status st = rs_alloc(s);
+    if (st) return st;
     size_t lb = s->n_pos / bs;
     if (n > 0 && lb < s->n_blocks) {
         uint32_t old = s->table[lb];
@@ -345,6 +378,12 @@ void kv_seq_truncate(struct kv_seq *s, size_t n_pos) {
     const size_t bs = s->pool->p.block_size, keep = (n_pos + bs - 1) / bs;
     while (s->n_blocks > keep) kv_pool_unref(s->pool, s->table[--s->n_blocks]);
     s->n_pos = n_pos;
+    if (n_pos == 0) { /* the state before any token: zeros */
+        if (s->rs) memset(s->rs, 0, s->pool->p.rs_floats * sizeof(float));
+        s->rs_pos = 0;
+    } else if (s->rs_pos != n_pos) {
+        s->rs_pos = KV_RS_NONE;
+    }
 }
 
 void kv_seq_replace_block(struct kv_seq *s, size_t b, uint32_t id) {
@@ -361,5 +400,6 @@ enum dj_status kv_seq_append_block(struct kv_seq *s, uint32_t id) {
     if (st) return st;
     kv_pool_ref(s->pool, id);
     s->n_pos += bs;
+    if (s->pool->p.rs_floats) s->rs_pos = KV_RS_NONE; /* a block brings K/V rows, not the recurrent state */
     return DJ_OK;
 }

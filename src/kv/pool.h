@@ -54,6 +54,7 @@ struct kv_pool_params {
     uint32_t type_k;     /* element type of K rows (enum dj_ggml_type; 0 = f32) */
     uint32_t type_v;     /* element type of V rows (unused when k_only) */
     bool k_only;         /* no V rows: a block is n_layer * block_size K rows (MLA) */
+    size_t rs_floats;    /* floats of one sequence's recurrent state (hybrid models: kv_seq.rs); 0 = none */
 };
 
 /* The K/V type of engines and contexts unless told otherwise (-ctk/-ctv). */
@@ -128,12 +129,24 @@ uint32_t kv_pool_evict_stale(struct kv_pool *pool, uint64_t min_turn);
 
 /* ---- sequences ------------------------------------------------------------ */
 
+/* Recurrent state (a pool with rs_floats > 0: hybrid models).  A recurrent layer
+ * has no rows per position: its state after position p depends on every token up
+ * to p and is kept once per sequence, in rs.  rs_pos says which position it is at:
+ * rs holds the state after the first rs_pos positions, valid for the sequence only
+ * while rs_pos == n_pos.  Truncating below rs_pos or appending a pool block makes it
+ * unknown (KV_RS_NONE) until kv_seq_rs_set restores one (a checkpoint) or the
+ * sequence is truncated to 0 (the zero state).  The forward pass reads and writes rs
+ * and sets rs_pos after the positions it ran. */
+#define KV_RS_NONE SIZE_MAX
+
 struct kv_seq {
     struct kv_pool *pool;
     uint32_t *table;  /* physical block of each logical block */
     size_t n_blocks;  /* entries in table */
     size_t cap;
     size_t n_pos;     /* positions filled */
+    float *rs;        /* (pool rs_floats) owned, allocated (zeros) by kv_seq_prepare; NULL before */
+    size_t rs_pos;    /* positions rs has absorbed, or KV_RS_NONE */
 };
 
 void kv_seq_init(struct kv_seq *s, struct kv_pool *pool);
@@ -155,6 +168,14 @@ enum dj_status kv_seq_append_block(struct kv_seq *s, uint32_t id);
 /* Points logical block b at block id instead (canonicalization: an identical
  * sealed block replaces the sequence's own copy): refs id, unrefs the old. */
 void kv_seq_replace_block(struct kv_seq *s, size_t b, uint32_t id);
+
+/* Floats of a sequence's recurrent state (the pool's rs_floats; 0: none). */
+size_t kv_seq_rs_floats(const struct kv_seq *s);
+/* True when the sequence has no recurrent state or its state is at n_pos. */
+bool kv_seq_rs_ok(const struct kv_seq *s);
+/* Makes rs the state at n_pos: a copy of rs_floats floats (a checkpoint).  DJ_ERR_NOMEM
+ * if the state could not be allocated. */
+enum dj_status kv_seq_rs_set(struct kv_seq *s, const float *rs);
 
 /* The K (V) row of position pos at layer il, in the pool's K (V) type. */
 static inline void *kv_seq_k(const struct kv_seq *s, uint32_t il, size_t pos, uint32_t block_size) {

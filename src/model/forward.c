@@ -1362,17 +1362,19 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->v_head = kv_row_bytes(p.type_v, hd);
     if (p.pool) {
         const struct kv_pool_params *pp = kv_pool_params(p.pool);
-        if (pp->n_layer != hp->n_layer || pp->n_embd_kv != KV || pp->k_only != model_kv_k_only(m)) {
+        if (pp->n_layer != hp->n_layer_kv || pp->n_embd_kv != KV || pp->k_only != model_kv_k_only(m) ||
+            pp->rs_floats != hp->rs_floats) {
             free(c);
             return dj_fail(DJ_ERR_INVALID, "context: the KV pool's shape (%u layers x %u, %s) does not fit the model "
-                           "(%u x %zu, %s)", pp->n_layer, pp->n_embd_kv, pp->k_only ? "K only" : "K and V", hp->n_layer,
+                           "(%u x %zu, %s)", pp->n_layer, pp->n_embd_kv, pp->k_only ? "K only" : "K and V", hp->n_layer_kv,
                            KV, model_kv_k_only(m) ? "K only" : "K and V");
         }
         c->pool = p.pool;
     } else {
         /* one spare block for a copy on write of a partly filled last block */
-        struct kv_pool_params pp = {hp->n_layer, (uint32_t)KV, p.block_size, (p.n_ctx + p.block_size - 1) / p.block_size + 1,
-                                    p.type_k, p.type_v, model_kv_k_only(m)};
+        struct kv_pool_params pp = {hp->n_layer_kv, (uint32_t)KV, p.block_size,
+                                    (p.n_ctx + p.block_size - 1) / p.block_size + 1, p.type_k, p.type_v,
+                                    model_kv_k_only(m), hp->rs_floats};
         enum dj_status st = kv_pool_create(&pp, &c->own_pool);
         if (st) {
             free(c);

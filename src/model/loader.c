@@ -463,6 +463,8 @@ static enum dj_status bind_tensors(struct dj_model *m) {
     }
     m->layers = calloc((size_t)hp->n_layer + hp->n_layer_nextn, sizeof *m->layers);
     if (!m->layers) return dj_fail(DJ_ERR_NOMEM, "out of memory binding %u layers", hp->n_layer);
+    hp->n_layer_kv = hp->n_layer; /* every layer attends (a hybrid's bind hook says otherwise) */
+    for (uint32_t il = 0; il < hp->n_layer + hp->n_layer_nextn; il++) m->layers[il].kv_il = il;
     if (hp->arch == DJ_ARCH_DEEPSEEK2) return deepseek2_bind_layers(m);
     if (hp->arch == DJ_ARCH_GPT_OSS) return gptoss_bind_layers(m);
     if (hp->arch == DJ_ARCH_GEMMA2 || hp->arch == DJ_ARCH_GEMMA3) return gemma_bind_layers(m);

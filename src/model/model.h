@@ -116,6 +116,12 @@ struct dj_hparams {
      * YaRN original context): q *= 1 + scale * ln(floor(pos / floor) + 1) after rope */
     float attn_temp_scale;
     uint32_t attn_temp_floor;
+    /* Pool shape.  n_layer_kv: the layers that keep K/V rows in the paged pool (attention
+     * layers; = n_layer except in hybrid models, whose recurrent layers keep none): layer il
+     * writes pool layer layers[il].kv_il.  rs_floats: floats of one sequence's recurrent
+     * state (kv_seq.rs: every recurrent layer's at layers[il].rs_off); 0 = no recurrent layer. */
+    uint32_t n_layer_kv;
+    size_t rs_floats;
 };
 
 /* A weight matrix: rows of ne0 elements (the reduction dimension K), ne1 rows. */
@@ -171,6 +177,12 @@ struct dj_layer {
     struct dj_weight nextn_enorm, nextn_hnorm; /* (n_embd) */
     struct dj_weight nextn_embed, nextn_head;  /* (n_vocab, n_embd), optional */
     struct dj_weight nextn_head_norm;    /* (n_embd), optional */
+    /* Where the layer keeps its sequence state: kv_il, its pool layer (attention layers;
+     * hp.n_layer_kv of them, = il unless the model is hybrid); a recurrent layer (recurrent
+     * true) keeps no K/V rows but floats [rs_off, rs_off + its size) of kv_seq.rs. */
+    uint32_t kv_il;
+    bool recurrent;
+    size_t rs_off;
 };
 
 struct dj_model {
