@@ -25,6 +25,7 @@
 #include "core/timer.h"
 #include "kernels/kernels.h"
 #include "kv/diff.h"
+#include "kv/ckpt.h"
 #include "kv/hash.h"
 #include "kv/history.h"
 #include "kv/persist.h"
@@ -201,7 +202,34 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
         free(e);
         return st;
     }
-    if (cfg->persist_enabled) engine_open_store(e);
+    if (hp->rs_floats) { /* a hybrid model: recurrent layers have no K/V rows */
+        if (cfg->diff_enabled && cfg->diff_mode == LLAMA_OPT_DIFF_APPROX) {
+            engine_destroy(e);
+            return dj_fail(DJ_ERR_UNSUPPORTED,
+                           "LLAMA_OPT_DIFF_MODE=approx (Tier 2) reuses K/V rows after an edit; the recurrent layers of "
+                           "this %s model keep no rows but one state that depends on every earlier token: use "
+                           "LLAMA_OPT_DIFF_MODE=exact", hp->n_layer_kv < hp->n_layer ? "hybrid" : "recurrent");
+        }
+        if (cfg->persist_enabled) {
+            dj_log(DJ_LOG_WARN, "persistent KV (--kv-dir) for hybrid models is not implemented: recurrent-state "
+                                "checkpoints are kept in memory only, and K/V blocks without them reuse nothing");
+            e->cfg.persist_enabled = false;
+        }
+        if (p->spec.sources & DJ_SPEC_BIT(DJ_SPEC_EXIT)) {
+            dj_log(DJ_LOG_WARN, "early-exit drafts are not implemented for hybrid models (their recurrent layers "
+                                "would need rolling back per layer): source exit off");
+            e->p.spec.sources &= ~DJ_SPEC_BIT(DJ_SPEC_EXIT);
+        }
+        const size_t state_bytes = hp->rs_floats * sizeof(float);
+        if (cfg->rs_ckpt_max_mb && kv_ckpt_create(hp->rs_floats, (size_t)cfg->rs_ckpt_max_mb << 20, &e->ckpt) != DJ_OK) {
+            engine_destroy(e);
+            return dj_fail(DJ_ERR_NOMEM, "out of memory creating the checkpoint store");
+        }
+        /* a draft of k tokens needs k rollback states: at most RS_SNAP_BUDGET of them per completion */
+        e->rs_draft_max = RS_SNAP_BUDGET / state_bytes;
+        if (e->rs_draft_max < 1) e->rs_draft_max = 1;
+    }
+    if (e->cfg.persist_enabled) engine_open_store(e);
     if (e->p.spec.draft_max > DJ_FEED_MAX - 1) e->p.spec.draft_max = DJ_FEED_MAX - 1;
     if (e->p.spec.draft_max == 0) e->p.spec.draft_max = 16;
     if (p->spec.sources & DJ_SPEC_BIT(DJ_SPEC_EXIT)) {
@@ -243,6 +271,10 @@ void engine_destroy(struct dj_engine *e) {
     ctx_free(e->ctx); /* its own sequence lives in the pool: free the context first */
     kv_pool_destroy(e->pool);
     spec_memo_destroy(e->memo);
+    kv_ckpt_destroy(e->ckpt);
+    free(e->rs_snap);
+    free(e->b_snap);
+    free(e->rs_puts);
     free(e->logits);
     free(e->work);
     free(e->idle_refs);
@@ -666,6 +698,45 @@ out:
     return st;
 }
 
+/* ---- hybrid models: recurrent-state checkpoints --------------------------------
+ *
+ * Steps 1-2 find K/V rows for the prompt's first L positions (the session's own,
+ * pool blocks).  A recurrent layer needs its state at L as well; the session holds it
+ * only when nothing was truncated or appended (kv_seq_rs_ok).  Otherwise the prompt
+ * resumes at the latest checkpoint c <= L of its own tokens: positions [c, L) are
+ * computed again, through every layer (a recurrent layer's input there is the output
+ * of the attention layers below it), rewriting the same K/V bits; the blocks they
+ * fill are matched to the pool's again when sealed (canonicalization). */
+enum dj_status engine_rs_resume(struct dj_engine *e, struct dj_session *s, const dj_token *prompt,
+                                struct dj_turn_result *r) {
+    const size_t L = s->seq.n_pos;
+    const float *rs = NULL;
+    size_t c = L ? kv_ckpt_find(e->ckpt, s->hist.root, prompt, L, 1, &rs) : 0;
+    session_truncate(s, c);
+    if (c && kv_seq_rs_set(&s->seq, rs) != DJ_OK) { /* no memory for the state: from the start */
+        session_truncate(s, 0);
+        c = 0;
+    }
+    if (c) {
+        e->stats.rs_ckpt_hits++;
+        e->stats.rs_tokens_restored += c;
+    }
+    e->stats.rs_tokens_recomputed += L - c;
+    /* what is reused is the first c positions: the own prefix first, then pool blocks */
+    if (r->n_reused_own > c) r->n_reused_own = c;
+    r->n_reused_pool = c - r->n_reused_own;
+    if (r->n_reused_disk > r->n_reused_pool) r->n_reused_disk = r->n_reused_pool;
+    r->n_reused_ckpt = c;
+    r->n_kv_recomputed = L - c;
+    return DJ_OK;
+}
+
+void engine_rs_checkpoint(struct dj_engine *e, struct dj_session *s) {
+    if (!e->ckpt || s->seq.n_pos == 0 || !kv_seq_rs_ok(&s->seq) || !s->seq.rs || s->hist.n_tok != s->seq.n_pos)
+        return;
+    if (kv_ckpt_put(e->ckpt, s->hist.root, s->hist.tok, s->seq.n_pos, s->seq.rs)) e->stats.rs_ckpt_saves++;
+}
+
 /* Steps 1-2 of a prompt on s (and Tier 2): see engine_internal.h. */
 enum dj_status engine_reuse_prompt(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
                                    struct dj_turn_result *r, bool *prefilled) {
@@ -693,6 +764,8 @@ enum dj_status engine_reuse_prompt(struct dj_engine *e, struct dj_session *s, co
     if (e->cfg.dedup_enabled && (st = reuse_pool(e, s, prompt, n, &own, &r->n_reused_disk))) goto done;
     r->n_reused_own = own;
     r->n_reused_pool = s->seq.n_pos - own;
+    /* hybrid models: the recurrent layers resume only where their state is known */
+    if (!kv_seq_rs_ok(&s->seq) && (st = engine_rs_resume(e, s, prompt, r))) goto done;
 
     /* 3. what is left is computed by the scheduler (Tier 2: part of it reused approximately here) */
     r->n_computed = n - s->seq.n_pos;

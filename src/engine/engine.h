@@ -179,6 +179,10 @@ struct dj_turn_result {
     size_t n_reused_pool;  /* positions taken from pool blocks (dedup hits), disk ones included */
     size_t n_reused_disk;  /* of n_reused_pool: blocks read from the persistent store (--kv-dir) */
     size_t n_computed;     /* prompt positions computed through every layer */
+    size_t n_reused_ckpt;  /* hybrid models: of the reused positions, those resumed from a recurrent-state
+                              checkpoint (the rest, from the sequence's own live state) */
+    size_t n_kv_recomputed; /* hybrid models: positions whose K/V rows were cached (own or pool) but that were
+                              computed again (in n_computed): no checkpoint held the recurrent state there */
     size_t n_reused_approx; /* Tier 2: positions after an edit reused with RoPE-corrected K */
     size_t n_blend;        /* Tier 2: candidates recomputed after the probe (in n_computed) */
     size_t n_probed;       /* Tier 2: candidates run through the probe (layer 0, layer-1 K/V) */

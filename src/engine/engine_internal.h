@@ -18,6 +18,8 @@
 #include "tokenizer/tokenizer.h"
 
 enum { DJ_FEED_MAX = 64 }; /* tokens one completion feeds in one step (sampled + forced + drafts) */
+/* Hybrid models: bytes of recurrent-state snapshots one completion's draft may need (one per draft) */
+#define RS_SNAP_BUDGET ((size_t)256 << 20)
 
 struct dj_req;
 
@@ -70,6 +72,7 @@ struct dj_comp {
     enum dj_finish finish;   /* DJ_FINISH_NONE while running */
     int stop_index;
     double t_done_ms;
+    size_t snap0;            /* hybrid models: the step's rs_snap row of its first draft rollback state */
 };
 
 enum dj_req_state { REQ_WAITING, REQ_PREFILL, REQ_DECODE };
@@ -135,6 +138,16 @@ struct dj_engine {
     float *b_hidden;               /* (b_xcap, n_embd) their hidden rows */
     size_t b_xcap;
 
+    /* hybrid models (hp.rs_floats > 0; kv/ckpt.h, DESIGN.md §1 "recurrent layers") */
+    struct kv_ckpt_store *ckpt;    /* recurrent-state checkpoints; NULL: none kept (LLAMA_OPT_RS_CKPT_MAX_MB=0) */
+    float *rs_snap;                /* (rs_snap_cap, rs_floats) the step's state snapshots */
+    size_t rs_snap_cap;
+    float **b_snap;                /* (b_cap) the batch rows' snapshot targets, or NULL */
+    size_t b_snap_cap;
+    size_t rs_draft_max;           /* most drafts a completion feeds: their rollback states must fit */
+    struct rs_put { struct dj_req *q; size_t n; size_t row; } *rs_puts; /* prompt checkpoints of the step */
+    size_t n_rs_puts, rs_puts_cap;
+
     /* requests (engine thread) */
     struct dj_req *waiting, *running; /* singly linked, in order */
     size_t reserved;                  /* blocks reserved by running requests */
@@ -195,6 +208,12 @@ bool engine_exit_rows(struct dj_engine *e, size_t nt, size_t n_ent, bool *oom);
 void engine_exit_calibrate(struct dj_engine *e, struct dj_session *s);
 
 /* engine.c */
+/* Hybrid models, after a prompt's reuse (steps 1-2) left s at a position its recurrent
+ * state is not at: back to the latest checkpoint at or before it (or 0), counted in r. */
+enum dj_status engine_rs_resume(struct dj_engine *e, struct dj_session *s, const dj_token *prompt,
+                                struct dj_turn_result *r);
+/* Keeps a checkpoint of s's recurrent state at its end (n_pos), when valid. */
+void engine_rs_checkpoint(struct dj_engine *e, struct dj_session *s);
 /* Weight bytes of layers < L and of the output matrix, as fractions of every layer's and
  * the output matrix's (the early-exit cost model, spec_policy_length_exit). */
 void engine_exit_fracs(const struct dj_engine *e, uint32_t L, double *a, double *h);

@@ -37,6 +37,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "engine/engine_internal.h"
+#include "kv/ckpt.h"
 #include "kv/diff.h"
 #include "kv/hash.h"
 #include "spec/spec.h"
@@ -311,6 +312,7 @@ static void req_finish(struct dj_engine *e, struct dj_req *q) {
         r.t_decode_ms = c->t_done_ms;
         const bool drop = c->finish == DJ_FINISH_CANCELLED || c->finish == DJ_FINISH_ERROR;
         struct dj_session *s = c->s;
+        if (s && !drop && e->ckpt) engine_rs_checkpoint(e, s); /* where an appending next turn starts */
         c->s = NULL;
         /* completion 0 of an unfinished prefill shares nothing yet */
         release_session(e, s, drop);
@@ -498,6 +500,7 @@ static void queue_feed(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_to
     if (room == 0 || c->n_feed >= DJ_FEED_MAX) return;
     size_t cap = DJ_FEED_MAX - c->n_feed;
     if (cap > room) cap = room;
+    if (e->rs_draft_max && cap > e->rs_draft_max) cap = e->rs_draft_max; /* hybrid: rollback states */
     size_t nd = 0;
     if (q->has_proc && e->cfg.schema_skip_enabled && q->proc.draft && !q->p.force) {
         nd = q->proc.draft(c->proc_ud, c->feed + c->n_feed, cap);
@@ -562,6 +565,11 @@ static void verify_drafts(struct dj_engine *e, struct dj_req *q, uint32_t ci, co
             kv_seq_truncate(&s->seq, pos0 + j);
             kv_history_truncate(&s->hist, pos0 + j);
             if (s->n_exact > pos0 + j) s->n_exact = pos0 + j;
+            /* hybrid: the recurrent state after position pos0 + j - 1, kept by the forward pass */
+            if (e->rs_snap && kv_seq_rs_set(&s->seq, e->rs_snap + (c->snap0 + j) * e->model->hp.rs_floats)) {
+                req_fail(q, DJ_ERR_NOMEM, dj_last_error());
+                return;
+            }
         }
         if (live) queue_feed(e, q, ci, tok);
         return;
@@ -711,6 +719,77 @@ static void add_rows(struct dj_engine *e, size_t *nt, struct dj_session *s, cons
     }
 }
 
+/* Hybrid models: the batch rows after which the forward pass keeps the sequence's
+ * recurrent state (dj_batch.rs_snap): every fed token but the last of a completion
+ * verifying drafts (the state a rejection rolls back to: verify_drafts), and in prompt
+ * chunks the positions that get a checkpoint: every rs_ckpt_interval blocks, and one
+ * token before the prompt's end (a prompt sent again computes its last token from
+ * there; the end itself is the state the step leaves).  Returns false when there is no
+ * memory for the drafts' states (their requests fail); prompt checkpoints are
+ * optional and dropped instead. */
+static bool step_snapshots(struct dj_engine *e, size_t nt, size_t n_ent) {
+    const size_t RS = e->model->hp.rs_floats, bs = e->block_size;
+    const size_t every = (size_t)e->cfg.rs_ckpt_interval * bs;
+    e->n_rs_puts = 0;
+    if (nt > e->b_snap_cap) {
+        float **ns = realloc(e->b_snap, nt * sizeof *ns);
+        if (!ns) return false;
+        e->b_snap = ns;
+        e->b_snap_cap = nt;
+    }
+    for (size_t i = 0; i < nt; i++) e->b_snap[i] = NULL;
+    size_t n_draft_rows = 0, n_rows = 0;
+    for (size_t k = 0; k < n_ent; k++) {
+        const struct step_ent *en = &e->ent[k];
+        if (!en->prefill) {
+            n_draft_rows += en->req->comp[en->comp].n_draft;
+            continue;
+        }
+        if (!e->ckpt) continue;
+        const size_t n = en->req->p.n_prompt, p0 = e->b_pos[en->i0];
+        for (size_t p = p0; p < p0 + en->n; p++)
+            n_rows += p + 2 == n || (every && (p + 1) % every == 0 && p + 1 < n);
+    }
+    n_rows += n_draft_rows;
+    if (n_rows > e->rs_snap_cap) {
+        float *nr = realloc(e->rs_snap, n_rows * RS * sizeof *nr);
+        if (nr) {
+            e->rs_snap = nr;
+            e->rs_snap_cap = n_rows;
+        } else if (n_draft_rows > e->rs_snap_cap) {
+            return false;
+        } else {
+            n_rows = n_draft_rows; /* the drafts' states fit: no prompt checkpoints this step */
+        }
+    }
+    size_t row = 0;
+    for (size_t k = 0; k < n_ent; k++) { /* drafts: row snap0 + j = the state after fed token n_feed - nd - 1 + j */
+        const struct step_ent *en = &e->ent[k];
+        if (en->prefill) continue;
+        struct dj_comp *c = &en->req->comp[en->comp];
+        c->snap0 = row;
+        for (size_t j = 0; j < c->n_draft; j++) e->b_snap[en->i0 + en->n - c->n_draft - 1 + j] = e->rs_snap + (row++) * RS;
+    }
+    if (row == n_rows) return true;
+    if (e->n_rs_puts + n_rows - row > e->rs_puts_cap) {
+        struct rs_put *np = realloc(e->rs_puts, (n_rows - row) * sizeof *np);
+        if (!np) return true;
+        e->rs_puts = np;
+        e->rs_puts_cap = n_rows - row;
+    }
+    for (size_t k = 0; k < n_ent; k++) {
+        const struct step_ent *en = &e->ent[k];
+        if (!en->prefill) continue;
+        const size_t n = en->req->p.n_prompt, p0 = e->b_pos[en->i0];
+        for (size_t p = p0; p < p0 + en->n; p++)
+            if (p + 2 == n || (every && (p + 1) % every == 0 && p + 1 < n)) {
+                e->b_snap[en->i0 + (p - p0)] = e->rs_snap + row * RS;
+                e->rs_puts[e->n_rs_puts++] = (struct rs_put){en->req, p + 1, row++};
+            }
+    }
+    return true;
+}
+
 size_t engine_step(struct dj_engine *e) {
     e->n_step++;
     /* 1. the inbox */
@@ -814,7 +893,18 @@ size_t engine_step(struct dj_engine *e) {
                 e->b_logits_rows = n_out;
             }
         }
-        struct dj_batch b = {nt, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out, NULL, NULL};
+        struct dj_batch b = {nt, e->b_tok, e->b_pos, e->b_seq, n_out, e->b_out, NULL, NULL, NULL};
+        if (e->model->hp.rs_floats) {
+            if (step_snapshots(e, nt, n_ent)) {
+                b.rs_snap = e->b_snap;
+            } else {
+                for (size_t k = 0; k < n_ent; k++)
+                    if (!e->ent[k].prefill && e->ent[k].req->comp[e->ent[k].comp].n_draft)
+                        req_fail(e->ent[k].req, DJ_ERR_NOMEM, "out of memory for the recurrent states of a draft");
+                b.rs_snap = NULL;
+                e->n_rs_puts = 0;
+            }
+        }
         bool x_oom = false;
         if (e->exit_layer && engine_exit_rows(e, nt, n_ent, &x_oom)) {
             b.start_layer = e->b_start;
@@ -844,6 +934,7 @@ size_t engine_step(struct dj_engine *e) {
             struct dj_req *q = en->req;
             struct dj_session *s = q->comp[en->comp].s;
             if (st) {
+                s->seq.rs_pos = KV_RS_NONE; /* a recurrent layer may have run part of the batch */
                 req_fail(q, st, dj_last_error());
                 continue;
             }
@@ -856,7 +947,15 @@ size_t engine_step(struct dj_engine *e) {
                 continue;
             }
             if (s->n_exact == base) s->n_exact = base + en->n; /* computed after exact rows only */
+            if (en->prefill && en->out >= 0 && e->ckpt) engine_rs_checkpoint(e, s); /* the prompt's end */
         }
+        for (size_t i = 0; !st && i < e->n_rs_puts; i++) { /* checkpoints inside prompts */
+            const struct rs_put *pu = &e->rs_puts[i];
+            if (pu->q->err) continue;
+            if (kv_ckpt_put(e->ckpt, pu->q->comp[0].s->hist.root, pu->q->prompt, pu->n, e->rs_snap + pu->row * e->model->hp.rs_floats))
+                e->stats.rs_ckpt_saves++;
+        }
+        e->n_rs_puts = 0;
         /* 6. tokens out */
         if (!st)
             for (size_t k = 0; k < n_ent; k++) {

@@ -62,6 +62,9 @@ struct dj_batch {
     const uint32_t *start_layer; /* (n_tok) first layer each token runs, < n_layer; NULL: all 0 */
     const float *hidden;        /* (n_tok, n_embd) row i: the residual stream entering layer start_layer[i]
                                    (rows of tokens starting at 0 unread); needed when any start > 0 */
+    float *const *rs_snap;      /* hybrid models: (n_tok) or NULL: when rs_snap[i] is not NULL, the recurrent
+                                   state of token i's sequence after token i (rs_floats floats, kv_seq.rs's
+                                   layout) is copied there: checkpoints inside a batch, draft rollback */
 };
 
 struct dj_context {

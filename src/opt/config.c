@@ -58,6 +58,12 @@ static const struct llama_opt_var vars[] = {
      "persist_enabled", "save sealed KV blocks to disk and restore them in later sessions (verified)", true},
     {"LLAMA_OPT_PERSIST_DIR", LLAMA_OPT_VAR_STRING, F(persist_dir), 0, 0, NULL, 1, NULL, "persist_dir",
      "directory for persisted KV blocks", true},
+    {"LLAMA_OPT_RS_CKPT_INTERVAL", LLAMA_OPT_VAR_UINT, F(rs_ckpt_interval), 0, 1073741824.0, NULL, 1, NULL,
+     "rs_ckpt_interval",
+     "hybrid models: keep a recurrent-state checkpoint every this many KV blocks of a prompt (0: only at the ends "
+     "of prompts and outputs)", true},
+    {"LLAMA_OPT_RS_CKPT_MAX_MB", LLAMA_OPT_VAR_UINT, F(rs_ckpt_max_mb), 0, 1073741824.0, NULL, 1, NULL,
+     "rs_ckpt_max_mb", "hybrid models: MiB of memory for recurrent-state checkpoints (LRU; 0: none kept)", true},
     {"LLAMA_OPT_MEMO_ENABLED", LLAMA_OPT_VAR_BOOL, F(memo_enabled), 0, 1, NULL, 1, "LLAMA_OPT_MEMO", "memo_enabled",
      "draft continuations from earlier outputs (keyed by the last n tokens) and verify them in one batch", true},
     {"LLAMA_OPT_MEMO_TRIE_MAX", LLAMA_OPT_VAR_UINT, F(memo_trie_max), 0, 1073741824.0, NULL, 1, NULL,
@@ -110,6 +116,8 @@ struct llama_opt_config llama_opt_config_default(void) {
     c.precompute_rope_max = 131072;
     c.persist_enabled = LLAMA_OPT_KV_PERSIST != 0;
     c.persist_dir[0] = '\0';
+    c.rs_ckpt_interval = 16;
+    c.rs_ckpt_max_mb = 2048;
     c.memo_enabled = LLAMA_OPT_MEMO != 0;
     c.memo_trie_max = 65536;
     c.attn_prune_enabled = LLAMA_OPT_ATTN_PRUNE != 0;

@@ -119,6 +119,10 @@ struct llama_opt_config {
     bool     persist_enabled;     /* (false) */
     char     persist_dir[LLAMA_OPT_PERSIST_DIR_MAX]; /* ("") */
 
+    /* DESIGN.md addition — recurrent-state checkpoints of hybrid models (kv/ckpt.h) */
+    uint32_t rs_ckpt_interval;    /* a checkpoint every this many blocks of a prompt; 0: ends only (16) */
+    uint32_t rs_ckpt_max_mb;      /* MiB of checkpoints kept, LRU (2048) */
+
     /* Phase 3 — token-level output memoization */
     bool     memo_enabled;        /* (true) */
     uint32_t memo_trie_max;       /* max trie nodes (65536) */
@@ -246,6 +250,13 @@ struct llama_opt_stats {
                                (counted as it finishes them; failed and dropped writes are not saves:
                                kv/persist.h stats, deja_persist_* in /metrics) */
     uint64_t persist_tokens_restored;
+
+    /* DESIGN.md addition — recurrent-state checkpoints (hybrid models, kv/ckpt.h) */
+    uint64_t rs_ckpt_saves;        /* checkpoints stored */
+    uint64_t rs_ckpt_hits;         /* prompts that resumed from one */
+    uint64_t rs_tokens_restored;   /* prompt positions whose recurrent state came from a checkpoint */
+    uint64_t rs_tokens_recomputed; /* prompt positions whose K/V rows were cached but were computed again:
+                                      no checkpoint held the recurrent state there */
 
     /* Phase 3 — output memoization */
     uint64_t memo_lookups;

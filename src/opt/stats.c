@@ -28,6 +28,8 @@ static const struct {
     S(canon_entries_total),  S(canon_entries_deduped),  S(canon_bytes_saved),
     S(precompute_rope_hits), S(precompute_norm_hits),   S(precompute_mask_hits),
     S(persist_loads),        S(persist_saves),          S(persist_tokens_restored),
+    S(rs_ckpt_saves),        S(rs_ckpt_hits),           S(rs_tokens_restored),
+    S(rs_tokens_recomputed),
     S(memo_lookups),         S(memo_hits),              S(memo_tokens_skipped),
     S(attn_blocks_pruned),   S(attn_tokens_pruned),
     S(act_lookups),          S(act_hits),
