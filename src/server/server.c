@@ -102,9 +102,10 @@ json_t *jstr(const char *s, size_t n) {
 /* deja's extension: where the prompt's tokens came from. */
 json_t *xdeja_json(const struct sreq *r) {
     const struct dj_turn_result *r0 = &r->res[0];
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "reused_own", (json_int_t)r0->n_reused_own, "reused_pool",
-                     (json_int_t)r0->n_reused_pool, "reused_disk", (json_int_t)r0->n_reused_disk, "computed",
-                     (json_int_t)r0->n_computed, "forced",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "reused_own", (json_int_t)r0->n_reused_own,
+                     "reused_pool", (json_int_t)r0->n_reused_pool, "reused_disk", (json_int_t)r0->n_reused_disk,
+                     "reused_checkpoint", (json_int_t)r0->n_reused_ckpt, "kv_recomputed",
+                     (json_int_t)r0->n_kv_recomputed, "computed", (json_int_t)r0->n_computed, "forced",
                      (json_int_t)r0->n_forced, "ttft_ms", r0->t_ttft_ms, "queue_ms", r0->t_queue_ms);
 }
 
@@ -124,10 +125,10 @@ void server_log_request(const struct sreq *r) {
     size_t gen = 0;
     for (uint32_t i = 0; i < r->n; i++) gen += r->res[i].n_gen;
     fprintf(stderr,
-            "deja serve: POST %s %s prompt %zu cached %zu (own %zu, pool %zu, disk %zu) computed %zu generated %zu "
-            "finish %s ttft %.1f ms total %.1f ms\n",
+            "deja serve: POST %s %s prompt %zu cached %zu (own %zu, pool %zu, disk %zu, checkpoint %zu) computed %zu "
+            "(kv recomputed %zu) generated %zu finish %s ttft %.1f ms total %.1f ms\n",
             r->path ? r->path : "?", r->stream ? "stream" : "json", x->n_prompt, x->n_cached, x->n_reused_own,
-            x->n_reused_pool, x->n_reused_disk, x->n_computed, gen, finish_name(x->finish), x->t_ttft_ms,
+            x->n_reused_pool, x->n_reused_disk, x->n_reused_ckpt, x->n_computed, x->n_kv_recomputed, gen, finish_name(x->finish), x->t_ttft_ms,
             x->t_queue_ms + x->t_prefill_ms + x->t_decode_ms);
 }
 

@@ -104,7 +104,7 @@ static void test_table(void) {
             if (llama_opt_config_var(j)->offset == v->offset) bad++;
     }
     CHECKF(bad == 0, "%d bad table entries", bad);
-    CHECK(n == 24);
+    CHECK(n == 26); /* 24 + LLAMA_OPT_RS_CKPT_INTERVAL and LLAMA_OPT_RS_CKPT_MAX_MB */
     CHECK(llama_opt_config_find_var("LLAMA_OPT_NOPE") == NULL);
     /* The spec's table: every variable is present. */
     static const char *const spec[] = {
@@ -260,11 +260,12 @@ static void test_stats(void) {
     struct llama_opt_stats last, now;
     llama_opt_stats_reset(&last);
     llama_opt_stats_reset(&now);
-    CHECK(llama_opt_stats_n_fields() == 29); /* the spec's 26 + 3 Tier-2 diff counters */
+    CHECK(llama_opt_stats_n_fields() == 33); /* the spec's 26 + 3 Tier-2 diff counters + 4 recurrent-state ones */
     CHECK(strcmp(llama_opt_stats_field_name(0), "dedup_blocks_total") == 0);
     CHECK(strcmp(llama_opt_stats_field_name(6), "diff_tokens_approx") == 0);
-    CHECK(strcmp(llama_opt_stats_field_name(28), "noop_ops_elided") == 0);
-    CHECK(llama_opt_stats_field_name(29) == NULL);
+    CHECK(strcmp(llama_opt_stats_field_name(21), "rs_ckpt_saves") == 0);
+    CHECK(strcmp(llama_opt_stats_field_name(32), "noop_ops_elided") == 0);
+    CHECK(llama_opt_stats_field_name(33) == NULL);
 
     now.dedup_blocks_total = 10;
     now.dedup_blocks_hit = 7;
