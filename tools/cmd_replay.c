@@ -715,7 +715,7 @@ int cmd_replay(int argc, char **argv) {
     const double wall_ms = (double)(dj_time_us() - t_start) / 1000.0;
 
     /* ---- totals ---- */
-    size_t tot_prompt = 0, tot_own = 0, tot_pool = 0, tot_disk = 0, tot_ckpt = 0, tot_kv_re = 0, tot_comp = 0, tot_min = 0, tot_gen = 0, tot_parked = 0;
+    size_t tot_prompt = 0, tot_own = 0, tot_pool = 0, tot_disk = 0, tot_ckpt = 0, tot_ckpt_disk = 0, tot_kv_re = 0, tot_comp = 0, tot_min = 0, tot_gen = 0, tot_parked = 0;
     size_t tot_approx = 0, tot_blend = 0, tot_probed = 0;
     double tot_prefill = 0, tot_decode = 0, tot_prefill_x = 0;
     struct dj_spec_counts tot_spec = {0};
@@ -734,6 +734,7 @@ int cmd_replay(int argc, char **argv) {
         tot_pool += t->n_reused_pool;
         tot_disk += t->n_reused_disk;
         tot_ckpt += t->n_reused_ckpt;
+        tot_ckpt_disk += t->n_reused_ckpt_disk;
         tot_kv_re += t->n_kv_recomputed;
         tot_comp += t->n_computed;
         tot_min += rows[k].n_min;
@@ -788,7 +789,8 @@ int cmd_replay(int argc, char **argv) {
                    rows[k].n_min, t->n_gen, t->t_prefill_ms, t->t_ttft_ms, t->t_decode_ms);
             printf(", \"t_queue_ms\": %.3f, \"logits_hash\": \"%016" PRIx64 "\"", t->t_queue_ms, rows[k].logits_hash);
             if (t->n_reused_ckpt || t->n_kv_recomputed) /* hybrid models */
-                printf(", \"n_reused_ckpt\": %zu, \"n_kv_recomputed\": %zu", t->n_reused_ckpt, t->n_kv_recomputed);
+                printf(", \"n_reused_ckpt\": %zu, \"n_reused_ckpt_disk\": %zu, \"n_kv_recomputed\": %zu",
+                       t->n_reused_ckpt, t->n_reused_ckpt_disk, t->n_kv_recomputed);
             if (spec.sources || t->n_drafted)
                 printf(", \"n_drafted\": %zu, \"n_draft_accepted\": %zu", t->n_drafted, t->n_draft_accepted);
             if (ex)
@@ -813,8 +815,9 @@ int cmd_replay(int argc, char **argv) {
                peak_pinned, ps.pinned, ps.evicted, ps.cow_copies, tot_parked, os.dedup_blocks_total,
                os.dedup_blocks_hit, os.canon_entries_total, os.canon_entries_deduped, os.canon_bytes_saved, acc.hash,
                ids_hash);
-        printf(",\n \"n_reused_ckpt\": %zu, \"n_kv_recomputed\": %zu, \"rs_ckpt_saves\": %" PRIu64
-               ", \"rs_ckpt_hits\": %" PRIu64, tot_ckpt, tot_kv_re, os.rs_ckpt_saves, os.rs_ckpt_hits);
+        printf(",\n \"n_reused_ckpt\": %zu, \"n_reused_ckpt_disk\": %zu, \"n_kv_recomputed\": %zu, "
+               "\"rs_ckpt_saves\": %" PRIu64 ", \"rs_ckpt_hits\": %" PRIu64,
+               tot_ckpt, tot_ckpt_disk, tot_kv_re, os.rs_ckpt_saves, os.rs_ckpt_hits);
         printf(",\n \"persist\": %s, \"persist_loads\": %" PRIu64 ", \"persist_saves\": %" PRIu64
                ", \"restart_each_turn\": %s, \"restarts\": %zu, \"t_restart_ms\": %.3f",
                persist_on ? "true" : "false", os.persist_loads, os.persist_saves, restart_each ? "true" : "false",

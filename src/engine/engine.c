@@ -122,6 +122,24 @@ static void engine_open_store(struct dj_engine *e) {
     if (kv_store_open(&sp, &e->store) != DJ_OK) {
         dj_log(DJ_LOG_WARN, "persistent KV off: %s", dj_last_error());
         e->store = NULL;
+        return;
+    }
+    if (!hp->rs_floats || hp->rs_floats > UINT32_MAX) return;
+    /* hybrid models: recurrent-state checkpoints in a store of their own (another key, so
+     * another folder): one record per checkpoint, its payload the whole state (engine_rs_key) */
+    const XXH128_hash_t r0 = XXH3_128bits_withSeed(desc, (size_t)n + 32, 2);
+    const XXH128_hash_t r1 = XXH3_128bits_withSeed(desc, (size_t)n + 32, 3);
+    memcpy(sp.key, &r0, 16);
+    memcpy(sp.key + 16, &r1, 16);
+    sp.n_layer = hp->n_layer - hp->n_layer_kv;
+    sp.n_embd_kv = (uint32_t)hp->rs_floats;
+    sp.kv_type = DJ_TYPE_F32 | 1u << 17; /* bit 17: a recurrent state, not K/V rows */
+    sp.block_bytes = hp->rs_floats * sizeof(float);
+    sp.queue_max = (size_t)(256u << 20) / sp.block_bytes;
+    if (sp.queue_max < 2) sp.queue_max = 2;
+    if (kv_store_open(&sp, &e->rs_store) != DJ_OK) {
+        dj_log(DJ_LOG_WARN, "persistent recurrent-state checkpoints off: %s", dj_last_error());
+        e->rs_store = NULL;
     }
 }
 
@@ -210,11 +228,6 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
                            "this %s model keep no rows but one state that depends on every earlier token: use "
                            "LLAMA_OPT_DIFF_MODE=exact", hp->n_layer_kv < hp->n_layer ? "hybrid" : "recurrent");
         }
-        if (cfg->persist_enabled) {
-            dj_log(DJ_LOG_WARN, "persistent KV (--kv-dir) for hybrid models is not implemented: recurrent-state "
-                                "checkpoints are kept in memory only, and K/V blocks without them reuse nothing");
-            e->cfg.persist_enabled = false;
-        }
         if (p->spec.sources & DJ_SPEC_BIT(DJ_SPEC_EXIT)) {
             dj_log(DJ_LOG_WARN, "early-exit drafts are not implemented for hybrid models (their recurrent layers "
                                 "would need rolling back per layer): source exit off");
@@ -267,6 +280,7 @@ void engine_destroy(struct dj_engine *e) {
     if (!e) return;
     engine_drop_requests(e);
     kv_store_close(e->store); /* writes what is queued */
+    kv_store_close(e->rs_store);
     while (e->sessions) engine_session_destroy(e->sessions);
     ctx_free(e->ctx); /* its own sequence lives in the pool: free the context first */
     kv_pool_destroy(e->pool);
@@ -707,16 +721,73 @@ out:
  * computed again, through every layer (a recurrent layer's input there is the output
  * of the attention layers below it), rewriting the same K/V bits; the blocks they
  * fill are matched to the pool's again when sealed (canonicalization). */
+/* The on-disk identity of a checkpoint after the first p (> 0) tokens of s's history
+ * (p <= hist.n_tok): a record of the block store (kv/persist.h) whose "block" is the
+ * last, possibly partial, block of the prefix: tokens [k bs, p) padded with -1 to bs
+ * (pad), chained onto the chain hash of the full blocks before it (parent).  The store
+ * verifies the parent chain and every padded token: the same guarantee as a K/V block. */
+static uint64_t engine_rs_key(const struct dj_engine *e, const struct dj_session *s, size_t p, uint64_t *parent,
+                              dj_token *pad) {
+    const size_t bs = e->block_size, k = (p - 1) / bs;
+    size_t nc;
+    const uint64_t *chains = kv_history_chain(&s->hist, &nc);
+    DJ_ASSERT(p <= s->hist.n_tok && k <= nc);
+    *parent = k ? chains[k - 1] : s->hist.root;
+    for (size_t i = 0; i < bs; i++) pad[i] = k * bs + i < p ? s->hist.tok[k * bs + i] : -1;
+    return kv_hash_chain(*parent, pad, bs);
+}
+
+static void rs_disk_put(struct dj_engine *e, const struct dj_session *s, size_t p, const float *rs) {
+    if (!e->rs_store || p == 0 || p > s->hist.n_tok) return;
+    dj_token pad[KV_RS_PAD_MAX];
+    if (e->block_size > KV_RS_PAD_MAX) return;
+    uint64_t parent;
+    const uint64_t c = engine_rs_key(e, s, p, &parent, pad);
+    kv_store_put(e->rs_store, c, parent, pad, rs); /* copies; the writer thread writes it */
+}
+
+/* A checkpoint on disk after p tokens of s's history, with lo < p <= hi: the latest of
+ * the last KV_RS_PROBE positions, then of the interval's block boundaries below them.
+ * Returns p with the state in out, or 0. */
+static size_t rs_disk_find(struct dj_engine *e, const struct dj_session *s, size_t lo, size_t hi, float *out) {
+    if (!e->rs_store || e->block_size > KV_RS_PAD_MAX) return 0;
+    dj_token pad[KV_RS_PAD_MAX];
+    uint64_t parent, c;
+    size_t p = hi;
+    for (; p > lo && hi - p < KV_RS_PROBE; p--) { /* the ends of earlier prompts and outputs lie anywhere */
+        c = engine_rs_key(e, s, p, &parent, pad);
+        if (kv_store_get(e->rs_store, c, parent, pad, out)) return p;
+    }
+    const size_t every = (size_t)e->cfg.rs_ckpt_interval * e->block_size;
+    for (size_t b = every ? p / every * every : 0; b > lo; b -= every) { /* further back: the interval's */
+        c = engine_rs_key(e, s, b, &parent, pad);
+        if (kv_store_get(e->rs_store, c, parent, pad, out)) return b;
+    }
+    return 0;
+}
+
 enum dj_status engine_rs_resume(struct dj_engine *e, struct dj_session *s, const dj_token *prompt,
                                 struct dj_turn_result *r) {
     const size_t L = s->seq.n_pos;
     const float *rs = NULL;
     size_t c = L ? kv_ckpt_find(e->ckpt, s->hist.root, prompt, L, 1, &rs) : 0;
+    float *disk = NULL;
+    if (e->rs_store && c < L && (disk = malloc(e->model->hp.rs_floats * sizeof *disk))) {
+        const size_t d = rs_disk_find(e, s, c, L, disk); /* s->hist holds the prompt's first L tokens */
+        if (d > c) {
+            c = d;
+            rs = disk;
+            r->n_reused_ckpt_disk = d;
+            if (e->ckpt) kv_ckpt_put(e->ckpt, s->hist.root, s->hist.tok, d, disk); /* found in memory next */
+        }
+    }
     session_truncate(s, c);
     if (c && kv_seq_rs_set(&s->seq, rs) != DJ_OK) { /* no memory for the state: from the start */
         session_truncate(s, 0);
         c = 0;
+        r->n_reused_ckpt_disk = 0;
     }
+    free(disk);
     if (c) {
         e->stats.rs_ckpt_hits++;
         e->stats.rs_tokens_restored += c;
@@ -732,9 +803,13 @@ enum dj_status engine_rs_resume(struct dj_engine *e, struct dj_session *s, const
 }
 
 void engine_rs_checkpoint(struct dj_engine *e, struct dj_session *s) {
-    if (!e->ckpt || s->seq.n_pos == 0 || !kv_seq_rs_ok(&s->seq) || !s->seq.rs || s->hist.n_tok != s->seq.n_pos)
-        return;
-    if (kv_ckpt_put(e->ckpt, s->hist.root, s->hist.tok, s->seq.n_pos, s->seq.rs)) e->stats.rs_ckpt_saves++;
+    if (s->seq.n_pos == 0 || !kv_seq_rs_ok(&s->seq) || !s->seq.rs || s->hist.n_tok != s->seq.n_pos) return;
+    engine_rs_save(e, s, s->seq.n_pos, s->seq.rs);
+}
+
+void engine_rs_save(struct dj_engine *e, struct dj_session *s, size_t p, const float *rs) {
+    if (e->ckpt && kv_ckpt_put(e->ckpt, s->hist.root, s->hist.tok, p, rs)) e->stats.rs_ckpt_saves++;
+    rs_disk_put(e, s, p, rs);
 }
 
 /* Steps 1-2 of a prompt on s (and Tier 2): see engine_internal.h. */

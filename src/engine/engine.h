@@ -181,6 +181,7 @@ struct dj_turn_result {
     size_t n_computed;     /* prompt positions computed through every layer */
     size_t n_reused_ckpt;  /* hybrid models: of the reused positions, those resumed from a recurrent-state
                               checkpoint (the rest, from the sequence's own live state) */
+    size_t n_reused_ckpt_disk; /* of n_reused_ckpt: a checkpoint read from --kv-dir (its length; 0: none) */
     size_t n_kv_recomputed; /* hybrid models: positions whose K/V rows were cached (own or pool) but that were
                               computed again (in n_computed): no checkpoint held the recurrent state there */
     size_t n_reused_approx; /* Tier 2: positions after an edit reused with RoPE-corrected K */

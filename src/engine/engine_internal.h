@@ -20,6 +20,10 @@
 enum { DJ_FEED_MAX = 64 }; /* tokens one completion feeds in one step (sampled + forced + drafts) */
 /* Hybrid models: bytes of recurrent-state snapshots one completion's draft may need (one per draft) */
 #define RS_SNAP_BUDGET ((size_t)256 << 20)
+/* Checkpoints on disk: block sizes up to this (the padded last block is on the stack); a
+ * resumed prompt probes its last KV_RS_PROBE positions, then the interval's boundaries */
+#define KV_RS_PAD_MAX 1024
+#define KV_RS_PROBE 1024
 
 struct dj_req;
 
@@ -140,6 +144,7 @@ struct dj_engine {
 
     /* hybrid models (hp.rs_floats > 0; kv/ckpt.h, DESIGN.md §1 "recurrent layers") */
     struct kv_ckpt_store *ckpt;    /* recurrent-state checkpoints; NULL: none kept (LLAMA_OPT_RS_CKPT_MAX_MB=0) */
+    struct kv_store *rs_store;     /* the same on disk (--kv-dir), or NULL */
     float *rs_snap;                /* (rs_snap_cap, rs_floats) the step's state snapshots */
     size_t rs_snap_cap;
     float **b_snap;                /* (b_cap) the batch rows' snapshot targets, or NULL */
@@ -214,6 +219,9 @@ enum dj_status engine_rs_resume(struct dj_engine *e, struct dj_session *s, const
                                 struct dj_turn_result *r);
 /* Keeps a checkpoint of s's recurrent state at its end (n_pos), when valid. */
 void engine_rs_checkpoint(struct dj_engine *e, struct dj_session *s);
+/* Keeps rs as the checkpoint after the first p tokens of s's history (p <= hist.n_tok):
+ * in memory and, with --kv-dir, on disk. */
+void engine_rs_save(struct dj_engine *e, struct dj_session *s, size_t p, const float *rs);
 /* Weight bytes of layers < L and of the output matrix, as fractions of every layer's and
  * the output matrix's (the early-exit cost model, spec_policy_length_exit). */
 void engine_exit_fracs(const struct dj_engine *e, uint32_t L, double *a, double *h);

@@ -312,7 +312,7 @@ static void req_finish(struct dj_engine *e, struct dj_req *q) {
         r.t_decode_ms = c->t_done_ms;
         const bool drop = c->finish == DJ_FINISH_CANCELLED || c->finish == DJ_FINISH_ERROR;
         struct dj_session *s = c->s;
-        if (s && !drop && e->ckpt) engine_rs_checkpoint(e, s); /* where an appending next turn starts */
+        if (s && !drop && e->model->hp.rs_floats) engine_rs_checkpoint(e, s); /* where an appending next turn starts */
         c->s = NULL;
         /* completion 0 of an unfinished prefill shares nothing yet */
         release_session(e, s, drop);
@@ -745,7 +745,7 @@ static bool step_snapshots(struct dj_engine *e, size_t nt, size_t n_ent) {
             n_draft_rows += en->req->comp[en->comp].n_draft;
             continue;
         }
-        if (!e->ckpt) continue;
+        if (!e->ckpt && !e->rs_store) continue;
         const size_t n = en->req->p.n_prompt, p0 = e->b_pos[en->i0];
         for (size_t p = p0; p < p0 + en->n; p++)
             n_rows += p + 2 == n || (every && (p + 1) % every == 0 && p + 1 < n);
@@ -947,13 +947,12 @@ size_t engine_step(struct dj_engine *e) {
                 continue;
             }
             if (s->n_exact == base) s->n_exact = base + en->n; /* computed after exact rows only */
-            if (en->prefill && en->out >= 0 && e->ckpt) engine_rs_checkpoint(e, s); /* the prompt's end */
+            if (en->prefill && en->out >= 0 && e->model->hp.rs_floats) engine_rs_checkpoint(e, s); /* the prompt's end */
         }
         for (size_t i = 0; !st && i < e->n_rs_puts; i++) { /* checkpoints inside prompts */
             const struct rs_put *pu = &e->rs_puts[i];
             if (pu->q->err) continue;
-            if (kv_ckpt_put(e->ckpt, pu->q->comp[0].s->hist.root, pu->q->prompt, pu->n, e->rs_snap + pu->row * e->model->hp.rs_floats))
-                e->stats.rs_ckpt_saves++;
+            engine_rs_save(e, pu->q->comp[0].s, pu->n, e->rs_snap + pu->row * e->model->hp.rs_floats);
         }
         e->n_rs_puts = 0;
         /* 6. tokens out */
