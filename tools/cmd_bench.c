@@ -334,21 +334,31 @@ int cmd_bench(int argc, char **argv) {
     int nr = reps > 64 ? 64 : (int)reps;
     enum dj_status st = DJ_OK;
     if (depth > 0) st = ctx_decode(c, toks, (size_t)depth, logits, false); /* once, untimed */
+    /* a hybrid model's recurrent state at the depth, put back after each truncation to it */
+    float *rs0 = NULL;
+    if (!st && depth > 0 && m->hp.rs_floats && c->seq->rs &&
+        (rs0 = malloc(m->hp.rs_floats * sizeof *rs0)) != NULL)
+        memcpy(rs0, c->seq->rs, m->hp.rs_floats * sizeof *rs0);
+    else if (!st && depth > 0 && m->hp.rs_floats)
+        st = dj_fail(DJ_ERR_NOMEM, "out of memory for the recurrent state");
     const dj_token *tt = toks + depth;
     for (int r = 0; r < nr && !st; r++) {
         if (n_pp > 0) {
             ctx_truncate(c, (uint32_t)depth);
+            if (rs0) kv_seq_rs_set(c->seq, rs0);
             int64_t t0 = dj_time_us();
             st = ctx_decode(c, tt, (size_t)n_pp, logits, false);
             pp[r] = (double)n_pp / ((double)(dj_time_us() - t0) / 1e6);
         }
         if (n_tg > 0 && !st) {
             ctx_truncate(c, (uint32_t)depth);
+            if (rs0) kv_seq_rs_set(c->seq, rs0);
             int64_t t0 = dj_time_us();
             for (long i = 0; i < n_tg && !st; i++) st = ctx_decode(c, &tt[i], 1, logits, false);
             tg[r] = (double)n_tg / ((double)(dj_time_us() - t0) / 1e6);
         }
     }
+    free(rs0);
     if (st) { /* a KV block the pool could not allocate, say: no timing to report */
         cli_error("bench", "%s", dj_last_error());
         ctx_free(c);
