@@ -154,6 +154,8 @@ struct dj_context {
     uint32_t *dn_tok;     /* (ub) ubatch rows grouped by sequence, in order within each */
     uint32_t *dn_off;     /* (ub + 1) sequence j's rows: dn_tok[dn_off[j] .. dn_off[j + 1]) */
     struct kv_seq **dn_seq; /* (ub) the ubatch's distinct sequences */
+    int64_t dn_us[2];       /* microseconds in the recurrences (conv + delta rule, token by token) and in
+                               the whole recurrent layers (with their projections), summed over passes */
 };
 
 enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, struct dj_context **out);

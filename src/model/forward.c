@@ -39,6 +39,7 @@
 #include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "core/status.h"
+#include "core/timer.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "model/context.h"
@@ -1093,6 +1094,7 @@ static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struc
     const struct dj_hparams *hp = &c->model->hp;
     const int64_t E = hp->n_embd, S = hp->ssm_d_state, NK = hp->ssm_n_k_heads, NV = hp->ssm_n_v_heads, KD = NK * S,
                   VD = NV * S, CD = 2 * KD + VD, R = NV / NK;
+    const int64_t t_layer = dj_time_us();
     /* projections: qkv (conv input), z, and beta / alpha */
     if (L->ssm_in.data) { /* qwen3next's older layout: per k head [q | k | v (R S) | z (R S)] */
         const struct dj_weight *ws[2] = {&L->ssm_in, &L->ssm_ba};
@@ -1143,6 +1145,7 @@ static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struc
             bg[NV + h] = sp * A[h];
         }
     }
+    const int64_t t_rec = dj_time_us();
     const int n_seq = dn_group(c, seq, n);
     const int n_cblk = (int)((CD + DN_CBLK - 1) / DN_CBLK);
     struct dn_job j = {c, L, snap, n_seq, n_cblk};
@@ -1152,6 +1155,7 @@ static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struc
         for (int64_t g = 0; g < 2 * NK; g++) l2norm(row + g * S, S, hp->rms_eps); /* q heads, then k heads */
     }
     threadpool_run_n(c->tpool, dn_delta_task, &j, n_seq * (int)NV);
+    c->dn_us[0] += dj_time_us() - t_rec;
     /* o = rmsnorm(o) * ssm_norm * silu(z) per head, then ssm_out */
     for (int64_t t = 0; t < n; t++)
         for (int64_t h = 0; h < NV; h++) {
@@ -1162,6 +1166,7 @@ static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struc
         }
     ctx_matmul(c, &L->ssm_out, c->dn_o, n, c->xn);
     for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
+    c->dn_us[1] += dj_time_us() - t_layer;
 }
 
 /* Cuts the ubatch into attention tiles: runs of at most att_tile consecutive
