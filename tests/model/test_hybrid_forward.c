@@ -20,7 +20,9 @@
  * 0 restarts from the zero state: bitwise the reference again.
  *
  * Printed, not checked: the time in the recurrences against the whole forward pass
- * (dj_context.dn_us) for a 256-token prefill and 32 decode steps on one thread.
+ * (dj_context.dn_us) for a 256-token prefill and 16 decode steps on one thread; with
+ * DJ_HYBRID_TIMING=FILE also for that model (512 tokens, 1 and 2 threads), e.g. the
+ * 35b-a3b preset cut to 4 layers (docs/ARCHITECTURE.md).
  */
 #include <stdint.h>
 #include <unistd.h>
@@ -50,6 +52,37 @@ struct seqdata {
     uint64_t snap[MAX_LEN]; /* recurrent state after each position */
     float *final;           /* the state after the last */
 };
+
+/* What the canonical recurrence costs: a prefill of n_prompt tokens in one ubatch, then 16
+ * decode steps, on n_threads; the time in the recurrences (conv + delta rule, token by token)
+ * and in the whole DeltaNet layers (dj_context.dn_us) against the whole pass.  Printed. */
+static void timing(const struct dj_model *m, const char *what, int n_threads, int n_prompt) {
+    struct dj_ctx_params cp = ctx_default_params();
+    cp.n_ctx = (uint32_t)n_prompt + 64;
+    cp.n_threads = n_threads;
+    struct dj_context *c = NULL;
+    CHECKF(ctx_create(m, cp, &c) == DJ_OK, "%s: %s", what, dj_last_error());
+    if (!c) return;
+    dj_token *toks = malloc((size_t)n_prompt * sizeof *toks);
+    float *lg = malloc(m->hp.n_vocab * sizeof(float));
+    for (int i = 0; i < n_prompt; i++) toks[i] = (dj_token)((100 + 37 * (uint32_t)i) % m->hp.n_vocab);
+    int64_t t0 = dj_time_us();
+    CHECK(ctx_decode(c, toks, (size_t)n_prompt, lg, false) == DJ_OK);
+    const double pre = (double)(dj_time_us() - t0), pre_rec = (double)c->dn_us[0], pre_lay = (double)c->dn_us[1];
+    t0 = dj_time_us();
+    for (int i = 0; i < 16; i++) CHECK(ctx_decode(c, toks + i, 1, lg, false) == DJ_OK);
+    const double dec = (double)(dj_time_us() - t0), dec_rec = (double)c->dn_us[0] - pre_rec,
+                 dec_lay = (double)c->dn_us[1] - pre_lay;
+    CHECK(pre_rec > 0 && pre_lay >= pre_rec && dec_rec > 0);
+    printf("%s timing (%d thread%s): prefill %d tokens %.1f ms, of which the recurrences (conv + delta rule, token by "
+           "token) %.1f ms (%.0f%%), the whole DeltaNet layers %.1f ms (%.0f%%); decode %.2f ms a token, recurrences "
+           "%.2f ms (%.0f%%), DeltaNet layers %.2f ms (%.0f%%)\n", what, n_threads, n_threads > 1 ? "s" : "", n_prompt,
+           pre / 1e3, pre_rec / 1e3, 100 * pre_rec / pre, pre_lay / 1e3, 100 * pre_lay / pre, dec / 16e3,
+           dec_rec / 16e3, 100 * dec_rec / dec, dec_lay / 16e3, 100 * dec_lay / dec);
+    free(toks);
+    free(lg);
+    ctx_free(c);
+}
 
 static void check_model(const char *path, const char *what) {
     struct dj_model *m = NULL;
@@ -240,28 +273,7 @@ static void check_model(const char *path, const char *what) {
         kv_seq_free(&a);
         ctx_free(c);
     }
-    { /* what the canonical recurrence costs: one thread, a 256-token prefill in one ubatch, 32 decode steps */
-        struct dj_ctx_params cp = ctx_default_params();
-        cp.n_ctx = 512;
-        struct dj_context *c = NULL;
-        CHECK(ctx_create(m, cp, &c) == DJ_OK);
-        dj_token toks[256];
-        for (int i = 0; i < 256; i++) toks[i] = sd[i % N_SEQ].tok[i % 5];
-        int64_t t0 = dj_time_us();
-        CHECK(c && ctx_decode(c, toks, 256, lg, false) == DJ_OK);
-        const int64_t pre = dj_time_us() - t0, pre_rec = c ? c->dn_us[0] : 0, pre_lay = c ? c->dn_us[1] : 0;
-        t0 = dj_time_us();
-        for (int i = 0; c && i < 32; i++) CHECK(ctx_decode(c, toks + i, 1, lg, false) == DJ_OK);
-        const int64_t dec = dj_time_us() - t0, dec_rec = c ? c->dn_us[0] - pre_rec : 0,
-                      dec_lay = c ? c->dn_us[1] - pre_lay : 0;
-        CHECK(pre_rec > 0 && pre_lay >= pre_rec && dec_rec > 0);
-        printf("%s timing (1 thread): prefill 256 tokens %.1f ms, of which the recurrences (conv + delta rule, token "
-               "by token) %.1f ms (%.0f%%), the whole DeltaNet layers %.1f ms (%.0f%%); decode 32 tokens %.1f ms, "
-               "recurrences %.1f ms (%.0f%%), DeltaNet layers %.1f ms (%.0f%%)\n", what, pre / 1e3, pre_rec / 1e3,
-               100.0 * (double)pre_rec / (double)pre, pre_lay / 1e3, 100.0 * (double)pre_lay / (double)pre, dec / 1e3,
-               dec_rec / 1e3, 100.0 * (double)dec_rec / (double)dec, dec_lay / 1e3, 100.0 * (double)dec_lay / (double)dec);
-        ctx_free(c);
-    }
+    timing(m, what, 1, 256);
     for (int s = 0; s < N_SEQ; s++) {
         kv_seq_free(&ref_seq[s]);
         free(sd[s].final);
@@ -277,6 +289,13 @@ int main(int argc, char **argv) {
     deja_bin = argv[2];
     char dir[] = "/tmp/deja_test_hybrid_forward_XXXXXX";
     if (!mkdtemp(dir)) return 2;
+    const char *tm = getenv("DJ_HYBRID_TIMING"); /* a hybrid model file to time as well (1 and 2 threads, 512 tokens) */
+    if (tm && *tm) {
+        struct dj_model *m = NULL;
+        CHECKF(model_load(tm, &m) == DJ_OK, "%s: %s", tm, dj_last_error());
+        for (int t = 1; m && t <= 2; t++) timing(m, tm, t, 512);
+        model_free(m);
+    }
     static const char *const archs[] = {"qwen35moe", "qwen3next"};
     for (int i = 0; i < 2; i++) {
         char path[600], *out = NULL;
