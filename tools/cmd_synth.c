@@ -47,7 +47,13 @@ struct preset {
     uint32_t n_nextn;   /* glm4moe: NextN blocks after the n_layer run ones */
     uint32_t yarn_orig; /* mistral3: YaRN original context (and temperature floor) */
     float yarn_factor;  /* mistral3: rope.scaling.factor */
-    bool tiny;          /* glm4moe: q/k norms; mistral3: attn_output bias, beta 8/2, log_mul 0.5 */
+    bool tiny;          /* glm4moe: q/k norms; mistral3: attn_output bias, beta 8/2, log_mul 0.5;
+                           qwen3next: the older fused ssm_in instead of attn_qkv / attn_gate */
+    /* hybrids (qwen35, qwen35moe, qwen3next): Gated DeltaNet conv taps, head size S, k and v heads;
+     * rotated dims; shared expert width; full_attention_interval (0: the key absent, 4);
+     * M-RoPE sections (qwen35, qwen35moe) */
+    uint32_t ssm_conv, ssm_state, ssm_nk, ssm_nv, n_rot, n_ff_shexp, fa_interval;
+    int32_t sections[4];
 };
 
 #define DENSE "llama qwen2 qwen3"
@@ -88,6 +94,28 @@ static const struct preset presets[] = {
     {"tiny", "gpt-oss", 256, 4, 8, 2, 32, 256, 4096, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0, 16},
     /* gpt-oss-20b (21B, 3.6B active; --type mxfp4: every matrix in MXFP4, as the released experts) */
     {"20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 131072, 32, 4, 2880, 0, 0, 0, 0, 0, 0, 0, 128},
+    /* hybrids: 4 layers, heads of 64 rotating 16 (M-RoPE sections 3/3/2 cover them), DeltaNet
+     * heads of 32 (2 k heads, 4 v heads), conv 4.  qwen35: dense, layers 0-2 DeltaNet and 3
+     * attention (the default interval, key absent), one NextN block; qwen35moe: interval 2
+     * (two attention layers), 8 experts of 128 (2 used) + a shared expert of 256, one NextN
+     * block; qwen3next: interval 2, experts as qwen35moe, the older fused ssm_in */
+    {.name = "tiny", .archs = "qwen35", .n_embd = 256, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+     .n_ff = 768, .n_ctx = 4096, .n_nextn = 1, .ssm_conv = 4, .ssm_state = 32, .ssm_nk = 2, .ssm_nv = 4, .n_rot = 16,
+     .sections = {3, 3, 2, 0}},
+    {.name = "tiny", .archs = "qwen35moe", .n_embd = 256, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+     .n_ff = 768, .n_ctx = 4096, .n_expert = 8, .n_used = 2, .n_ff_exp = 128, .n_nextn = 1, .ssm_conv = 4,
+     .ssm_state = 32, .ssm_nk = 2, .ssm_nv = 4, .n_rot = 16, .n_ff_shexp = 256, .fa_interval = 2,
+     .sections = {3, 3, 2, 0}},
+    {.name = "tiny", .archs = "qwen3next", .n_embd = 256, .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+     .n_ff = 768, .n_ctx = 4096, .n_expert = 8, .n_used = 2, .n_ff_exp = 128, .tiny = true, .ssm_conv = 4,
+     .ssm_state = 32, .ssm_nk = 2, .ssm_nv = 4, .n_rot = 16, .n_ff_shexp = 256, .fa_interval = 2},
+    /* Qwen3.5-35B-A3B (Qwen3.6-35B-A3B: the same shapes): 2048, 40 layers (every 4th attention),
+     * 16/2 heads of 256 rotating 64 (sections 11/11/10), DeltaNet 16 k / 32 v heads of 128,
+     * conv 4, 256 experts of 512 (8 used) + a shared expert of 512, one NextN block */
+    {.name = "35b-a3b", .archs = "qwen35moe", .n_embd = 2048, .n_layer = 40, .n_head = 16, .n_head_kv = 2,
+     .head_dim = 256, .n_ff = 512, .n_ctx = 262144, .n_expert = 256, .n_used = 8, .n_ff_exp = 512, .n_nextn = 1,
+     .ssm_conv = 4, .ssm_state = 128, .ssm_nk = 16, .ssm_nv = 32, .n_rot = 64, .n_ff_shexp = 512, .fa_interval = 4,
+     .sections = {11, 11, 10, 0}},
 };
 #undef DENSE
 
@@ -115,6 +143,13 @@ static void synth_usage(FILE *f) {
             "    mistral3:             tiny (llama tiny with YaRN 4 from 16, temperature scaling 0.1, an\n"
             "                          attn_output bias), devstral (Devstral-Small-2: 5120, 40 layers, 32/8\n"
             "                          heads of 128, n_ff 32768, YaRN 48 from 8192, temperature 0.1)\n"
+            "    qwen35:               tiny (256, 4 layers: 3 Gated DeltaNet + 1 gated attention, 4/2 heads of\n"
+            "                          64 rotating 16, DeltaNet 2 k / 4 v heads of 32, n_ff 768, 1 NextN block)\n"
+            "    qwen35moe:            tiny (qwen35's with attention every 2nd layer, 8 experts of 128, 2 used,\n"
+            "                          a shared expert of 256), 35b-a3b (Qwen3.5-35B-A3B: 2048, 40 layers, 16/2\n"
+            "                          heads of 256, DeltaNet 16 k / 32 v heads of 128, 256 experts of 512, 8\n"
+            "                          used, shared 512, 1 NextN block)\n"
+            "    qwen3next:            tiny (qwen35moe's tiny without NextN, the older fused ssm_in)\n"
             "  --type: storage of the matrices (default f16): f32, f16, bf16, q8_0, q4_0 (quantized), q4_k_m\n"
             "  (llama.cpp's mix, as deja quantize), or random blocks of q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k\n"
             "  q6_k iq4_nl iq4_xs iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m tq1_0 tq2_0 mxfp4 nvfp4\n"
@@ -132,6 +167,7 @@ struct spec {
     uint32_t n_dims, type;
     size_t row_bytes;
     bool ones;
+    float offset; /* added to the random values (hybrids: ssm_a negative, ssm_dt a slow decay) */
     const struct synth_state *S;
 };
 
@@ -162,7 +198,7 @@ static void gen_task(void *arg, int ith, int nth) {
         }
         for (int64_t i = 0; i < sp->K; i++) {
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-            x[i] = sp->ones ? 1.0f : ((float)(s >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.035f;
+            x[i] = sp->ones ? 1.0f : ((float)(s >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.035f + sp->offset;
         }
         bool ok = dj_ref_quantize_row(sp->type, x, row, sp->K);
         (void)ok; /* the type and K were checked when the spec was made */
@@ -237,9 +273,10 @@ int cmd_synth(int argc, char **argv) {
         synth_usage(stderr);
         return cli_error("synth", "need --arch, --preset, --vocab-from and -o");
     }
-    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2 gemma2 gemma3 glm4moe mistral3 gpt-oss"))
+    if (!arch_in(arch, "llama qwen2 qwen3 qwen3moe deepseek2 gemma2 gemma3 glm4moe mistral3 gpt-oss qwen35 qwen35moe "
+                 "qwen3next"))
         return cli_error("synth", "--arch: '%s' is not one of llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2, gemma3, "
-                         "glm4moe, mistral3, gpt-oss", arch);
+                         "glm4moe, mistral3, gpt-oss, qwen35, qwen35moe, qwen3next", arch);
     struct preset P = {0};
     bool found = false;
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
@@ -276,6 +313,8 @@ int cmd_synth(int argc, char **argv) {
     const bool gemma = !strncmp(arch, "gemma", 5), gemma3 = !strcmp(arch, "gemma3");
     const bool oss = !strcmp(arch, "gpt-oss");
     const bool glm = !strcmp(arch, "glm4moe"), mis3 = !strcmp(arch, "mistral3");
+    const bool hyb = P.ssm_state > 0, next = !strcmp(arch, "qwen3next");
+    const uint32_t fa_every = P.fa_interval ? P.fa_interval : 4;
     const uint32_t n_blocks = P.n_layer + P.n_nextn; /* block_count: glm4moe's NextN blocks included */
     const uint32_t hd = P.head_dim;
     struct gguf_writer *w = gguf_writer_create();
@@ -320,6 +359,16 @@ int cmd_synth(int argc, char **argv) {
             F32("rope.freq_base", 150000.0f) || (st = gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn", 4)) ||
             F32("rope.scaling.factor", 32.0f) || U32("rope.scaling.original_context_length", 4096) ||
             U32("attention.sliding_window", P.n_swa))
+            goto fail_st;
+    } else if (hyb) { /* as llama.cpp's converter writes Qwen3.5 / Qwen3-Next configs */
+        if (U32("attention.key_length", hd) || U32("attention.value_length", hd) || U32("rope.dimension_count", P.n_rot) ||
+            F32("rope.freq_base", 10000000.0f) || U32("ssm.conv_kernel", P.ssm_conv) ||
+            U32("ssm.state_size", P.ssm_state) || U32("ssm.group_count", P.ssm_nk) ||
+            U32("ssm.time_step_rank", P.ssm_nv) || U32("ssm.inner_size", P.ssm_state * P.ssm_nv) ||
+            (P.fa_interval && U32("full_attention_interval", P.fa_interval)) ||
+            (P.n_nextn && U32("nextn_predict_layers", P.n_nextn)) ||
+            (moe && U32("expert_shared_feed_forward_length", P.n_ff_shexp)) ||
+            (!next && (st = gguf_writer_set_arr(w, KEY("rope.dimension_sections"), GGUF_TYPE_INT32, P.sections, 4))))
             goto fail_st;
     } else if (U32("attention.key_length", hd) || U32("attention.value_length", hd) ||
                U32("rope.dimension_count", glm ? hd / 2 : hd) ||
@@ -389,7 +438,36 @@ int cmd_synth(int argc, char **argv) {
         ADD(n, k, nn, n3, dims, one);                              \
     } while (0)
         L("attn_norm.weight", E, 1, 1, 1, true);
-        if (mla) {
+        const bool recr = hyb && il < P.n_layer && (il + 1) % fa_every != 0;
+        if (recr) { /* Gated DeltaNet */
+            const int64_t SD = P.ssm_state, KD = SD * P.ssm_nk, VD = SD * P.ssm_nv, NV = P.ssm_nv;
+            if (P.tiny) {
+                L("ssm_in.weight", E, 2 * KD + 2 * VD, 1, 2, false);
+            } else {
+                L("attn_qkv.weight", E, 2 * KD + VD, 1, 2, false);
+                L("attn_gate.weight", E, VD, 1, 2, false);
+            }
+            if (next) {
+                L("ssm_ba.weight", E, 2 * NV, 1, 2, false);
+            } else {
+                L("ssm_beta.weight", E, NV, 1, 2, false);
+                L("ssm_alpha.weight", E, NV, 1, 2, false);
+            }
+            L("ssm_conv1d.weight", P.ssm_conv, 2 * KD + VD, 1, 2, false);
+            L("ssm_dt.bias", NV, 1, 1, 1, false);
+            sp[ns - 1].offset = -4.0f; /* softplus(-4) = 0.018: a decay of ~0.98 a token */
+            L("ssm_a", NV, 1, 1, 1, false);
+            sp[ns - 1].offset = -1.0f; /* -exp(A_log) */
+            L("ssm_norm.weight", SD, 1, 1, 1, true);
+            L("ssm_out.weight", VD, E, 1, 2, false);
+        } else if (hyb) { /* gated attention: per head [q | gate] */
+            L("attn_q.weight", E, 2 * Q, 1, 2, false);
+            L("attn_k.weight", E, KV, 1, 2, false);
+            L("attn_v.weight", E, KV, 1, 2, false);
+            L("attn_q_norm.weight", hd, 1, 1, 1, true);
+            L("attn_k_norm.weight", hd, 1, 1, 1, true);
+            L("attn_output.weight", Q, E, 1, 2, false);
+        } else if (mla) {
             if (P.q_lora) {
                 L("attn_q_a.weight", E, P.q_lora, 1, 2, false);
                 L("attn_q_a_norm.weight", P.q_lora, 1, 1, 1, true);
@@ -423,7 +501,7 @@ int cmd_synth(int argc, char **argv) {
                 L("attn_sinks.weight", H, 1, 1, 1, false);
             }
         }
-        L(glm || oss ? "post_attention_norm.weight" : "ffn_norm.weight", E, 1, 1, 1, true);
+        L(glm || oss || hyb ? "post_attention_norm.weight" : "ffn_norm.weight", E, 1, 1, 1, true);
         if (gemma) L("post_ffw_norm.weight", E, 1, 1, 1, true);
         if (!moe || il < P.n_dense) {
             L("ffn_gate.weight", E, F, 1, 2, false);
@@ -441,6 +519,12 @@ int cmd_synth(int argc, char **argv) {
                 L("ffn_up_exps.bias", FE, NE, 1, 2, false);
                 L("ffn_down_exps.bias", E, NE, 1, 2, false);
             }
+            if (hyb) {
+                L("ffn_gate_inp_shexp.weight", E, 1, 1, 1, false);
+                L("ffn_gate_shexp.weight", E, P.n_ff_shexp, 1, 2, false);
+                L("ffn_up_shexp.weight", E, P.n_ff_shexp, 1, 2, false);
+                L("ffn_down_shexp.weight", P.n_ff_shexp, E, 1, 2, false);
+            }
             if (P.n_shared) {
                 const int64_t FS = FE * P.n_shared;
                 L("ffn_gate_shexp.weight", E, FS, 1, 2, false);
@@ -448,7 +532,7 @@ int cmd_synth(int argc, char **argv) {
                 L("ffn_down_shexp.weight", FS, E, 1, 2, false);
             }
         }
-        if (il >= P.n_layer) { /* glm4moe NextN: bound by deja and llama.cpp, run by neither */
+        if (il >= P.n_layer) { /* glm4moe, qwen35 NextN: bound by deja and llama.cpp, run by neither */
             L("nextn.eh_proj.weight", 2 * E, E, 1, 2, false);
             L("nextn.enorm.weight", E, 1, 1, 1, true);
             L("nextn.hnorm.weight", E, 1, 1, 1, true);
@@ -467,7 +551,8 @@ int cmd_synth(int argc, char **argv) {
     for (size_t i = 0; i < ns; i++) quant_mix_count(&mix, sp[i].name, strlen(sp[i].name));
     size_t total = 0;
     for (size_t i = 0; i < ns; i++) {
-        uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") || strstr(sp[i].name, ".bias")
+        uint32_t t = sp[i].n_dims == 1 || strstr(sp[i].name, "ffn_gate_inp") || strstr(sp[i].name, ".bias") ||
+                             strstr(sp[i].name, "ssm_conv1d")
                          ? DJ_TYPE_F32 : (uint32_t)type;
         const int64_t ne4[4] = {sp[i].ne[0], sp[i].n_dims > 1 ? sp[i].ne[1] : 1, sp[i].n_dims > 2 ? sp[i].ne[2] : 1, 1};
         if (k_m && (st = quant_mix_type(&mix, sp[i].name, strlen(sp[i].name), ne4, &t, NULL))) goto fail_st;

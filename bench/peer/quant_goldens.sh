@@ -38,7 +38,8 @@ SYNTH_TYPES="q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs iq2_xxs iq2_x
              iq1_s iq1_m tq1_0 tq2_0 mxfp4 nvfp4 q1_0 q2_0"
 
 # other architectures: NAME:ARCH:PRESET:TYPE (deja synth, codelm's vocabulary)
-ARCH_FILES="gpt-oss-tiny-f32:gpt-oss:tiny:f32 gpt-oss-tiny-mxfp4:gpt-oss:tiny:mxfp4"
+ARCH_FILES="gpt-oss-tiny-f32:gpt-oss:tiny:f32 gpt-oss-tiny-mxfp4:gpt-oss:tiny:mxfp4 qwen35-tiny-f32:qwen35:tiny:f32
+            qwen35moe-tiny-f32:qwen35moe:tiny:f32 qwen3next-tiny-f32:qwen3next:tiny:f32"
 
 peer=build/logits_peer
 build_peer() {

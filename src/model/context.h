@@ -142,6 +142,20 @@ struct dj_context {
     uint32_t rope_cap;     /* min(p.rope_table_max, p.n_ctx) */
     uint64_t rope_hits;    /* q or k rotations of one token at one layer served from the table
                               (llama_opt_stats.precompute_rope_hits): 2 x n_layer per token below rope_cap */
+    /* hybrids (hp.attn_gated, hp.rs_floats; forward.c deltanet_layer); NULL otherwise */
+    float *qg;       /* (ub, 2 n_head hd) the gated attention's [q | gate] rows */
+    float *gate;     /* (ub, n_head hd) its gates */
+    float *dn_qkv;   /* (ub, conv_dim) the DeltaNet's projected q, k, v; then their conv + SiLU */
+    float *dn_conv;  /* (ub, conv_dim) the conv outputs (q, k L2-normed) */
+    float *dn_z;     /* (ub, nv S) the output gates z */
+    float *dn_bg;    /* (ub, 2 nv) beta, then g, per v head (qwen3next: the raw [beta | alpha] first) */
+    float *dn_o;     /* (ub, nv S) the heads' outputs */
+    float *dn_in;    /* (ub, 2 nk S + 2 nv S) qwen3next's ssm_in rows, or NULL */
+    uint32_t *dn_tok;     /* (ub) ubatch rows grouped by sequence, in order within each */
+    uint32_t *dn_off;     /* (ub + 1) sequence j's rows: dn_tok[dn_off[j] .. dn_off[j + 1]) */
+    struct kv_seq **dn_seq; /* (ub) the ubatch's distinct sequences */
+    int64_t dn_us[2];       /* microseconds in the recurrences (conv + delta rule, token by token) and in
+                               the whole recurrent layers (with their projections), summed over passes */
 };
 
 enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, struct dj_context **out);

@@ -39,6 +39,7 @@
 #include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "core/status.h"
+#include "core/timer.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "model/context.h"
@@ -393,7 +394,8 @@ static void kv_tile_to_f32(const struct dj_context *c, uint32_t type, const uint
 
 struct attn_job {
     struct dj_context *c;
-    uint32_t il;
+    uint32_t il;                     /* the model layer (its window, sinks) */
+    uint32_t kv_il;                  /* its pool layer (dj_layer.kv_il) */
     const uint32_t *pos;             /* position of each token of the ubatch */
     struct kv_seq *const *seq;       /* sequence of each token */
     const struct ctx_att_tile *tiles; /* runs of tokens of one sequence, positions increasing */
@@ -489,7 +491,7 @@ static void attn_task(void *arg, int ith, int nth) {
          * are not read; each query's keys start at its own first key (lo) */
         const int64_t p_first = swa_first_key(j->pos[t0], n_swa) / (int64_t)bs * (int64_t)bs;
         for (int64_t p0 = p_first; p0 < max_keys; p0 += (int64_t)bs) { /* block by block, in position order */
-            const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il);
+            const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->kv_il);
             const float *kb = (const float *)kraw + (size_t)hk * hd;
             size_t kstride = stride;
             if (c->p.type_k != DJ_TYPE_F32) { /* the block's rows of this head as floats, then as f32 */
@@ -519,7 +521,7 @@ static void attn_task(void *arg, int ith, int nth) {
                                       sinks ? sinks[hk * group + g] : -INFINITY);
         }
         for (int64_t p0 = p_first; p0 < max_keys; p0 += (int64_t)bs) {
-            const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->il);
+            const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->kv_il);
             const float *vb = (const float *)vraw + (size_t)hk * hd;
             size_t vstride = stride;
             if (c->p.type_v != DJ_TYPE_F32) {
@@ -692,7 +694,7 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
                                   .bias = ds ? (const float *)L->exp_probs_b.data : NULL,
                                   .n_group = ds ? hp->n_group : 0, .n_group_used = hp->n_group_used,
                                   .norm = !oss && (!ds || hp->exp_norm), .norm_min = ds ? 6.103515625e-5f : 0.0f,
-                                  .scale = ds || oss ? hp->exp_scale : 0.0f};
+                                  .scale = ds || oss || hp->rs_floats ? hp->exp_scale : 0.0f};
     for (int64_t t = 0; t < n; t++) moe_route(&rt, c->moe_z + t * NE, c->moe_sel + t * K, c->moe_w + t * K);
     if (c->moe_trace)
         memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
@@ -757,6 +759,13 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
      * experts' sum before the residual (llama.cpp: ggml_add(moe_out, ffn_shexp)) */
     const bool shexp = L->ffn_up_shexp.data != NULL;
     if (shexp) ffn_swiglu(c, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, n, c->moe_y);
+    if (L->ffn_gate_inp_shexp.data) { /* hybrids: the shared expert times sigmoid(gate . xn) (moe_z is free) */
+        ctx_matmul(c, &L->ffn_gate_inp_shexp, c->xn, n, c->moe_z);
+        for (int64_t t = 0; t < n; t++) {
+            const float gs = 1.0f / (1.0f + expf(-c->moe_z[t]));
+            for (int64_t i = 0; i < E; i++) c->moe_y[t * E + i] *= gs;
+        }
+    }
     for (int64_t t = 0; t < n; t++) {
         const float *w = c->moe_w + t * K;
         const float **o = c->moe_orow;
@@ -832,7 +841,7 @@ static void mla_attn_task(void *arg, int ith, int nth) {
 #define MLA_ROW(t, h) (sc + ((size_t)((t) - t0) * (size_t)HG + (size_t)((h) - h0)) * n_ctx)
         for (int pass = 0; pass < 2; pass++) { /* 0: scores, then softmax; 1: values */
             for (int64_t p0 = 0; p0 < max_keys; p0 += (int64_t)bs) {
-                const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->il);
+                const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->kv_il);
                 const float *kb = (const float *)kraw;
                 if (conv) { /* the block's rows [c | k_pe] as floats */
                     const int64_t n_rows = max_keys - p0 < (int64_t)bs ? max_keys - p0 : (int64_t)bs;
@@ -923,7 +932,7 @@ static bool mla_layer(struct dj_context *c, uint32_t il, const struct dj_layer *
         }
         rope_rotate(m, k + R, 1, cs);
         for (int64_t h = 0; h < H; h++) rope_rotate(m, qraw + (t * H + h) * QW + N, 1, cs);
-        void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
+        void *krow = kv_seq_k(seq[t], L->kv_il, pos[t], c->block_size);
         if (pr && il == pr->il) {
             kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)D);
             double d2 = 0.0;
@@ -944,7 +953,7 @@ static bool mla_layer(struct dj_context *c, uint32_t il, const struct dj_layer *
             memcpy(q, c->mla_y + ((size_t)h * n + t) * R, (size_t)R * sizeof(float));
             memcpy(q + R, qraw + (t * H + h) * QW + N, (size_t)P * sizeof(float));
         }
-    struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
+    struct attn_job aj = {c, il, L->kv_il, pos, seq, c->tiles, n_tiles};
     threadpool_run(c->tpool, mla_attn_task, &aj);
     /* o_h = V_b[h] o~_h into c->q as (n, H * VH), then Wo */
     mla_heads(c, &L->wv_b, c->att, R, R, VH, n);
@@ -954,6 +963,231 @@ static bool mla_layer(struct dj_context *c, uint32_t il, const struct dj_layer *
     ctx_matmul(c, &L->wo, c->q, n, c->xn);
     for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     return true;
+}
+
+/* ---- Gated DeltaNet (the hybrids' recurrent layers: qwen35.c has the equations) -----------
+ *
+ * The canonical form (DESIGN.md §3): a token's state update and output depend on the
+ * sequence's state before it, so the recurrence runs token by token in position order
+ * within each sequence — never chunked — with one fixed sequence of operations per
+ * (sequence, head) and token; threads take whole (sequence, head) pairs (and, for the
+ * conv, (sequence, channel block) pairs).  The projections before it and the norm and
+ * projection after it are per-row, as every other layer's.  So a token's bits do not
+ * depend on the batch, the ubatch split, the prefill chunking or the thread count: the
+ * state it starts from holds the same bits however the earlier tokens were cut.
+ * Cost: per token and v head, 4 S^2 multiply-adds over the S x S state (two matrix-vector
+ * products through the kernel table's attn_scores, a rank-1 update and the decay) —
+ * llama.cpp's chunked prefill does the same work as S x 64 blocks of matrix products. */
+
+struct dn_job {
+    struct dj_context *c;
+    const struct dj_layer *L;
+    float *const *snap; /* (n) or NULL: rs_snap of the ubatch's rows */
+    int n_seq;
+    int n_cblk;         /* conv channel blocks */
+};
+
+enum { DN_CBLK = 256, DN_ROWS = 16 }; /* conv channels of one work item; state rows visited together */
+
+/* Work item i = (sequence i / n_cblk, channel block i % n_cblk): the causal conv over
+ * [state | the sequence's tokens] for the block's channels, token by token, then SiLU;
+ * the state shifts along (llama.cpp's conv state: per channel its last d_conv - 1 inputs). */
+static void dn_conv_task(void *arg, int i, int n) {
+    const struct dn_job *j = arg;
+    struct dj_context *c = j->c;
+    const struct dj_hparams *hp = &c->model->hp;
+    const int64_t S = hp->ssm_d_state, CD = (2 * (int64_t)hp->ssm_n_k_heads + hp->ssm_n_v_heads) * S;
+    const int64_t dc = hp->ssm_d_conv, ns = dc - 1;
+    const int js = i / j->n_cblk;
+    const int64_t c0 = (int64_t)(i % j->n_cblk) * DN_CBLK, c1 = c0 + DN_CBLK < CD ? c0 + DN_CBLK : CD;
+    float *st = j->c->dn_seq[js]->rs + j->L->rs_off; /* (CD, ns) */
+    const float *w = j->L->ssm_conv1d.data;          /* (CD, dc) */
+    for (uint32_t r = c->dn_off[js]; r < c->dn_off[js + 1]; r++) {
+        const uint32_t t = c->dn_tok[r];
+        const float *x = c->dn_qkv + (size_t)t * CD;
+        float *y = c->dn_conv + (size_t)t * CD;
+        for (int64_t ch = c0; ch < c1; ch++) {
+            float *sc = st + ch * ns;
+            const float *wc = w + ch * dc;
+            float sum = 0.0f; /* ggml_ssm_conv: a float sum over the taps in order */
+            for (int64_t k = 0; k < ns; k++) sum += sc[k] * wc[k];
+            sum += x[ch] * wc[ns];
+            y[ch] = sum / (1.0f + expf(-sum)); /* SiLU */
+            if (ns > 0) {
+                memmove(sc, sc + 1, (size_t)(ns - 1) * sizeof(float));
+                sc[ns - 1] = x[ch];
+            }
+        }
+        if (j->snap && j->snap[t])
+            memcpy(j->snap[t] + j->L->rs_off + c0 * ns, st + c0 * ns, (size_t)((c1 - c0) * ns) * sizeof(float));
+    }
+    (void)n;
+}
+
+/* y *= a and y += x a over n floats: one rounding per operation, in blocks of 8 the compiler
+ * turns into vector instructions (forward.c is built without -ffast-math: the results are
+ * those of the scalar loop). */
+static inline void dn_scale(float *restrict y, int64_t n, float a) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) y[i + l] *= a;
+    for (; i < n; i++) y[i] *= a;
+}
+static inline void dn_axpy(float *restrict y, const float *restrict x, int64_t n, float a) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) y[i + l] += x[i + l] * a;
+    for (; i < n; i++) y[i] += x[i] * a;
+}
+
+/* Work item i = (sequence i / nv, v head i % nv): the gated delta rule over the sequence's
+ * tokens of the ubatch, in position order, on the head's state M (M[j][i] = S[i][j], as
+ * ggml's gated_delta_net), writing the head's output rows. */
+static void dn_delta_task(void *arg, int i, int n) {
+    const struct dn_job *j = arg;
+    struct dj_context *c = j->c;
+    const struct dj_hparams *hp = &c->model->hp;
+    const int64_t S = hp->ssm_d_state, NK = hp->ssm_n_k_heads, NV = hp->ssm_n_v_heads, KD = NK * S,
+                  CD = (2 * NK + NV) * S, conv_floats = (hp->ssm_d_conv - 1) * CD;
+    const int js = i / (int)NV;
+    const int64_t h = i % NV, kh = hp->ssm_kv_interleave ? h / (NV / NK) : h % NK;
+    float *M = c->dn_seq[js]->rs + j->L->rs_off + conv_floats + h * S * S;
+    const float scale = 1.0f / sqrtf((float)S);
+    for (uint32_t r = c->dn_off[js]; r < c->dn_off[js + 1]; r++) {
+        const uint32_t t = c->dn_tok[r];
+        const float *row = c->dn_conv + (size_t)t * CD;
+        const float *q = row + kh * S, *k = row + KD + kh * S, *v = row + 2 * KD + h * S;
+        const float beta = c->dn_bg[(size_t)t * 2 * NV + h], g = c->dn_bg[(size_t)t * 2 * NV + NV + h];
+        const float eg = expf(g);
+        float *o = c->dn_o + (size_t)t * NV * S + h * S;
+        /* Row j of M needs nothing of the other rows: decay, d_j = (v_j - M_j . k) beta, M_j += k d_j,
+         * o_j = M_j . q / sqrt(S), each element's operations in ggml's order, DN_ROWS rows at a time
+         * while they are in L1 (attn_scores gives each row the bits it gets in any call).  Measured
+         * at Qwen3.5-35B-A3B's shapes (S 128, 32 v heads; 3 DeltaNet layers), one thread: the
+         * recurrences of a 512-token prefill took 1.64 s as four passes over the whole state, 0.98 s
+         * row by row, 0.53 s 16 rows at a time (test_hybrid_forward with DJ_HYBRID_TIMING). */
+        for (int64_t j0 = 0; j0 < S; j0 += DN_ROWS) {
+            const int64_t nr = S - j0 < DN_ROWS ? S - j0 : DN_ROWS;
+            float *mb = M + j0 * S, d[DN_ROWS];
+            dn_scale(mb, nr * S, eg);
+            c->kern->attn_scores(S, k, mb, (size_t)S, nr, 1.0f, d);
+            for (int64_t jj = 0; jj < nr; jj++) dn_axpy(mb + jj * S, k, S, (v[j0 + jj] - d[jj]) * beta);
+            c->kern->attn_scores(S, q, mb, (size_t)S, nr, scale, o + j0);
+        }
+        if (j->snap && j->snap[t])
+            memcpy(j->snap[t] + j->L->rs_off + conv_floats + h * S * S, M, (size_t)(S * S) * sizeof(float));
+    }
+    (void)n;
+}
+
+/* ggml_l2_norm of one row of n: the sum of squares in double, x / max(sqrt(sum), eps). */
+static void l2norm(float *x, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+    for (int64_t i = 0; i < n; i++) x[i] *= scale;
+}
+
+/* Groups the ubatch's rows by sequence (c->dn_seq / dn_off / dn_tok), each sequence's rows
+ * in ubatch order (= position order); returns how many sequences. */
+static int dn_group(struct dj_context *c, struct kv_seq *const *seq, int64_t n) {
+    int n_seq = 0;
+    for (int64_t t = 0; t < n; t++) {
+        int js = 0;
+        while (js < n_seq && c->dn_seq[js] != seq[t]) js++;
+        if (js == n_seq) c->dn_seq[n_seq++] = seq[t];
+    }
+    uint32_t r = 0;
+    for (int js = 0; js < n_seq; js++) {
+        c->dn_off[js] = r;
+        for (int64_t t = 0; t < n; t++)
+            if (seq[t] == c->dn_seq[js]) c->dn_tok[r++] = (uint32_t)t;
+    }
+    c->dn_off[n_seq] = r;
+    return n_seq;
+}
+
+/* The recurrent half of a hybrid layer on c->xn (attn-normed rows): advances each
+ * sequence's state in kv_seq.rs (rs_off) over its tokens and adds ssm_out's output to
+ * c->x.  snap: NULL, or per row the state to copy after that token (dj_batch.rs_snap). */
+static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struct kv_seq *const *seq, int64_t n,
+                           float *const *snap) {
+    const struct dj_hparams *hp = &c->model->hp;
+    const int64_t E = hp->n_embd, S = hp->ssm_d_state, NK = hp->ssm_n_k_heads, NV = hp->ssm_n_v_heads, KD = NK * S,
+                  VD = NV * S, CD = 2 * KD + VD, R = NV / NK;
+    const int64_t t_layer = dj_time_us();
+    /* projections: qkv (conv input), z, and beta / alpha */
+    if (L->ssm_in.data) { /* qwen3next's older layout: per k head [q | k | v (R S) | z (R S)] */
+        const struct dj_weight *ws[2] = {&L->ssm_in, &L->ssm_ba};
+        float *const ys[2] = {c->dn_in, c->dn_bg};
+        ctx_matmul_n(c, ws, ys, 2, c->xn, n);
+        const int64_t G = 2 * S + 2 * R * S;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t g = 0; g < NK; g++) {
+                const float *src = c->dn_in + (size_t)t * (2 * KD + 2 * VD) + g * G;
+                float *qkv = c->dn_qkv + (size_t)t * CD;
+                memcpy(qkv + g * S, src, (size_t)S * sizeof(float));
+                memcpy(qkv + KD + g * S, src + S, (size_t)S * sizeof(float));
+                memcpy(qkv + 2 * KD + g * R * S, src + 2 * S, (size_t)(R * S) * sizeof(float));
+                memcpy(c->dn_z + (size_t)t * VD + g * R * S, src + 2 * S + R * S, (size_t)(R * S) * sizeof(float));
+            }
+    } else if (L->ssm_ba.data) {
+        const struct dj_weight *ws[3] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_ba};
+        float *const ys[3] = {c->dn_qkv, c->dn_z, c->dn_bg};
+        ctx_matmul_n(c, ws, ys, 3, c->xn, n);
+    } else {
+        const struct dj_weight *ws[2] = {&L->ssm_qkv, &L->ssm_z};
+        float *const ys[2] = {c->dn_qkv, c->dn_z};
+        ctx_matmul_n(c, ws, ys, 2, c->xn, n);
+        const struct dj_weight *wb[2] = {&L->ssm_beta, &L->ssm_alpha};
+        float *const yb[2] = {c->dn_o, c->dn_o + (size_t)n * NV}; /* dn_o: free until the recurrence */
+        ctx_matmul_n(c, wb, yb, 2, c->xn, n);
+        for (int64_t t = 0; t < n; t++) {
+            memcpy(c->dn_bg + (size_t)t * 2 * NV, c->dn_o + (size_t)t * NV, (size_t)NV * sizeof(float));
+            memcpy(c->dn_bg + (size_t)t * 2 * NV + NV, c->dn_o + (size_t)(n + t) * NV, (size_t)NV * sizeof(float));
+        }
+    }
+    /* dn_bg rows: [beta (NV) | g (NV)] */
+    const float *dt = L->ssm_dt.data, *A = L->ssm_a.data;
+    for (int64_t t = 0; t < n; t++) {
+        float *bg = c->dn_bg + (size_t)t * 2 * NV, raw[2 * DJ_SSM_HEADS_MAX];
+        if (L->ssm_ba.data) { /* qwen3next: per k head [beta (R) | alpha (R)] -> [beta (NV) | alpha (NV)] */
+            memcpy(raw, bg, (size_t)(2 * NV) * sizeof(float));
+            for (int64_t g = 0; g < NK; g++)
+                for (int64_t jj = 0; jj < R; jj++) {
+                    bg[g * R + jj] = raw[g * 2 * R + jj];
+                    bg[NV + g * R + jj] = raw[g * 2 * R + R + jj];
+                }
+        }
+        for (int64_t h = 0; h < NV; h++) {
+            bg[h] = 1.0f / (1.0f + expf(-bg[h])); /* beta = sigmoid */
+            const float a = bg[NV + h] + dt[h];
+            const float sp = a > 20.0f ? a : logf(1.0f + expf(a)); /* ggml's softplus */
+            bg[NV + h] = sp * A[h];
+        }
+    }
+    const int64_t t_rec = dj_time_us();
+    const int n_seq = dn_group(c, seq, n);
+    const int n_cblk = (int)((CD + DN_CBLK - 1) / DN_CBLK);
+    struct dn_job j = {c, L, snap, n_seq, n_cblk};
+    threadpool_run_n(c->tpool, dn_conv_task, &j, n_seq * n_cblk);
+    for (int64_t t = 0; t < n; t++) {
+        float *row = c->dn_conv + (size_t)t * CD;
+        for (int64_t g = 0; g < 2 * NK; g++) l2norm(row + g * S, S, hp->rms_eps); /* q heads, then k heads */
+    }
+    threadpool_run_n(c->tpool, dn_delta_task, &j, n_seq * (int)NV);
+    c->dn_us[0] += dj_time_us() - t_rec;
+    /* o = rmsnorm(o) * ssm_norm * silu(z) per head, then ssm_out */
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t h = 0; h < NV; h++) {
+            float *o = c->dn_o + (size_t)t * VD + h * S;
+            const float *z = c->dn_z + (size_t)t * VD + h * S;
+            rmsnorm(o, o, L->ssm_norm.data, S, hp->rms_eps);
+            for (int64_t e = 0; e < S; e++) o[e] *= z[e] / (1.0f + expf(-z[e]));
+        }
+    ctx_matmul(c, &L->ssm_out, c->dn_o, n, c->xn);
+    for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
+    c->dn_us[1] += dj_time_us() - t_layer;
 }
 
 /* Cuts the ubatch into attention tiles: runs of at most att_tile consecutive
@@ -1025,7 +1259,7 @@ static bool ubatch_order(struct dj_context *c, const uint32_t *start, const uint
  * of the plain pass, so a resumed token gets the bits it gets unresumed. */
 static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
                            struct kv_seq *const *seq, int64_t n_ub, const uint32_t *out, int64_t n_out, float *logits,
-                           const struct probe *pr, const struct ub_span *sp) {
+                           const struct probe *pr, const struct ub_span *sp, float *const *snap) {
     const struct dj_model *m = c->model;
     const struct dj_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
@@ -1060,12 +1294,21 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
         const int64_t n = n_act; /* the layer's rows: the whole ubatch without start layers */
         const struct dj_layer *L = &m->layers[il];
         for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm.data, E, hp->rms_eps);
-        if (hp->mla) {
+        if (L->recurrent) { /* hybrids: no start layers, probes or early exits (refused before) */
+            deltanet_layer(c, L, seq, n, snap);
+        } else if (hp->mla) {
             if (!mla_layer(c, il, L, pos, seq, n, n_tiles, pr)) return;
         } else {
             const struct dj_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-            float *const qkv_out[3] = {c->q, c->k, c->v};
+            float *const qkv_out[3] = {hp->attn_gated ? c->qg : c->q, c->k, c->v};
             ctx_matmul_n(c, qkv, qkv_out, 3, c->xn, n);
+            if (hp->attn_gated) /* per head [q | gate] (llama.cpp's views of Qcur_full) */
+                for (int64_t t = 0; t < n; t++)
+                    for (int64_t h = 0; h < (int64_t)hp->n_head; h++) {
+                        const float *src = c->qg + (size_t)(t * hp->n_head + h) * 2 * hd;
+                        memcpy(c->q + t * Q + h * hd, src, (size_t)hd * sizeof(float));
+                        memcpy(c->gate + t * Q + h * hd, src + hd, (size_t)hd * sizeof(float));
+                    }
             add_bias(c->q, &L->bq, n, Q);
             add_bias(c->k, &L->bk, n, KV);
             add_bias(c->v, &L->bv, n, KV);
@@ -1084,7 +1327,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
                 if (hp->attn_q_scale != 0) /* gemma: after rope, as llama.cpp's ggml_scale of Qcur */
                     for (int64_t i = 0; i < Q; i++) c->q[t * Q + i] *= hp->attn_q_scale;
                 if (hp->attn_temp_scale != 0.0f) attn_temp(hp, c->q + t * Q, Q, pos[t]);
-                void *krow = kv_seq_k(seq[t], il, pos[t], c->block_size);
+                void *krow = kv_seq_k(seq[t], L->kv_il, pos[t], c->block_size);
                 if (pr && il == pr->il) {
                     kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)KV);
                     double d2 = 0.0;
@@ -1095,11 +1338,13 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
                     pr->dev[t] = d2;
                 }
                 kv_row_from_f32(c->p.type_k, c->k + t * KV, krow, (size_t)KV);
-                kv_row_from_f32(c->p.type_v, c->v + t * KV, kv_seq_v(seq[t], il, pos[t], c->block_size), (size_t)KV);
+                kv_row_from_f32(c->p.type_v, c->v + t * KV, kv_seq_v(seq[t], L->kv_il, pos[t], c->block_size), (size_t)KV);
             }
             if (pr && il == pr->il) return;
-            struct attn_job aj = {c, il, pos, seq, c->tiles, n_tiles};
+            struct attn_job aj = {c, il, L->kv_il, pos, seq, c->tiles, n_tiles};
             threadpool_run(c->tpool, attn_task, &aj);
+            if (hp->attn_gated) /* times sigmoid(gate) before attn_output */
+                for (int64_t i = 0; i < n * Q; i++) c->att[i] *= 1.0f / (1.0f + expf(-c->gate[i]));
             ctx_matmul(c, &L->wo, c->att, n, c->xn);
             add_bias(c->xn, &L->bo, n, E);
             post_norm(c->xn, &L->attn_post_norm, n, E, hp->rms_eps);
@@ -1152,7 +1397,34 @@ static enum dj_status check_batch(const struct dj_context *c, const struct dj_ba
     for (size_t r = 0; r < b->n_out; r++)
         if (b->out[r] >= b->n_tok || (r > 0 && b->out[r] <= b->out[r - 1]))
             return dj_fail(DJ_ERR_INVALID, "forward: output row %zu (%u) is not an increasing batch index", r, b->out[r]);
+    if (hp->rs_floats) /* a recurrent layer continues each sequence's state: from rs_pos, no gaps */
+        for (size_t i = 0; i < b->n_tok; i++) {
+            const struct kv_seq *sq = b->seq[i];
+            size_t k = i;
+            while (k-- > 0 && b->seq[k] != sq) {}
+            if (k == SIZE_MAX ? !sq->rs || sq->rs_pos != b->pos[i] : b->pos[i] != b->pos[k] + 1)
+                return dj_fail(DJ_ERR_INVALID, "forward: token %zu at position %u: this hybrid model's recurrent state "
+                               "of its sequence is at %s%zu; a sequence's tokens must continue from there, one "
+                               "position after the other", i, b->pos[i], sq->rs_pos == KV_RS_NONE ? "no known position, " : "",
+                               sq->rs_pos == KV_RS_NONE ? (size_t)0 : sq->rs_pos);
+        }
     return DJ_OK;
+}
+
+/* The hybrids' recurrent layers keep one state per sequence, not rows per position: a pass
+ * that recomputes positions already held, stops early or resumes from a later layer would
+ * need the state at a point it does not keep. */
+static enum dj_status refuse_recurrent(const struct dj_context *c, const char *what) {
+    if (!c->model->hp.rs_floats) return DJ_OK;
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s is not supported for %s (a hybrid model: its recurrent layers keep one state "
+                   "per sequence, not rows per position); the engine does not use it for such models", what,
+                   model_arch_name(c->model->hp.arch));
+}
+
+/* After a ubatch: each of its sequences' recurrent state is after its last token there. */
+static void rs_advance(const struct dj_context *c, const uint32_t *pos, struct kv_seq *const *seq, size_t n) {
+    if (!c->model->hp.rs_floats) return;
+    for (size_t t = 0; t < n; t++) seq[t]->rs_pos = (size_t)pos[t] + 1;
 }
 
 /* Start layers of a batch (ctx_forward's resume): each below n_run, and the
@@ -1185,13 +1457,17 @@ static void forward_batch(struct dj_context *c, const struct dj_batch *b, uint32
         const struct ub_span sp = {b->start_layer ? b->start_layer + done : NULL,
                                    b->hidden ? b->hidden + done * E : NULL, n_run, hidden ? hidden + done * E : NULL};
         forward_ubatch(c, b->tok + done, b->pos + done, b->seq + done, (int64_t)nb, c->out, (int64_t)(r1 - r),
-                       logits ? logits + r * V : NULL, NULL, plain ? NULL : &sp);
+                       logits ? logits + r * V : NULL, NULL, plain ? NULL : &sp, b->rs_snap ? b->rs_snap + done : NULL);
+        rs_advance(c, b->pos + done, b->seq + done, nb);
         r = r1;
         done += nb;
     }
 }
 
 enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float *logits) {
+    if (b->start_layer && c->model->hp.rs_floats)
+        for (size_t i = 0; i < b->n_tok; i++)
+            if (b->start_layer[i] > 0) return refuse_recurrent(c, "forward: resuming a token at a later layer");
     enum dj_status st = check_batch(c, b);
     if (!st) st = check_start(b, c->model->hp.n_layer, "forward");
     if (st) return st;
@@ -1202,6 +1478,8 @@ enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float
 enum dj_status ctx_forward_exit(struct dj_context *c, const struct dj_batch *b, uint32_t n_exit, float *hidden,
                                 float *logits) {
     const uint32_t n_layer = c->model->hp.n_layer;
+    enum dj_status rst = refuse_recurrent(c, "forward_exit (early exit)");
+    if (rst) return rst;
     if (n_exit < 1 || n_exit > n_layer)
         return dj_fail(DJ_ERR_INVALID, "forward_exit: exit after %u layers of a model of %u (1 .. %u)", n_exit,
                        n_layer, n_layer);
@@ -1238,11 +1516,15 @@ enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, 
         }
         enum dj_status st = kv_seq_prepare(c->seq, nb);
         if (st) return st;
+        if (hp->rs_floats && (!c->seq->rs || c->seq->rs_pos != c->seq->n_pos))
+            return dj_fail(DJ_ERR_INVALID, "decode: the sequence's recurrent state is not at its end (position %zu); "
+                           "restore it (kv_seq_rs_set) or truncate the sequence to 0", c->seq->n_pos);
         for (size_t t = 0; t < nb; t++) {
             c->pos[t] = (uint32_t)(c->seq->n_pos + t);
             c->tseq[t] = c->seq;
         }
-        forward_ubatch(c, toks + done, c->pos, c->tseq, (int64_t)nb, c->out, n_out, out, NULL, NULL);
+        forward_ubatch(c, toks + done, c->pos, c->tseq, (int64_t)nb, c->out, n_out, out, NULL, NULL, NULL);
+        rs_advance(c, c->pos, c->tseq, nb);
         kv_seq_advance(c->seq, nb);
         done += nb;
     }
@@ -1274,7 +1556,8 @@ static enum dj_status check_at(const struct dj_context *c, const char *what, con
  * every layer (logits: the last token's), else the probe up to layer il. */
 static enum dj_status forward_at(struct dj_context *c, const char *what, const dj_token *toks, const uint32_t *pos,
                                  size_t n, float *logits, uint32_t il, double *dev) {
-    enum dj_status st = check_at(c, what, toks, pos, n);
+    enum dj_status st = refuse_recurrent(c, what);
+    if (!st) st = check_at(c, what, toks, pos, n);
     if (st) return st;
     for (size_t done = 0; done < n;) {
         size_t nb = n - done < c->p.n_ubatch ? n - done : c->p.n_ubatch;
@@ -1283,7 +1566,7 @@ static enum dj_status forward_at(struct dj_context *c, const char *what, const d
         for (size_t t = 0; t < nb; t++) c->tseq[t] = c->seq;
         c->out[0] = (uint32_t)(nb - 1);
         forward_ubatch(c, toks + done, pos + done, c->tseq, (int64_t)nb, c->out, last ? 1 : 0, last ? logits : NULL,
-                       dev ? &pr : NULL, NULL);
+                       dev ? &pr : NULL, NULL, NULL);
         done += nb;
     }
     return DJ_OK;
@@ -1388,10 +1671,15 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     size_t FF = F > hp->n_ff_exp ? F : hp->n_ff_exp;
     const size_t NE = hp->n_expert, NK = hp->n_expert_used, FS = (size_t)hp->n_ff_exp * hp->n_expert_shared;
     if (FS > FF) FF = FS;
+    if (hp->n_ff_shexp > FF) FF = hp->n_ff_shexp; /* hybrids' shared expert */
     const size_t FF_ffn = FF; /* the widest row a dense FFN's matmuls take */
     if (NK * hp->n_ff_exp > FF) FF = NK * hp->n_ff_exp; /* ff_g/ff_u: a token's NK experts' rows */
     c->wrow_stride = E > FF_ffn ? E : FF_ffn;
     if (Q > c->wrow_stride) c->wrow_stride = Q;
+    /* hybrids: the DeltaNet's widths (S, heads, conv_dim; ssm_out reads rows of VD) */
+    const size_t SS = hp->ssm_d_state, DNK = hp->ssm_n_k_heads, DNV = hp->ssm_n_v_heads, DKD = DNK * SS,
+                 DVD = DNV * SS, DCD = 2 * DKD + DVD;
+    if (hp->rs_floats && DVD > c->wrow_stride) c->wrow_stride = DVD;
     c->x = malloc(ub * E * sizeof(float));
     c->xn = malloc(ub * wide * sizeof(float));
     c->q = malloc(ub * Q * sizeof(float));
@@ -1457,12 +1745,34 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->inv = malloc(ub * sizeof *c->inv);
     c->ppos = malloc(ub * sizeof *c->ppos);
     c->pseq = malloc(ub * sizeof *c->pseq);
+    bool hyb_ok = true;
+    if (hp->attn_gated) {
+        c->qg = malloc(ub * 2 * Q * sizeof(float));
+        c->gate = malloc(ub * Q * sizeof(float));
+        hyb_ok = c->qg && c->gate;
+    }
+    if (hp->rs_floats) {
+        const size_t ow = DVD > 2 * DNV ? DVD : 2 * DNV; /* dn_o also holds beta / alpha before the recurrence */
+        c->dn_qkv = malloc(ub * DCD * sizeof(float));
+        c->dn_conv = malloc(ub * DCD * sizeof(float));
+        c->dn_z = malloc(ub * DVD * sizeof(float));
+        c->dn_bg = malloc(ub * 2 * DNV * sizeof(float));
+        c->dn_o = malloc(ub * ow * sizeof(float));
+        c->dn_tok = malloc(ub * sizeof *c->dn_tok);
+        c->dn_off = malloc((ub + 1) * sizeof *c->dn_off);
+        c->dn_seq = malloc(ub * sizeof *c->dn_seq);
+        bool legacy = false;
+        for (uint32_t il = 0; il < hp->n_layer; il++) legacy |= m->layers[il].ssm_in.data != NULL;
+        if (legacy) c->dn_in = malloc(ub * (2 * DKD + 2 * DVD) * sizeof(float));
+        hyb_ok = hyb_ok && c->dn_qkv && c->dn_conv && c->dn_z && c->dn_bg && c->dn_o && c->dn_tok && c->dn_off &&
+                 c->dn_seq && (!legacy || c->dn_in);
+    }
     c->kern = dj_kernels();
     c->rope_cap = p.rope_table_max < p.n_ctx ? p.rope_table_max : p.n_ctx; /* the table itself grows in rope_row */
     c->tpool = threadpool_create(p.n_threads);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
         !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->perm ||
-        !c->inv || !c->ppos || !c->pseq || !c->tpool ||
+        !c->inv || !c->ppos || !c->pseq || !c->tpool || !hyb_ok ||
         (hp->mla && (!c->mla_a || !c->mla_g || !c->mla_act || !c->mla_y)) ||
         ((moe || hp->mla) && (!c->grp_w || !c->grp_a || !c->grp_nt || !c->grp_y || !c->grp_first)) || (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_pos || !c->moe_xin || !c->moe_y || !c->moe_o ||
                  !c->moe_act || !c->moe_orow || !c->moe_ids || !c->moe_off || !c->moe_cnt))) {
@@ -1520,6 +1830,17 @@ void ctx_free(struct dj_context *c) {
     free(c->ppos);
     free(c->pseq);
     free(c->rope_tab);
+    free(c->qg);
+    free(c->gate);
+    free(c->dn_qkv);
+    free(c->dn_conv);
+    free(c->dn_z);
+    free(c->dn_bg);
+    free(c->dn_o);
+    free(c->dn_in);
+    free(c->dn_tok);
+    free(c->dn_off);
+    free(c->dn_seq);
     free(c);
 }
 

@@ -47,6 +47,9 @@ const char *model_arch_name(enum dj_arch a) {
     case DJ_ARCH_QWEN3MOE: return "qwen3moe";
     case DJ_ARCH_DEEPSEEK2: return "deepseek2";
     case DJ_ARCH_GPT_OSS: return "gpt-oss";
+    case DJ_ARCH_QWEN35: return "qwen35";
+    case DJ_ARCH_QWEN35MOE: return "qwen35moe";
+    case DJ_ARCH_QWEN3NEXT: return "qwen3next";
     case DJ_ARCH_GEMMA2: return "gemma2";
     case DJ_ARCH_GEMMA3: return "gemma3";
     case DJ_ARCH_GLM4MOE: return "glm4moe";
@@ -388,6 +391,8 @@ static enum dj_status load_common_hparams(struct dj_model *m) {
     if (hp->arch == DJ_ARCH_GEMMA2 || hp->arch == DJ_ARCH_GEMMA3) return gemma_load_swa(m);
     if (hp->arch == DJ_ARCH_GLM4MOE) return glm4moe_load_moe(m);
     if (hp->arch == DJ_ARCH_MISTRAL3) return mistral3_load_temp(m);
+    if (hp->arch == DJ_ARCH_QWEN35 || hp->arch == DJ_ARCH_QWEN35MOE || hp->arch == DJ_ARCH_QWEN3NEXT)
+        return qwen35_load_ssm(m);
     return hp->arch == DJ_ARCH_DEEPSEEK2 ? deepseek2_load_mla(m) : DJ_OK;
 }
 
@@ -469,6 +474,8 @@ static enum dj_status bind_tensors(struct dj_model *m) {
     if (hp->arch == DJ_ARCH_GPT_OSS) return gptoss_bind_layers(m);
     if (hp->arch == DJ_ARCH_GEMMA2 || hp->arch == DJ_ARCH_GEMMA3) return gemma_bind_layers(m);
     if (hp->arch == DJ_ARCH_GLM4MOE) return glm4moe_bind_layers(m);
+    if (hp->arch == DJ_ARCH_QWEN35 || hp->arch == DJ_ARCH_QWEN35MOE || hp->arch == DJ_ARCH_QWEN3NEXT)
+        return qwen35_bind_layers(m);
     bool bias = hp->arch == DJ_ARCH_QWEN2, qk_norm = hp->arch == DJ_ARCH_QWEN3 || hp->arch == DJ_ARCH_QWEN3MOE;
     const bool moe = hp->n_expert > 0;
     const int64_t FE = hp->n_ff_exp, NE = hp->n_expert;
@@ -566,15 +573,19 @@ static size_t repack_list(struct dj_model *m, struct dj_weight **out) {
     const uint32_t NE = m->hp.n_expert;
     for (uint32_t il = 0; il <= m->hp.n_layer; il++) {
         struct dj_layer *L = il ? &m->layers[il - 1] : NULL;
-        struct dj_weight *lw[10] = {&m->output};
-        const size_t n_lw = L ? 10 : 1;
+        struct dj_weight *lw[20] = {&m->output};
+        size_t n_lw = L ? 10 : 1;
         if (L) {
-            struct dj_weight *x[10] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
-                                       &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
+            struct dj_weight *x[20] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                                       &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
+                                       /* hybrids: the Gated DeltaNet projections and the shared expert */
+                                       &L->ssm_qkv, &L->ssm_z, &L->ssm_in, &L->ssm_out, &L->ssm_beta, &L->ssm_alpha,
+                                       &L->ssm_ba, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp};
             memcpy(lw, x, sizeof x);
+            if (m->hp.rs_floats) n_lw = 20;
         }
         for (size_t i = 0; i < n_lw; i++)
-            if (lw[i]->data && (i < 7 || (lw[i]->ne1 / NE) % 16 == 0)) {
+            if (lw[i]->data && (i < 7 || (i >= 10 ? lw[i]->ne1 % 16 == 0 : (lw[i]->ne1 / NE) % 16 == 0))) {
                 if (out) out[n] = lw[i];
                 n++;
             }
@@ -651,9 +662,12 @@ enum dj_status model_load(const char *path, struct dj_model **out) {
     else if (!strcmp(m->arch_name, "glm4moe")) st = glm4moe_load_hparams(m);
     else if (!strcmp(m->arch_name, "mistral3")) st = mistral3_load_hparams(m);
     else if (!strcmp(m->arch_name, "gpt-oss")) st = gptoss_load_hparams(m);
+    else if (!strcmp(m->arch_name, "qwen35") || !strcmp(m->arch_name, "qwen35moe") ||
+             !strcmp(m->arch_name, "qwen3next"))
+        st = qwen35_load_hparams(m);
     else {
         st = dj_fail(DJ_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported (deja supports llama, qwen2, qwen3, "
-                     "qwen3moe, deepseek2, gemma2, gemma3, glm4moe, mistral3, gpt-oss)",
+                     "qwen3moe, deepseek2, gemma2, gemma3, glm4moe, mistral3, gpt-oss, qwen35, qwen35moe, qwen3next)",
                      path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }

@@ -23,6 +23,13 @@
  *   gpt-oss — gpt-oss-20b/120b (gptoss.c): sliding windows on every other layer, QKV and
  *            output biases, attention sinks, YaRN, MoE of biased experts routed by a softmax
  *            over the top-k logits, clamped SwiGLU (swiglu_oai)
+ *   qwen35, qwen35moe, qwen3next — Qwen3.5 / 3.6 and Qwen3-Next hybrids (qwen35.c): Gated
+ *            DeltaNet linear-attention layers (a causal conv1d, then the gated delta rule over
+ *            a per-head S x S state kept per sequence in kv_seq.rs, evaluated token by token:
+ *            forward.c's deltanet_layer) beside gated full attention (q/k norms, partial NeoX
+ *            rope — M-RoPE with text positions —, output times sigmoid(gate)); dense SwiGLU
+ *            (qwen35) or routed experts plus a sigmoid-gated shared expert; NextN layers bound,
+ *            not run
  *
  * Per-layer attention (any architecture): dj_layer.n_swa is the layer's sliding window
  * (a query at p sees keys p - n_swa < q <= p; 0 = all up to p) and dj_layer.rope_local
@@ -48,7 +55,8 @@
 #include "tokenizer/tokenizer.h"
 
 enum dj_arch { DJ_ARCH_LLAMA, DJ_ARCH_QWEN2, DJ_ARCH_QWEN3, DJ_ARCH_QWEN3MOE, DJ_ARCH_DEEPSEEK2, DJ_ARCH_GEMMA2,
-               DJ_ARCH_GEMMA3, DJ_ARCH_GLM4MOE, DJ_ARCH_MISTRAL3, DJ_ARCH_GPT_OSS };
+               DJ_ARCH_GEMMA3, DJ_ARCH_GLM4MOE, DJ_ARCH_MISTRAL3, DJ_ARCH_GPT_OSS, DJ_ARCH_QWEN35,
+               DJ_ARCH_QWEN35MOE, DJ_ARCH_QWEN3NEXT };
 enum dj_rope_type { DJ_ROPE_NORM, DJ_ROPE_NEOX };
 
 struct dj_hparams {
@@ -122,7 +130,25 @@ struct dj_hparams {
      * state (kv_seq.rs: every recurrent layer's at layers[il].rs_off); 0 = no recurrent layer. */
     uint32_t n_layer_kv;
     size_t rs_floats;
+    /* Hybrids (qwen35, qwen35moe, qwen3next: qwen35.c): Gated DeltaNet layers (dj_layer.recurrent)
+     * beside gated full attention.  A recurrent layer's state in kv_seq.rs at rs_off:
+     * conv (conv_dim, ssm_d_conv - 1) then delta (ssm_n_v_heads, S, S), f32, with
+     * conv_dim = 2 ssm_n_k_heads S + ssm_n_v_heads S and S = ssm_d_state. */
+    uint32_t ssm_d_conv;     /* ssm.conv_kernel: taps of the causal conv1d */
+    uint32_t ssm_d_state;    /* ssm.state_size: S, the head size of q, k and v */
+    uint32_t ssm_n_k_heads;  /* ssm.group_count: q/k heads */
+    uint32_t ssm_n_v_heads;  /* ssm.time_step_rank: v heads, a multiple of ssm_n_k_heads */
+    bool ssm_kv_interleave;  /* v head h reads k head h / (nv / nk) (qwen3next's repeat-interleave);
+                                false: h % nk (qwen35's tiling) */
+    bool attn_gated;         /* attn_q gives per head [q | gate] (2 head_dim); the attention output is
+                                times sigmoid(gate) before attn_output */
+    uint32_t n_ff_shexp;     /* expert_shared_feed_forward_length: the gated shared expert's width */
 };
+
+/* Bounds of the hybrids' DeltaNet sizes (qwen35.c checks them; forward.c keeps one head's S
+ * floats and a token's 2 nv gate values on the stack) */
+#define DJ_SSM_STATE_MAX 512u
+#define DJ_SSM_HEADS_MAX 4096u
 
 /* A weight matrix: rows of ne0 elements (the reduction dimension K), ne1 rows. */
 struct dj_weight {
@@ -183,6 +209,18 @@ struct dj_layer {
     uint32_t kv_il;
     bool recurrent;
     size_t rs_off;
+    /* Hybrids' Gated DeltaNet layers (recurrent; qwen35.c).  nk, nv: k and v heads of S */
+    struct dj_weight ssm_qkv;            /* attn_qkv (conv_dim, n_embd): [q (nk S) | k (nk S) | v (nv S)] */
+    struct dj_weight ssm_z;              /* attn_gate (nv S, n_embd): the output gate z */
+    struct dj_weight ssm_in;             /* qwen3next's older fused ssm_in (2 nk S + 2 nv S, n_embd), per k
+                                            head [q (S) | k (S) | v (r S) | z (r S)], r = nv / nk; or NULL */
+    struct dj_weight ssm_beta, ssm_alpha; /* (nv, n_embd) qwen35 */
+    struct dj_weight ssm_ba;             /* qwen3next (2 nv, n_embd): per k head [beta (r) | alpha (r)] */
+    struct dj_weight ssm_conv1d;         /* (conv_dim rows of d_conv taps) f32 */
+    struct dj_weight ssm_dt, ssm_a;      /* (nv) f32: alpha's bias, the decay's -exp(A_log) */
+    struct dj_weight ssm_norm;           /* (S) f32: the gated RMS norm of each head's output */
+    struct dj_weight ssm_out;            /* (n_embd, nv S) */
+    struct dj_weight ffn_gate_inp_shexp; /* (n_embd) f32: the shared expert's gate (sigmoid of its dot) */
 };
 
 struct dj_model {
@@ -250,6 +288,12 @@ enum dj_status glm4moe_bind_layers(struct dj_model *m);
 /* mistral3.c: hparams hook; mistral3_load_temp after the rope scaling keys */
 enum dj_status mistral3_load_hparams(struct dj_model *m);
 enum dj_status mistral3_load_temp(struct dj_model *m);
+/* qwen35.c: hparams hook (arch, rope type), then (after the common hparams) the ssm, MoE,
+ * NextN and layer-pattern keys, then each layer's tensors with the pool shape (n_layer_kv,
+ * kv_il, recurrent, rs_off, rs_floats) */
+enum dj_status qwen35_load_hparams(struct dj_model *m);
+enum dj_status qwen35_load_ssm(struct dj_model *m);
+enum dj_status qwen35_bind_layers(struct dj_model *m);
 
 /* loader.c's helpers for "<arch>.<key>" hyperparameters (architecture files) */
 enum dj_status model_hp_u32(struct dj_model *m, const char *key, uint32_t *out, bool has_default, uint32_t def);

@@ -93,6 +93,10 @@ static const struct {
 } arch_files[] = {
     {"gpt-oss-tiny-f32", "gpt-oss", "tiny", "f32", false, TOL_FLOOR},
     {"gpt-oss-tiny-mxfp4", "gpt-oss", "tiny", "mxfp4", false, 0.03f},
+    /* hybrids (Gated DeltaNet + gated attention), F32: tolerance the floor (README.md) */
+    {"qwen35-tiny-f32", "qwen35", "tiny", "f32", false, TOL_FLOOR},
+    {"qwen35moe-tiny-f32", "qwen35moe", "tiny", "f32", false, TOL_FLOOR},
+    {"qwen3next-tiny-f32", "qwen3next", "tiny", "f32", false, TOL_FLOOR},
 };
 /* llama-quantize file types: without (imatrix false) and with an importance matrix */
 static const struct {

@@ -18,7 +18,10 @@
  * key's value or one tensor's name patched in place: the NextN count, the MoE keys, a
  * missing NextN / selection-bias / post-attention-norm tensor; YaRN's factor, beta_fast,
  * beta_slow, log multiplier, original context, the temperature scale, a partial rope,
- * experts — each refused naming the file and the key or tensor.  gpt-oss likewise: the
+ * experts — each refused naming the file and the key or tensor.  The hybrids (qwen35moe,
+ * qwen3next): DeltaNet sizes out of range or inconsistent (state, heads, inner size, conv
+ * taps against the conv1d tensor), the layer interval, the shared expert, missing ssm
+ * tensors.  gpt-oss likewise: the
  * window, the expert keys, YaRN's factor and original context, a missing sink or expert
  * or router bias.
  */
@@ -355,9 +358,54 @@ static void test_arch_variants(void) {
         {"ffn_gate_inp.bias of layer 2 renamed away", "blk.2.ffn_gate_inp.bias", 'n', 0, DJ_ERR_NOT_FOUND,
          "blk.2.ffn_gate_inp.bias"},
     };
+    /* hybrids: the DeltaNet keys, the layer pattern, the shared expert, a shape a key changes */
+    static const struct arch_variant q35[] = {
+        {"ssm.conv_kernel 0", "qwen35moe.ssm.conv_kernel", 'u', 0, DJ_ERR_FORMAT, "qwen35moe.ssm.conv_kernel"},
+        {"ssm.conv_kernel 3 (conv1d has 4 taps)", "qwen35moe.ssm.conv_kernel", 'u', 3, DJ_ERR_FORMAT,
+         "blk.0.ssm_conv1d.weight"},
+        {"ssm.state_size 0", "qwen35moe.ssm.state_size", 'u', 0, DJ_ERR_FORMAT, "qwen35moe.ssm.state_size"},
+        {"ssm.state_size 1024", "qwen35moe.ssm.state_size", 'u', 1024, DJ_ERR_FORMAT, "qwen35moe.ssm.state_size"},
+        {"ssm.group_count 0", "qwen35moe.ssm.group_count", 'u', 0, DJ_ERR_FORMAT, "qwen35moe.ssm.group_count"},
+        {"ssm.group_count 3 of 4 v heads", "qwen35moe.ssm.group_count", 'u', 3, DJ_ERR_FORMAT,
+         "qwen35moe.ssm.time_step_rank"},
+        {"ssm.group_count 4 (attn_qkv has 2 k heads)", "qwen35moe.ssm.group_count", 'u', 4, DJ_ERR_FORMAT,
+         "blk.0.attn_qkv.weight"},
+        {"ssm.time_step_rank 0", "qwen35moe.ssm.time_step_rank", 'u', 0, DJ_ERR_FORMAT, "qwen35moe.ssm.time_step_rank"},
+        {"ssm.inner_size 100", "qwen35moe.ssm.inner_size", 'u', 100, DJ_ERR_FORMAT, "qwen35moe.ssm.inner_size"},
+        {"full_attention_interval 0", "qwen35moe.full_attention_interval", 'u', 0, DJ_ERR_FORMAT,
+         "qwen35moe.full_attention_interval"},
+        {"full_attention_interval 3 (layer 1 has no attn_q)", "qwen35moe.full_attention_interval", 'u', 3,
+         DJ_ERR_NOT_FOUND, "blk.1.attn_qkv.weight"},
+        {"nextn_predict_layers 5 of 5 blocks", "qwen35moe.nextn_predict_layers", 'u', 5, DJ_ERR_FORMAT,
+         "qwen35moe.nextn_predict_layers"},
+        {"expert_count 0", "qwen35moe.expert_count", 'u', 0, DJ_ERR_FORMAT, "qwen35moe.expert_count"},
+        {"expert_used_count 9 of 8", "qwen35moe.expert_used_count", 'u', 9, DJ_ERR_FORMAT,
+         "qwen35moe.expert_used_count"},
+        {"expert_shared_feed_forward_length 0", "qwen35moe.expert_shared_feed_forward_length", 'u', 0, DJ_ERR_FORMAT,
+         "qwen35moe.expert_shared_feed_forward_length"},
+        {"expert_shared_feed_forward_length 128 (tensors 256)", "qwen35moe.expert_shared_feed_forward_length", 'u',
+         128, DJ_ERR_FORMAT, "blk.0.ffn_gate_shexp.weight"},
+        {"ssm_conv1d missing", "blk.2.ssm_conv1d.weight", 'n', 0, DJ_ERR_NOT_FOUND, "blk.2.ssm_conv1d.weight"},
+        {"ssm_dt missing", "blk.0.ssm_dt.bias", 'n', 0, DJ_ERR_NOT_FOUND, "blk.0.ssm_dt.bias"},
+        {"ssm_norm missing", "blk.0.ssm_norm.weight", 'n', 0, DJ_ERR_NOT_FOUND, "blk.0.ssm_norm.weight"},
+        {"ssm_out missing", "blk.2.ssm_out.weight", 'n', 0, DJ_ERR_NOT_FOUND, "blk.2.ssm_out.weight"},
+        {"attn_gate missing", "blk.0.attn_gate.weight", 'n', 0, DJ_ERR_NOT_FOUND, "blk.0.attn_gate.weight"},
+        {"ffn_gate_inp_shexp missing", "blk.3.ffn_gate_inp_shexp.weight", 'n', 0, DJ_ERR_NOT_FOUND,
+         "blk.3.ffn_gate_inp_shexp.weight"},
+        {"attn_q_norm of an attention layer missing", "blk.1.attn_q_norm.weight", 'n', 0, DJ_ERR_NOT_FOUND,
+         "blk.1.attn_q_norm.weight"},
+        {"NextN eh_proj missing", "blk.4.nextn.eh_proj.weight", 'n', 0, DJ_ERR_NOT_FOUND, "blk.4.nextn.eh_proj.weight"},
+    };
+    static const struct arch_variant q3n[] = {
+        {"ssm_in missing (and no attn_qkv)", "blk.0.ssm_in.weight", 'n', 0, DJ_ERR_NOT_FOUND, "blk.0.ssm_in.weight"},
+        {"ssm_ba missing", "blk.2.ssm_ba.weight", 'n', 0, DJ_ERR_NOT_FOUND, "blk.2.ssm_ba.weight"},
+        {"ssm.time_step_rank 8 (ssm_ba has 4 v heads)", "qwen3next.ssm.time_step_rank", 'u', 8, DJ_ERR_FORMAT,
+         "qwen3next.ssm.inner_size"},
+    };
     static const struct { const char *arch; const struct arch_variant *v; size_t n; } sets[] = {
         {"glm4moe", glm, sizeof glm / sizeof glm[0]}, {"mistral3", mis, sizeof mis / sizeof mis[0]},
-        {"gpt-oss", oss, sizeof oss / sizeof oss[0]}};
+        {"gpt-oss", oss, sizeof oss / sizeof oss[0]}, {"qwen35moe", q35, sizeof q35 / sizeof q35[0]},
+        {"qwen3next", q3n, sizeof q3n / sizeof q3n[0]}};
     for (size_t a = 0; a < sizeof sets / sizeof sets[0]; a++) {
         char src[128], out_path[128];
         snprintf(src, sizeof src, "%s/%s.gguf", dir, sets[a].arch);
@@ -374,6 +422,15 @@ static void test_arch_variants(void) {
         if (m && a == 2) /* windows of 16 on the even layers, sinks, YaRN 32 with its magnitude 1 + 0.1 ln 32 */
             CHECK(m->layers[0].n_swa == 16 && m->layers[1].n_swa == 0 && m->layers[2].n_swa == 16 &&
                   m->layers[0].attn_sinks.data && m->hp.rope_yarn && fabsf(m->hp.yarn_mscale - 1.34657f) < 1e-4f);
+        if (m && a == 3) /* DeltaNet 0 and 2, attention 1 and 3 (pool layers 0, 1), a NextN block; per recurrent
+                          * layer a conv state of 3 x (2 x 2 + 4) x 32 and 4 heads of 32 x 32 */
+            CHECK(m->hp.n_layer == 4 && m->hp.n_layer_nextn == 1 && m->hp.n_layer_kv == 2 && m->layers[0].recurrent &&
+                  !m->layers[1].recurrent && m->layers[1].kv_il == 0 && m->layers[3].kv_il == 1 &&
+                  m->layers[2].rs_off == 4864 && m->hp.rs_floats == 9728 && !m->hp.ssm_kv_interleave &&
+                  m->layers[4].nextn_eh_proj.data && m->layers[0].ffn_gate_inp_shexp.data);
+        if (m && a == 4) /* the older fused ssm_in, v heads repeat-interleaved */
+            CHECK(m->layers[0].ssm_in.data && !m->layers[0].ssm_qkv.data && m->layers[0].ssm_ba.data &&
+                  m->hp.ssm_kv_interleave && m->hp.rs_floats == 9728);
         model_free(m);
         for (size_t i = 0; i < sets[a].n; i++) {
             const struct arch_variant *v = &sets[a].v[i];
