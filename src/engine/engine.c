@@ -238,6 +238,14 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
             engine_destroy(e);
             return dj_fail(DJ_ERR_NOMEM, "out of memory creating the checkpoint store");
         }
+        /* every idle engine-owned sequence keeps its live state (its end is a checkpoint too): at
+         * most RS_IDLE_BUDGET of them */
+        const size_t idle_max = RS_IDLE_BUDGET / state_bytes ? RS_IDLE_BUDGET / state_bytes : 1;
+        if (e->p.n_seq_idle_max > idle_max) {
+            dj_log(DJ_LOG_INFO, "hybrid model: %zu idle sequences kept (not %u): each holds a %.1f MiB recurrent state",
+                   idle_max, e->p.n_seq_idle_max, (double)state_bytes / 1048576.0);
+            e->p.n_seq_idle_max = (uint32_t)idle_max;
+        }
         /* a draft of k tokens needs k rollback states: at most RS_SNAP_BUDGET of them per completion */
         e->rs_draft_max = RS_SNAP_BUDGET / state_bytes;
         if (e->rs_draft_max < 1) e->rs_draft_max = 1;

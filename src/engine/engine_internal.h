@@ -20,6 +20,8 @@
 enum { DJ_FEED_MAX = 64 }; /* tokens one completion feeds in one step (sampled + forced + drafts) */
 /* Hybrid models: bytes of recurrent-state snapshots one completion's draft may need (one per draft) */
 #define RS_SNAP_BUDGET ((size_t)256 << 20)
+/* Hybrid models: bytes of live recurrent states idle engine-owned sequences may hold */
+#define RS_IDLE_BUDGET ((size_t)1 << 30)
 /* Checkpoints on disk: block sizes up to this (the padded last block is on the stack); a
  * resumed prompt probes its last KV_RS_PROBE positions, then the interval's boundaries */
 #define KV_RS_PAD_MAX 1024

@@ -1,5 +1,5 @@
 /*
- * test_serve_arch.c — glm4moe, mistral3 and gpt-oss through `deja serve`: a `deja synth
+ * test_serve_arch.c — glm4moe, mistral3, gpt-oss and qwen35moe through `deja serve`: a `deja synth
  * --preset tiny` model of each family, started with a chat template of the family
  * (--chat-template-file), and
  *  - the server's start-up line names the tool-call format it detected in the
@@ -138,5 +138,9 @@ int main(int argc, char **argv) {
      * test_serve_tools's, this is the architecture behind the server) */
     snprintf(t1, sizeof t1, "%s", test_shared_path(argv[1], "golden/chat_templates/templates/openai-gpt-oss-120b.jinja"));
     check_family(argv[1], "gpt-oss", t1, "gpt-oss", "<|start|>user<|message|>List the files here.");
+    /* a Qwen3.5 hybrid (Gated DeltaNet + gated attention, shared-expert MoE) with Qwen3.5's
+     * template (qwen3-coder XML tool calls) */
+    snprintf(t1, sizeof t1, "%s", test_shared_path(argv[1], "golden/chat_templates/templates/Qwen3.5-4B.jinja"));
+    check_family(argv[1], "qwen35moe", t1, "qwen3-coder", "<|im_start|>user\nList the files here.");
     TEST_END();
 }
