@@ -1402,11 +1402,16 @@ static enum dj_status check_batch(const struct dj_context *c, const struct dj_ba
             const struct kv_seq *sq = b->seq[i];
             size_t k = i;
             while (k-- > 0 && b->seq[k] != sq) {}
-            if (k == SIZE_MAX ? !sq->rs || sq->rs_pos != b->pos[i] : b->pos[i] != b->pos[k] + 1)
-                return dj_fail(DJ_ERR_INVALID, "forward: token %zu at position %u: this hybrid model's recurrent state "
-                               "of its sequence is at %s%zu; a sequence's tokens must continue from there, one "
-                               "position after the other", i, b->pos[i], sq->rs_pos == KV_RS_NONE ? "no known position, " : "",
-                               sq->rs_pos == KV_RS_NONE ? (size_t)0 : sq->rs_pos);
+            if (k != SIZE_MAX ? b->pos[i] != b->pos[k] + 1 : !sq->rs || sq->rs_pos == KV_RS_NONE)
+                return dj_fail(DJ_ERR_INVALID, "forward: token %zu at position %u: %s", i, b->pos[i],
+                               k != SIZE_MAX ? "a hybrid model's sequence takes consecutive positions (its recurrent "
+                                               "state advances token by token)"
+                                             : "the recurrent state of its sequence is unknown (truncated inside or a "
+                                               "block appended): restore one (kv_seq_rs_set) or truncate to 0");
+            if (k == SIZE_MAX && sq->rs_pos != b->pos[i])
+                return dj_fail(DJ_ERR_INVALID, "forward: token %zu at position %u: the recurrent state of its sequence "
+                               "is at position %zu; a hybrid model's sequence continues from there", i, b->pos[i],
+                               sq->rs_pos);
         }
     return DJ_OK;
 }

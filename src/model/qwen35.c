@@ -113,7 +113,6 @@ static enum dj_status check_sections(struct dj_model *m) {
 /* After the common hparams: experts, the DeltaNet sizes, NextN, the layer pattern. */
 enum dj_status qwen35_load_ssm(struct dj_model *m) {
     struct dj_hparams *hp = &m->hp;
-    const char *path = gguf_name(m->gguf);
     enum dj_status st;
     const bool moe = hp->arch != DJ_ARCH_QWEN35;
     if (hp->arch != DJ_ARCH_QWEN3NEXT && (st = check_sections(m))) return st;
@@ -159,7 +158,6 @@ enum dj_status qwen35_load_ssm(struct dj_model *m) {
         (st = model_hp_range(m, "nextn_predict_layers", hp->n_layer_nextn, 0, hp->n_layer - 1)))
         return st;
     hp->n_layer -= hp->n_layer_nextn;
-    (void)path;
     return DJ_OK;
 }
 

@@ -134,6 +134,7 @@ static void check_kv_types(const char *shared) {
     memset(&v3, 0, sizeof v3);
     v3.hp.mla = true;
     v3.hp.n_layer = 1;
+    v3.hp.n_layer_kv = 1; /* the pool's layers (engine_kv_bytes_per_token counts them) */
     v3.hp.n_head_kv = 1;
     v3.hp.kv_lora = 512;
     v3.hp.n_rot = 64;

@@ -21,7 +21,7 @@
  * experts — each refused naming the file and the key or tensor.  The hybrids (qwen35moe,
  * qwen3next): DeltaNet sizes out of range or inconsistent (state, heads, inner size, conv
  * taps against the conv1d tensor), the layer interval, the shared expert, missing ssm
- * tensors.  gpt-oss likewise: the
+ * tensors, attention.recurrent_layers arrays (test_recurrent_layers).  gpt-oss likewise: the
  * window, the expert keys, YaRN's factor and original context, a missing sink or expert
  * or router bias.
  */
@@ -467,6 +467,72 @@ static void test_arch_variants(void) {
     }
 }
 
+/* src rewritten to dst with key `arr` set to a bool array of n (the rest as it was). */
+static bool rewrite_with_bools(const char *src, const char *dst, const char *arr, const uint8_t *v, size_t n) {
+    struct gguf_ctx *g = NULL;
+    if (gguf_open(src, &g) != DJ_OK) return false;
+    struct gguf_writer *w = gguf_writer_create();
+    bool ok = w != NULL;
+    for (size_t i = 0; ok && i < gguf_n_kv(g); i++) ok = gguf_writer_copy_kv(w, g, i) == DJ_OK;
+    ok = ok && gguf_writer_set_arr(w, arr, GGUF_TYPE_BOOL, v, n) == DJ_OK;
+    for (size_t i = 0; ok && i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        ok = gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->nbytes) == DJ_OK;
+    }
+    ok = ok && gguf_writer_write(w, dst) == DJ_OK;
+    gguf_writer_destroy(w);
+    gguf_close(g);
+    return ok;
+}
+
+/* The hybrids' attention.recurrent_layers (a per-block array; overrides the interval). */
+static void test_recurrent_layers(void) {
+    char src[128], bad[128];
+    snprintf(src, sizeof src, "%s/qwen35moe_rl.gguf", dir);
+    snprintf(bad, sizeof bad, "%s/qwen35moe_rl_bad.gguf", dir);
+    char *out = NULL;
+    int rc = RUN(&out, "synth", "--arch", "qwen35moe", "--preset", "tiny", "--vocab-from",
+                 (char *)test_shared_path(shared, "models/stories260K.gguf"), "-o", src, "-t", "1");
+    CHECKF(rc == 0, "synth qwen35moe: exit %d: %s", rc, out);
+    free(out);
+    if (rc) return;
+    static const struct {
+        const char *what;
+        uint8_t v[5];
+        size_t n;
+        enum dj_status want_st;
+        const char *want;
+    } cases[] = {
+        {"the file's own pattern", {1, 0, 1, 0, 0}, 5, DJ_OK, NULL},
+        {"4 entries for 5 blocks", {1, 0, 1, 0, 0}, 4, DJ_ERR_FORMAT, "qwen35moe.attention.recurrent_layers"},
+        {"the NextN block recurrent", {1, 0, 1, 0, 1}, 5, DJ_ERR_FORMAT, "qwen35moe.attention.recurrent_layers"},
+        {"attention layer 1 marked recurrent", {1, 1, 1, 0, 0}, 5, DJ_ERR_NOT_FOUND, "blk.1.attn_qkv.weight"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bool ok = rewrite_with_bools(src, bad, "qwen35moe.attention.recurrent_layers", cases[i].v, cases[i].n);
+        CHECKF(ok, "recurrent_layers %s: rewriting failed", cases[i].what);
+        if (!ok) continue;
+        struct dj_model *m = NULL;
+        dj_clear_error();
+        enum dj_status st = model_load(bad, &m);
+        const char *msg = dj_last_error();
+        CHECKF(st == cases[i].want_st, "recurrent_layers %s: status %d, expected %d (%s)", cases[i].what, st,
+               cases[i].want_st, msg);
+        if (st == DJ_OK && m)
+            CHECK(m->layers[0].recurrent && !m->layers[1].recurrent && m->layers[2].recurrent &&
+                  !m->layers[3].recurrent && m->hp.n_layer_kv == 2 && m->layers[3].kv_il == 1);
+        else
+            CHECKF(cases[i].want && strstr(msg, bad) && strstr(msg, cases[i].want),
+                   "recurrent_layers %s: message lacks the file or '%s': %s", cases[i].what,
+                   cases[i].want ? cases[i].want : "", msg);
+        model_free(st == DJ_OK ? m : NULL);
+        unlink(bad);
+    }
+    unlink(src);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s SHARED_DIR DEJA_BINARY\n", argv[0]);
@@ -482,6 +548,7 @@ int main(int argc, char **argv) {
     test_valid();
     test_variants();
     test_arch_variants();
+    test_recurrent_layers();
     rmdir(dir);
     TEST_END();
 }
