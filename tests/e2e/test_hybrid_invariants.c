@@ -31,147 +31,81 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "test.h"
-#include "test_run.h"
+#include "test_replay_inv.h"
 
-static char model[512], tmpdir[256];
-static const char *traces[3], *tau[2];
-static bool use_tau;
+static char tmpdir[256];
 
-static json_t *replay(const char *what, const char *a1, const char *a2, const char *a3, const char *a4) {
-    char *out = NULL;
-    const char *extra[4] = {a1, a2, a3, a4};
-    char *argv[40];
-    int n = 0;
-    argv[n++] = (char *)deja_bin;
-    const char *base[] = {"replay", "-m", model, "--trace", traces[0], "--trace", traces[1], "--trace", traces[2],
-                          "--max-turns", "3", "--max-chars", "7000", "-n", "12", "-c", "8192", "-t", "2", "--json"};
-    const char *base_tau[] = {"replay", "-m", model, "--trace", tau[0], "--trace", tau[1], "--max-turns", "1",
-                              "-n", "4", "-c", "8192", "-t", "2", "--json"};
-    if (use_tau)
-        for (size_t i = 0; i < sizeof base_tau / sizeof base_tau[0]; i++) argv[n++] = (char *)base_tau[i];
-    else
-        for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) argv[n++] = (char *)base[i];
-    for (int i = 0; i < 4; i++)
-        if (extra[i]) argv[n++] = (char *)extra[i];
-    argv[n] = NULL;
-    int rc = run(argv, &out);
-    CHECKF(rc == 0, "%s: replay exit %d: %.2000s", what, rc, out);
-    const char *j = strstr(out, "{\"model\"");
-    json_error_t err;
-    json_t *doc = j ? json_loads(j, JSON_DISABLE_EOF_CHECK, &err) : NULL;
-    CHECKF(doc != NULL, "%s: no JSON in the output: %.500s", what, out);
-    free(out);
-    return doc;
-}
-
-static long long total(json_t *doc, const char *key) {
-    return json_integer_value(json_object_get(json_object_get(doc, "totals"), key));
-}
 static long long top(json_t *doc, const char *key) { return json_integer_value(json_object_get(doc, key)); }
-
-static void same_hashes(json_t *ref, json_t *doc, const char *what) {
-    json_t *rs = json_object_get(ref, "sessions"), *ds = json_object_get(doc, "sessions");
-    const size_t n_sess = use_tau ? 2 : 3;
-    CHECKF(json_array_size(rs) == n_sess && json_array_size(ds) == n_sess, "%s: %zu / %zu sessions", what,
-           json_array_size(rs), json_array_size(ds));
-    for (size_t i = 0; i < json_array_size(rs); i++) {
-        json_t *r = json_array_get(rs, i);
-        const char *name = json_string_value(json_object_get(r, "session"));
-        json_t *d = NULL;
-        for (size_t k = 0; k < json_array_size(ds); k++)
-            if (name && !strcmp(name, json_string_value(json_object_get(json_array_get(ds, k), "session"))))
-                d = json_array_get(ds, k);
-        CHECKF(d != NULL, "%s: session %s missing", what, name);
-        if (!d) continue;
-        for (int h = 0; h < 2; h++) {
-            const char *key = h ? "ids_hash" : "logits_hash";
-            const char *a = json_string_value(json_object_get(r, key)), *b = json_string_value(json_object_get(d, key));
-            CHECKF(a && b && !strcmp(a, b), "%s: session %s %s %s, reference %s", what, name, key, b ? b : "-",
-                   a ? a : "-");
-        }
-    }
-}
 
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
     snprintf(tmpdir, sizeof tmpdir, "/tmp/deja_test_hybrid_inv_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
-    snprintf(model, sizeof model, "%s/tiny-qwen35moe.gguf", tmpdir);
+    snprintf(inv_model, sizeof inv_model, "%s/tiny-qwen35moe.gguf", tmpdir);
     char *out = NULL;
     int rc = RUN(&out, "synth", "--arch", "qwen35moe", "--preset", "tiny", "--vocab-from",
-                 (char *)test_shared_path(argv[1], "vocab/ggml-vocab-llama-spm.gguf"), "-o", model, "-t", "2");
+                 (char *)test_shared_path(argv[1], "vocab/ggml-vocab-llama-spm.gguf"), "-o", inv_model, "-t", "2");
     CHECKF(rc == 0, "synth: %s", out);
     free(out);
     if (rc) TEST_END();
-    static char t0[1024], t1[1024], t2[1024];
-    snprintf(t0, sizeof t0, "%s", test_shared_path(argv[1], "traces/claude_code__cctrace_f33cdb42.jsonl"));
-    snprintf(t1, sizeof t1, "%s",
-             test_shared_path(argv[1], "traces/mini_swe_agent__deepseek_chat_test_1-100__django__django-11039.jsonl"));
-    snprintf(t2, sizeof t2, "%s",
-             test_shared_path(argv[1], "traces/mini_swe_agent__deepseek_chat_test_1-100__django__django-13265.jsonl"));
-    traces[0] = t0, traces[1] = t1, traces[2] = t2;
-    static char u0[1024], u1[1024];
-    snprintf(u0, sizeof u0, "%s", test_shared_path(argv[1], "traces/tau_airline__0.jsonl"));
-    snprintf(u1, sizeof u1, "%s", test_shared_path(argv[1], "traces/tau_airline__1.jsonl"));
-    tau[0] = u0, tau[1] = u1;
+    inv_set_traces(argv[1]);
 
     setenv("LLAMA_OPT_DIFF_ENABLED", "0", 1);
     setenv("LLAMA_OPT_DEDUP_ENABLED", "0", 1);
-    json_t *ref = replay("cold", NULL, NULL, NULL, NULL);
+    json_t *ref = inv_replay("cold", NULL, NULL, NULL, NULL, NULL);
     unsetenv("LLAMA_OPT_DIFF_ENABLED");
     unsetenv("LLAMA_OPT_DEDUP_ENABLED");
     if (!ref) TEST_END();
-    CHECKF(total(ref, "n_reused") == 0, "cold run reused %lld", total(ref, "n_reused"));
-    CHECKF(total(ref, "n_prompt") > 2000, "the traces gave only %lld prompt tokens", total(ref, "n_prompt"));
+    CHECKF(inv_total(ref, "n_reused") == 0, "cold run reused %lld", inv_total(ref, "n_reused"));
+    CHECKF(inv_total(ref, "n_prompt") > 2000, "the traces gave only %lld prompt tokens", inv_total(ref, "n_prompt"));
 
-    json_t *d = replay("reuse", NULL, NULL, NULL, NULL);
+    json_t *d = inv_replay("reuse", NULL, NULL, NULL, NULL, NULL);
     if (d) {
-        same_hashes(ref, d, "reuse");
-        CHECKF(total(d, "n_reused") > 0, "reuse: nothing reused");
+        inv_same_hashes(ref, d, "reuse");
+        CHECKF(inv_total(d, "n_reused") > 0, "reuse: nothing reused");
         CHECKF(top(d, "n_reused_ckpt") > 0 && top(d, "rs_ckpt_hits") > 0, "reuse: no turn resumed from a checkpoint");
         printf("reuse: %lld of %lld prompt positions reused, %lld from checkpoints (%lld hits, %lld saved), %lld K/V "
                "positions recomputed, hashes equal\n",
-               total(d, "n_reused"), total(d, "n_prompt"), top(d, "n_reused_ckpt"), top(d, "rs_ckpt_hits"),
+               inv_total(d, "n_reused"), inv_total(d, "n_prompt"), top(d, "n_reused_ckpt"), top(d, "rs_ckpt_hits"),
                top(d, "rs_ckpt_saves"), top(d, "n_kv_recomputed"));
         json_decref(d);
     }
     setenv("LLAMA_OPT_RS_CKPT_INTERVAL", "1", 1);
-    d = replay("interval 1", NULL, NULL, NULL, NULL);
+    d = inv_replay("interval 1", NULL, NULL, NULL, NULL, NULL);
     unsetenv("LLAMA_OPT_RS_CKPT_INTERVAL");
     if (d) {
-        same_hashes(ref, d, "LLAMA_OPT_RS_CKPT_INTERVAL=1");
+        inv_same_hashes(ref, d, "LLAMA_OPT_RS_CKPT_INTERVAL=1");
         CHECK(top(d, "rs_ckpt_saves") > 0);
         json_decref(d);
     }
     setenv("LLAMA_OPT_RS_CKPT_MAX_MB", "0", 1);
-    d = replay("no checkpoints", NULL, NULL, NULL, NULL);
+    d = inv_replay("no checkpoints", NULL, NULL, NULL, NULL, NULL);
     unsetenv("LLAMA_OPT_RS_CKPT_MAX_MB");
     if (d) {
-        same_hashes(ref, d, "LLAMA_OPT_RS_CKPT_MAX_MB=0");
+        inv_same_hashes(ref, d, "LLAMA_OPT_RS_CKPT_MAX_MB=0");
         CHECKF(top(d, "n_reused_ckpt") == 0 && top(d, "rs_ckpt_saves") == 0, "no checkpoints: %lld resumed",
                top(d, "n_reused_ckpt"));
         CHECKF(top(d, "n_kv_recomputed") > 0, "no checkpoints: no cached K/V position was computed again");
         json_decref(d);
     }
-    if ((d = replay("parallel", "--parallel", "3", NULL, NULL))) {
-        same_hashes(ref, d, "--parallel 3");
+    if ((d = inv_replay("parallel", "--parallel", "3", NULL, NULL, NULL))) {
+        inv_same_hashes(ref, d, "--parallel 3");
         json_decref(d);
     }
-    if ((d = replay("chunks", "--ubatch", "7", "--n-batch", "13"))) {
-        same_hashes(ref, d, "--ubatch 7 --n-batch 13");
+    if ((d = inv_replay("chunks", "--ubatch", "7", "--n-batch", "13", NULL))) {
+        inv_same_hashes(ref, d, "--ubatch 7 --n-batch 13");
         json_decref(d);
     }
     /* speculation: teacher-forced (the traces' recorded responses), so that prompt lookup finds
      * drafts in a random model's output; against a teacher-forced cold run */
     setenv("LLAMA_OPT_DIFF_ENABLED", "0", 1);
     setenv("LLAMA_OPT_DEDUP_ENABLED", "0", 1);
-    json_t *tf = replay("teacher-forced cold", "--teacher-force", NULL, NULL, NULL);
+    json_t *tf = inv_replay("teacher-forced cold", "--teacher-force", NULL, NULL, NULL, NULL);
     unsetenv("LLAMA_OPT_DIFF_ENABLED");
     unsetenv("LLAMA_OPT_DEDUP_ENABLED");
-    if (tf && (d = replay("spec", "--teacher-force", "--spec-sources", "all", "--spec-fixed"))) {
-        same_hashes(tf, d, "--teacher-force --spec-sources all");
+    if (tf && (d = inv_replay("spec", "--teacher-force", "--spec-sources", "all", "--spec-fixed", NULL))) {
+        inv_same_hashes(tf, d, "--teacher-force --spec-sources all");
         json_t *sp = json_object_get(d, "spec");
         const long long acc = json_integer_value(json_object_get(sp, "accepted")),
                         dr = json_integer_value(json_object_get(sp, "drafted"));
@@ -182,18 +116,18 @@ int main(int argc, char **argv) {
     json_decref(tf);
     char kvdir[300];
     snprintf(kvdir, sizeof kvdir, "%s/kv", tmpdir);
-    if ((d = replay("kv-dir 1", "--kv-dir", kvdir, NULL, NULL))) {
-        same_hashes(ref, d, "--kv-dir (fresh)");
+    if ((d = inv_replay("kv-dir 1", "--kv-dir", kvdir, NULL, NULL, NULL))) {
+        inv_same_hashes(ref, d, "--kv-dir (fresh)");
         CHECK(top(d, "n_reused_ckpt_disk") == 0);
         json_decref(d);
     }
-    if ((d = replay("kv-dir 2", "--kv-dir", kvdir, NULL, NULL))) {
-        same_hashes(ref, d, "--kv-dir (restored)");
-        CHECKF(top(d, "n_reused_ckpt_disk") > 0 && total(d, "n_reused_disk") > 0,
+    if ((d = inv_replay("kv-dir 2", "--kv-dir", kvdir, NULL, NULL, NULL))) {
+        inv_same_hashes(ref, d, "--kv-dir (restored)");
+        CHECKF(top(d, "n_reused_ckpt_disk") > 0 && inv_total(d, "n_reused_disk") > 0,
                "kv-dir: %lld positions resumed from checkpoints on disk, %lld K/V positions from disk",
-               top(d, "n_reused_ckpt_disk"), total(d, "n_reused_disk"));
+               top(d, "n_reused_ckpt_disk"), inv_total(d, "n_reused_disk"));
         printf("kv-dir: %lld positions resumed from checkpoints on disk, %lld K/V positions from disk, hashes equal\n",
-               top(d, "n_reused_ckpt_disk"), total(d, "n_reused_disk"));
+               top(d, "n_reused_ckpt_disk"), inv_total(d, "n_reused_disk"));
         json_decref(d);
     }
     /* kill -9 while checkpoints and blocks are being written, then a clean run on what is left */
@@ -208,8 +142,8 @@ int main(int argc, char **argv) {
                 dup2(fd, 1);
                 dup2(fd, 2);
             }
-            execl(deja_bin, deja_bin, "replay", "-m", model, "--trace", traces[0], "--trace", traces[1], "--trace",
-                  traces[2], "--max-turns", "3", "--max-chars", "7000", "-n", "12", "-c", "8192", "-t", "2",
+            execl(deja_bin, deja_bin, "replay", "-m", inv_model, "--trace", inv_traces[0], "--trace", inv_traces[1], "--trace",
+                  inv_traces[2], "--max-turns", "3", "--max-chars", "7000", "-n", "12", "-c", "8192", "-t", "2",
                   "--kv-dir", kvkill, (char *)NULL);
             _exit(127);
         }
@@ -221,8 +155,8 @@ int main(int argc, char **argv) {
         int status = 0;
         waitpid(pid, &status, 0);
     }
-    if ((d = replay("after kill -9", "--kv-dir", kvkill, NULL, NULL))) {
-        same_hashes(ref, d, "--kv-dir after kill -9");
+    if ((d = inv_replay("after kill -9", "--kv-dir", kvkill, NULL, NULL, NULL))) {
+        inv_same_hashes(ref, d, "--kv-dir after kill -9");
         printf("kill -9: 3 writers killed; the next run resumed %lld positions from checkpoints on disk, hashes "
                "equal\n", top(d, "n_reused_ckpt_disk"));
         json_decref(d);
@@ -230,7 +164,7 @@ int main(int argc, char **argv) {
     /* Tier 2 is refused, with the reason */
     setenv("LLAMA_OPT_DIFF_MODE", "approx", 1);
     out = NULL;
-    rc = RUN(&out, "replay", "-m", model, "--trace", (char *)traces[0], "--max-turns", "1", "-n", "2", "--json");
+    rc = RUN(&out, "replay", "-m", inv_model, "--trace", (char *)inv_traces[0], "--max-turns", "1", "-n", "2", "--json");
     unsetenv("LLAMA_OPT_DIFF_MODE");
     CHECKF(rc != 0 && out && strstr(out, "LLAMA_OPT_DIFF_MODE=approx") && strstr(out, "recurrent"),
            "approx on a hybrid model: exit %d: %.500s", rc, out ? out : "");
@@ -239,19 +173,19 @@ int main(int argc, char **argv) {
 
     /* two sessions whose first prompts share a long system prompt: the second resumes from the
      * first's checkpoints inside it */
-    use_tau = true;
+    inv_use_tau = true;
     setenv("LLAMA_OPT_DIFF_ENABLED", "0", 1);
     setenv("LLAMA_OPT_DEDUP_ENABLED", "0", 1);
-    ref = replay("tau cold", NULL, NULL, NULL, NULL);
+    ref = inv_replay("tau cold", NULL, NULL, NULL, NULL, NULL);
     unsetenv("LLAMA_OPT_DIFF_ENABLED");
     unsetenv("LLAMA_OPT_DEDUP_ENABLED");
-    if (ref && (d = replay("tau dedup", NULL, NULL, NULL, NULL))) {
-        same_hashes(ref, d, "dedup");
-        CHECKF(total(d, "n_reused_pool") > 1000 && top(d, "n_reused_ckpt") > 1000,
-               "dedup: %lld positions from the pool, %lld from checkpoints", total(d, "n_reused_pool"),
+    if (ref && (d = inv_replay("tau dedup", NULL, NULL, NULL, NULL, NULL))) {
+        inv_same_hashes(ref, d, "dedup");
+        CHECKF(inv_total(d, "n_reused_pool") > 1000 && top(d, "n_reused_ckpt") > 1000,
+               "dedup: %lld positions from the pool, %lld from checkpoints", inv_total(d, "n_reused_pool"),
                top(d, "n_reused_ckpt"));
         printf("dedup: %lld of %lld prompt positions from the pool (%lld resumed from checkpoints), hashes equal\n",
-               total(d, "n_reused_pool"), total(d, "n_prompt"), top(d, "n_reused_ckpt"));
+               inv_total(d, "n_reused_pool"), inv_total(d, "n_prompt"), top(d, "n_reused_ckpt"));
         json_decref(d);
     }
     json_decref(ref);
