@@ -83,7 +83,7 @@ def one_turn(port, prompt, n):
                 evaluated = j["x_deja"]["computed"]
             if "timings" in j:
                 evaluated = j["timings"].get("prompt_n", evaluated)
-    return (ttft if ttft is not None else time.time() - t0), evaluated, text
+    return (ttft if ttft is not None else time.time() - t0), evaluated, text, time.time() - t0
 
 
 def run_pass(kind, args, sessions):
@@ -103,8 +103,8 @@ def run_pass(kind, args, sessions):
         def worker(name, prompts):
             res, tx = [], []
             for p in prompts:
-                ttft, ev, text = one_turn(port, p, args.n)
-                res.append((ttft, ev))
+                ttft, ev, text, total = one_turn(port, p, args.n)
+                res.append((ttft, ev, total))
                 tx.append(text)
             results[name] = res
             texts[name] = tx
@@ -125,7 +125,7 @@ def run_pass(kind, args, sessions):
     ttfts = [x[0] for r in results.values() for x in r]
     ev = [x[1] for r in results.values() for x in r]
     return {"wall": wall, "ttft": ttfts, "evaluated": sum(e for e in ev if e is not None),
-            "missing": sum(1 for e in ev if e is None), "turns": len(ttfts), "texts": texts}
+            "missing": sum(1 for e in ev if e is None), "turns": len(ttfts), "texts": texts, "per_turn": results}
 
 
 def main():
@@ -139,6 +139,7 @@ def main():
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--max-chars", type=int, default=24000)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--per-turn", action="store_true", help="print a row per turn (the first round)")
     ap.add_argument("--traces", default="tau_airline__7,openhands_eval__openhands_repo__multi_swe_bench_example__llama4maverick_1,"
                     "mini_swe_agent__deepseek_chat_test_1-100__django__django-11039,claude_code__cctrace_f33cdb42")
     a = ap.parse_args()
@@ -159,6 +160,14 @@ def main():
                   f"{' (' + str(res['missing']) + ' turns unreported)' if res['missing'] else ''}  TTFT p50 "
                   f"{1000 * statistics.median(t):7.0f} ms  p90 {1000 * t[int(0.9 * (len(t) - 1))]:7.0f} ms", flush=True)
     d, p = out["deja"], out["llama-server"]
+    if a.per_turn:  # the first round's turns: prompt tokens evaluated and request time, each server
+        print("\n| session | turn | prompt chars | deja evaluated | deja s | llama-server evaluated | llama-server s |")
+        print("|---|---|---|---|---|---|---|")
+        for name, prompts in sessions.items():
+            for k, pr in enumerate(prompts):
+                x, y = d[0]["per_turn"][name][k], p[0]["per_turn"][name][k]
+                fmt = lambda e: "-" if e is None else str(e)
+                print(f"| {name[:28]} | {k} | {len(pr)} | {fmt(x[1])} | {x[2]:.1f} | {fmt(y[1])} | {y[2]:.1f} |")
     wd = statistics.median(x["wall"] for x in d)
     wp = statistics.median(x["wall"] for x in p)
     ed = statistics.median(x["evaluated"] for x in d)
