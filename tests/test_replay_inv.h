@@ -4,8 +4,9 @@
  * turn) or the first turns of two tau-bench sessions sharing one system prompt, --json,
  * and the comparison of two runs' per-session logits and ids hashes.
  *
- * The including test sets inv_model, inv_traces[3], inv_tau[2] (inv_set_traces fills the
- * last two from the shared folder) and inv_use_tau before calling inv_replay.
+ * inv_setup makes the test's folder (inv_tmpdir) and its tiny model (inv_model) and fills
+ * inv_traces / inv_tau; inv_use_tau picks the tau pair for the following runs; inv_cold is
+ * the reference run (reuse and dedup off).
  */
 #ifndef DJ_TEST_REPLAY_INV_H
 #define DJ_TEST_REPLAY_INV_H
@@ -18,7 +19,7 @@
 #include "test.h"
 #include "test_run.h"
 
-static char inv_model[512];
+static char inv_model[512], inv_tmpdir[256];
 static const char *inv_traces[3], *inv_tau[2];
 static bool inv_use_tau; /* the tau pair instead of the three traces */
 
@@ -34,6 +35,24 @@ static void inv_set_traces(const char *shared) {
     snprintf(u1, sizeof u1, "%s", test_shared_path(shared, "traces/tau_airline__1.jsonl"));
     inv_traces[0] = t0, inv_traces[1] = t1, inv_traces[2] = t2;
     inv_tau[0] = u0, inv_tau[1] = u1;
+}
+
+/* A fresh folder /tmp/deja_test_<tag>_inv_XXXXXX with `deja synth --arch arch --preset tiny`
+ * (llama's SPM vocabulary) in it, and the traces; false (the failure checked) when either fails. */
+static bool inv_setup(const char *shared, const char *arch, const char *tag) {
+    snprintf(inv_tmpdir, sizeof inv_tmpdir, "/tmp/deja_test_%s_inv_XXXXXX", tag);
+    if (!mkdtemp(inv_tmpdir)) {
+        CHECKF(false, "mkdtemp %s", inv_tmpdir);
+        return false;
+    }
+    snprintf(inv_model, sizeof inv_model, "%s/tiny-%s.gguf", inv_tmpdir, arch);
+    char *out = NULL;
+    int rc = RUN(&out, "synth", "--arch", (char *)arch, "--preset", "tiny", "--vocab-from",
+                 (char *)test_shared_path(shared, "vocab/ggml-vocab-llama-spm.gguf"), "-o", inv_model, "-t", "2");
+    CHECKF(rc == 0, "synth: %s", out);
+    free(out);
+    inv_set_traces(shared);
+    return rc == 0;
 }
 
 /* deja replay with up to five extra arguments (NULL-terminated early); the parsed JSON or NULL. */
@@ -64,6 +83,24 @@ static json_t *inv_replay(const char *what, const char *a1, const char *a2, cons
     CHECKF(doc != NULL, "%s: no JSON in the output: %.500s", what, out);
     free(out);
     return doc;
+}
+
+/* The reference: inv_replay with reuse and dedup off (LLAMA_OPT_DIFF_ENABLED=0,
+ * LLAMA_OPT_DEDUP_ENABLED=0), up to two extra arguments. */
+static json_t *inv_cold(const char *what, const char *a1, const char *a2) {
+    setenv("LLAMA_OPT_DIFF_ENABLED", "0", 1);
+    setenv("LLAMA_OPT_DEDUP_ENABLED", "0", 1);
+    json_t *ref = inv_replay(what, a1, a2, NULL, NULL, NULL);
+    unsetenv("LLAMA_OPT_DIFF_ENABLED");
+    unsetenv("LLAMA_OPT_DEDUP_ENABLED");
+    return ref;
+}
+
+/* Removes inv_tmpdir and everything in it. */
+static void inv_cleanup(void) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", inv_tmpdir);
+    CHECK(system(cmd) == 0);
 }
 
 static long long inv_total(json_t *doc, const char *key) {

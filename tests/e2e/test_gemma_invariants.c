@@ -27,27 +27,12 @@
 
 #include "test_replay_inv.h"
 
-static char tmpdir[256];
-
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/deja_test_gemma_inv_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
-    snprintf(inv_model, sizeof inv_model, "%s/tiny-gemma3.gguf", tmpdir);
-    char *out = NULL;
-    int rc = RUN(&out, "synth", "--arch", "gemma3", "--preset", "tiny", "--vocab-from",
-                 (char *)test_shared_path(argv[1], "vocab/ggml-vocab-llama-spm.gguf"), "-o", inv_model, "-t", "2");
-    CHECKF(rc == 0, "synth: %s", out);
-    free(out);
-    if (rc) TEST_END();
-    inv_set_traces(argv[1]);
+    if (!inv_setup(argv[1], "gemma3", "gemma")) TEST_END();
 
-    setenv("LLAMA_OPT_DIFF_ENABLED", "0", 1);
-    setenv("LLAMA_OPT_DEDUP_ENABLED", "0", 1);
-    json_t *ref = inv_replay("cold", NULL, NULL, NULL, NULL, NULL);
-    unsetenv("LLAMA_OPT_DIFF_ENABLED");
-    unsetenv("LLAMA_OPT_DEDUP_ENABLED");
+    json_t *ref = inv_cold("cold", NULL, NULL);
     if (!ref) TEST_END();
     CHECKF(inv_total(ref, "n_reused") == 0, "cold run reused %lld", inv_total(ref, "n_reused"));
     CHECKF(inv_total(ref, "n_prompt") > 2000, "the traces gave only %lld prompt tokens", inv_total(ref, "n_prompt"));
@@ -69,7 +54,7 @@ int main(int argc, char **argv) {
         json_decref(d);
     }
     char kvdir[300];
-    snprintf(kvdir, sizeof kvdir, "%s/kv", tmpdir);
+    snprintf(kvdir, sizeof kvdir, "%s/kv", inv_tmpdir);
     if ((d = inv_replay("kv-dir 1", "--kv-dir", kvdir, NULL, NULL, NULL))) {
         inv_same_hashes(ref, d, "--kv-dir (fresh)");
         CHECK(inv_total(d, "n_reused_disk") == 0);
@@ -110,11 +95,7 @@ int main(int argc, char **argv) {
     json_decref(ref);
     /* dedup: two sessions whose first prompts share ~15,000 characters of system prompt */
     inv_use_tau = true;
-    setenv("LLAMA_OPT_DIFF_ENABLED", "0", 1);
-    setenv("LLAMA_OPT_DEDUP_ENABLED", "0", 1);
-    ref = inv_replay("tau cold", NULL, NULL, NULL, NULL, NULL);
-    unsetenv("LLAMA_OPT_DIFF_ENABLED");
-    unsetenv("LLAMA_OPT_DEDUP_ENABLED");
+    ref = inv_cold("tau cold", NULL, NULL);
     if (ref && (d = inv_replay("tau dedup", NULL, NULL, NULL, NULL, NULL))) {
         inv_same_hashes(ref, d, "dedup");
         CHECKF(inv_total(d, "n_reused_pool") > 1000, "dedup: %lld positions from the pool", inv_total(d, "n_reused_pool"));
@@ -123,8 +104,6 @@ int main(int argc, char **argv) {
         json_decref(d);
     }
     json_decref(ref);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    CHECK(system(cmd) == 0);
+    inv_cleanup();
     TEST_END();
 }

@@ -33,29 +33,14 @@
 
 #include "test_replay_inv.h"
 
-static char tmpdir[256];
-
 static long long top(json_t *doc, const char *key) { return json_integer_value(json_object_get(doc, key)); }
 
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/deja_test_hybrid_inv_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
-    snprintf(inv_model, sizeof inv_model, "%s/tiny-qwen35moe.gguf", tmpdir);
-    char *out = NULL;
-    int rc = RUN(&out, "synth", "--arch", "qwen35moe", "--preset", "tiny", "--vocab-from",
-                 (char *)test_shared_path(argv[1], "vocab/ggml-vocab-llama-spm.gguf"), "-o", inv_model, "-t", "2");
-    CHECKF(rc == 0, "synth: %s", out);
-    free(out);
-    if (rc) TEST_END();
-    inv_set_traces(argv[1]);
+    if (!inv_setup(argv[1], "qwen35moe", "hybrid")) TEST_END();
 
-    setenv("LLAMA_OPT_DIFF_ENABLED", "0", 1);
-    setenv("LLAMA_OPT_DEDUP_ENABLED", "0", 1);
-    json_t *ref = inv_replay("cold", NULL, NULL, NULL, NULL, NULL);
-    unsetenv("LLAMA_OPT_DIFF_ENABLED");
-    unsetenv("LLAMA_OPT_DEDUP_ENABLED");
+    json_t *ref = inv_cold("cold", NULL, NULL);
     if (!ref) TEST_END();
     CHECKF(inv_total(ref, "n_reused") == 0, "cold run reused %lld", inv_total(ref, "n_reused"));
     CHECKF(inv_total(ref, "n_prompt") > 2000, "the traces gave only %lld prompt tokens", inv_total(ref, "n_prompt"));
@@ -99,11 +84,7 @@ int main(int argc, char **argv) {
     }
     /* speculation: teacher-forced (the traces' recorded responses), so that prompt lookup finds
      * drafts in a random model's output; against a teacher-forced cold run */
-    setenv("LLAMA_OPT_DIFF_ENABLED", "0", 1);
-    setenv("LLAMA_OPT_DEDUP_ENABLED", "0", 1);
-    json_t *tf = inv_replay("teacher-forced cold", "--teacher-force", NULL, NULL, NULL, NULL);
-    unsetenv("LLAMA_OPT_DIFF_ENABLED");
-    unsetenv("LLAMA_OPT_DEDUP_ENABLED");
+    json_t *tf = inv_cold("teacher-forced cold", "--teacher-force", NULL);
     if (tf && (d = inv_replay("spec", "--teacher-force", "--spec-sources", "all", "--spec-fixed", NULL))) {
         inv_same_hashes(tf, d, "--teacher-force --spec-sources all");
         json_t *sp = json_object_get(d, "spec");
@@ -115,7 +96,7 @@ int main(int argc, char **argv) {
     }
     json_decref(tf);
     char kvdir[300];
-    snprintf(kvdir, sizeof kvdir, "%s/kv", tmpdir);
+    snprintf(kvdir, sizeof kvdir, "%s/kv", inv_tmpdir);
     if ((d = inv_replay("kv-dir 1", "--kv-dir", kvdir, NULL, NULL, NULL))) {
         inv_same_hashes(ref, d, "--kv-dir (fresh)");
         CHECK(top(d, "n_reused_ckpt_disk") == 0);
@@ -132,7 +113,7 @@ int main(int argc, char **argv) {
     }
     /* kill -9 while checkpoints and blocks are being written, then a clean run on what is left */
     char kvkill[300];
-    snprintf(kvkill, sizeof kvkill, "%s/kvkill", tmpdir);
+    snprintf(kvkill, sizeof kvkill, "%s/kvkill", inv_tmpdir);
     const int delays_ms[3] = {400, 900, 1700};
     for (int k = 0; k < 3; k++) {
         pid_t pid = fork();
@@ -163,8 +144,8 @@ int main(int argc, char **argv) {
     }
     /* Tier 2 is refused, with the reason */
     setenv("LLAMA_OPT_DIFF_MODE", "approx", 1);
-    out = NULL;
-    rc = RUN(&out, "replay", "-m", inv_model, "--trace", (char *)inv_traces[0], "--max-turns", "1", "-n", "2", "--json");
+    char *out = NULL;
+    const int rc = RUN(&out, "replay", "-m", inv_model, "--trace", (char *)inv_traces[0], "--max-turns", "1", "-n", "2", "--json");
     unsetenv("LLAMA_OPT_DIFF_MODE");
     CHECKF(rc != 0 && out && strstr(out, "LLAMA_OPT_DIFF_MODE=approx") && strstr(out, "recurrent"),
            "approx on a hybrid model: exit %d: %.500s", rc, out ? out : "");
@@ -174,11 +155,7 @@ int main(int argc, char **argv) {
     /* two sessions whose first prompts share a long system prompt: the second resumes from the
      * first's checkpoints inside it */
     inv_use_tau = true;
-    setenv("LLAMA_OPT_DIFF_ENABLED", "0", 1);
-    setenv("LLAMA_OPT_DEDUP_ENABLED", "0", 1);
-    ref = inv_replay("tau cold", NULL, NULL, NULL, NULL, NULL);
-    unsetenv("LLAMA_OPT_DIFF_ENABLED");
-    unsetenv("LLAMA_OPT_DEDUP_ENABLED");
+    ref = inv_cold("tau cold", NULL, NULL);
     if (ref && (d = inv_replay("tau dedup", NULL, NULL, NULL, NULL, NULL))) {
         inv_same_hashes(ref, d, "dedup");
         CHECKF(inv_total(d, "n_reused_pool") > 1000 && top(d, "n_reused_ckpt") > 1000,
@@ -189,8 +166,6 @@ int main(int argc, char **argv) {
         json_decref(d);
     }
     json_decref(ref);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    CHECK(system(cmd) == 0);
+    inv_cleanup();
     TEST_END();
 }
