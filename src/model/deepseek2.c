@@ -205,14 +205,7 @@ enum dj_status deepseek2_bind_layers(struct dj_model *m) {
                            gguf_name(m->gguf), n);
         BIND(ffn_gate_inp, "ffn_gate_inp.weight", E, NE, true);
         BIND(exp_probs_b, "exp_probs_b.bias", NE, 1, false);
-        BIND3(ffn_gate_exps, "ffn_gate_exps.weight", E, FE, NE, true);
-        BIND3(ffn_up_exps, "ffn_up_exps.weight", E, FE, NE, true);
-        BIND3(ffn_down_exps, "ffn_down_exps.weight", FE, E, NE, true);
-        if (FS > 0) {
-            BIND(ffn_gate_shexp, "ffn_gate_shexp.weight", E, FS, true);
-            BIND(ffn_up_shexp, "ffn_up_shexp.weight", E, FS, true);
-            BIND(ffn_down_shexp, "ffn_down_shexp.weight", FS, E, true);
-        }
+        if ((st = model_bind_experts(m, L, il, FE, FS, true))) return st;
 #undef BIND
 #undef BIND3
     }

@@ -76,9 +76,6 @@ static enum dj_status bind_block(struct dj_model *m, uint32_t il) {
 #define BIND(field, suffix, ne0, ne1, req)                                                 \
     snprintf(n, sizeof n, "blk.%u.%s", il, suffix);                                        \
     if ((st = model_bind(m, &L->field, n, ne0, ne1, req))) return st;
-#define BIND3(field, suffix, ne0, ne1, ne2, req)                                           \
-    snprintf(n, sizeof n, "blk.%u.%s", il, suffix);                                        \
-    if ((st = model_bind_3d(m, &L->field, n, ne0, ne1, ne2, req))) return st;
     BIND(attn_norm, "attn_norm.weight", E, 1, true);
     BIND(wq, "attn_q.weight", E, Q, true);
     BIND(wk, "attn_k.weight", E, KV, true);
@@ -97,25 +94,10 @@ static enum dj_status bind_block(struct dj_model *m, uint32_t il) {
     } else {
         BIND(ffn_gate_inp, "ffn_gate_inp.weight", E, NE, true);
         BIND(exp_probs_b, "exp_probs_b.bias", NE, 1, true);
-        BIND3(ffn_gate_exps, "ffn_gate_exps.weight", E, FE, NE, true);
-        BIND3(ffn_up_exps, "ffn_up_exps.weight", E, FE, NE, true);
-        BIND3(ffn_down_exps, "ffn_down_exps.weight", FE, E, NE, true);
-        if (FS > 0) {
-            BIND(ffn_gate_shexp, "ffn_gate_shexp.weight", E, FS, true);
-            BIND(ffn_up_shexp, "ffn_up_shexp.weight", E, FS, true);
-            BIND(ffn_down_shexp, "ffn_down_shexp.weight", FS, E, true);
-        }
+        if ((st = model_bind_experts(m, L, il, FE, FS, true))) return st;
     }
-    if (il >= hp->n_layer) { /* NextN */
-        BIND(nextn_eh_proj, "nextn.eh_proj.weight", 2 * E, E, true);
-        BIND(nextn_enorm, "nextn.enorm.weight", E, 1, true);
-        BIND(nextn_hnorm, "nextn.hnorm.weight", E, 1, true);
-        BIND(nextn_embed, "nextn.embed_tokens.weight", E, hp->n_vocab, false);
-        BIND(nextn_head, "nextn.shared_head_head.weight", E, hp->n_vocab, false);
-        BIND(nextn_head_norm, "nextn.shared_head_norm.weight", E, 1, false);
-    }
+    if (il >= hp->n_layer && (st = model_bind_nextn(m, L, il))) return st; /* NextN */
 #undef BIND
-#undef BIND3
     return DJ_OK;
 }
 

@@ -61,9 +61,6 @@ enum dj_status gptoss_bind_layers(struct dj_model *m) {
 #define BIND(field, suffix, ne0, ne1)                                                      \
     snprintf(n, sizeof n, "blk.%u.%s", il, suffix);                                        \
     if ((st = model_bind(m, &L->field, n, ne0, ne1, true))) return st;
-#define BIND3(field, suffix, ne0, ne1)                                                     \
-    snprintf(n, sizeof n, "blk.%u.%s", il, suffix);                                        \
-    if ((st = model_bind_3d(m, &L->field, n, ne0, ne1, NE, true))) return st;
         BIND(attn_norm, "attn_norm.weight", E, 1);
         BIND(wq, "attn_q.weight", E, Q);
         BIND(wk, "attn_k.weight", E, KV);
@@ -77,14 +74,11 @@ enum dj_status gptoss_bind_layers(struct dj_model *m) {
         BIND(ffn_norm, "post_attention_norm.weight", E, 1);
         BIND(ffn_gate_inp, "ffn_gate_inp.weight", E, NE);
         BIND(ffn_gate_inp_b, "ffn_gate_inp.bias", NE, 1);
-        BIND3(ffn_gate_exps, "ffn_gate_exps.weight", E, FE);
-        BIND3(ffn_up_exps, "ffn_up_exps.weight", E, FE);
-        BIND3(ffn_down_exps, "ffn_down_exps.weight", FE, E);
+        if ((st = model_bind_experts(m, L, il, FE, 0, true))) return st;
         BIND(ffn_gate_exps_b, "ffn_gate_exps.bias", FE, NE);
         BIND(ffn_up_exps_b, "ffn_up_exps.bias", FE, NE);
         BIND(ffn_down_exps_b, "ffn_down_exps.bias", E, NE);
 #undef BIND
-#undef BIND3
         const struct dj_weight *eb[3] = {&L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b};
         static const char *const eb_name[3] = {"ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"};
         for (int i = 0; i < 3; i++) /* the forward pass adds them as floats */

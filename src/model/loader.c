@@ -128,6 +128,40 @@ enum dj_status model_bind_3d(struct dj_model *m, struct dj_weight *w, const char
     return DJ_OK;
 }
 
+/* model_bind (ne2 0) or model_bind_3d of tensor blk.<il>.<suffix>. */
+static enum dj_status bind_blk(struct dj_model *m, struct dj_weight *w, uint32_t il, const char *suffix, int64_t ne0,
+                               int64_t ne1, int64_t ne2, bool required) {
+    char n[96];
+    snprintf(n, sizeof n, "blk.%u.%s", il, suffix);
+    return ne2 ? model_bind_3d(m, w, n, ne0, ne1, ne2, required) : model_bind(m, w, n, ne0, ne1, required);
+}
+
+enum dj_status model_bind_experts(struct dj_model *m, struct dj_layer *L, uint32_t il, int64_t FE, int64_t FS,
+                                  bool gate_required) {
+    const int64_t E = m->hp.n_embd, NE = m->hp.n_expert;
+    enum dj_status st;
+    if ((st = bind_blk(m, &L->ffn_gate_exps, il, "ffn_gate_exps.weight", E, FE, NE, gate_required)) ||
+        (st = bind_blk(m, &L->ffn_up_exps, il, "ffn_up_exps.weight", E, FE, NE, true)) ||
+        (st = bind_blk(m, &L->ffn_down_exps, il, "ffn_down_exps.weight", FE, E, NE, true)) || FS == 0)
+        return st;
+    if ((st = bind_blk(m, &L->ffn_gate_shexp, il, "ffn_gate_shexp.weight", E, FS, 0, true)) ||
+        (st = bind_blk(m, &L->ffn_up_shexp, il, "ffn_up_shexp.weight", E, FS, 0, true)))
+        return st;
+    return bind_blk(m, &L->ffn_down_shexp, il, "ffn_down_shexp.weight", FS, E, 0, true);
+}
+
+enum dj_status model_bind_nextn(struct dj_model *m, struct dj_layer *L, uint32_t il) {
+    const int64_t E = m->hp.n_embd, V = m->hp.n_vocab;
+    enum dj_status st;
+    if ((st = bind_blk(m, &L->nextn_eh_proj, il, "nextn.eh_proj.weight", 2 * E, E, 0, true)) ||
+        (st = bind_blk(m, &L->nextn_enorm, il, "nextn.enorm.weight", E, 1, 0, true)) ||
+        (st = bind_blk(m, &L->nextn_hnorm, il, "nextn.hnorm.weight", E, 1, 0, true)) ||
+        (st = bind_blk(m, &L->nextn_embed, il, "nextn.embed_tokens.weight", E, V, 0, false)) ||
+        (st = bind_blk(m, &L->nextn_head, il, "nextn.shared_head_head.weight", E, V, 0, false)))
+        return st;
+    return bind_blk(m, &L->nextn_head_norm, il, "nextn.shared_head_norm.weight", E, 1, 0, false);
+}
+
 struct dj_weight model_expert(const struct dj_weight *w, uint32_t n_expert, uint32_t e) {
     DJ_ASSERT(w->data && n_expert > 0 && e < n_expert && w->ne1 % n_expert == 0);
     struct dj_weight v = *w;
@@ -507,13 +541,7 @@ static enum dj_status bind_tensors(struct dj_model *m) {
         BIND(ffn_norm, "ffn_norm.weight", E, 1, true);
         if (moe) { /* llama.cpp: ffn_gate_exps is optional for llama (then an expert is down(silu(up x))) */
             BIND(ffn_gate_inp, "ffn_gate_inp.weight", E, NE, true);
-#define BIND3(field, suffix, ne0, ne1, req)                                                \
-    snprintf(n, sizeof n, "blk.%u.%s", il, suffix);                                        \
-    if ((st = model_bind_3d(m, &L->field, n, ne0, ne1, NE, req))) return st;
-            BIND3(ffn_gate_exps, "ffn_gate_exps.weight", E, FE, hp->arch != DJ_ARCH_LLAMA);
-            BIND3(ffn_up_exps, "ffn_up_exps.weight", E, FE, true);
-            BIND3(ffn_down_exps, "ffn_down_exps.weight", FE, E, true);
-#undef BIND3
+            if ((st = model_bind_experts(m, L, il, FE, 0, hp->arch != DJ_ARCH_LLAMA))) return st;
         } else {
             BIND(w_gate, "ffn_gate.weight", E, hp->n_ff, true);
             BIND(w_up, "ffn_up.weight", E, hp->n_ff, true);

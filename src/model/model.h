@@ -306,6 +306,15 @@ enum dj_status model_hp_range(const struct dj_model *m, const char *key, uint32_
  * of w's packed copy when w has one. */
 struct dj_weight model_expert(const struct dj_weight *w, uint32_t n_expert, uint32_t e);
 
+/* Layer il's routed experts, blk.il.ffn_{gate,up,down}_exps.weight: hp.n_expert slabs of
+ * (FE, n_embd), (FE, n_embd), (n_embd, FE), the gate optional unless gate_required (llama);
+ * then, when FS > 0, the shared experts blk.il.ffn_{gate,up,down}_shexp.weight of width FS. */
+enum dj_status model_bind_experts(struct dj_model *m, struct dj_layer *L, uint32_t il, int64_t FE, int64_t FS,
+                                  bool gate_required);
+/* A NextN / MTP block's own tensors, blk.il.nextn.*: eh_proj, enorm, hnorm; the optional
+ * embed_tokens, shared_head_head and shared_head_norm. */
+enum dj_status model_bind_nextn(struct dj_model *m, struct dj_layer *L, uint32_t il);
+
 /* Binds tensor `name` (expected ne0 x ne1; ne1 = 1 for vectors) into *w.
  * Absent + required → DJ_ERR_NOT_FOUND naming the tensor; wrong shape or an
  * unsupported type → DJ_ERR_FORMAT / DJ_ERR_UNSUPPORTED. */

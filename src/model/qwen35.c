@@ -216,9 +216,6 @@ static enum dj_status bind_block(struct dj_model *m, uint32_t il) {
 #define BIND(field, suffix, ne0, ne1, req)                                                 \
     NAME(suffix);                                                                          \
     if ((st = model_bind(m, &L->field, n, ne0, ne1, req))) return st;
-#define BIND3(field, suffix, ne0, ne1, ne2)                                                \
-    NAME(suffix);                                                                          \
-    if ((st = model_bind_3d(m, &L->field, n, ne0, ne1, ne2, true))) return st;
 #define F32ONLY(field, suffix)                                                             \
     NAME(suffix);                                                                          \
     if ((st = need_f32(m, &L->field, n))) return st;
@@ -267,24 +264,12 @@ static enum dj_status bind_block(struct dj_model *m, uint32_t il) {
             return dj_fail(DJ_ERR_UNSUPPORTED, "%s: tensor '%s' (fused expert gate and up) is not supported; deja reads "
                            "ffn_gate_exps and ffn_up_exps", path, n);
         BIND(ffn_gate_inp, "ffn_gate_inp.weight", E, NE, true);
-        BIND3(ffn_gate_exps, "ffn_gate_exps.weight", E, FE, NE);
-        BIND3(ffn_up_exps, "ffn_up_exps.weight", E, FE, NE);
-        BIND3(ffn_down_exps, "ffn_down_exps.weight", FE, E, NE);
+        /* the shared expert always (FS >= 1: range-checked with the hparams), its gate first */
         BIND(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", E, 1, true);
-        BIND(ffn_gate_shexp, "ffn_gate_shexp.weight", E, FS, true);
-        BIND(ffn_up_shexp, "ffn_up_shexp.weight", E, FS, true);
-        BIND(ffn_down_shexp, "ffn_down_shexp.weight", FS, E, true);
+        if ((st = model_bind_experts(m, L, il, FE, FS, true))) return st;
     }
-    if (il >= hp->n_layer) { /* NextN: bound, not run */
-        BIND(nextn_eh_proj, "nextn.eh_proj.weight", 2 * E, E, true);
-        BIND(nextn_enorm, "nextn.enorm.weight", E, 1, true);
-        BIND(nextn_hnorm, "nextn.hnorm.weight", E, 1, true);
-        BIND(nextn_embed, "nextn.embed_tokens.weight", E, hp->n_vocab, false);
-        BIND(nextn_head, "nextn.shared_head_head.weight", E, hp->n_vocab, false);
-        BIND(nextn_head_norm, "nextn.shared_head_norm.weight", E, 1, false);
-    }
+    if (il >= hp->n_layer && (st = model_bind_nextn(m, L, il))) return st; /* NextN: bound, not run */
 #undef F32ONLY
-#undef BIND3
 #undef BIND
 #undef NAME
     return DJ_OK;
