@@ -727,6 +727,12 @@ static void add_rows(struct dj_engine *e, size_t *nt, struct dj_session *s, cons
  * there; the end itself is the state the step leaves).  Returns false when there is no
  * memory for the drafts' states (their requests fail); prompt checkpoints are
  * optional and dropped instead. */
+/* Whether the state after prompt position p (of a prompt of n) is a checkpoint inside the
+ * prompt: the interval's (every positions; 0 = none) before the end, and n - 1. */
+static inline bool ckpt_at(size_t p, size_t n, size_t every) {
+    return p + 2 == n || (every && (p + 1) % every == 0 && p + 1 < n);
+}
+
 static bool step_snapshots(struct dj_engine *e, size_t nt, size_t n_ent) {
     const size_t RS = e->model->hp.rs_floats, bs = e->block_size;
     const size_t every = (size_t)e->cfg.rs_ckpt_interval * bs;
@@ -747,8 +753,7 @@ static bool step_snapshots(struct dj_engine *e, size_t nt, size_t n_ent) {
         }
         if (!e->ckpt && !e->rs_store) continue;
         const size_t n = en->req->p.n_prompt, p0 = e->b_pos[en->i0];
-        for (size_t p = p0; p < p0 + en->n; p++)
-            n_rows += p + 2 == n || (every && (p + 1) % every == 0 && p + 1 < n);
+        for (size_t p = p0; p < p0 + en->n; p++) n_rows += ckpt_at(p, n, every);
     }
     n_rows += n_draft_rows;
     if (n_rows > e->rs_snap_cap) {
@@ -771,7 +776,7 @@ static bool step_snapshots(struct dj_engine *e, size_t nt, size_t n_ent) {
         for (size_t j = 0; j < c->n_draft; j++) e->b_snap[en->i0 + en->n - c->n_draft - 1 + j] = e->rs_snap + (row++) * RS;
     }
     if (row == n_rows) return true;
-    if (e->n_rs_puts + n_rows - row > e->rs_puts_cap) {
+    if (n_rows - row > e->rs_puts_cap) {
         struct rs_put *np = realloc(e->rs_puts, (n_rows - row) * sizeof *np);
         if (!np) return true;
         e->rs_puts = np;
@@ -782,7 +787,7 @@ static bool step_snapshots(struct dj_engine *e, size_t nt, size_t n_ent) {
         if (!en->prefill) continue;
         const size_t n = en->req->p.n_prompt, p0 = e->b_pos[en->i0];
         for (size_t p = p0; p < p0 + en->n; p++)
-            if (p + 2 == n || (every && (p + 1) % every == 0 && p + 1 < n)) {
+            if (ckpt_at(p, n, every)) {
                 e->b_snap[en->i0 + (p - p0)] = e->rs_snap + row * RS;
                 e->rs_puts[e->n_rs_puts++] = (struct rs_put){en->req, p + 1, row++};
             }

@@ -47,6 +47,18 @@ static void top_k_argmax(const float *s, int64_t n, int64_t k, int32_t *sel) {
     }
 }
 
+/* x[i] = exp(x[i] - max x) in place; returns 1 / their sum (summed in double, in order). */
+static float exp_shifted(float *x, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += (double)x[i];
+    }
+    return (float)(1.0 / sum);
+}
+
 /* Offers (s, e) to the sorted list ks/sel of *cnt <= k entries. */
 static inline void top_k_offer(float *ks, int32_t *sel, int64_t *cnt, int64_t k, float s, int32_t e) {
     int64_t i = *cnt;
@@ -75,14 +87,7 @@ void moe_route(const struct moe_router *r, float *z, int32_t *sel, float *w) {
     } else if (r->sigmoid) {
         for (int64_t e = 0; e < n; e++) z[e] = 1.0f / (1.0f + expf(-z[e]));
     } else {
-        float mx = -INFINITY;
-        for (int64_t e = 0; e < n; e++) mx = z[e] > mx ? z[e] : mx;
-        double sum = 0.0;
-        for (int64_t e = 0; e < n; e++) {
-            z[e] = expf(z[e] - mx);
-            sum += (double)z[e];
-        }
-        inv = (float)(1.0 / sum);
+        inv = exp_shifted(z, n);
     }
     int64_t cnt = 0;
     bool nan = false;
@@ -129,14 +134,7 @@ void moe_route(const struct moe_router *r, float *z, int32_t *sel, float *w) {
     if (nan) top_k_argmax(s, n, k, sel);
     for (int64_t i = 0; i < k; i++) w[i] = z[sel[i]];
     if (r->softmax_weight) {
-        float mx = -INFINITY;
-        for (int64_t i = 0; i < k; i++) mx = w[i] > mx ? w[i] : mx;
-        double sum = 0.0;
-        for (int64_t i = 0; i < k; i++) {
-            w[i] = expf(w[i] - mx);
-            sum += (double)w[i];
-        }
-        const float winv = (float)(1.0 / sum);
+        const float winv = exp_shifted(w, k);
         for (int64_t i = 0; i < k; i++) w[i] *= winv;
     }
     if (r->norm) {
