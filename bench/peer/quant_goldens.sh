@@ -4,7 +4,7 @@
 # (with an importance matrix for the types that need one), and for `deja synth` tiny
 # models whose matrices are random blocks of each weight type.
 #
-#   bench/peer/quant_goldens.sh [files|goldens|all|arch]   (default all)
+#   bench/peer/quant_goldens.sh [files|goldens|all|arch|mtp]   (default all)
 #
 # files:   the model files, under $QFILES (never in the repository): codelm/ (llama-quantize,
 #          llama-imatrix) and synth/ (deja synth); their sha256 in tests/golden/quants/SHA256SUMS
@@ -94,6 +94,19 @@ goldens() {
     done
 }
 
+# the MTP block of the qwen35 hybrids (bench/peer/mtp_peer.cpp) -> tests/golden/quants/arch/<name>.mtp.json
+MTP_FILES="qwen35-tiny-f32 qwen35moe-tiny-f32"
+mtp() {
+    local mpeer=build/mtp_peer label="llama.cpp ${PEER_COMMIT:-d32676d7}" name
+    mkdir -p build
+    g++ -O2 -std=c++17 -Wall -Wextra -I"$LLAMACPP/include" -I"$LLAMACPP/ggml/include" -I"$LLAMACPP/src" \
+        bench/peer/mtp_peer.cpp -o "$mpeer" -L"$BIN" -lllama -lggml-base -Wl,-rpath,"$BIN"
+    for name in $MTP_FILES; do # the files arch() wrote
+        "$mpeer" -m "$QFILES/arch/$name.gguf" -p "$OUT/prompts.json" -o "$OUT/arch/$name.mtp.json" --label "$label" \
+            2> /dev/null
+    done
+}
+
 arch() {
     build_peer
     mkdir -p "$QFILES/arch" "$OUT/arch"
@@ -115,7 +128,8 @@ arch() {
 case $mode in
     files) files ;;
     goldens) goldens ;;
-    all) files; goldens; arch ;;
-    arch) arch ;;
-    *) echo "usage: $0 [files|goldens|all|arch]" >&2; exit 2 ;;
+    all) files; goldens; arch; mtp ;;
+    arch) arch; mtp ;;
+    mtp) mtp ;;
+    *) echo "usage: $0 [files|goldens|all|arch|mtp]" >&2; exit 2 ;;
 esac

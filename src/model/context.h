@@ -35,6 +35,10 @@ struct dj_ctx_params {
                                 every layer (spec §2.2; LLAMA_OPT_PRECOMPUTE_ROPE_MAX); positions past it
                                 and past n_ctx are computed on the fly; 0 = always on the fly
                                 (LLAMA_OPT_PRECOMPUTE_ENABLED=0).  Same bits either way. */
+    bool mtp;               /* drafting from the model's NextN / MTP block (model_mtp_check): the pool has
+                               its K/V rows (one more layer, model_pool_shape), every forward pass writes
+                               them, and a sequence's recurrent state also keeps its last final-normed
+                               hidden row (the block's input for the next position): ctx_forward_mtp */
 };
 
 struct dj_ctx_params ctx_default_params(void);
@@ -154,6 +158,12 @@ struct dj_context {
     uint32_t *dn_tok;     /* (ub) ubatch rows grouped by sequence, in order within each */
     uint32_t *dn_off;     /* (ub + 1) sequence j's rows: dn_tok[dn_off[j] .. dn_off[j + 1]) */
     struct kv_seq **dn_seq; /* (ub) the ubatch's distinct sequences */
+    /* the MTP block (p.mtp): its layer, where a sequence's state keeps the last hidden row */
+    uint32_t mtp_il;        /* layers[mtp_il]: the NextN block (= n_layer) */
+    size_t rs_h;            /* kv_seq.rs[rs_h .. rs_h + n_embd): the final-normed hidden row of the
+                               sequence's last position (zeros before position 0, as llama.cpp's) */
+    float *mtp_h;           /* (ub, n_embd) the ubatch's final-normed hidden rows */
+    float *mtp_cat;         /* (ub, 2 n_embd) [enorm(embedding) | hnorm(hidden)], eh_proj's input */
     int64_t dn_us[2];       /* microseconds in the recurrences (conv + delta rule, token by token) and in
                                the whole recurrent layers (with their projections), summed over passes */
 };
@@ -206,6 +216,27 @@ enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float
  * n_layer or for a malformed batch; nothing is computed then. */
 enum dj_status ctx_forward_exit(struct dj_context *c, const struct dj_batch *b, uint32_t n_exit, float *hidden,
                                 float *logits);
+
+/* The MTP block as a draft model (ctx_params.mtp; llama.cpp's qwen35 graph_mtp): for
+ * token i at pos[i] of seq[i], with h_in row i the final-normed hidden row of the
+ * position before (the main model's: kv_seq.rs at c->rs_h; or this function's h_out
+ * of the previous draft), x = eh_proj [enorm(embed(tok)) | hnorm(h_in)] runs the
+ * block (gated attention over the block's own K/V rows, writing row pos[i]; its FFN),
+ * then h_out row i = shared_head_norm (or output_norm) of the result (NULL: not kept)
+ * and logits of the b->out rows = the shared head (or the output matrix) of it.  Only
+ * the block's K/V rows at those positions are written (the caller prepared them):
+ * nothing of the main model's rows or recurrent state.  ctx_forward (and every pass)
+ * writes the block's rows of every position it computes from the main model's hidden
+ * rows, so a position drafted over is rewritten exactly once it is verified.
+ * DJ_ERR_UNSUPPORTED without ctx_params.mtp; DJ_ERR_INVALID for a malformed batch. */
+enum dj_status ctx_forward_mtp(struct dj_context *c, const struct dj_batch *b, const float *h_in, float *h_out,
+                               float *logits);
+/* Whether the model can draft from its NextN / MTP block: DJ_OK, or DJ_ERR_UNSUPPORTED and
+ * why (qwen35 and qwen35moe with one NextN block, as llama.cpp d32676d7 runs them). */
+enum dj_status model_mtp_check(const struct dj_model *m);
+/* The pool shape a context of the model needs: the layers with K/V rows and the floats of
+ * a sequence's recurrent state; with mtp, the NextN block's layer and the hidden row more. */
+void model_pool_shape(const struct dj_model *m, bool mtp, uint32_t *n_layer_kv, size_t *rs_floats);
 
 /* Recomputes n tokens at positions pos[0..n) (strictly increasing) that the
  * current sequence already holds (Tier-2 reuse after an edit: the rows were

@@ -696,8 +696,8 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
                                   .norm = !oss && (!ds || hp->exp_norm), .norm_min = ds ? 6.103515625e-5f : 0.0f,
                                   .scale = ds || oss || hp->rs_floats ? hp->exp_scale : 0.0f};
     for (int64_t t = 0; t < n; t++) moe_route(&rt, c->moe_z + t * NE, c->moe_sel + t * K, c->moe_w + t * K);
-    if (c->moe_trace)
-        memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
+    if (c->moe_trace && il < hp->n_layer) /* not the MTP block's */ /* not the MTP block's */
+            memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
     /* Group the (token, slot) pairs by expert: expert e's tokens, in ubatch order, are
      * rows [off_e, off_e + n_e) of moe_xin; moe_pos[t * K + s] is the row of token t's
      * slot s.  Then one pool run for every used expert's gate and up, one for the downs. */
@@ -1248,6 +1248,137 @@ static bool ubatch_order(struct dj_context *c, const uint32_t *start, const uint
     return false;
 }
 
+/* One layer il (a NextN block too: il >= n_layer) over the rows [0, n) of c->x,
+ * token t at pos[t] of seq[t], in the n_tiles attention tiles of c->tiles: its
+ * input norm, attention (or the recurrent / MLA variant), FFN and residuals.
+ * false: a probe (pr) stopped at this layer, nothing after it is to run. */
+static bool layer_run(struct dj_context *c, uint32_t il, const uint32_t *pos, struct kv_seq *const *seq, int64_t n,
+                      int64_t n_tiles, const struct probe *pr, float *const *snap) {
+    const struct dj_model *m = c->model;
+    const struct dj_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
+    const struct dj_layer *L = &m->layers[il];
+    for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm.data, E, hp->rms_eps);
+    if (L->recurrent) { /* hybrids: no start layers, probes or early exits (refused before) */
+        deltanet_layer(c, L, seq, n, snap);
+    } else if (hp->mla) {
+        if (!mla_layer(c, il, L, pos, seq, n, n_tiles, pr)) return false;
+    } else {
+        const struct dj_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *const qkv_out[3] = {hp->attn_gated ? c->qg : c->q, c->k, c->v};
+        ctx_matmul_n(c, qkv, qkv_out, 3, c->xn, n);
+        if (hp->attn_gated) /* per head [q | gate] (llama.cpp's views of Qcur_full) */
+            for (int64_t t = 0; t < n; t++)
+                for (int64_t h = 0; h < (int64_t)hp->n_head; h++) {
+                    const float *src = c->qg + (size_t)(t * hp->n_head + h) * 2 * hd;
+                    memcpy(c->q + t * Q + h * hd, src, (size_t)hd * sizeof(float));
+                    memcpy(c->gate + t * Q + h * hd, src + hd, (size_t)hd * sizeof(float));
+                }
+        add_bias(c->q, &L->bq, n, Q);
+        add_bias(c->k, &L->bk, n, KV);
+        add_bias(c->v, &L->bv, n, KV);
+        head_norm(c->q, &L->q_norm, n, (int)hp->n_head, (int)hd, hp->rms_eps);
+        head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
+        for (int64_t t = 0; t < n; t++) {
+            const float *cs = rope_row(c, pos[t], L->rope_local); /* one precomputed cos/sin row for q and k */
+            if (cs) {
+                rope_rotate(m, c->q + t * Q, (int)hp->n_head, cs);
+                rope_rotate(m, c->k + t * KV, (int)hp->n_head_kv, cs);
+                c->rope_hits += 2;
+            } else {
+                rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t], L->rope_local);
+                rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t], L->rope_local);
+            }
+            if (hp->attn_q_scale != 0) /* gemma: after rope, as llama.cpp's ggml_scale of Qcur */
+                for (int64_t i = 0; i < Q; i++) c->q[t * Q + i] *= hp->attn_q_scale;
+            if (hp->attn_temp_scale != 0.0f) attn_temp(hp, c->q + t * Q, Q, pos[t]);
+            void *krow = kv_seq_k(seq[t], L->kv_il, pos[t], c->block_size);
+            if (pr && il == pr->il) {
+                kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)KV);
+                double d2 = 0.0;
+                for (int64_t i = 0; i < KV; i++) {
+                    const double d = (double)c->k[t * KV + i] - (double)c->krow[i];
+                    d2 += d * d;
+                }
+                pr->dev[t] = d2;
+            }
+            kv_row_from_f32(c->p.type_k, c->k + t * KV, krow, (size_t)KV);
+            kv_row_from_f32(c->p.type_v, c->v + t * KV, kv_seq_v(seq[t], L->kv_il, pos[t], c->block_size), (size_t)KV);
+        }
+        if (pr && il == pr->il) return false;
+        struct attn_job aj = {c, il, L->kv_il, pos, seq, c->tiles, n_tiles};
+        threadpool_run(c->tpool, attn_task, &aj);
+        if (hp->attn_gated) /* times sigmoid(gate) before attn_output */
+            for (int64_t i = 0; i < n * Q; i++) c->att[i] *= 1.0f / (1.0f + expf(-c->gate[i]));
+        ctx_matmul(c, &L->wo, c->att, n, c->xn);
+        add_bias(c->xn, &L->bo, n, E);
+        post_norm(c->xn, &L->attn_post_norm, n, E, hp->rms_eps);
+        for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
+    }
+    for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
+    if (L->ffn_gate_inp.data) {
+        moe_ffn(c, il, L, n);
+        return true;
+    }
+    ffn_swiglu(c, &L->w_gate, &L->w_up, &L->w_down, n, c->xn);
+    post_norm(c->xn, &L->ffn_post_norm, n, E, hp->rms_eps);
+    for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
+    return true;
+}
+
+/* ---- the MTP block (ctx_params.mtp; llama.cpp's qwen35 graph_mtp) ---------------- */
+
+/* Row t of eh_proj's input: [enorm(embedding of tok) | hnorm(h)], h the final-normed
+ * hidden row of the position before (zeros at position 0). */
+static void mtp_cat_row(struct dj_context *c, int64_t t, dj_token tok, const float *h) {
+    const struct dj_hparams *hp = &c->model->hp;
+    const struct dj_layer *L = &c->model->layers[c->mtp_il];
+    const int64_t E = hp->n_embd;
+    float *cat = c->mtp_cat + (size_t)t * 2 * E;
+    embed_row(c, L->nextn_embed.data ? &L->nextn_embed : &c->model->tok_embd, tok, cat + E); /* scratch */
+    rmsnorm(cat, cat + E, L->nextn_enorm.data, E, hp->rms_eps);
+    rmsnorm(cat + E, h, L->nextn_hnorm.data, E, hp->rms_eps);
+}
+
+/* After a ubatch's main layers (c->mtp_h holds its final-normed rows): the MTP block's K
+ * and V rows at every position it computed, token t pairing its embedding with the hidden
+ * row of pos[t] - 1 (the previous row of its sequence here, or the one its state keeps)
+ * — what llama.cpp's MTP context is fed after each target batch; only K and V are needed,
+ * the block's attention output is not.  Then each sequence's state (and each snapshot)
+ * keeps the hidden row of its last token. */
+static void mtp_catch_up(struct dj_context *c, const dj_token *toks, const uint32_t *pos, struct kv_seq *const *seq,
+                         int64_t n, float *const *snap) {
+    const struct dj_hparams *hp = &c->model->hp;
+    const struct dj_layer *L = &c->model->layers[c->mtp_il];
+    const int64_t E = hp->n_embd, hd = hp->head_dim, KV = (int64_t)hp->n_head_kv * hd;
+    for (int64_t t = 0; t < n; t++) {
+        int64_t k = t;
+        while (k-- > 0 && seq[k] != seq[t]) {}
+        mtp_cat_row(c, t, toks[t], k >= 0 ? c->mtp_h + k * E : seq[t]->rs + c->rs_h); /* consecutive positions */
+    }
+    ctx_matmul(c, &L->nextn_eh_proj, c->mtp_cat, n, c->x);
+    for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm.data, E, hp->rms_eps);
+    const struct dj_weight *kv[2] = {&L->wk, &L->wv};
+    float *const kv_out[2] = {c->k, c->v};
+    ctx_matmul_n(c, kv, kv_out, 2, c->xn, n);
+    head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
+    for (int64_t t = 0; t < n; t++) {
+        const float *cs = rope_row(c, pos[t], L->rope_local);
+        if (cs) rope_rotate(c->model, c->k + t * KV, (int)hp->n_head_kv, cs);
+        else rope(c->model, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t], L->rope_local);
+        kv_row_from_f32(c->p.type_k, c->k + t * KV, kv_seq_k(seq[t], L->kv_il, pos[t], c->block_size), (size_t)KV);
+        kv_row_from_f32(c->p.type_v, c->v + t * KV, kv_seq_v(seq[t], L->kv_il, pos[t], c->block_size), (size_t)KV);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const float *h = c->mtp_h + t * E;
+        if (snap && snap[t]) memcpy(snap[t] + c->rs_h, h, (size_t)E * sizeof(float));
+        if (t + 1 < n && seq[t + 1] == seq[t]) continue;
+        int64_t k = n;
+        while (--k > t && seq[k] != seq[t]) {}
+        if (k == t) memcpy(seq[t]->rs + c->rs_h, h, (size_t)E * sizeof(float)); /* its last row */
+    }
+}
+
 /* Forward pass of one ubatch of n tokens, token t at position pos[t] of
  * sequence seq[t] (their KV rows exist; a sequence's tokens in increasing
  * positions).  logits (if not NULL) get the n_out rows out[0..n_out)
@@ -1262,7 +1393,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
                            const struct probe *pr, const struct ub_span *sp, float *const *snap) {
     const struct dj_model *m = c->model;
     const struct dj_hparams *hp = &m->hp;
-    const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
+    const int64_t E = hp->n_embd;
     const uint32_t n_run = sp ? sp->n_run : hp->n_layer;
     const uint32_t *start = sp ? sp->start : NULL;
     const uint32_t *inv = NULL; /* token -> row of c->x, when the rows are not in batch order */
@@ -1291,73 +1422,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
             if (n_act == 0) continue;
             if (n_act != n0) n_tiles = ubatch_tiles(c, pos, seq, n_act);
         }
-        const int64_t n = n_act; /* the layer's rows: the whole ubatch without start layers */
-        const struct dj_layer *L = &m->layers[il];
-        for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm.data, E, hp->rms_eps);
-        if (L->recurrent) { /* hybrids: no start layers, probes or early exits (refused before) */
-            deltanet_layer(c, L, seq, n, snap);
-        } else if (hp->mla) {
-            if (!mla_layer(c, il, L, pos, seq, n, n_tiles, pr)) return;
-        } else {
-            const struct dj_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-            float *const qkv_out[3] = {hp->attn_gated ? c->qg : c->q, c->k, c->v};
-            ctx_matmul_n(c, qkv, qkv_out, 3, c->xn, n);
-            if (hp->attn_gated) /* per head [q | gate] (llama.cpp's views of Qcur_full) */
-                for (int64_t t = 0; t < n; t++)
-                    for (int64_t h = 0; h < (int64_t)hp->n_head; h++) {
-                        const float *src = c->qg + (size_t)(t * hp->n_head + h) * 2 * hd;
-                        memcpy(c->q + t * Q + h * hd, src, (size_t)hd * sizeof(float));
-                        memcpy(c->gate + t * Q + h * hd, src + hd, (size_t)hd * sizeof(float));
-                    }
-            add_bias(c->q, &L->bq, n, Q);
-            add_bias(c->k, &L->bk, n, KV);
-            add_bias(c->v, &L->bv, n, KV);
-            head_norm(c->q, &L->q_norm, n, (int)hp->n_head, (int)hd, hp->rms_eps);
-            head_norm(c->k, &L->k_norm, n, (int)hp->n_head_kv, (int)hd, hp->rms_eps);
-            for (int64_t t = 0; t < n; t++) {
-                const float *cs = rope_row(c, pos[t], L->rope_local); /* one precomputed cos/sin row for q and k */
-                if (cs) {
-                    rope_rotate(m, c->q + t * Q, (int)hp->n_head, cs);
-                    rope_rotate(m, c->k + t * KV, (int)hp->n_head_kv, cs);
-                    c->rope_hits += 2;
-                } else {
-                    rope(m, c->q + t * Q, (int)hp->n_head, (float)pos[t], L->rope_local);
-                    rope(m, c->k + t * KV, (int)hp->n_head_kv, (float)pos[t], L->rope_local);
-                }
-                if (hp->attn_q_scale != 0) /* gemma: after rope, as llama.cpp's ggml_scale of Qcur */
-                    for (int64_t i = 0; i < Q; i++) c->q[t * Q + i] *= hp->attn_q_scale;
-                if (hp->attn_temp_scale != 0.0f) attn_temp(hp, c->q + t * Q, Q, pos[t]);
-                void *krow = kv_seq_k(seq[t], L->kv_il, pos[t], c->block_size);
-                if (pr && il == pr->il) {
-                    kv_row_to_f32(c->p.type_k, krow, c->krow, (size_t)KV);
-                    double d2 = 0.0;
-                    for (int64_t i = 0; i < KV; i++) {
-                        const double d = (double)c->k[t * KV + i] - (double)c->krow[i];
-                        d2 += d * d;
-                    }
-                    pr->dev[t] = d2;
-                }
-                kv_row_from_f32(c->p.type_k, c->k + t * KV, krow, (size_t)KV);
-                kv_row_from_f32(c->p.type_v, c->v + t * KV, kv_seq_v(seq[t], L->kv_il, pos[t], c->block_size), (size_t)KV);
-            }
-            if (pr && il == pr->il) return;
-            struct attn_job aj = {c, il, L->kv_il, pos, seq, c->tiles, n_tiles};
-            threadpool_run(c->tpool, attn_task, &aj);
-            if (hp->attn_gated) /* times sigmoid(gate) before attn_output */
-                for (int64_t i = 0; i < n * Q; i++) c->att[i] *= 1.0f / (1.0f + expf(-c->gate[i]));
-            ctx_matmul(c, &L->wo, c->att, n, c->xn);
-            add_bias(c->xn, &L->bo, n, E);
-            post_norm(c->xn, &L->attn_post_norm, n, E, hp->rms_eps);
-            for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
-        }
-        for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
-        if (L->ffn_gate_inp.data) {
-            moe_ffn(c, il, L, n);
-            continue;
-        }
-        ffn_swiglu(c, &L->w_gate, &L->w_up, &L->w_down, n, c->xn);
-        post_norm(c->xn, &L->ffn_post_norm, n, E, hp->rms_eps);
-        for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
+        if (!layer_run(c, il, pos, seq, n_act, n_tiles, pr, snap)) return;
     }
 
     if (sp && sp->hidden_out) {
@@ -1367,6 +1432,16 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
         else
             memcpy(sp->hidden_out, c->x, (size_t)(n_ub * E) * sizeof(float));
     }
+    if (c->p.mtp && !sp) { /* every row's final-normed hidden row, the logits' rows among them */
+        for (int64_t t = 0; t < n_ub; t++) rmsnorm(c->mtp_h + t * E, c->x + t * E, m->output_norm.data, E, hp->rms_eps);
+        if (logits && n_out) {
+            for (int64_t r = 0; r < n_out; r++)
+                memcpy(c->xn + r * E, c->mtp_h + (int64_t)out[r] * E, (size_t)E * sizeof(float));
+            ctx_matmul(c, &m->output, c->xn, n_out, logits);
+        }
+        mtp_catch_up(c, toks, pos, seq, n_ub, snap);
+        return;
+    }
     if (!logits || n_out == 0) return;
     for (int64_t r = 0; r < n_out; r++)
         rmsnorm(c->xn + r * E, c->x + (int64_t)(inv ? inv[out[r]] : out[r]) * E, m->output_norm.data, E, hp->rms_eps);
@@ -1375,7 +1450,7 @@ static void forward_ubatch(struct dj_context *c, const dj_token *toks, const uin
 }
 
 /* The positions of one sequence in a batch: kv rows must exist. */
-static enum dj_status check_batch(const struct dj_context *c, const struct dj_batch *b) {
+static enum dj_status check_batch(const struct dj_context *c, const struct dj_batch *b, bool rs_rules) {
     const struct dj_hparams *hp = &c->model->hp;
     if (b->n_tok == 0) return dj_fail(DJ_ERR_INVALID, "forward: no tokens");
     for (size_t i = 0; i < b->n_tok; i++) {
@@ -1397,7 +1472,7 @@ static enum dj_status check_batch(const struct dj_context *c, const struct dj_ba
     for (size_t r = 0; r < b->n_out; r++)
         if (b->out[r] >= b->n_tok || (r > 0 && b->out[r] <= b->out[r - 1]))
             return dj_fail(DJ_ERR_INVALID, "forward: output row %zu (%u) is not an increasing batch index", r, b->out[r]);
-    if (hp->rs_floats) /* a recurrent layer continues each sequence's state: from rs_pos, no gaps */
+    if (hp->rs_floats && rs_rules) /* a recurrent layer continues each sequence's state: from rs_pos, no gaps */
         for (size_t i = 0; i < b->n_tok; i++) {
             const struct kv_seq *sq = b->seq[i];
             size_t k = i;
@@ -1473,7 +1548,7 @@ enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float
     if (b->start_layer && c->model->hp.rs_floats)
         for (size_t i = 0; i < b->n_tok; i++)
             if (b->start_layer[i] > 0) return refuse_recurrent(c, "forward: resuming a token at a later layer");
-    enum dj_status st = check_batch(c, b);
+    enum dj_status st = check_batch(c, b, true);
     if (!st) st = check_start(b, c->model->hp.n_layer, "forward");
     if (st) return st;
     forward_batch(c, b, c->model->hp.n_layer, NULL, logits);
@@ -1488,11 +1563,65 @@ enum dj_status ctx_forward_exit(struct dj_context *c, const struct dj_batch *b, 
     if (n_exit < 1 || n_exit > n_layer)
         return dj_fail(DJ_ERR_INVALID, "forward_exit: exit after %u layers of a model of %u (1 .. %u)", n_exit,
                        n_layer, n_layer);
-    enum dj_status st = check_batch(c, b);
+    enum dj_status st = check_batch(c, b, true);
     if (!st) st = check_start(b, n_exit, "forward_exit");
     if (st) return st;
     forward_batch(c, b, n_exit, hidden, logits);
     return DJ_OK;
+}
+
+enum dj_status ctx_forward_mtp(struct dj_context *c, const struct dj_batch *b, const float *h_in, float *h_out,
+                               float *logits) {
+    const struct dj_model *m = c->model;
+    const struct dj_hparams *hp = &m->hp;
+    if (!c->p.mtp)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "forward_mtp: the context was not made for MTP drafts (ctx_params.mtp)");
+    if (b->start_layer || b->rs_snap)
+        return dj_fail(DJ_ERR_INVALID, "forward_mtp: start layers and state snapshots do not apply to the MTP block");
+    enum dj_status st = check_batch(c, b, false);
+    if (st) return st;
+    const int64_t E = hp->n_embd;
+    const size_t V = hp->n_vocab;
+    const struct dj_layer *L = &m->layers[c->mtp_il];
+    const struct dj_weight *norm = L->nextn_head_norm.data ? &L->nextn_head_norm : &m->output_norm;
+    const struct dj_weight *head = L->nextn_head.data ? &L->nextn_head : &m->output;
+    size_t r = 0; /* next output row */
+    for (size_t done = 0; done < b->n_tok;) {
+        const size_t nb = b->n_tok - done < c->p.n_ubatch ? b->n_tok - done : c->p.n_ubatch;
+        const uint32_t *pos = b->pos + done;
+        struct kv_seq *const *seq = b->seq + done;
+        for (size_t t = 0; t < nb; t++) mtp_cat_row(c, (int64_t)t, b->tok[done + t], h_in + (done + t) * E);
+        ctx_matmul(c, &L->nextn_eh_proj, c->mtp_cat, (int64_t)nb, c->x);
+        const int64_t n_tiles = ubatch_tiles(c, pos, seq, (int64_t)nb);
+        layer_run(c, c->mtp_il, pos, seq, (int64_t)nb, n_tiles, NULL, NULL);
+        for (size_t t = 0; t < nb; t++) rmsnorm(c->mtp_h + t * E, c->x + t * E, norm->data, E, hp->rms_eps);
+        if (h_out) memcpy(h_out + done * E, c->mtp_h, nb * (size_t)E * sizeof(float));
+        size_t r1 = r;
+        while (r1 < b->n_out && b->out[r1] < done + nb) {
+            memcpy(c->xn + (r1 - r) * E, c->mtp_h + (size_t)(b->out[r1] - done) * E, (size_t)E * sizeof(float));
+            r1++;
+        }
+        if (logits && r1 > r) ctx_matmul(c, head, c->xn, (int64_t)(r1 - r), logits + r * V);
+        r = r1;
+        done += nb;
+    }
+    return DJ_OK;
+}
+
+enum dj_status model_mtp_check(const struct dj_model *m) {
+    const struct dj_hparams *hp = &m->hp;
+    const char *arch = model_arch_name(hp->arch);
+    if (hp->arch != DJ_ARCH_QWEN35 && hp->arch != DJ_ARCH_QWEN35MOE)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "MTP drafts are implemented for qwen35 and qwen35moe only, not %s", arch);
+    if (hp->n_layer_nextn != 1)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "MTP drafts need one NextN block; %s has %u (nextn_predict_layers)",
+                       gguf_name(m->gguf), hp->n_layer_nextn);
+    return DJ_OK;
+}
+
+void model_pool_shape(const struct dj_model *m, bool mtp, uint32_t *n_layer_kv, size_t *rs_floats) {
+    *n_layer_kv = m->hp.n_layer_kv + (mtp ? 1u : 0u);
+    *rs_floats = m->hp.rs_floats + (mtp ? (size_t)m->hp.n_embd : 0);
 }
 
 enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, float *logits, bool all_logits) {
@@ -1648,21 +1777,31 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     }
     c->k_head = kv_row_bytes(p.type_k, hd);
     c->v_head = kv_row_bytes(p.type_v, hd);
+    if (p.mtp && (tst = model_mtp_check(m))) {
+        free(c);
+        return tst;
+    }
+    uint32_t n_layer_kv;
+    size_t rs_floats;
+    model_pool_shape(m, p.mtp, &n_layer_kv, &rs_floats);
+    c->mtp_il = hp->n_layer;
+    c->rs_h = hp->rs_floats;
     if (p.pool) {
         const struct kv_pool_params *pp = kv_pool_params(p.pool);
-        if (pp->n_layer != hp->n_layer_kv || pp->n_embd_kv != KV || pp->k_only != model_kv_k_only(m) ||
-            pp->rs_floats != hp->rs_floats) {
+        if (pp->n_layer != n_layer_kv || pp->n_embd_kv != KV || pp->k_only != model_kv_k_only(m) ||
+            pp->rs_floats != rs_floats) {
             free(c);
-            return dj_fail(DJ_ERR_INVALID, "context: the KV pool's shape (%u layers x %u, %s) does not fit the model "
-                           "(%u x %zu, %s)", pp->n_layer, pp->n_embd_kv, pp->k_only ? "K only" : "K and V", hp->n_layer_kv,
-                           KV, model_kv_k_only(m) ? "K only" : "K and V");
+            return dj_fail(DJ_ERR_INVALID, "context: the KV pool's shape (%u layers x %u, %s, %zu state floats) does "
+                           "not fit the model (%u x %zu, %s, %zu)", pp->n_layer, pp->n_embd_kv,
+                           pp->k_only ? "K only" : "K and V", pp->rs_floats, n_layer_kv, KV,
+                           model_kv_k_only(m) ? "K only" : "K and V", rs_floats);
         }
         c->pool = p.pool;
     } else {
         /* one spare block for a copy on write of a partly filled last block */
-        struct kv_pool_params pp = {hp->n_layer_kv, (uint32_t)KV, p.block_size,
+        struct kv_pool_params pp = {n_layer_kv, (uint32_t)KV, p.block_size,
                                     (p.n_ctx + p.block_size - 1) / p.block_size + 1, p.type_k, p.type_v,
-                                    model_kv_k_only(m), hp->rs_floats};
+                                    model_kv_k_only(m), rs_floats};
         enum dj_status st = kv_pool_create(&pp, &c->own_pool);
         if (st) {
             free(c);
@@ -1685,6 +1824,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     const size_t SS = hp->ssm_d_state, DNK = hp->ssm_n_k_heads, DNV = hp->ssm_n_v_heads, DKD = DNK * SS,
                  DVD = DNV * SS, DCD = 2 * DKD + DVD;
     if (hp->rs_floats && DVD > c->wrow_stride) c->wrow_stride = DVD;
+    if (p.mtp && 2 * E > c->wrow_stride) c->wrow_stride = 2 * E; /* eh_proj's rows */
     c->x = malloc(ub * E * sizeof(float));
     c->xn = malloc(ub * wide * sizeof(float));
     c->q = malloc(ub * Q * sizeof(float));
@@ -1772,6 +1912,11 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         hyb_ok = hyb_ok && c->dn_qkv && c->dn_conv && c->dn_z && c->dn_bg && c->dn_o && c->dn_tok && c->dn_off &&
                  c->dn_seq && (!legacy || c->dn_in);
     }
+    if (p.mtp) {
+        c->mtp_h = malloc(ub * E * sizeof(float));
+        c->mtp_cat = malloc(ub * 2 * E * sizeof(float));
+        hyb_ok = hyb_ok && c->mtp_h && c->mtp_cat;
+    }
     c->kern = dj_kernels();
     c->rope_cap = p.rope_table_max < p.n_ctx ? p.rope_table_max : p.n_ctx; /* the table itself grows in rope_row */
     c->tpool = threadpool_create(p.n_threads);
@@ -1836,6 +1981,8 @@ void ctx_free(struct dj_context *c) {
     free(c->pseq);
     free(c->rope_tab);
     free(c->qg);
+    free(c->mtp_h);
+    free(c->mtp_cat);
     free(c->gate);
     free(c->dn_qkv);
     free(c->dn_conv);

@@ -8,7 +8,8 @@
  * full attention, the others Gated DeltaNet (attention.recurrent_layers, a per-block array,
  * overrides the interval).  NextN / MTP blocks (nextn_predict_layers, counted in
  * block_count) follow the n_layer run ones: bound into layers[n_layer ..] with their shapes
- * checked, never run (as glm4moe).
+ * checked; the first runs as a draft model when a context asks for it (forward.c
+ * ctx_forward_mtp, llama.cpp's graph_mtp), never in the main pass.
  *
  *   attention (hp.attn_gated): attn_q gives per head [q (hd) | gate (hd)]; per-head RMS norms
  *       of q and k; rope over the first rope.dimension_count dims, NeoX pairs: qwen3next
@@ -268,7 +269,7 @@ static enum dj_status bind_block(struct dj_model *m, uint32_t il) {
         BIND(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", E, 1, true);
         if ((st = model_bind_experts(m, L, il, FE, FS, true))) return st;
     }
-    if (il >= hp->n_layer && (st = model_bind_nextn(m, L, il))) return st; /* NextN: bound, not run */
+    if (il >= hp->n_layer && (st = model_bind_nextn(m, L, il))) return st; /* NextN: a draft model */
 #undef F32ONLY
 #undef BIND
 #undef NAME
@@ -295,7 +296,9 @@ enum dj_status qwen35_bind_layers(struct dj_model *m) {
             L->rs_off = rs;
             rs += per_layer;
         } else {
-            L->kv_il = il < hp->n_layer ? n_kv++ : 0; /* NextN blocks never run: no pool layer */
+            /* NextN blocks (after every run one): the pool layers after the main ones, present only
+             * in a pool made for drafting from them (model_pool_shape) */
+            L->kv_il = il < hp->n_layer ? n_kv++ : n_kv + (il - hp->n_layer);
         }
         if ((st = bind_block(m, il))) return st;
     }
