@@ -136,6 +136,24 @@ size_t engine_spec_choose(struct dj_engine *e, struct dj_req *q, struct dj_comp 
             return 0;
         }
     }
+    /* the MTP block: the same conditions (its drafts too exist only after its passes) */
+    if ((sp->sources & DJ_SPEC_BIT(DJ_SPEC_MTP)) && e->mtp && !q->has_proc && c->n_feed == 1) {
+        double gain;
+        size_t k = sp->adaptive ? spec_policy_length_mtp(&e->pol, e->n_rows_last ? e->n_rows_last : 1, cap, e->mtp_a,
+                                                         e->mtp_h, &gain)
+                                : cap;
+        if (!sp->adaptive) gain = (double)cap - 0.5;
+        if (k == 0 && ++c->mtp_idle >= SPEC_EXIT_PROBE) {
+            k = 1;
+            gain = 1e9;
+        }
+        if (k > 0 && (best == SIZE_MAX || gain > best_gain)) {
+            c->exit_k = 0;
+            c->mtp_k = (uint32_t)k;
+            c->mtp_idle = 0;
+            return 0;
+        }
+    }
     if (best == SIZE_MAX) return 0;
     memcpy(out, pr[best].tok, best_k * sizeof *out);
     engine_feed_draft(c, pr[best].src, best_k);
@@ -310,6 +328,82 @@ void engine_exit_drafts(struct dj_engine *e) {
     if (!ok) /* nothing was drafted: the remaining exit_k were cleared above (n counted them) */
         for (struct dj_req *q = e->running; q; q = q->next)
             for (uint32_t i = 0; i < q->n_comp; i++) q->comp[i].exit_k = 0;
+}
+
+/* ---- MTP drafts ---------------------------------------------------------------- */
+
+/* Runs the MTP drafts asked for in the last step (mtp_k of a completion):
+ * round r feeds every such completion's token r (round 0 the sampled token,
+ * paired with the hidden row its sequence's state keeps: the main model's at
+ * the position before; then each draft, paired with the block's own hidden row
+ * of the round before) through the MTP block at its position — writing the
+ * block's K/V rows there, which the step's pass rewrites from the main model's
+ * rows — and samples the next draft from the block's logits with the
+ * completion's sampler at that output position (as early exit does).  The
+ * step's batched pass then verifies the drafts as any other (a plain pass).
+ * Any failure drops the drafts: the step decodes the sampled token plainly. */
+void engine_mtp_drafts(struct dj_engine *e) {
+    size_t n_x = 0, kmax = 0;
+    for (struct dj_req *q = e->running; q; q = q->next)
+        for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++) {
+            struct dj_comp *c = &q->comp[i];
+            if (!c->mtp_k) continue;
+            if (c->finish != DJ_FINISH_NONE || c->n_feed != 1 || c->n_draft ||
+                engine_prepare_rows(e, q, c->s, (size_t)c->mtp_k + 1) != DJ_OK || !c->s->seq.rs) {
+                c->mtp_k = 0;
+                continue;
+            }
+            n_x++;
+            if (c->mtp_k > kmax) kmax = c->mtp_k;
+        }
+    if (n_x == 0) return;
+    const size_t E = e->model->hp.n_embd, V = e->model->hp.n_vocab;
+    bool ok = exit_scratch_reserve(e, n_x);
+    struct dj_comp **cs = e->xs.cs;
+    dj_token *tok = e->xs.tok;
+    uint32_t *pos = e->xs.pos, *out = e->xs.out;
+    struct kv_seq **seq = e->xs.seq;
+    float *hid = e->xs.hid, *lg = e->xs.lg;
+    size_t n = 0;
+    for (struct dj_req *q = e->running; ok && q; q = q->next)
+        for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++)
+            if (q->comp[i].mtp_k) {
+                cs[n] = &q->comp[i];
+                memcpy(hid + n * E, q->comp[i].s->seq.rs + e->ctx->rs_h, E * sizeof *hid);
+                n++;
+            }
+    /* round r: the completions still drafting, in the order of cs; hid row k is cs[k]'s */
+    for (size_t r = 0; ok && r < kmax; r++) {
+        size_t nb = 0;
+        for (size_t k = 0; k < n_x; k++) {
+            struct dj_comp *c = cs[k];
+            if (c->mtp_k <= r) continue;
+            tok[nb] = c->feed[r];
+            pos[nb] = (uint32_t)(c->s->seq.n_pos + r);
+            seq[nb] = &c->s->seq;
+            out[nb] = (uint32_t)nb;
+            if (nb != k) memmove(hid + nb * E, hid + k * E, E * sizeof *hid);
+            cs[nb++] = c; /* the drafting ones first, in order */
+        }
+        n_x = nb;
+        struct dj_batch b = {nb, tok, pos, seq, nb, out, NULL, NULL, NULL};
+        if (ctx_forward_mtp(e->ctx, &b, hid, hid, lg) != DJ_OK) {
+            dj_log(DJ_LOG_WARN, "MTP draft pass failed (%s); decoding without drafts", dj_last_error());
+            ok = false;
+            break;
+        }
+        e->n_forward_mtp++;
+        for (size_t k = 0; k < nb; k++) cs[k]->feed[1 + r] = sampler_sample(cs[k]->smp, lg + k * V, cs[k]->n_gen + r);
+    }
+    for (struct dj_req *q = e->running; q; q = q->next)
+        for (uint32_t i = 0; i < q->n_comp; i++) {
+            struct dj_comp *c = &q->comp[i];
+            const size_t nd = ok ? c->mtp_k : 0;
+            c->mtp_k = 0;
+            if (!nd) continue;
+            c->sc.proposed[DJ_SPEC_MTP]++;
+            engine_feed_draft(c, DJ_SPEC_MTP, nd);
+        }
 }
 
 /* Fills the step's start layers and hidden rows when a completion verifies

@@ -95,11 +95,13 @@ static void engine_open_store(struct dj_engine *e) {
     char desc[1024];
     int n = snprintf(desc, sizeof desc,
                      "deja-kv 1 kernels=%s k=%s v=%s v_rows=%d block=%u layers=%u kv_heads=%u head_dim=%u rot=%u "
-                     "rope=%d base=%.9g llama3=%d factor=%.9g low=%.9g high=%.9g orig=%u linear=%.9g",
+                     "rope=%d base=%.9g llama3=%d factor=%.9g low=%.9g high=%.9g orig=%u linear=%.9g%s",
                      dj_kernels()->name, dj_type_info(e->p.kv_type_k)->name, dj_type_info(e->p.kv_type_v)->name,
-                     !model_kv_k_only(m), e->block_size, hp->n_layer_kv, hp->n_head_kv, hp->head_dim, hp->n_rot,
+                     !model_kv_k_only(m), e->block_size, kv_pool_params(e->pool)->n_layer, hp->n_head_kv, hp->head_dim,
+                     hp->n_rot,
                      (int)hp->rope_type, hp->rope_freq_base, (int)hp->rope_llama3, hp->rope_factor,
-                     hp->rope_low_freq_factor, hp->rope_high_freq_factor, hp->rope_orig_ctx, hp->rope_linear_scale);
+                     hp->rope_low_freq_factor, hp->rope_high_freq_factor, hp->rope_orig_ctx, hp->rope_linear_scale,
+                     e->mtp ? " mtp=1" : "" /* the MTP block's rows in every block, its hidden row in the states */);
     if (n < 0 || (size_t)n + 32 > sizeof desc) return;
     memcpy(desc + n, model_id, 16);
     memcpy(desc + n + 16, exe_id, 16);
@@ -110,7 +112,7 @@ static void engine_open_store(struct dj_engine *e) {
     sp.max_bytes = e->p.persist_max_bytes;
     memcpy(sp.key, &h0, 16);
     memcpy(sp.key + 16, &h1, 16);
-    sp.n_layer = hp->n_layer_kv;
+    sp.n_layer = kv_pool_params(e->pool)->n_layer;
     sp.n_embd_kv = hp->n_head_kv * hp->head_dim;
     sp.block_size = e->block_size;
     /* ggml type ids of K and V; bit 16: no V rows (MLA's K-only geometry, persist.h) */
@@ -124,7 +126,7 @@ static void engine_open_store(struct dj_engine *e) {
         e->store = NULL;
         return;
     }
-    if (!hp->rs_floats || hp->rs_floats > UINT32_MAX) return;
+    if (!e->rs_floats || e->rs_floats > UINT32_MAX) return;
     /* hybrid models: recurrent-state checkpoints in a store of their own (another key, so
      * another folder): one record per checkpoint, its payload the whole state (engine_rs_key) */
     const XXH128_hash_t r0 = XXH3_128bits_withSeed(desc, (size_t)n + 32, 2);
@@ -132,9 +134,9 @@ static void engine_open_store(struct dj_engine *e) {
     memcpy(sp.key, &r0, 16);
     memcpy(sp.key + 16, &r1, 16);
     sp.n_layer = hp->n_layer - hp->n_layer_kv;
-    sp.n_embd_kv = (uint32_t)hp->rs_floats;
+    sp.n_embd_kv = (uint32_t)e->rs_floats;
     sp.kv_type = DJ_TYPE_F32 | 1u << 17; /* bit 17: a recurrent state, not K/V rows */
-    sp.block_bytes = hp->rs_floats * sizeof(float);
+    sp.block_bytes = e->rs_floats * sizeof(float);
     sp.queue_max = (size_t)(256u << 20) / sp.block_bytes;
     if (sp.queue_max < 2) sp.queue_max = 2;
     if (kv_store_open(&sp, &e->rs_store) != DJ_OK) {
@@ -153,7 +155,18 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     p = &pm;
     enum dj_status st = model_kv_check(m, p->kv_type_k, p->kv_type_v);
     if (st) return st;
-    const size_t block_bytes = cfg->block_size * engine_kv_bytes_per_token(m, p->kv_type_k, p->kv_type_v);
+    /* drafting from the model's MTP block (source mtp): one more pool layer, its rows written by
+     * every pass; the last hidden row joins each sequence's recurrent state */
+    bool mtp = false;
+    if (p->spec.sources & DJ_SPEC_BIT(DJ_SPEC_MTP)) {
+        if (model_mtp_check(m) == DJ_OK) mtp = true;
+        else dj_log(DJ_LOG_WARN, "%s: source mtp off", dj_last_error());
+    }
+    uint32_t pool_layers;
+    size_t rs_floats;
+    model_pool_shape(m, mtp, &pool_layers, &rs_floats);
+    const size_t block_bytes = cfg->block_size * (engine_kv_bytes_per_token(m, p->kv_type_k, p->kv_type_v) /
+                                                  (hp->n_layer_kv ? hp->n_layer_kv : 1) * pool_layers);
     const uint32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
     uint64_t max_blocks = cfg->dedup_pool_max;
     if (p->kv_budget_mib < 0)
@@ -187,6 +200,9 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     e->model = m;
     e->cfg = *cfg;
     e->p = *p;
+    e->mtp = mtp;
+    e->rs_floats = rs_floats;
+    if (!mtp) e->p.spec.sources &= ~DJ_SPEC_BIT(DJ_SPEC_MTP);
     if (e->p.n_ubatch == 0) e->p.n_ubatch = 512;
     if (e->p.n_ubatch > n_ctx) e->p.n_ubatch = n_ctx;
     if (e->p.n_batch == 0) e->p.n_batch = e->p.n_ubatch;
@@ -197,8 +213,8 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    struct kv_pool_params pp = {hp->n_layer_kv, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks,
-                                p->kv_type_k, p->kv_type_v, model_kv_k_only(m), hp->rs_floats};
+    struct kv_pool_params pp = {pool_layers, (uint32_t)n_embd_kv, cfg->block_size, (uint32_t)max_blocks,
+                                p->kv_type_k, p->kv_type_v, model_kv_k_only(m), rs_floats};
     st = kv_pool_create(&pp, &e->pool);
     if (st) {
         pthread_mutex_destroy(&e->mu);
@@ -212,6 +228,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     cp.n_threads = p->n_threads;
     cp.block_size = cfg->block_size;
     cp.pool = e->pool;
+    cp.mtp = mtp;
     cp.rope_table_max = cfg->precompute_enabled ? cfg->precompute_rope_max : 0;
     if ((st = ctx_create(m, cp, &e->ctx))) {
         kv_pool_destroy(e->pool);
@@ -233,8 +250,8 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
                                 "would need rolling back per layer): source exit off");
             e->p.spec.sources &= ~DJ_SPEC_BIT(DJ_SPEC_EXIT);
         }
-        const size_t state_bytes = hp->rs_floats * sizeof(float);
-        if (cfg->rs_ckpt_max_mb && kv_ckpt_create(hp->rs_floats, (size_t)cfg->rs_ckpt_max_mb << 20, &e->ckpt) != DJ_OK) {
+        const size_t state_bytes = rs_floats * sizeof(float);
+        if (cfg->rs_ckpt_max_mb && kv_ckpt_create(rs_floats, (size_t)cfg->rs_ckpt_max_mb << 20, &e->ckpt) != DJ_OK) {
             engine_destroy(e);
             return dj_fail(DJ_ERR_NOMEM, "out of memory creating the checkpoint store");
         }
@@ -267,6 +284,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
             engine_exit_fracs(e, e->exit_layer, &e->exit_a, &e->exit_h);
         }
     }
+    if (mtp) engine_mtp_fracs(e, &e->mtp_a, &e->mtp_h);
     spec_policy_init(&e->pol);
     if ((p->spec.sources & DJ_SPEC_BIT(DJ_SPEC_MEMO)) && cfg->memo_enabled && cfg->memo_trie_max > 0 &&
         !(e->memo = spec_memo_create(cfg->memo_trie_max))) {
@@ -780,7 +798,7 @@ enum dj_status engine_rs_resume(struct dj_engine *e, struct dj_session *s, const
     const float *rs = NULL;
     size_t c = L ? kv_ckpt_find(e->ckpt, s->hist.root, prompt, L, 1, &rs) : 0;
     float *disk = NULL;
-    if (e->rs_store && c < L && (disk = malloc(e->model->hp.rs_floats * sizeof *disk))) {
+    if (e->rs_store && c < L && (disk = malloc(e->rs_floats * sizeof *disk))) {
         const size_t d = rs_disk_find(e, s, c, L, disk); /* s->hist holds the prompt's first L tokens */
         if (d > c) {
             c = d;
@@ -884,22 +902,41 @@ uint64_t engine_n_forward_prefill(const struct dj_engine *e) { return e->n_forwa
 
 static double weight_bytes(const struct dj_weight *w) { return w->data ? (double)w->row_bytes * (double)w->ne1 : 0.0; }
 
+/* Weight bytes one token reads in layer y (a NextN block: with its eh_proj). */
+static double layer_bytes(const struct dj_model *m, const struct dj_layer *y) {
+    double b = weight_bytes(&y->wq) + weight_bytes(&y->wk) + weight_bytes(&y->wv) + weight_bytes(&y->wo) +
+               weight_bytes(&y->w_gate) + weight_bytes(&y->w_up) + weight_bytes(&y->w_down) +
+               weight_bytes(&y->ssm_in) + weight_bytes(&y->ssm_qkv) + weight_bytes(&y->ssm_z) +
+               weight_bytes(&y->ssm_out) + weight_bytes(&y->ffn_gate_shexp) + weight_bytes(&y->ffn_up_shexp) +
+               weight_bytes(&y->ffn_down_shexp) + weight_bytes(&y->nextn_eh_proj);
+    if (m->hp.n_expert) /* a token reads the router and its n_expert_used experts */
+        b += weight_bytes(&y->ffn_gate_inp) + (weight_bytes(&y->ffn_gate_exps) + weight_bytes(&y->ffn_up_exps) +
+                                               weight_bytes(&y->ffn_down_exps)) *
+                                                  (double)m->hp.n_expert_used / (double)m->hp.n_expert;
+    return b;
+}
+
 void engine_exit_fracs(const struct dj_engine *e, uint32_t L, double *a, double *h) {
     const struct dj_model *m = e->model;
     double below = 0.0, all = 0.0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
-        const struct dj_layer *y = &m->layers[il];
-        double b = weight_bytes(&y->wq) + weight_bytes(&y->wk) + weight_bytes(&y->wv) + weight_bytes(&y->wo) +
-                   weight_bytes(&y->w_gate) + weight_bytes(&y->w_up) + weight_bytes(&y->w_down);
-        if (m->hp.n_expert) /* a token reads the router and its n_expert_used experts */
-            b += weight_bytes(&y->ffn_gate_inp) + (weight_bytes(&y->ffn_gate_exps) + weight_bytes(&y->ffn_up_exps) +
-                                                   weight_bytes(&y->ffn_down_exps)) *
-                                                      (double)m->hp.n_expert_used / (double)m->hp.n_expert;
+        const double b = layer_bytes(m, &m->layers[il]);
         all += b;
         if (il < L) below += b;
     }
     const double head = weight_bytes(&m->output);
     all += head;
     *a = all > 0 ? below / all : 0.0;
+    *h = all > 0 ? head / all : 0.0;
+}
+
+void engine_mtp_fracs(const struct dj_engine *e, double *a, double *h) {
+    const struct dj_model *m = e->model;
+    double all = 0.0;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) all += layer_bytes(m, &m->layers[il]);
+    const struct dj_layer *L = &m->layers[m->hp.n_layer];
+    const double head = weight_bytes(L->nextn_head.data ? &L->nextn_head : &m->output);
+    all += weight_bytes(&m->output);
+    *a = all > 0 ? layer_bytes(m, L) / all : 0.0;
     *h = all > 0 ? head / all : 0.0;
 }

@@ -74,6 +74,8 @@ struct dj_comp {
     struct dj_spec_counts sc;
     uint32_t exit_k;         /* early-exit drafts to make before the next step (exit_drafts) */
     uint32_t exit_idle;      /* steps since the exit source last drafted (a probe after SPEC_EXIT_PROBE) */
+    uint32_t mtp_k;          /* MTP drafts to make before the next step (engine_mtp_drafts) */
+    uint32_t mtp_idle;       /* steps since the mtp source last drafted (a probe after SPEC_EXIT_PROBE) */
     float *xh;               /* (DJ_FEED_MAX, n_embd) hidden rows at the exit layer of the fed tokens */
     enum dj_finish finish;   /* DJ_FINISH_NONE while running */
     int stop_index;
@@ -144,6 +146,12 @@ struct dj_engine {
     float *b_hidden;               /* (b_xcap, n_embd) their hidden rows */
     size_t b_xcap;
 
+    /* drafting from the MTP block (source mtp; ctx_params.mtp) */
+    bool mtp;
+    double mtp_a, mtp_h;           /* weight bytes of the block, of its head: fractions of a full pass's */
+    uint64_t n_forward_mtp;        /* MTP draft passes */
+    size_t rs_floats;              /* floats of a sequence's state (the pool's: hp.rs_floats, + n_embd with mtp) */
+
     /* hybrid models (hp.rs_floats > 0; kv/ckpt.h, DESIGN.md §1 "recurrent layers") */
     struct kv_ckpt_store *ckpt;    /* recurrent-state checkpoints; NULL: none kept (LLAMA_OPT_RS_CKPT_MAX_MB=0) */
     struct kv_store *rs_store;     /* the same on disk (--kv-dir), or NULL */
@@ -206,6 +214,8 @@ void engine_feed_draft(struct dj_comp *c, enum dj_spec_src src, size_t nd);
  * fed (engine_feed_draft): returns its length; or 0 with c->exit_k set when early exit
  * is to draft next step. */
 size_t engine_spec_choose(struct dj_engine *e, struct dj_req *q, struct dj_comp *c, dj_token *out, size_t cap);
+/* Runs the MTP drafts the completions asked for (mtp_k; before a step's batch). */
+void engine_mtp_drafts(struct dj_engine *e);
 /* Runs the early-exit drafts the completions asked for (before a step's batch). */
 void engine_exit_drafts(struct dj_engine *e);
 /* The step's start layers and hidden rows for completions verifying exit drafts: false
@@ -227,6 +237,8 @@ void engine_rs_save(struct dj_engine *e, struct dj_session *s, size_t p, const f
 /* Weight bytes of layers < L and of the output matrix, as fractions of every layer's and
  * the output matrix's (the early-exit cost model, spec_policy_length_exit). */
 void engine_exit_fracs(const struct dj_engine *e, uint32_t L, double *a, double *h);
+/* The MTP block's weight bytes and its head's, as fractions of a full pass's (source mtp). */
+void engine_mtp_fracs(const struct dj_engine *e, double *a, double *h);
 void session_truncate(struct dj_session *s, size_t n);
 bool engine_park_one(struct dj_engine *e, const struct dj_session *keep);
 enum dj_status engine_new_session(struct dj_engine *e, bool anon, struct dj_session **out);

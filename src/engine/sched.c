@@ -480,6 +480,7 @@ static void queue_feed(struct dj_engine *e, struct dj_req *q, uint32_t ci, dj_to
     c->n_draft = 0;
     c->feed[c->n_feed++] = q->p.force ? q->p.force[c->n_gen - 1] : tok;
     c->exit_k = 0;
+    c->mtp_k = 0;
     if (q->has_proc && e->cfg.schema_skip_enabled && q->proc.forced) {
         dj_token f[DJ_FEED_MAX];
         size_t nf;
@@ -560,13 +561,14 @@ static void verify_drafts(struct dj_engine *e, struct dj_req *q, uint32_t ci, co
             if (src == DJ_SPEC_MEMO) e->stats.memo_tokens_skipped++;
             continue;
         }
-        if (src == DJ_SPEC_EXIT) spec_policy_observe(&e->pol, DJ_SPEC_EXIT, 0, nd, j); /* no shadows: not free */
+        if (src == DJ_SPEC_EXIT || src == DJ_SPEC_MTP) /* no shadows: not free */
+            spec_policy_observe(&e->pol, src, 0, nd, j);
         if (pos0 + j < s->seq.n_pos) {
             kv_seq_truncate(&s->seq, pos0 + j);
             kv_history_truncate(&s->hist, pos0 + j);
             if (s->n_exact > pos0 + j) s->n_exact = pos0 + j;
             /* hybrid: the recurrent state after position pos0 + j - 1, kept by the forward pass */
-            if (e->rs_snap && kv_seq_rs_set(&s->seq, e->rs_snap + (c->snap0 + j) * e->model->hp.rs_floats)) {
+            if (e->rs_snap && kv_seq_rs_set(&s->seq, e->rs_snap + (c->snap0 + j) * e->rs_floats)) {
                 req_fail(q, DJ_ERR_NOMEM, dj_last_error());
                 return;
             }
@@ -734,7 +736,7 @@ static inline bool ckpt_at(size_t p, size_t n, size_t every) {
 }
 
 static bool step_snapshots(struct dj_engine *e, size_t nt, size_t n_ent) {
-    const size_t RS = e->model->hp.rs_floats, bs = e->block_size;
+    const size_t RS = e->rs_floats, bs = e->block_size;
     const size_t every = (size_t)e->cfg.rs_ckpt_interval * bs;
     e->n_rs_puts = 0;
     if (nt > e->b_snap_cap) {
@@ -832,6 +834,7 @@ size_t engine_step(struct dj_engine *e) {
 
     /* early-exit drafts first: the batch below verifies them */
     if (e->exit_layer) engine_exit_drafts(e);
+    if (e->mtp) engine_mtp_drafts(e);
 
     /* 4. the batch: decode tokens first, then prefill chunks */
     size_t nt = 0, n_ent = 0, n_out = 0;
@@ -957,7 +960,7 @@ size_t engine_step(struct dj_engine *e) {
         for (size_t i = 0; !st && i < e->n_rs_puts; i++) { /* checkpoints inside prompts */
             const struct rs_put *pu = &e->rs_puts[i];
             if (pu->q->err) continue;
-            engine_rs_save(e, pu->q->comp[0].s, pu->n, e->rs_snap + pu->row * e->model->hp.rs_floats);
+            engine_rs_save(e, pu->q->comp[0].s, pu->n, e->rs_snap + pu->row * e->rs_floats);
         }
         e->n_rs_puts = 0;
         /* 6. tokens out */

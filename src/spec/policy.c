@@ -118,6 +118,12 @@ size_t spec_policy_length_exit(const struct spec_policy *p, size_t n_rows, size_
     return best_length(p, DJ_SPEC_EXIT, 0, cap, spec_policy_beta(p, n_rows), exit, gain);
 }
 
+size_t spec_policy_length_mtp(const struct spec_policy *p, size_t n_rows, size_t cap, double a, double h,
+                              double *gain) {
+    const double cost[2] = {a, h};
+    return best_length(p, DJ_SPEC_MTP, 0, cap, spec_policy_beta(p, n_rows), cost, gain);
+}
+
 double spec_exit_gain(double alpha, double beta, double a, double h, size_t cap, size_t *k) {
     double reach = 1.0, e = 0.0, best = 0.0;
     *k = 0;

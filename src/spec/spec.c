@@ -7,7 +7,7 @@
 #include "core/status.h"
 #include "spec/spec.h"
 
-static const char *const src_names[DJ_SPEC_N_SRC] = {"grammar", "lookup", "memo", "exit"};
+static const char *const src_names[DJ_SPEC_N_SRC] = {"grammar", "lookup", "memo", "exit", "mtp"};
 
 const char *spec_src_name(enum dj_spec_src src) { return src < DJ_SPEC_N_SRC ? src_names[src] : "?"; }
 
@@ -32,7 +32,7 @@ bool spec_parse_sources(const char *s, unsigned *bits) {
                 found = true;
             }
         if (!found) {
-            dj_fail(DJ_ERR_INVALID, "unknown draft source '%.*s' (lookup, memo, exit, all, none)", (int)n, s);
+            dj_fail(DJ_ERR_INVALID, "unknown draft source '%.*s' (lookup, memo, exit, mtp, all, none)", (int)n, s);
             return false;
         }
         s += n;

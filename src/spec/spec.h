@@ -21,6 +21,10 @@
  *   exit     early exit: the first L layers + final norm + output matrix of
  *            the model itself, sharing those layers' K/V rows with the full
  *            model (engine/sched.c; model/forward.c ctx_forward_exit)
+ *   mtp      the model's own NextN / MTP block (Qwen3.5 / 3.6 hybrids), run as a draft
+ *            model on the last hidden row: k passes of that one block and the output
+ *            matrix (engine/draft.c engine_mtp_drafts; model/forward.c ctx_forward_mtp);
+ *            named explicitly (not part of "all")
  *
  * The policy (policy.c) estimates, per source and confidence bucket, the
  * probability that draft position j is accepted given j-1 were, from every
@@ -40,7 +44,7 @@
 
 #include "deja.h"
 
-enum dj_spec_src { DJ_SPEC_GRAMMAR = 0, DJ_SPEC_LOOKUP, DJ_SPEC_MEMO, DJ_SPEC_EXIT, DJ_SPEC_N_SRC };
+enum dj_spec_src { DJ_SPEC_GRAMMAR = 0, DJ_SPEC_LOOKUP, DJ_SPEC_MEMO, DJ_SPEC_EXIT, DJ_SPEC_MTP, DJ_SPEC_N_SRC };
 enum {
     DJ_SPEC_POS_MAX = 32,     /* acceptance statistics per draft position (longer drafts share the last) */
     DJ_SPEC_BUCKETS = 4,      /* confidence buckets per source */
@@ -49,7 +53,7 @@ enum {
 /* Source bits for dj_spec_params.sources. */
 #define DJ_SPEC_BIT(src) (1u << (src))
 
-const char *spec_src_name(enum dj_spec_src src); /* "grammar", "lookup", "memo", "exit" */
+const char *spec_src_name(enum dj_spec_src src); /* "grammar", "lookup", "memo", "exit", "mtp" */
 /* Parses a comma-separated list of source names ("lookup,memo", "all", "none")
  * into bits; false (and a message) for an unknown name. */
 bool spec_parse_sources(const char *s, unsigned *bits);
@@ -155,6 +159,11 @@ void spec_policy_time(struct spec_policy *p, size_t n_rows, double t_ms);
  * Its expected gain: *gain = (1 + E_k) / (1 + beta k) (1 at k = 0). */
 size_t spec_policy_length(const struct spec_policy *p, const struct spec_proposal *pr, size_t n_rows, size_t cap,
                           double *gain);
+/* The same for an MTP draft (source mtp): k passes of the block (fraction a of a full
+ * pass's weights) and the output matrix (h) each, then a plain verification pass: the cost
+ * model of spec_policy_length_exit, with the mtp source's acceptance. */
+size_t spec_policy_length_mtp(const struct spec_policy *p, size_t n_rows, size_t cap, double a, double h,
+                              double *gain);
 /* The same for an early-exit draft (source exit, which has no tokens before
  * it runs): its cost is the k + 1 exit passes through the first L layers
  * (fraction a of a full pass's weights) with the output matrix for k of them

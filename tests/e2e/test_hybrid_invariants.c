@@ -15,6 +15,8 @@
  *    pass) and --ubatch 7 --n-batch 13 (every prefill split differently);
  *  - --spec-sources all, teacher-forced (against a teacher-forced cold run): drafts verified
  *    and rolled back through the forward pass's state snapshots (accepted > 0, some rejected);
+ *  - --spec-sources mtp,lookup teacher-forced (the MTP block drafted), and mtp with --parallel 3
+ *    against the plain cold run;
  *  - two tau-bench sessions sharing ~4,400 tokens of system prompt: the second resumes from
  *    the first's in-prompt checkpoints (n_reused_pool > 1,000, n_reused_ckpt > 1,000);
  *  - --kv-dir: a fresh store, then a new process on it resumes from checkpoints read from
@@ -92,6 +94,20 @@ int main(int argc, char **argv) {
                         dr = json_integer_value(json_object_get(sp, "drafted"));
         CHECKF(acc > 0 && dr > acc, "spec: %lld drafted, %lld accepted (both rollback and acceptance wanted)", dr, acc);
         printf("spec: %lld drafted, %lld accepted (the rest rolled back), hashes equal\n", dr, acc);
+        json_decref(d);
+    }
+    /* drafts from the model's own MTP block (one more pool layer, the hidden row in every state and
+     * checkpoint), with prompt lookup beside it */
+    if (tf && (d = inv_replay("spec mtp", "--teacher-force", "--spec-sources", "mtp,lookup", "--spec-fixed", NULL))) {
+        inv_same_hashes(tf, d, "--teacher-force --spec-sources mtp,lookup");
+        json_t *by = json_object_get(json_object_get(d, "spec"), "by_source");
+        const long long dm = json_integer_value(json_object_get(json_object_get(by, "mtp"), "drafted"));
+        CHECKF(dm > 0, "spec mtp: the MTP block drafted %lld tokens", dm);
+        printf("spec mtp: %lld tokens drafted by the MTP block, hashes equal\n", dm);
+        json_decref(d);
+    }
+    if ((d = inv_replay("mtp plain", "--spec-sources", "mtp", "--parallel", "3", NULL))) {
+        inv_same_hashes(ref, d, "--spec-sources mtp --parallel 3");
         json_decref(d);
     }
     json_decref(tf);
