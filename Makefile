@@ -79,12 +79,12 @@ asan: deps
 
 # Builds every tests/fuzz/fuzz_*.c with clang + libFuzzer and runs each for
 # FUZZ_SECONDS seconds on its seed corpus (copied from ../shared, never committed).
-fuzz: deps-fuzz
+fuzz: deps-fuzz build
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDJ_FUZZ=ON -DDJ_SHARED_DIR=$(SHARED) >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZERS)
 	@set -e; for f in $(FUZZ_BUILD)/fuzz/fuzz_*; do \
 	  name=$$(basename $$f); corpus=$(FUZZ_BUILD)/corpus/$$name; mkdir -p $$corpus; \
-	  sh tests/fuzz/seed.sh $$name $(SHARED) $$corpus; \
+	  DEJA=$(BUILD)/bin/deja sh tests/fuzz/seed.sh $$name $(SHARED) $$corpus; \
 	  echo "fuzz: $$name for $(FUZZ_SECONDS)s"; \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $$f -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 -print_final_stats=1 $$corpus; \
 	done

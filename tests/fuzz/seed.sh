@@ -12,7 +12,11 @@
 #   fuzz_trace      the first 3 lines of every trace in traces/, cut to 16 KB
 #   fuzz_grammar    the llama.cpp example grammars in golden/grammars/*.gbnf
 #   fuzz_model      models/stories260K.gguf and golden/moe's four MoE/MLA models
-#                   whole, and three hand-built tiny
+#                   whole; when $DEJA names a deja binary (the Makefile passes
+#                   build/bin/deja), `deja synth --preset tiny` files of the
+#                   architectures no other seed has (qwen35, qwen35moe, qwen3next
+#                   hybrids, gpt-oss, gemma3, glm4moe, mistral3) in q8_0 with
+#                   stories260K's 512-token vocabulary; and three hand-built tiny
 #                   models (5-token SPM vocab, 1 layer): a llama in f32 with
 #                   llama3 rope scaling in its metadata, a qwen2 (biases) with
 #                   q8_0/q4_0/f16/bf16 weights, a qwen3 (q/k norms) with
@@ -272,6 +276,13 @@ fuzz_model)
         rm -f "$corpus/$f.gguf"
         [ -f "$shared/golden/moe/$f.gguf" ] && cat "$shared/golden/moe/$f.gguf" > "$corpus/$f.gguf"
     done
+    if [ -n "${DEJA:-}" ] && [ -x "$DEJA" ] && [ -f "$shared/models/stories260K.gguf" ]; then
+        for a in qwen35 qwen35moe qwen3next gpt-oss gemma3 glm4moe mistral3; do
+            rm -f "$corpus/synth-$a.gguf"
+            "$DEJA" synth --arch "$a" --preset tiny --type q8_0 --vocab-from "$shared/models/stories260K.gguf" \
+                -t 1 -o "$corpus/synth-$a.gguf" >/dev/null 2>&1 || echo "seed.sh: deja synth --arch $a failed" >&2
+        done
+    fi
     ;;
 fuzz_grammar)
     for f in "$shared"/golden/grammars/*.gbnf; do
