@@ -67,6 +67,22 @@ static inline char *test_read_file(const char *path, size_t *len) {
     return p;
 }
 
+/* The value for `name` in DIR/FILE, a "<hex>  <name>" list (sha256sum's format: SHA256SUMS,
+ * DIGESTS), malloc'd; NULL if the file or the name is absent. */
+static inline char *test_list_lookup(const char *dir, const char *file, const char *name) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    char *doc = test_read_file(path, NULL);
+    if (!doc) return NULL;
+    char *res = NULL, *save = NULL;
+    for (char *line = strtok_r(doc, "\n", &save); line && !res; line = strtok_r(NULL, "\n", &save)) {
+        char *sp = strstr(line, "  ");
+        if (sp && !strcmp(sp + 2, name)) res = strndup(line, (size_t)(sp - line));
+    }
+    free(doc);
+    return res;
+}
+
 /* n_expect float32 values of a golden logits file (little-endian, as written on x86-64),
  * malloc'd; NULL when the file is missing or has another size. */
 static inline float *test_read_f32(const char *path, size_t n_expect) {

@@ -228,18 +228,6 @@ void engine_exit_calibrate(struct dj_engine *e, struct dj_session *s) {
 
 /* ---- early-exit drafts ------------------------------------------------------ */
 
-/* Runs the early-exit drafts asked for in the last step (exit_k of a
- * completion): round r feeds every such completion's token r (round 0 the
- * sampled token, then the drafts) through layers [0, exit_layer) at its
- * position — writing those layers' K/V rows into the completion's own
- * sequence, shared with the full model — and samples the next draft from the
- * early-exit logits with the completion's sampler at that output position
- * (greedy: the argmax; sampled: the same counter-based draw plain decoding
- * will make there, so a close distribution gives the same token).  The last
- * round (the last draft's own rows) needs no logits.  The step's batched
- * pass then verifies the drafts, every fed token resuming at exit_layer from
- * the hidden row kept here (c->xh).  Any failure drops the drafts: the step
- * decodes the sampled token plainly. */
 /* Room for n rows in the early-exit batch arrays (kept by the engine: no allocation
  * per step once grown).  false on OOM (the arrays stay as they were). */
 static bool exit_scratch_reserve(struct dj_engine *e, size_t n) {
@@ -263,21 +251,71 @@ static bool exit_scratch_reserve(struct dj_engine *e, size_t n) {
     return true;
 }
 
-void engine_exit_drafts(struct dj_engine *e) {
-    size_t n_x = 0, kmax = 0;
+/* The completions that asked for early-exit (mtp false) or MTP (true) drafts in the last
+ * step and can have them now (decoding, one token fed, no drafts yet, the rows prepared,
+ * and for exit the hidden rows, for MTP the recurrent state); the others' request is
+ * dropped.  Sets *kmax to the most drafts asked for; returns how many completions. */
+static size_t drafts_select(struct dj_engine *e, bool mtp, size_t *kmax) {
+    size_t n_x = 0;
+    *kmax = 0;
     for (struct dj_req *q = e->running; q; q = q->next)
         for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++) {
             struct dj_comp *c = &q->comp[i];
-            if (!c->exit_k) continue;
+            uint32_t *k = mtp ? &c->mtp_k : &c->exit_k;
+            if (!*k) continue;
             if (c->finish != DJ_FINISH_NONE || c->n_feed != 1 || c->n_draft ||
-                engine_prepare_rows(e, q, c->s, (size_t)c->exit_k + 1) != DJ_OK ||
-                (!c->xh && !(c->xh = malloc((size_t)DJ_FEED_MAX * e->model->hp.n_embd * sizeof *c->xh)))) {
-                c->exit_k = 0;
+                engine_prepare_rows(e, q, c->s, (size_t)*k + 1) != DJ_OK ||
+                (mtp ? !c->s->seq.rs
+                     : !c->xh && !(c->xh = malloc((size_t)DJ_FEED_MAX * e->model->hp.n_embd * sizeof *c->xh)))) {
+                *k = 0;
                 continue;
             }
             n_x++;
-            if (c->exit_k > kmax) kmax = c->exit_k;
+            if (*k > *kmax) *kmax = *k;
         }
+    return n_x;
+}
+
+/* drafts_select's completions into e->xs.cs in request order; returns how many. */
+static size_t drafts_gather(struct dj_engine *e, bool mtp) {
+    size_t n = 0;
+    for (struct dj_req *q = e->running; q; q = q->next)
+        for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++)
+            if (mtp ? q->comp[i].mtp_k : q->comp[i].exit_k) e->xs.cs[n++] = &q->comp[i];
+    return n;
+}
+
+/* After the rounds: when they all ran (ok), each selected completion feeds its drafts
+ * (c->feed[1..k]) for the step to verify; every request for drafts is then cleared. */
+static void drafts_finish(struct dj_engine *e, bool mtp, bool ok) {
+    const enum dj_spec_src src = mtp ? DJ_SPEC_MTP : DJ_SPEC_EXIT;
+    for (struct dj_req *q = e->running; q; q = q->next)
+        for (uint32_t i = 0; i < q->n_comp; i++) {
+            struct dj_comp *c = &q->comp[i];
+            uint32_t *k = mtp ? &c->mtp_k : &c->exit_k;
+            const size_t nd = *k;
+            *k = 0;
+            if (!ok || !nd || q->state != REQ_DECODE || q->err) continue;
+            c->sc.proposed[src]++;
+            engine_feed_draft(c, src, nd);
+        }
+}
+
+/* Runs the early-exit drafts asked for in the last step (exit_k of a
+ * completion): round r feeds every such completion's token r (round 0 the
+ * sampled token, then the drafts) through layers [0, exit_layer) at its
+ * position — writing those layers' K/V rows into the completion's own
+ * sequence, shared with the full model — and samples the next draft from the
+ * early-exit logits with the completion's sampler at that output position
+ * (greedy: the argmax; sampled: the same counter-based draw plain decoding
+ * will make there, so a close distribution gives the same token).  The last
+ * round (the last draft's own rows) needs no logits.  The step's batched
+ * pass then verifies the drafts, every fed token resuming at exit_layer from
+ * the hidden row kept here (c->xh).  Any failure drops the drafts: the step
+ * decodes the sampled token plainly. */
+void engine_exit_drafts(struct dj_engine *e) {
+    size_t kmax;
+    const size_t n_x = drafts_select(e, false, &kmax);
     if (n_x == 0) return;
     const size_t E = e->model->hp.n_embd, V = e->model->hp.n_vocab;
     bool ok = exit_scratch_reserve(e, n_x);
@@ -286,10 +324,7 @@ void engine_exit_drafts(struct dj_engine *e) {
     uint32_t *pos = e->xs.pos, *out = e->xs.out;
     struct kv_seq **seq = e->xs.seq;
     float *hid = e->xs.hid, *lg = e->xs.lg;
-    size_t n = 0;
-    for (struct dj_req *q = e->running; ok && q; q = q->next)
-        for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++)
-            if (q->comp[i].exit_k) cs[n++] = &q->comp[i];
+    if (ok) drafts_gather(e, false);
     for (size_t r = 0; ok && r <= kmax; r++) {
         size_t nb = 0, n_out = 0;
         for (size_t k = 0; k < n_x; k++) {
@@ -317,17 +352,7 @@ void engine_exit_drafts(struct dj_engine *e) {
             row++;
         }
     }
-    for (size_t k = 0; k < n; k++) {
-        struct dj_comp *c = cs[k];
-        const size_t nd = ok ? c->exit_k : 0;
-        c->exit_k = 0;
-        if (!nd) continue;
-        c->sc.proposed[DJ_SPEC_EXIT]++;
-        engine_feed_draft(c, DJ_SPEC_EXIT, nd);
-    }
-    if (!ok) /* nothing was drafted: the remaining exit_k were cleared above (n counted them) */
-        for (struct dj_req *q = e->running; q; q = q->next)
-            for (uint32_t i = 0; i < q->n_comp; i++) q->comp[i].exit_k = 0;
+    drafts_finish(e, false, ok);
 }
 
 /* ---- MTP drafts ---------------------------------------------------------------- */
@@ -343,19 +368,8 @@ void engine_exit_drafts(struct dj_engine *e) {
  * step's batched pass then verifies the drafts as any other (a plain pass).
  * Any failure drops the drafts: the step decodes the sampled token plainly. */
 void engine_mtp_drafts(struct dj_engine *e) {
-    size_t n_x = 0, kmax = 0;
-    for (struct dj_req *q = e->running; q; q = q->next)
-        for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++) {
-            struct dj_comp *c = &q->comp[i];
-            if (!c->mtp_k) continue;
-            if (c->finish != DJ_FINISH_NONE || c->n_feed != 1 || c->n_draft ||
-                engine_prepare_rows(e, q, c->s, (size_t)c->mtp_k + 1) != DJ_OK || !c->s->seq.rs) {
-                c->mtp_k = 0;
-                continue;
-            }
-            n_x++;
-            if (c->mtp_k > kmax) kmax = c->mtp_k;
-        }
+    size_t kmax;
+    size_t n_x = drafts_select(e, true, &kmax);
     if (n_x == 0) return;
     const size_t E = e->model->hp.n_embd, V = e->model->hp.n_vocab;
     bool ok = exit_scratch_reserve(e, n_x);
@@ -364,14 +378,10 @@ void engine_mtp_drafts(struct dj_engine *e) {
     uint32_t *pos = e->xs.pos, *out = e->xs.out;
     struct kv_seq **seq = e->xs.seq;
     float *hid = e->xs.hid, *lg = e->xs.lg;
-    size_t n = 0;
-    for (struct dj_req *q = e->running; ok && q; q = q->next)
-        for (uint32_t i = 0; q->state == REQ_DECODE && !q->err && i < q->n_comp; i++)
-            if (q->comp[i].mtp_k) {
-                cs[n] = &q->comp[i];
-                memcpy(hid + n * E, q->comp[i].s->seq.rs + e->ctx->rs_h, E * sizeof *hid);
-                n++;
-            }
+    if (ok) {
+        drafts_gather(e, true);
+        for (size_t k = 0; k < n_x; k++) memcpy(hid + k * E, cs[k]->s->seq.rs + e->ctx->rs_h, E * sizeof *hid);
+    }
     /* round r: the completions still drafting, in the order of cs; hid row k is cs[k]'s */
     for (size_t r = 0; ok && r < kmax; r++) {
         size_t nb = 0;
@@ -395,15 +405,7 @@ void engine_mtp_drafts(struct dj_engine *e) {
         e->n_forward_mtp++;
         for (size_t k = 0; k < nb; k++) cs[k]->feed[1 + r] = sampler_sample(cs[k]->smp, lg + k * V, cs[k]->n_gen + r);
     }
-    for (struct dj_req *q = e->running; q; q = q->next)
-        for (uint32_t i = 0; i < q->n_comp; i++) {
-            struct dj_comp *c = &q->comp[i];
-            const size_t nd = ok ? c->mtp_k : 0;
-            c->mtp_k = 0;
-            if (!nd) continue;
-            c->sc.proposed[DJ_SPEC_MTP]++;
-            engine_feed_draft(c, DJ_SPEC_MTP, nd);
-        }
+    drafts_finish(e, true, ok);
 }
 
 /* Fills the step's start layers and hidden rows when a completion verifies

@@ -178,7 +178,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
                            "KV budget %.3f MiB is smaller than one KV block (%.3f MiB: %u positions x %zu bytes of "
                            "K/V per position: %u layers x %s%zu elements)",
                            p->kv_budget_mib, (double)block_bytes / 1048576.0, cfg->block_size, block_bytes / cfg->block_size,
-                           hp->n_layer_kv, model_kv_k_only(m) ? "one K row of " : "K+V rows of 2 x ", n_embd_kv);
+                           pool_layers, model_kv_k_only(m) ? "one K row of " : "K+V rows of 2 x ", n_embd_kv);
         max_blocks = blocks > 1073741824.0 ? 1073741824u : (uint64_t)blocks;
     } else if (p->kv_budget_auto) {
         /* half of what the machine has free now (the weights are mapped already), at least
@@ -189,7 +189,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
             return dj_fail(DJ_ERR_NOMEM,
                            "not enough memory for one context: %u positions x %zu KiB of K/V per position = %.1f MiB, "
                            "%.1f MiB available; use a smaller -c",
-                           n_ctx, engine_kv_bytes_per_token(m, p->kv_type_k, p->kv_type_v) / 1024, (double)(one_ctx * block_bytes) / 1048576.0,
+                           n_ctx, block_bytes / cfg->block_size / 1024, (double)(one_ctx * block_bytes) / 1048576.0,
                            (double)avail / 1048576.0);
         max_blocks = avail ? avail / 2 / block_bytes : one_ctx * 4;
         if (max_blocks < one_ctx) max_blocks = one_ctx;

@@ -657,11 +657,11 @@ enum dj_status server_attach(struct dj_server *s, const struct dj_model *m) {
     struct kv_pool_stats ps;
     engine_pool_stats(s->e, &ps);
     /* MLA: one K row per position and layer, no V rows (model_kv_types) */
-    fprintf(stderr, "deja serve: KV cache: K %s, V %s, %zu KiB per position; %u blocks of %u positions (%.1f MiB)\n",
+    fprintf(stderr, "deja serve: KV cache: K %s, V %s, %.2f KiB per position; %u blocks of %u positions (%.1f MiB)\n",
             dj_type_name(s->p.engine.kv_type_k),
             model_kv_k_only(m) ? "none (Multi-head Latent Attention: values from the K row)"
                                : dj_type_name(s->p.engine.kv_type_v),
-            engine_kv_bytes_per_token(m, s->p.engine.kv_type_k, s->p.engine.kv_type_v) / 1024, ps.capacity,
+            (double)ps.block_bytes / s->p.engine.opt.block_size / 1024.0, ps.capacity, /* the pool's: an MTP layer counts */
             s->p.engine.opt.block_size, (double)ps.capacity * (double)ps.block_bytes / 1048576.0);
     s->engine_started = true;
     atomic_store(&s->ready, true); /* publishes m, e and tmpl to the connection threads */

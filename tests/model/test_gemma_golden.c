@@ -44,21 +44,6 @@ static char gold_dir[4096];
 static float jnum(json_t *a, size_t i, size_t j) { return (float)json_number_value(json_array_get(json_array_get(a, i), j)); }
 static int jid(json_t *a, size_t i) { return (int)json_integer_value(json_array_get(json_array_get(a, i), 0)); }
 
-/* The sha256 for `name` in SHA256SUMS, or NULL. */
-static char *sum_lookup(const char *name) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/SHA256SUMS", gold_dir);
-    char *doc = test_read_file(path, NULL);
-    if (!doc) return NULL;
-    char *res = NULL;
-    for (char *line = strtok(doc, "\n"); line && !res; line = strtok(NULL, "\n")) {
-        char *sp = strstr(line, "  ");
-        if (sp && !strcmp(sp + 2, name)) res = strndup(line, (size_t)(sp - line));
-    }
-    free(doc);
-    return res;
-}
-
 /* Max |logit diff| at the last prompt position over the golden's top ids, for the prompt toks. */
 static float last_diff(struct dj_model *m, const dj_token *toks, size_t np, json_t *top, float *logits) {
     struct dj_ctx_params cp = ctx_default_params();
@@ -208,7 +193,7 @@ static void check_made(const char *dir, const char *name, const char *prompts_fi
     free(out);
     char file[128], hex[65];
     snprintf(file, sizeof file, "%s.gguf", name);
-    char *want = sum_lookup(file);
+    char *want = test_list_lookup(gold_dir, "SHA256SUMS", file);
     const bool have = rc == 0 && test_sha256_file(path, hex);
     CHECKF(want && have && !strcmp(want, hex), "%s: sha256 %s, llama.cpp ran %s", file, have ? hex : "(none)",
            want ? want : "(none)");

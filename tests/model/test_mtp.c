@@ -48,20 +48,6 @@ enum { TOPK = 16, N_DRAFT = 8, MAX_TOK = 256 };
 
 static char gold_dir[4096];
 
-static char *sums_lookup(const char *name) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/SHA256SUMS", gold_dir);
-    char *doc = test_read_file(path, NULL);
-    if (!doc) return NULL;
-    char *res = NULL;
-    for (char *line = strtok(doc, "\n"); line && !res; line = strtok(NULL, "\n")) {
-        char *sp = strstr(line, "  ");
-        if (sp && !strcmp(sp + 2, name)) res = strndup(line, (size_t)(sp - line));
-    }
-    free(doc);
-    return res;
-}
-
 static struct dj_context *make_ctx(const struct dj_model *m, bool mtp, uint32_t ub) {
     struct dj_ctx_params p = ctx_default_params();
     p.n_ctx = 512;
@@ -115,7 +101,7 @@ static void check_file(const char *shared, const char *dir, const char *name, co
                  (char *)test_shared_path(shared, "models/codelm-15m-f16.gguf"), "-o", path, "-t", "2");
     CHECKF(rc == 0, "synth %s: exit %d: %s", name, rc, out);
     free(out);
-    char *want = sums_lookup(rel), hex[65];
+    char *want = test_list_lookup(gold_dir, "SHA256SUMS", rel), hex[65];
     const bool same = want && test_sha256_file(path, hex) && !strcmp(want, hex);
     CHECKF(same, "%s: sha256 %s, llama.cpp ran %s", rel, hex, want ? want : "(none)");
     free(want);

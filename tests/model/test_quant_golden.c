@@ -120,21 +120,6 @@ static int n_not_checked;
 static char summary[64][240];
 static int n_summary;
 
-/* The value for `name` in a "<hex>  <name>" list (SHA256SUMS, DIGESTS); NULL if absent. */
-static char *list_lookup(const char *file, const char *name) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", gold_dir, file);
-    char *doc = test_read_file(path, NULL);
-    if (!doc) return NULL;
-    char *res = NULL;
-    for (char *line = strtok(doc, "\n"); line && !res; line = strtok(NULL, "\n")) {
-        char *sp = strstr(line, "  ");
-        if (sp && !strcmp(sp + 2, name)) res = strndup(line, (size_t)(sp - line));
-    }
-    free(doc);
-    return res;
-}
-
 /* sha256 of a file (test_sha256.h, checked against FIPS 180-2's vectors by test_quantize_types). */
 static char *file_sha256(const char *path) {
     char hex[65];
@@ -313,7 +298,7 @@ static void check_synth(const char *shared, const char *qfiles, const char *dir)
         char name[64], rel[96], path[4200];
         snprintf(name, sizeof name, "tiny-%s", t);
         snprintf(rel, sizeof rel, "synth/%s.gguf", name);
-        char *want = list_lookup("SHA256SUMS", rel);
+        char *want = test_list_lookup(gold_dir, "SHA256SUMS", rel);
         CHECKF(want != NULL, "SHA256SUMS has no %s", rel);
         if (qfiles) {
             snprintf(path, sizeof path, "%s/%s", qfiles, rel);
@@ -339,7 +324,7 @@ static void check_arch(const char *shared, const char *dir) {
         char rel[96], path[4200];
         snprintf(rel, sizeof rel, "arch/%s.gguf", arch_files[i].name);
         snprintf(path, sizeof path, "%s/%s.gguf", dir, arch_files[i].name);
-        char *want = list_lookup("SHA256SUMS", rel), *out = NULL;
+        char *want = test_list_lookup(gold_dir, "SHA256SUMS", rel), *out = NULL;
         CHECKF(want != NULL, "SHA256SUMS has no %s", rel);
         int rc = RUN(&out, "synth", "--arch", (char *)arch_files[i].arch, "--preset", (char *)arch_files[i].preset,
                      "--type", (char *)arch_files[i].type, "--vocab-from",
@@ -361,7 +346,7 @@ static void check_codelm(const char *shared, const char *qfiles, const char *dir
         char name[64], rel[96], path[4200], lower[32];
         snprintf(name, sizeof name, "codelm-%s", t);
         snprintf(rel, sizeof rel, "codelm/%s.gguf", name);
-        char *want = list_lookup("DIGESTS", rel);
+        char *want = test_list_lookup(gold_dir, "DIGESTS", rel);
         CHECKF(want != NULL, "DIGESTS has no %s", rel);
         if (qfiles) {
             snprintf(path, sizeof path, "%s/%s", qfiles, rel);
