@@ -111,7 +111,9 @@ static const struct preset presets[] = {
      .ssm_state = 32, .ssm_nk = 2, .ssm_nv = 4, .n_rot = 16, .n_ff_shexp = 256, .fa_interval = 2},
     /* Qwen3.5-35B-A3B (Qwen3.6-35B-A3B: the same shapes): 2048, 40 layers (every 4th attention),
      * 16/2 heads of 256 rotating 64 (sections 11/11/10), DeltaNet 16 k / 32 v heads of 128,
-     * conv 4, 256 experts of 512 (8 used) + a shared expert of 512, one NextN block */
+     * conv 4, 256 experts of 512 (8 used) + a shared expert of 512, one NextN block; checked
+     * against the defaults of transformers' Qwen3_5MoeTextConfig, whose docstring names the
+     * Qwen/Qwen3.5-35B-A3B checkpoint (its vocabulary, 248320, comes from --vocab-from here) */
     {.name = "35b-a3b", .archs = "qwen35moe", .n_embd = 2048, .n_layer = 40, .n_head = 16, .n_head_kv = 2,
      .head_dim = 256, .n_ff = 512, .n_ctx = 262144, .n_expert = 256, .n_used = 8, .n_ff_exp = 512, .n_nextn = 1,
      .ssm_conv = 4, .ssm_state = 128, .ssm_nk = 16, .ssm_nv = 32, .n_rot = 64, .n_ff_shexp = 512, .fa_interval = 4,
