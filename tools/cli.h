@@ -93,7 +93,8 @@ void cli_spec_check(const char *cmd, const struct dj_spec_params *sp);
 #define CLI_SPEC_HELP                                                                                        \
     "  --spec              speculative decoding, exact: drafts from prompt lookup and the output memo are\n"  \
     "                      verified in the batched pass (= --spec-sources lookup,memo; docs/SPECULATIVE.md)\n" \
-    "  --spec-sources L    draft sources, comma-separated: lookup, memo, exit, all, none\n"                 \
+    "  --spec-sources L    draft sources, comma-separated: lookup, memo, exit, mtp (the model's MTP block:\n" \
+    "                      qwen35/qwen35moe), all (lookup, memo, exit), none\n"                               \
     "  --no-spec           no speculative drafts (grammar drafts follow LLAMA_OPT_SCHEMA_SKIP_ENABLED)\n"     \
     "  --draft-max N       tokens drafted per step at most (default 16)\n"                                    \
     "  --draft-exit-layer L  early-exit drafts from the first L layers (source exit; default auto)\n"         \
