@@ -15,7 +15,7 @@
  * than 16 rows, a partial last group and 1..33 tokens (decode, small batches and
  * the prefill path), and rows past two prefill slabs.  On a CPU with AVX-512 the
  * avx512 and avx2 tables must pack q4_0, q8_0 and q4_K (so the test cannot pass by
- * finding nothing to test); where both tables run, their q4_0, q8_0 and q4_K dots
+ * finding nothing to test), and the avx2 table q4_1, q5_0, q5_1, iq4_nl and mxfp4; where both tables run, their q4_0, q8_0 and q4_K dots
  * must agree bitwise (the same scheme in 8 and 16 lanes).
  */
 #include <stdio.h>
@@ -29,8 +29,8 @@
 #include "kernels/ref/ref.h"
 #include "test.h"
 
-static const uint32_t wtypes[] = {DJ_TYPE_F32, DJ_TYPE_F16, DJ_TYPE_BF16, DJ_TYPE_Q8_0,
-                                  DJ_TYPE_Q4_0, DJ_TYPE_Q4_K, DJ_TYPE_Q6_K};
+static const uint32_t wtypes[] = {DJ_TYPE_F32,  DJ_TYPE_F16,  DJ_TYPE_BF16, DJ_TYPE_Q8_0,   DJ_TYPE_Q4_0, DJ_TYPE_Q4_K,
+                                  DJ_TYPE_Q6_K, DJ_TYPE_Q4_1, DJ_TYPE_Q5_0, DJ_TYPE_Q5_1, DJ_TYPE_IQ4_NL, DJ_TYPE_MXFP4};
 enum { NW = sizeof wtypes / sizeof wtypes[0] };
 
 static size_t row_bytes(int type, int64_t k) {
@@ -54,6 +54,11 @@ static void random_raw_row(struct trng *r, uint32_t type, uint8_t *row, int64_t 
             memcpy(row + o + 2, &dmin, 2);
         } else if (type == DJ_TYPE_Q6_K) {
             memcpy(row + o + bs - 2, &d, 2);
+        } else if (type == DJ_TYPE_MXFP4) { /* E8M0 2^(e-127): 2^-12 .. 2^3, and the subnormal codes 0, 1 */
+            row[o] = (uint8_t)(trng_next(r) % 8 == 0 ? trng_next(r) % 2 : 115 + trng_next(r) % 16);
+        } else if (type == DJ_TYPE_Q4_1 || type == DJ_TYPE_Q5_1) { /* d, m */
+            memcpy(row + o, &d, 2);
+            memcpy(row + o + 2, &dmin, 2);
         } else {
             memcpy(row + o, &d, 2);
         }
@@ -178,7 +183,12 @@ int main(int argc, char **argv) {
         if (!kt) continue;
         if (isa == DJ_ISA_AVX512)
             CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack && kt->w[DJ_TYPE_Q4_K].pack);
-        if (isa == DJ_ISA_AVX2) CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack && kt->w[DJ_TYPE_Q4_K].pack);
+        if (isa == DJ_ISA_AVX2) {
+            CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack && kt->w[DJ_TYPE_Q4_K].pack);
+            /* the 32-block types (quants32_avx2.c) */
+            CHECK(kt->w[DJ_TYPE_Q4_1].pack && kt->w[DJ_TYPE_Q5_0].pack && kt->w[DJ_TYPE_Q5_1].pack &&
+                  kt->w[DJ_TYPE_IQ4_NL].pack && kt->w[DJ_TYPE_MXFP4].pack);
+        }
         for (int t = 0; t < NW; t++) {
             const struct dj_wtype_kernels *wk = &kt->w[wtypes[t]];
             CHECK(!wk->pack == !wk->matmul_packed);

@@ -4,10 +4,11 @@
  * or in ubatches of 3, 7 and 64 tokens, with 1 or 2 threads, and with KV
  * blocks of 1, 7, 16, 64 positions or one block for everything — on every model
  * in ../shared/models and on every weight type: codelm quantized by
- * `deja quantize` to q8_0, q4_0 and q4_k_m (which has Q4_K and Q6_K
- * tensors), a `deja synth` tiny model in bf16, and a tiny gpt-oss (sliding windows,
+ * `deja quantize` to q8_0, q4_0, q4_k_m (which has Q4_K and Q6_K
+ * tensors), q4_1, q5_0, q5_1 and iq4_nl, a `deja synth` tiny model in bf16, and a tiny gpt-oss (sliding windows,
  * sinks, MXFP4 experts).  Where the kernel table
- * repacks a type (kernels.h: pack; q8_0, q4_0, q4_K on AVX-512 and AVX2), the
+ * repacks a type (kernels.h: pack; q8_0, q4_0, q4_K on AVX-512 and AVX2; q4_1, q5_0,
+ * q5_1, iq4_nl, mxfp4 on AVX2), the
  * model loaded as usual holds the repacked copy and its logits equal those of the
  * same file loaded with DJ_REPACK=0 (the file's layout), in one batch and token
  * by token.  CTest runs it twice: with the default table
@@ -31,13 +32,13 @@ int main(int argc, char **argv) {
     deja_bin = argv[2];
     char dir[] = "/tmp/deja_test_det_XXXXXX";
     if (!mkdtemp(dir)) return 2;
-    char models[8][512];
+    char models[12][512];
     size_t n_models = 0;
     snprintf(models[n_models++], 512, "%s", test_shared_path(argv[1], "models/stories260K.gguf"));
     snprintf(models[n_models++], 512, "%s", test_shared_path(argv[1], "models/aidreams260K.gguf"));
     snprintf(models[n_models++], 512, "%s", test_shared_path(argv[1], "models/codelm-15m-f16.gguf"));
-    const char *qtypes[] = {"q8_0", "q4_0", "q4_k_m"};
-    for (int q = 0; q < 3; q++) {
+    const char *qtypes[] = {"q8_0", "q4_0", "q4_k_m", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+    for (int q = 0; q < 7; q++) {
         char *out = NULL;
         snprintf(models[n_models], 512, "%s/codelm-%s.gguf", dir, qtypes[q]);
         int rc = RUN(&out, "quantize", models[2], models[n_models], (char *)qtypes[q]);

@@ -236,23 +236,16 @@ static inline __m256 lanes_hsum8(const __m256 x[8]) {
                          _mm256_add_ps(_mm256_add_ps(x[1], x[5]), _mm256_add_ps(x[3], x[7])));
 }
 
-/* Blocks [0, nb) of 8 rows (block 0 of row i at src[i]) against NT tokens: the chains of
- * the 8 rows in 8 lanes, stored to c + j * ldc in the lanes of mask. */
-static inline DJ_ALWAYS_INLINE void k32_lanes_body(const int NT, const int SG, const int OFF, const int MN,
-                                                   const int WSUM, const struct k32_lanes *G, int64_t nb,
-                                                   const uint8_t *a, size_t as, struct k32_tp tp, int64_t tps,
-                                                   float *c, int64_t ldc, __m256i mask) {
+/* One block g (8 rows in the lanes form) against NT tokens (its activations at ab + j * as,
+ * prepared at tp index j * tps + b): T_b of the 8 rows in 8 lanes, then
+ * ac[j] = fma(float(T_b), d_w * d_a, ac[j]) (and am[j] = fma(m_w, d_a * sum(a), am[j])).
+ * Every lanes path runs its blocks through this, so they all do the same operations. */
+static inline DJ_ALWAYS_INLINE void k32_block(const int NT, const int SG, const int OFF, const int MN, const int WSUM,
+                                              const struct k32_lanes *g, const uint8_t *ab, size_t as,
+                                              struct k32_tp tp, int64_t tps, int64_t b, __m256 *ac, __m256 *am) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4][8], accm[4][8]; /* token j's chain k of row i in lane i of acc[j][k] */
-    /* chain by chain (blocks k, k + 8, ...): a token's accumulator stays in a register */
-    for (int k = 0; k < 8; k++) {
-        __m256 ac[4], am[4];
-        DJ_UNROLL for (int j = 0; j < NT; j++) ac[j] = am[j] = _mm256_setzero_ps();
-        for (int64_t b = k; b < nb; b += 8) {
-            const struct k32_lanes *g = G + b;
-            const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_0) + 2;
-            __m256i is[4], w16[4];
-            DJ_UNROLL for (int j = 0; j < NT; j++) is[j] = w16[j] = _mm256_setzero_si256();
+    __m256i is[4], w16[4];
+    DJ_UNROLL for (int j = 0; j < NT; j++) is[j] = w16[j] = _mm256_setzero_si256();
 #define K32_STEP(v)                                                                                                  \
     do {                                                                                                             \
         const __m256i u = g->u[v], ua = SG ? _mm256_sign_epi8(u, u) : u;                                            \
@@ -270,21 +263,36 @@ static inline DJ_ALWAYS_INLINE void k32_lanes_body(const int NT, const int SG, c
                 w16[j] = _mm256_setzero_si256();                                                                     \
             }                                                                                                        \
     } while (0)
-            DJ_UNROLL for (int v = 0; v < 8; v++) K32_STEP(v);
-            DJ_UNROLL for (int j = 0; j < NT; j++) {
-                const size_t i = (size_t)j * (size_t)tps + (size_t)b;
-                __m256i t = is[j];
-                if (OFF) t = _mm256_sub_epi32(t, _mm256_set1_epi32(OFF * tp.sa[i]));
-                ac[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(g->d, _mm256_broadcast_ss(tp.d + i)), ac[j]);
-                if (MN) am[j] = _mm256_fmadd_ps(g->m, _mm256_broadcast_ss(tp.dsa + i), am[j]);
-            }
-        }
+    DJ_UNROLL for (int v = 0; v < 8; v++) K32_STEP(v);
+#undef K32_STEP
+    DJ_UNROLL for (int j = 0; j < NT; j++) {
+        const size_t i = (size_t)j * (size_t)tps + (size_t)b;
+        __m256i t = is[j];
+        if (OFF) t = _mm256_sub_epi32(t, _mm256_set1_epi32(OFF * tp.sa[i]));
+        ac[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(g->d, _mm256_broadcast_ss(tp.d + i)), ac[j]);
+        if (MN) am[j] = _mm256_fmadd_ps(g->m, _mm256_broadcast_ss(tp.dsa + i), am[j]);
+    }
+}
+
+/* Blocks [0, nb) of 8 rows (block 0 of row i at src[i]) against NT tokens: the chains of
+ * the 8 rows in 8 lanes, stored to c + j * ldc in the lanes of mask. */
+static inline DJ_ALWAYS_INLINE void k32_lanes_body(const int NT, const int SG, const int OFF, const int MN,
+                                                   const int WSUM, const struct k32_lanes *G, int64_t nb,
+                                                   const uint8_t *a, size_t as, struct k32_tp tp, int64_t tps,
+                                                   float *c, int64_t ldc, __m256i mask) {
+    __m256 acc[4][8], accm[4][8]; /* token j's chain k of row i in lane i of acc[j][k] */
+    /* chain by chain (blocks k, k + 8, ...): a token's accumulator stays in a register */
+    for (int k = 0; k < 8; k++) {
+        __m256 ac[4], am[4];
+        DJ_UNROLL for (int j = 0; j < NT; j++) ac[j] = am[j] = _mm256_setzero_ps();
+        for (int64_t b = k; b < nb; b += 8)
+            k32_block(NT, SG, OFF, MN, WSUM, G + b, a + (size_t)b * sizeof(struct dj_block_q8_0) + 2, as, tp, tps, b,
+                      ac, am);
         DJ_UNROLL for (int j = 0; j < NT; j++) {
             acc[j][k] = ac[j];
             accm[j][k] = am[j];
         }
     }
-#undef K32_STEP
     DJ_UNROLL for (int j = 0; j < NT; j++) {
         __m256 r = lanes_hsum8(acc[j]);
         if (MN) r = _mm256_add_ps(r, lanes_hsum8(accm[j]));
@@ -462,11 +470,222 @@ static void k32_matmul(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a
     }
 }
 
+/* ---- the packed copy (kernels.h: pack, matmul_packed) ----------------------------------
+ *
+ * An 8-row group (two to a 16-row group of kernels.h) keeps its blocks in order, block b
+ * of the 8 rows in 8 * bs bytes (bs: the file's block; the same bytes, rearranged):
+ *   - 4 vectors of quants: vector d, lane i = row i's qs bytes 4d .. 4d+3, whose low
+ *     nibbles are elements 4d .. 4d+3 and high nibbles 16+4d .. 16+4d+3;
+ *   - Q5_0 / Q5_1: 32 bytes of fifth bits: lane i, byte j, bit v = row i's bit of
+ *     element 4v + j, so one shift and mask a vector of the lanes form;
+ *   - the 8 rows' d (f16; MXFP4: the E8M0 byte), then m (f16; Q4_1, Q5_1).
+ * Decoding a block gives exactly the lanes form of the prefill path (struct k32_lanes),
+ * and both run k32_block: the same bits as the file's layout, the row path and the dot.
+ * Decode reads it as a stream: each group's 8 rows at once, one broadcast activation
+ * dword for 8 rows, instead of a row at a time. */
+
+static size_t k32_pf = 2048; /* prefetch distance in the packed stream, bytes (DJ_PK_PF) */
+
+/* Rows r (row i at src[i]) into the packed block at o (bs: the file's block bytes). */
+static inline void k32_pack_block(const uint8_t *const src[8], size_t bs, int q5, int dlen, int mn, uint8_t *o) {
+    const size_t qs_at = (size_t)(bs - 16); /* the quants are the block's last 16 bytes */
+    for (int d = 0; d < 4; d++)
+        for (int i = 0; i < 8; i++) memcpy(o + 32 * d + 4 * i, src[i] + qs_at + 4 * d, 4);
+    o += 128;
+    if (q5) {
+        const size_t qh_at = qs_at - 4;
+        for (int i = 0; i < 8; i++) {
+            const uint32_t qh = dj_load_u32(src[i] + qh_at);
+            for (int j = 0; j < 4; j++) {
+                uint8_t x = 0;
+                for (int v = 0; v < 8; v++) x |= (uint8_t)(((qh >> (4 * v + j)) & 1u) << v);
+                o[4 * i + j] = x;
+            }
+        }
+        o += 32;
+    }
+    for (int i = 0; i < 8; i++) memcpy(o + (size_t)dlen * i, src[i], (size_t)dlen);
+    o += 8 * dlen;
+    if (mn)
+        for (int i = 0; i < 8; i++) memcpy(o + 2 * i, src[i] + 2, 2);
+}
+
+/* The levels of a packed block's vector v (elements 4v .. 4v+3 of each row): nibbles, with
+ * the fifth bit (q5) or through lut (LUT: 1), as the lanes form holds them. */
+static inline DJ_ALWAYS_INLINE __m256i k32_pu(const uint8_t *P, const int v, const int q5, const int LUT,
+                                              __m256i lut) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(P + 32 * (v & 3)));
+    __m256i n = _mm256_and_si256(v < 4 ? q : _mm256_srli_epi16(q, 4), m4);
+    if (q5) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(P + 128));
+        const __m256i hb = v < 4 ? _mm256_slli_epi16(h, 4 - v) : v > 4 ? _mm256_srli_epi16(h, v - 4) : h;
+        n = _mm256_or_si256(n, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+    }
+    return LUT ? _mm256_shuffle_epi8(lut, n) : n;
+}
+
+/* A packed block into the lanes form (registers, once inlined). */
+static inline DJ_ALWAYS_INLINE void k32_punpack(const uint8_t *P, const int q5, const int LUT, __m256i lut,
+                                                const int E8, const int MN, struct k32_lanes *g) {
+    DJ_UNROLL for (int v = 0; v < 8; v++) g->u[v] = k32_pu(P, v, q5, LUT, lut);
+    const uint8_t *S = P + 128 + (q5 ? 32 : 0);
+    if (E8) { /* 2^(e-128) as dj_e8m0_to_f32_half: e < 2: 0x00200000 << e, else (e - 1) << 23 */
+        const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)S));
+        const __m256i lo = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        const __m256i hi = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        g->d = _mm256_castsi256_ps(_mm256_blendv_epi8(hi, lo, small));
+    } else {
+        g->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)S));
+    }
+    g->m = MN ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S + 16))) : _mm256_setzero_ps();
+}
+
+/* One token against a packed 8-row group, blocks in stream order: chain b % 8 of the 8 rows
+ * in acc[b % 8] (the order of k32_lanes_body's chains).  tp.d NULL: each block's activation
+ * prepared here (the no-scratch path; the same values). */
+static inline DJ_ALWAYS_INLINE void k32_packed_1(const int SG, const int OFF, const int MN, const int WSUM,
+                                                 const int q5, const int LUT, const int E8, __m256i lut,
+                                                 size_t gbs, const uint8_t *G, int64_t nb, const uint8_t *a,
+                                                 struct k32_tp tp, float *c, __m256i mask) {
+    __m256 acc[8], accm[8];
+    DJ_UNROLL for (int k = 0; k < 8; k++) acc[k] = accm[k] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        DJ_UNROLL for (int k = 0; k < 8; k++) {
+            const int64_t b = b0 + k;
+            if (b >= nb) continue; /* (not break: k stays a constant, acc[k] a register) */
+            const uint8_t *P = G + (size_t)b * gbs;
+            for (size_t l = 0; k32_pf && 64 * l < gbs; l++) _mm_prefetch((const char *)P + k32_pf + 64 * l, _MM_HINT_T0);
+            struct k32_lanes g;
+            k32_punpack(P, q5, LUT, lut, E8, MN, &g);
+            const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_0);
+            if (tp.d) {
+                k32_block(1, SG, OFF, MN, WSUM, &g, ab + 2, 0, tp, 0, b, &acc[k], &accm[k]);
+            } else {
+                float d, dsa;
+                int32_t sa;
+                k32_prep1(ab, &d, &dsa, &sa);
+                k32_block(1, SG, OFF, MN, WSUM, &g, ab + 2, 0, (struct k32_tp){&d, &dsa, &sa}, 0, 0, &acc[k],
+                          &accm[k]);
+            }
+        }
+    }
+    __m256 r = lanes_hsum8(acc);
+    if (MN) r = _mm256_add_ps(r, lanes_hsum8(accm));
+    _mm256_maskstore_ps(c, mask, r);
+}
+
+/* (lut: the type's 16 levels + OFF as bytes, not a vector: a function with a 256-bit argument
+ * returns without vzeroupper, and the SSE code after it — expf in ffn_swiglu — then ran ~30x
+ * slower on this machine) */
+typedef void (*k32_p1_fn)(const uint8_t *G, int64_t nb, const uint8_t *a, struct k32_tp tp, float *c, __m256i mask,
+                          const int8_t *lut);
+typedef void (*k32_pdec_fn)(const uint8_t *G, int64_t nb, struct k32_lanes *dst, const int8_t *lut);
+
+/* matmul_packed of every 32-block type: one token (or no scratch) a packed group at a time
+ * with k32_packed_1; more tokens, each group decoded into the lanes form once per token
+ * chunk, then the prefill tiles (as k32_matmul). */
+static void k32_matmul_packed(int64_t nb, size_t ws, const uint8_t *w, const uint8_t *a, size_t as, float *c,
+                              int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok, k32_p1_fn one, k32_pdec_fn pdec,
+                              const k32_tile_fn lanes[K32_NT], const int8_t *lut) {
+    int64_t tok_chunk = (int64_t)(((size_t)256 << 10) / as);
+    tok_chunk -= tok_chunk % K32_NT;
+    if (tok_chunk < K32_NT) tok_chunk = K32_NT;
+    if (tok_chunk > n_tok) tok_chunk = n_tok;
+    const size_t gbytes = n_tok > 1 ? (size_t)nb * sizeof(struct k32_lanes) : 0;
+    const size_t ntb = (size_t)tok_chunk * (size_t)nb;
+    uint8_t *scr = dj_kernel_scratch(gbytes + ntb * (2 * sizeof(float) + sizeof(int32_t)));
+    if (!scr) { /* a token at a time, each block's activation prepared on the way */
+        for (int64_t r = r0; r < r1;) {
+            const int64_t g0 = r & ~(int64_t)7, hi = r1 - g0 < 8 ? r1 - g0 : 8;
+            const __m256i mask = _mm256_andnot_si256(lanes_to(r - g0), lanes_to(hi));
+            for (int64_t t = 0; t < n_tok; t++)
+                one(w + (size_t)g0 * ws, nb, a + (size_t)t * as, (struct k32_tp){NULL, NULL, NULL}, c + t * ldc + g0,
+                    mask, lut);
+            r = g0 + hi;
+        }
+        return;
+    }
+    struct k32_lanes *G = gbytes ? (struct k32_lanes *)scr : NULL;
+    struct k32_tp tp = {(float *)(scr + gbytes), NULL, NULL};
+    tp.dsa = tp.d + ntb;
+    tp.sa = (int32_t *)(tp.dsa + ntb);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
+        const uint8_t *at = a + (size_t)t0 * as;
+        float *ct = c + t0 * ldc;
+        k32_prep(at, as, nt_c, nb, tp);
+        for (int64_t r = r0; r < r1;) {
+            const int64_t g0 = r & ~(int64_t)7, hi = r1 - g0 < 8 ? r1 - g0 : 8;
+            const __m256i mask = _mm256_andnot_si256(lanes_to(r - g0), lanes_to(hi));
+            const uint8_t *Gp = w + (size_t)g0 * ws;
+            if (!G) {
+                one(Gp, nb, at, tp, ct + g0, mask, lut);
+            } else {
+                pdec(Gp, nb, G, lut);
+                for (int64_t t = 0; t < nt_c; t += K32_NT) {
+                    const int nt = (int)(nt_c - t < K32_NT ? nt_c - t : K32_NT);
+                    const struct k32_tp tt = {tp.d + t * nb, tp.dsa + t * nb, tp.sa + t * nb};
+                    lanes[nt - 1](G, nb, at + (size_t)t * as, as, tt, nb, ct + t * ldc + g0, ldc, mask);
+                }
+            }
+            r = g0 + hi;
+        }
+    }
+}
+
+/* Type T's pack and matmul_packed: Q5 (fifth bits), LUT (its 16 levels, OFF added, through
+ * the table LUTP), E8 (MXFP4's E8M0 scale), and K32_TYPE's SG, OFF, MN, WSUM. */
+#define K32_PACKED(T, SG, OFF, MN, WSUM, Q5, LUT, LUTP, E8)                                                              \
+    static void T##_pack(int64_t k, const void *wv, size_t ws, int64_t n_rows, int64_t g0, int64_t g1, void *dst) { \
+        const uint8_t *w = wv;                                                                                      \
+        const size_t bs = sizeof(struct dj_block_##T);                                                              \
+        for (int64_t g = g0; g < g1; g++)                                                                           \
+            for (int h = 0; h < 2; h++) {                                                                           \
+                const uint8_t *src[8];                                                                              \
+                for (int64_t i = 0; i < 8; i++) {                                                                   \
+                    const int64_t r = 16 * g + 8 * h + i;                                                           \
+                    src[i] = w + (size_t)(r < n_rows ? r : n_rows - 1) * ws;                                        \
+                }                                                                                                   \
+                uint8_t *o = (uint8_t *)dst + (size_t)(16 * g + 8 * h) * ws;                                        \
+                for (int64_t b = 0; b < k / 32; b++) {                                                              \
+                    const uint8_t *sb[8];                                                                           \
+                    for (int i = 0; i < 8; i++) sb[i] = src[i] + (size_t)b * bs;                                    \
+                    k32_pack_block(sb, bs, Q5, E8 ? 1 : 2, MN, o + (size_t)b * 8 * bs);                             \
+                }                                                                                                   \
+            }                                                                                                       \
+    }                                                                                                               \
+    static void T##_p1(const uint8_t *G, int64_t nb, const uint8_t *a, struct k32_tp tp, float *c, __m256i mask,   \
+                       const int8_t *lut) {                                                                         \
+        k32_packed_1(SG && !OFF, OFF, MN, WSUM, Q5, LUT, E8, dj_q_lut16(lut), 8 * sizeof(struct dj_block_##T), G, nb, \
+                     a, tp, c, mask);                                                                               \
+    }                                                                                                               \
+    static void T##_pdec(const uint8_t *G, int64_t nb, struct k32_lanes *dst, const int8_t *lut) {                  \
+        const __m256i l = dj_q_lut16(lut);                                                                          \
+        for (int64_t b = 0; b < nb; b++)                                                                            \
+            k32_punpack(G + (size_t)b * 8 * sizeof(struct dj_block_##T), Q5, LUT, l, E8, MN, dst + b);               \
+    }                                                                                                               \
+    static void T##_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c,          \
+                                  int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                             \
+        static const k32_tile_fn lanes[K32_NT] = {T##_lanes1, T##_lanes2, T##_lanes3, T##_lanes4};                  \
+        _Alignas(16) int8_t t[16] = {0};                                                                            \
+        if (LUT)                                                                                                    \
+            for (int i = 0; i < 16; i++) t[i] = (int8_t)((LUTP)[i] + OFF);                                          \
+        k32_matmul_packed(k / 32, ws, w, a, as, c, ldc, r0, r1, n_tok, T##_p1, T##_pdec, lanes, t);                 \
+    }
+
 K32_TYPE(q4_1, 0, 0, 1, 8)
 K32_TYPE(q5_1, 0, 0, 1, 4)
 K32_TYPE(q5_0, 1, 16, 0, 4)
 K32_TYPE(iq4_nl, 1, 0, 0, 1)
 K32_TYPE(mxfp4, 1, 12, 0, 4)
+
+K32_PACKED(q4_1, 0, 0, 1, 8, 0, 0, dj_kvalues_iq4nl, 0) /* (LUT 0: the table unused) */
+K32_PACKED(q5_1, 0, 0, 1, 4, 1, 0, dj_kvalues_iq4nl, 0)
+K32_PACKED(q5_0, 1, 16, 0, 4, 1, 0, dj_kvalues_iq4nl, 0)
+K32_PACKED(iq4_nl, 1, 0, 0, 1, 0, 1, dj_kvalues_iq4nl, 0)
+K32_PACKED(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
 
 #define K32_SET(k, TYPE, T)                                                                                        \
     do {                                                                                                           \
@@ -474,11 +693,12 @@ K32_TYPE(mxfp4, 1, 12, 0, 4)
         (k)->w[TYPE].matmul = T##_matmul;                                                                          \
         (k)->w[TYPE].dot = T##_dot;                                                                                \
         (k)->w[TYPE].dequantize_row = T##_dequant;                                                                 \
-        (k)->w[TYPE].pack = NULL;                                                                                  \
-        (k)->w[TYPE].matmul_packed = NULL;                                                                         \
+        (k)->w[TYPE].pack = T##_pack;                                                                              \
+        (k)->w[TYPE].matmul_packed = T##_matmul_packed;                                                            \
     } while (0)
 
 void dj_kernels_init_avx2_quants32(struct dj_kernels *k) {
+    k32_pf = dj_kernels_prefetch_distance(k32_pf);
     K32_SET(k, DJ_TYPE_Q4_1, q4_1);
     K32_SET(k, DJ_TYPE_Q5_1, q5_1);
     K32_SET(k, DJ_TYPE_Q5_0, q5_0);
