@@ -695,6 +695,8 @@ static inline DJ_ALWAYS_INLINE void q6_K_body(const int MR, const int NT, int64_
         DJ_UNROLL for (int i = 0; i < MR; i++) {
             wb[i] = (const struct dj_block_q6_K *)(w + (size_t)i * ws) + ib;
             scb[i] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wb[i]->scales));
+            if (NT <= 2 && q8l_pf) /* decode: the row's stream (rows follow each other), ahead */
+                for (int l = 0; l < 4; l++) _mm_prefetch((const char *)wb[i] + q8l_pf + 64 * l, _MM_HINT_T0);
         }
         DJ_UNROLL for (int j = 0; j < NT; j++) {
             ab[j] = (const struct dj_block_q8_K *)(a + (size_t)j * as) + ib;
