@@ -418,6 +418,27 @@ typedef void (*k32_tile_fn)(const struct k32_lanes *G, int64_t nb, const uint8_t
 typedef void (*k32_rows_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, struct k32_tp tp,
                             float *c, int64_t ldc, int64_t r0, int64_t r1);
 
+/* The scratch of a matmul call: gbytes for a lanes-form group, then the prepared
+ * activations of a token chunk (~256 KiB of activations, whole K32_NT tiles, at most n_tok:
+ * *tok_chunk); *tp points into it.  NULL (tp zeroed) when there is no memory. */
+static uint8_t *k32_scratch(int64_t nb, size_t as, int64_t n_tok, size_t gbytes, int64_t *tok_chunk,
+                            struct k32_tp *tp) {
+    int64_t tc = (int64_t)(((size_t)256 << 10) / as);
+    tc -= tc % K32_NT;
+    if (tc < K32_NT) tc = K32_NT;
+    if (tc > n_tok) tc = n_tok;
+    *tok_chunk = tc;
+    const size_t ntb = (size_t)tc * (size_t)nb; /* prepared blocks */
+    uint8_t *scr = dj_kernel_scratch(gbytes + ntb * (2 * sizeof(float) + sizeof(int32_t)));
+    *tp = (struct k32_tp){NULL, NULL, NULL};
+    if (scr) {
+        tp->d = (float *)(scr + gbytes);
+        tp->dsa = tp->d + ntb;
+        tp->sa = (int32_t *)(tp->dsa + ntb);
+    }
+    return scr;
+}
+
 /* The matmul of every 32-block type: few tokens (or no scratch), rows a row at a time;
  * otherwise per token chunk (~256 KiB of activations) each 8-row group decoded into the
  * lanes form once, then every K32_NT-token tile of the chunk over it. */
@@ -425,20 +446,11 @@ static void k32_matmul(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a
                        int64_t r0, int64_t r1, int64_t n_tok, k32_rows_fn rows1, k32_rows_fn rows2, k32_rows_fn rows4,
                        void (*dec_group)(const uint8_t *const src[8], int64_t nb, struct k32_lanes *dst),
                        const k32_tile_fn lanes[K32_NT]) {
-    int64_t tok_chunk = (int64_t)(((size_t)256 << 10) / as);
-    tok_chunk -= tok_chunk % K32_NT;
-    if (tok_chunk < K32_NT) tok_chunk = K32_NT;
-    if (tok_chunk > n_tok) tok_chunk = n_tok;
     const size_t gbytes = n_tok > K32_SMALL ? (size_t)nb * sizeof(struct k32_lanes) : 0;
-    const size_t ntb = (size_t)tok_chunk * (size_t)nb; /* prepared blocks */
-    uint8_t *scr = dj_kernel_scratch(gbytes + ntb * (2 * sizeof(float) + sizeof(int32_t)));
+    int64_t tok_chunk;
+    struct k32_tp tp;
+    uint8_t *scr = k32_scratch(nb, as, n_tok, gbytes, &tok_chunk, &tp);
     struct k32_lanes *G = scr && gbytes ? (struct k32_lanes *)scr : NULL;
-    struct k32_tp tp = {NULL, NULL, NULL};
-    if (scr) {
-        tp.d = (float *)(scr + gbytes);
-        tp.dsa = tp.d + ntb;
-        tp.sa = (int32_t *)(tp.dsa + ntb);
-    }
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
         const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
         const uint8_t *at = a + (size_t)t0 * as;
@@ -589,13 +601,10 @@ typedef void (*k32_pdec_fn)(const uint8_t *G, int64_t nb, struct k32_lanes *dst,
 static void k32_matmul_packed(int64_t nb, size_t ws, const uint8_t *w, const uint8_t *a, size_t as, float *c,
                               int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok, k32_p1_fn one, k32_pdec_fn pdec,
                               const k32_tile_fn lanes[K32_NT], const int8_t *lut) {
-    int64_t tok_chunk = (int64_t)(((size_t)256 << 10) / as);
-    tok_chunk -= tok_chunk % K32_NT;
-    if (tok_chunk < K32_NT) tok_chunk = K32_NT;
-    if (tok_chunk > n_tok) tok_chunk = n_tok;
     const size_t gbytes = n_tok > 1 ? (size_t)nb * sizeof(struct k32_lanes) : 0;
-    const size_t ntb = (size_t)tok_chunk * (size_t)nb;
-    uint8_t *scr = dj_kernel_scratch(gbytes + ntb * (2 * sizeof(float) + sizeof(int32_t)));
+    int64_t tok_chunk;
+    struct k32_tp tp;
+    uint8_t *scr = k32_scratch(nb, as, n_tok, gbytes, &tok_chunk, &tp);
     if (!scr) { /* a token at a time, each block's activation prepared on the way */
         for (int64_t r = r0; r < r1;) {
             const int64_t g0 = r & ~(int64_t)7, hi = r1 - g0 < 8 ? r1 - g0 : 8;
@@ -608,9 +617,6 @@ static void k32_matmul_packed(int64_t nb, size_t ws, const uint8_t *w, const uin
         return;
     }
     struct k32_lanes *G = gbytes ? (struct k32_lanes *)scr : NULL;
-    struct k32_tp tp = {(float *)(scr + gbytes), NULL, NULL};
-    tp.dsa = tp.d + ntb;
-    tp.sa = (int32_t *)(tp.dsa + ntb);
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
         const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
         const uint8_t *at = a + (size_t)t0 * as;
