@@ -14,9 +14,10 @@
  * The shapes cover an odd number of blocks (q4_0/q8_0 pair their blocks), fewer
  * than 16 rows, a partial last group and 1..33 tokens (decode, small batches and
  * the prefill path), and rows past two prefill slabs.  On a CPU with AVX-512 the
- * avx512 and avx2 tables must pack q4_0, q8_0 and q4_K (so the test cannot pass by
- * finding nothing to test), and the avx2 table q4_1, q5_0, q5_1, iq4_nl and mxfp4; where both tables run, their q4_0, q8_0 and q4_K dots
- * must agree bitwise (the same scheme in 8 and 16 lanes).
+ * avx512 and avx2 tables must pack q4_0, q8_0 and q4_K, and the avx2 table q4_1,
+ * q5_0, q5_1, iq4_nl and mxfp4 (so the test cannot pass by finding nothing to test);
+ * where both tables run, their q4_0, q8_0 and q4_K dots must agree bitwise (the same
+ * scheme in 8 and 16 lanes).
  */
 #include <stdio.h>
 #include <stdlib.h>

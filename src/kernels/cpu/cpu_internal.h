@@ -92,6 +92,10 @@ void dj_kernels_init_avx2_quants(struct dj_kernels *k);
         (k)->w[T].matmul_packed = name##_matmul_packed;                                       \
     } while (0)
 
+/* How far ahead (bytes) the AVX2 table's decode kernels prefetch their weight stream
+ * (kernels_avx2.c, quants_avx2.c, quants32_avx2.c; set once by dj_kernels_init_avx2). */
+extern size_t dj_avx2_pf;
+
 /* How far ahead (bytes) the packed kernels prefetch their stream: DJ_PK_PF from the
  * environment (bench tuning; docs/CONFIG.md), else def. */
 static inline size_t dj_kernels_prefetch_distance(size_t def) {

@@ -136,7 +136,7 @@ static inline __m256i q4_0_unpack(const uint8_t *qs) {
 
 struct q8l_tok { float d; int32_t ncorr; }; /* one token's block: d_a, the isum's start */
 
-static size_t q8l_pf = 2048; /* prefetch distance in the packed stream (DJ_PK_PF) */
+size_t dj_avx2_pf = 2048; /* cpu_internal.h: the decode kernels' prefetch distance (DJ_PK_PF) */
 
 static inline DJ_ALWAYS_INLINE void q8l_prep_tok(const int q8, int64_t nb, const uint8_t *a, struct q8l_tok *o) {
     const __m256i x80 = _mm256_set1_epi8((char)0x80);
@@ -232,7 +232,7 @@ static void q8_0_pack(int64_t k, const void *w, size_t ws, int64_t n_rows, int64
 /* Blocks [0, nbs) of a group G in the packed format (nbg blocks a row in it) for NT tokens
  * (a: their block 0, as apart; tp: their q8l_tok, tps apart).  The accumulators start at
  * zero (first) or from accb (token j at accb[j]), and go back there or, with last, to
- * c[j * ldc + lane] for the lanes in m.  pf: prefetch the stream q8l_pf ahead. */
+ * c[j * ldc + lane] for the lanes in m.  pf: prefetch the stream dj_avx2_pf ahead. */
 static inline DJ_ALWAYS_INLINE void q8l_run(const int q8, const int NT, const uint8_t *G, int64_t nbg, int64_t nbs,
                                             int first, int last, const uint8_t *a, size_t as,
                                             const struct q8l_tok *tp, int64_t tps, __m256 *accb, float *c,
@@ -243,7 +243,7 @@ static inline DJ_ALWAYS_INLINE void q8l_run(const int q8, const int NT, const ui
     for (int64_t b = 0; b < nbs; b++) {
         const __m256i *v = (const __m256i *)q8l_q(q8, G, b);
         if (pf) {
-            for (int l = 0; l < (q8 ? 5 : 3); l++) _mm_prefetch((const char *)v + q8l_pf + 64 * l, _MM_HINT_T0);
+            for (int l = 0; l < (q8 ? 5 : 3); l++) _mm_prefetch((const char *)v + dj_avx2_pf + 64 * l, _MM_HINT_T0);
         }
         __m256i is[4];
         DJ_UNROLL for (int t = 0; t < NT; t++) is[t] = _mm256_setzero_si256();
@@ -405,7 +405,7 @@ static inline DJ_ALWAYS_INLINE void q4kl_run(const int NT, const uint8_t *G, int
     for (int64_t b = 0; b < nbs; b++) {
         const __m256i *v = (const __m256i *)(G + (size_t)b * Q4KL_SB);
         if (pf) {
-            for (int l = 0; l < 18; l++) _mm_prefetch((const char *)v + q8l_pf + 64 * l, _MM_HINT_T0);
+            for (int l = 0; l < 18; l++) _mm_prefetch((const char *)v + dj_avx2_pf + 64 * l, _MM_HINT_T0);
         }
         /* chunk 0: dword 0 = d | dmin << 16, dwords 1-3 = the scale bytes (lane = row) */
         const __m256i u0 = _mm256_loadu_si256(v + 1), u1 = _mm256_loadu_si256(v + 2), u2 = _mm256_loadu_si256(v + 3);
@@ -637,7 +637,7 @@ static void q8l_matmul(const struct q8l_kind *K, const int pk, int64_t k, const 
                 for (int64_t t = 0; t < nt_c; t += Q8L_NT) {
                     const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
                     K->run[nt - 1](G, nb, nb, 1, 1, at + (size_t)t * as, as, tp + (size_t)(t * nb) * K->tok_bytes, nb,
-                                   NULL, cg + t * ldc, ldc, m, t == 0 && q8l_pf);
+                                   NULL, cg + t * ldc, ldc, m, t == 0 && dj_avx2_pf);
                 }
                 continue;
             }
@@ -660,7 +660,7 @@ static void q8l_matmul(const struct q8l_kind *K, const int pk, int64_t k, const 
                     const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
                     K->run[nt - 1](Gs, nbg, s1 - s0, s0 == 0, s1 == nb, at + (size_t)t * as + (size_t)s0 * K->abs, as,
                                    tp + (size_t)(t * nb + s0) * K->tok_bytes, nb, accb + t, cg + t * ldc, ldc, m,
-                                   pk && t == 0 && q8l_pf);
+                                   pk && t == 0 && dj_avx2_pf);
                 }
             }
         }
@@ -695,8 +695,8 @@ static inline DJ_ALWAYS_INLINE void q6_K_body(const int MR, const int NT, int64_
         DJ_UNROLL for (int i = 0; i < MR; i++) {
             wb[i] = (const struct dj_block_q6_K *)(w + (size_t)i * ws) + ib;
             scb[i] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)wb[i]->scales));
-            if (NT <= 2 && q8l_pf) /* decode: the row's stream (rows follow each other), ahead */
-                for (int l = 0; l < 4; l++) _mm_prefetch((const char *)wb[i] + q8l_pf + 64 * l, _MM_HINT_T0);
+            if (NT <= 2 && dj_avx2_pf) /* decode: the row's stream (rows follow each other), ahead */
+                for (int l = 0; l < 4; l++) _mm_prefetch((const char *)wb[i] + dj_avx2_pf + 64 * l, _MM_HINT_T0);
         }
         DJ_UNROLL for (int j = 0; j < NT; j++) {
             ab[j] = (const struct dj_block_q8_K *)(a + (size_t)j * as) + ib;
@@ -926,7 +926,7 @@ bool dj_kernels_init_avx2(struct dj_kernels *k) {
     k->w[DJ_TYPE_Q8_0].dequantize_row = dequant_q8_0;
     k->w[DJ_TYPE_Q4_0].dequantize_row = dequant_q4_0;
     DJ_KERNELS_SET_PACKED(k);
-    q8l_pf = dj_kernels_prefetch_distance(q8l_pf);
+    dj_avx2_pf = dj_kernels_prefetch_distance(dj_avx2_pf);
     k->quantize_act[DJ_TYPE_F16] = quant_f16;
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;

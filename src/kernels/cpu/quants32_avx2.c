@@ -496,8 +496,6 @@ static void k32_matmul(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a
  * Decode reads it as a stream: each group's 8 rows at once, one broadcast activation
  * dword for 8 rows, instead of a row at a time. */
 
-static size_t k32_pf = 2048; /* prefetch distance in the packed stream, bytes (DJ_PK_PF) */
-
 /* Rows r (row i at src[i]) into the packed block at o (bs: the file's block bytes). */
 static inline void k32_pack_block(const uint8_t *const src[8], size_t bs, int q5, int dlen, int mn, uint8_t *o) {
     const size_t qs_at = (size_t)(bs - 16); /* the quants are the block's last 16 bytes */
@@ -568,7 +566,8 @@ static inline DJ_ALWAYS_INLINE void k32_packed_1(const int SG, const int OFF, co
             const int64_t b = b0 + k;
             if (b >= nb) continue; /* (not break: k stays a constant, acc[k] a register) */
             const uint8_t *P = G + (size_t)b * gbs;
-            for (size_t l = 0; k32_pf && 64 * l < gbs; l++) _mm_prefetch((const char *)P + k32_pf + 64 * l, _MM_HINT_T0);
+            for (size_t l = 0; dj_avx2_pf && 64 * l < gbs; l++)
+                _mm_prefetch((const char *)P + dj_avx2_pf + 64 * l, _MM_HINT_T0);
             struct k32_lanes g;
             k32_punpack(P, q5, LUT, lut, E8, MN, &g);
             const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_0);
@@ -605,29 +604,21 @@ static void k32_matmul_packed(int64_t nb, size_t ws, const uint8_t *w, const uin
     int64_t tok_chunk;
     struct k32_tp tp;
     uint8_t *scr = k32_scratch(nb, as, n_tok, gbytes, &tok_chunk, &tp);
-    if (!scr) { /* a token at a time, each block's activation prepared on the way */
-        for (int64_t r = r0; r < r1;) {
-            const int64_t g0 = r & ~(int64_t)7, hi = r1 - g0 < 8 ? r1 - g0 : 8;
-            const __m256i mask = _mm256_andnot_si256(lanes_to(r - g0), lanes_to(hi));
-            for (int64_t t = 0; t < n_tok; t++)
-                one(w + (size_t)g0 * ws, nb, a + (size_t)t * as, (struct k32_tp){NULL, NULL, NULL}, c + t * ldc + g0,
-                    mask, lut);
-            r = g0 + hi;
-        }
-        return;
-    }
-    struct k32_lanes *G = gbytes ? (struct k32_lanes *)scr : NULL;
+    struct k32_lanes *G = scr && gbytes ? (struct k32_lanes *)scr : NULL;
     for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
         const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
         const uint8_t *at = a + (size_t)t0 * as;
         float *ct = c + t0 * ldc;
-        k32_prep(at, as, nt_c, nb, tp);
+        if (tp.d) k32_prep(at, as, nt_c, nb, tp);
         for (int64_t r = r0; r < r1;) {
             const int64_t g0 = r & ~(int64_t)7, hi = r1 - g0 < 8 ? r1 - g0 : 8;
             const __m256i mask = _mm256_andnot_si256(lanes_to(r - g0), lanes_to(hi));
             const uint8_t *Gp = w + (size_t)g0 * ws;
-            if (!G) {
-                one(Gp, nb, at, tp, ct + g0, mask, lut);
+            if (!G) { /* a token at a time (no scratch: each block's activation prepared on the way) */
+                for (int64_t t = 0; t < nt_c; t++) {
+                    const struct k32_tp tt = tp.d ? (struct k32_tp){tp.d + t * nb, tp.dsa + t * nb, tp.sa + t * nb} : tp;
+                    one(Gp, nb, at + (size_t)t * as, tt, ct + t * ldc + g0, mask, lut);
+                }
             } else {
                 pdec(Gp, nb, G, lut);
                 for (int64_t t = 0; t < nt_c; t += K32_NT) {
@@ -681,17 +672,17 @@ static void k32_matmul_packed(int64_t nb, size_t ws, const uint8_t *w, const uin
         k32_matmul_packed(k / 32, ws, w, a, as, c, ldc, r0, r1, n_tok, T##_p1, T##_pdec, lanes, t);                 \
     }
 
-K32_TYPE(q4_1, 0, 0, 1, 8)
-K32_TYPE(q5_1, 0, 0, 1, 4)
-K32_TYPE(q5_0, 1, 16, 0, 4)
-K32_TYPE(iq4_nl, 1, 0, 0, 1)
-K32_TYPE(mxfp4, 1, 12, 0, 4)
 
-K32_PACKED(q4_1, 0, 0, 1, 8, 0, 0, dj_kvalues_iq4nl, 0) /* (LUT 0: the table unused) */
-K32_PACKED(q5_1, 0, 0, 1, 4, 1, 0, dj_kvalues_iq4nl, 0)
-K32_PACKED(q5_0, 1, 16, 0, 4, 1, 0, dj_kvalues_iq4nl, 0)
-K32_PACKED(iq4_nl, 1, 0, 0, 1, 0, 1, dj_kvalues_iq4nl, 0)
-K32_PACKED(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
+/* Every 32-block type once: K32_TYPE's parameters, then K32_PACKED's own (LUT 0: the table
+ * is not used) */
+#define K32_TYPE_ALL(T, SG, OFF, MN, WSUM, Q5, LUT, LUTP, E8) \
+    K32_TYPE(T, SG, OFF, MN, WSUM)                             \
+    K32_PACKED(T, SG, OFF, MN, WSUM, Q5, LUT, LUTP, E8)
+K32_TYPE_ALL(q4_1, 0, 0, 1, 8, 0, 0, dj_kvalues_iq4nl, 0)
+K32_TYPE_ALL(q5_1, 0, 0, 1, 4, 1, 0, dj_kvalues_iq4nl, 0)
+K32_TYPE_ALL(q5_0, 1, 16, 0, 4, 1, 0, dj_kvalues_iq4nl, 0)
+K32_TYPE_ALL(iq4_nl, 1, 0, 0, 1, 0, 1, dj_kvalues_iq4nl, 0)
+K32_TYPE_ALL(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
 
 #define K32_SET(k, TYPE, T)                                                                                        \
     do {                                                                                                           \
@@ -704,7 +695,6 @@ K32_PACKED(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
     } while (0)
 
 void dj_kernels_init_avx2_quants32(struct dj_kernels *k) {
-    k32_pf = dj_kernels_prefetch_distance(k32_pf);
     K32_SET(k, DJ_TYPE_Q4_1, q4_1);
     K32_SET(k, DJ_TYPE_Q5_1, q5_1);
     K32_SET(k, DJ_TYPE_Q5_0, q5_0);

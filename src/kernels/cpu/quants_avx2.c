@@ -824,10 +824,6 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
     }
 }
 
-/* Bytes ahead that the rows path prefetches in its weight stream (the rows are one stream:
- * row r + 1 follows row r; DJ_PK_PF, 0: none).  Without it decode read ~60 % of the bandwidth. */
-static size_t kt_pf = 2048;
-
 /* K-type T (block struct dj_block_T, decoder T_dec): the rows path for NT tokens, the
  * matmul, the dot. */
 #define KT_TYPE(T, SG, CR, MN, UN, TILES, D1, SB1)                                                                     \
@@ -848,8 +844,10 @@ static size_t kt_pf = 2048;
             for (int64_t b = 0; b < nb; b++) {                                                                     \
                 const uint8_t *wb = wr + (size_t)b * sizeof(struct dj_block_##T);                                  \
                 const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_K);                                  \
-                for (size_t l_ = 0; kt_pf && 64 * l_ < sizeof(struct dj_block_##T); l_++)                          \
-                    _mm_prefetch((const char *)wb + kt_pf + 64 * l_, _MM_HINT_T0);                                 \
+                /* the rows are one stream (row r + 1 follows row r): without this, decode \
+                 * read ~60 % of the bandwidth */                                                  \
+                for (size_t l_ = 0; dj_avx2_pf && 64 * l_ < sizeof(struct dj_block_##T); l_++)                     \
+                    _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);                            \
                 if (NT == 1 && D1) { /* one token: the type's own integer dot, the same total */                   \
                     const struct kt_tot t = kt_sb1_call(SB1, wb, ab);                                              \
                     kt_epilogue(MN, t, ab, acc[0]);                                                                \
@@ -979,7 +977,6 @@ KT_DEQUANT(tq2_0, 1, 0)
     } while (0)
 
 void dj_kernels_init_avx2_quants(struct dj_kernels *k) {
-    kt_pf = dj_kernels_prefetch_distance(kt_pf);
     KT_SET(k, DJ_TYPE_Q5_K, q5_K);
     KT_SET(k, DJ_TYPE_Q3_K, q3_K);
     KT_SET(k, DJ_TYPE_Q2_K, q2_K);
