@@ -13,7 +13,11 @@ FUZZERS    := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
 # Debian packages the build needs.  Checked with dpkg first so the common case
 # (everything present) costs a few milliseconds and needs no root.
-DEPS      := cmake gcc make pkg-config libpcre2-dev libjansson-dev node-llhttp libxxhash-dev
+# libvulkan-dev + glslc: the Vulkan backend's headers and shader compiler (build time; the
+# loader is opened at run time); mesa-vulkan-drivers: lavapipe, the Vulkan device the tests
+# run the shaders on (tests/kernels/test_vulkan.c).
+DEPS      := cmake gcc make pkg-config libpcre2-dev libjansson-dev node-llhttp libxxhash-dev \
+             libvulkan-dev glslc mesa-vulkan-drivers
 FUZZ_DEPS := clang libclang-rt-14-dev
 # Test-only: promtool (lints GET /metrics in tests/e2e/test_clients.sh).
 TEST_DEPS := prometheus

@@ -5,7 +5,8 @@
  * counts and bytes by type, the vocabulary (type, size, special ids) and
  * whether a chat template is present.  --metadata lists every key/value,
  * --tensors every tensor.  A bad file gives the reader's one-line message and
- * exit status 1.
+ * exit status 1.  `deja inspect --devices` (no model) lists the compute devices:
+ * the CPU's kernel table and what Vulkan reports (src/kernels/vulkan/vk.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,15 +16,39 @@
 #include "core/ggml_type.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
+#include "kernels/vulkan/vk.h"
 #include "tokenizer/tokenizer.h"
 
 static void inspect_usage(FILE *f) {
     fprintf(f,
             "usage: deja inspect MODEL.gguf [--metadata] [--tensors]\n"
+            "       deja inspect --devices\n"
             "  prints architecture, hyperparameters, tensor counts and bytes by type,\n"
             "  vocabulary type/size/special ids and whether a chat template is present.\n"
             "  --metadata  also list every metadata key and value (arrays summarized)\n"
-            "  --tensors   also list every tensor: name, type, shape, offset, bytes\n");
+            "  --tensors   also list every tensor: name, type, shape, offset, bytes\n"
+            "  --devices   list the compute devices: the CPU kernel table and every Vulkan device\n"
+            "              (vulkan:N is the N of a future --device vulkan:N; the GPU forward pass\n"
+            "              is not implemented yet: docs/ARCHITECTURE.md, GPU)\n");
+}
+
+/* `deja inspect --devices`: the CPU, then Vulkan's devices or why there are none. */
+static int inspect_devices(void) {
+    printf("cpu: %s kernel table\n", dj_kernels()->name);
+    struct dj_vk_device_info dev[16];
+    size_t n = 0;
+    if (dj_vk_devices(dev, 16, &n) != DJ_OK) {
+        printf("vulkan: %s\n", dj_last_error());
+        return 0;
+    }
+    if (!n) printf("vulkan: no devices: %s\n", dj_vk_why_none());
+    for (size_t i = 0; i < n && i < 16; i++)
+        printf("vulkan:%zu: %s (%s, vendor 0x%04x, device 0x%04x, Vulkan %u.%u.%u, %.1f GiB device-local, "
+               "subgroup %u)\n",
+               i, dev[i].name, dev[i].type, dev[i].vendor_id, dev[i].device_id, (dev[i].api_version >> 22) & 0x7Fu,
+               (dev[i].api_version >> 12) & 0x3FFu, dev[i].api_version & 0xFFFu,
+               (double)dev[i].device_local_bytes / (1024.0 * 1024.0 * 1024.0), dev[i].subgroup_size);
+    return 0;
 }
 
 /* Prints a scalar or string value; arrays as "[type x n]" plus the first items. */
@@ -124,7 +149,7 @@ static void print_vocab(const struct gguf_ctx *g) {
 
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
-    bool show_kv = false, show_tensors = false;
+    bool show_kv = false, show_tensors = false, show_devices = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             inspect_usage(stdout);
@@ -133,6 +158,8 @@ int cmd_inspect(int argc, char **argv) {
             show_kv = true;
         } else if (!strcmp(argv[i], "--tensors")) {
             show_tensors = true;
+        } else if (!strcmp(argv[i], "--devices")) {
+            show_devices = true;
         } else if (!strcmp(argv[i], "-m")) {
             if (!(path = cli_value("inspect", argc, argv, &i))) return 1;
         } else if (argv[i][0] == '-') {
@@ -144,6 +171,8 @@ int cmd_inspect(int argc, char **argv) {
             return cli_error("inspect", "one model at a time (got '%s' and '%s')", path, argv[i]);
         }
     }
+    if (show_devices && !path) return inspect_devices();
+    if (show_devices) return cli_error("inspect", "--devices takes no model");
     if (!path) {
         inspect_usage(stderr);
         return cli_error("inspect", "no model given");

@@ -64,6 +64,17 @@ int main(int argc, char **argv) {
     free(out);
     CHECK(RUN(&out, "inspect", "/nonexistent/model.gguf") != 0 && strstr(out, "/nonexistent/model.gguf"));
     free(out);
+    /* the devices: the CPU table, then each Vulkan device or one line saying why there is none */
+    CHECK(RUN(&out, "inspect", "--devices") == 0 && strstr(out, "cpu: ") && strstr(out, " kernel table") &&
+          (strstr(out, "vulkan:0: ") || strstr(out, "vulkan: no devices: ")));
+    free(out);
+    setenv("DJ_VULKAN_LOADER", "/nonexistent/libvulkan.so.1", 1);
+    CHECK(RUN(&out, "inspect", "--devices") == 0 && strstr(out, "vulkan: no devices: ") &&
+          (strstr(out, "/nonexistent/libvulkan.so.1") || strstr(out, "built without the Vulkan backend")));
+    free(out);
+    unsetenv("DJ_VULKAN_LOADER");
+    CHECK(RUN(&out, "inspect", "--devices", (char *)stories) != 0 && strstr(out, "--devices takes no model"));
+    free(out);
     CHECK(RUN(&out, "tokenize", "-m", (char *)stories, "-f", "/nonexistent/prompt.txt") != 0 &&
           strstr(out, "/nonexistent/prompt.txt"));
     free(out);
