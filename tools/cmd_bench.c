@@ -50,6 +50,8 @@ static void bench_usage(FILE *f) {
             "  -d N     depth: both tests run after N tokens already in the cache (prefilled once, untimed)\n"
             CLI_KV_TYPE_HELP
             "  --batch LIST  N sequences decoding together (llama-batched-bench's shapes; -p/-n per sequence)\n"
+            "  --device D    cpu (default) or vulkan[:N]: the forward pass on Vulkan device N (deja inspect --devices;\n"
+            "                the models and K/V types the GPU path runs: docs/ARCHITECTURE.md, GPU; not with --batch)\n"
             "  deja bench --membw [-t THREADS]   measures only the bandwidth\n");
 }
 
@@ -235,6 +237,7 @@ int cmd_bench(int argc, char **argv) {
     bool reps_set = false, ok;
     bool json = false, membw = false;
     uint32_t type_k = kv_type_default(), type_v = kv_type_default();
+    unsigned long gpu = 0; /* --device: 0 the CPU, N + 1 vulkan:N */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long *dst = NULL;
@@ -249,6 +252,17 @@ int cmd_bench(int argc, char **argv) {
             if (!(model_path = cli_value("bench", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--batch")) {
             if (!(batch = cli_value("bench", argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--device")) {
+            const char *v = cli_value("bench", argc, argv, &i);
+            if (!v) return 1;
+            char *end = NULL;
+            if (!strcmp(v, "cpu")) gpu = 0;
+            else if (!strcmp(v, "vulkan")) gpu = 1;
+            else if (!strncmp(v, "vulkan:", 7) && v[7] >= '0' && v[7] <= '9' && (gpu = strtoul(v + 7, &end, 10) + 1, !*end) &&
+                     gpu <= 64)
+                ;
+            else
+                return cli_error("bench", "--device: '%s' is not cpu, vulkan or vulkan:N", v);
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--membw")) membw = true;
         else if (!strcmp(a, "-p")) dst = &n_pp;
@@ -298,6 +312,10 @@ int cmd_bench(int argc, char **argv) {
             weight_bytes += t->nbytes;
     }
     if (m->hp.n_expert) weight_bytes += (size_t)((double)expert_bytes * m->hp.n_expert_used / m->hp.n_expert);
+    if (batch && gpu) {
+        model_free(m);
+        return cli_error("bench", "--device vulkan does not run --batch yet (the serving engine is CPU-only)");
+    }
     if (batch) {
         batch_type_k = type_k;
         batch_type_v = type_v;
@@ -316,6 +334,7 @@ int cmd_bench(int argc, char **argv) {
     cp.type_k = type_k;
     cp.type_v = type_v;
     cp.rope_table_max = opt.precompute_enabled ? opt.precompute_rope_max : 0;
+    cp.gpu = (uint32_t)gpu;
     struct dj_context *c = NULL;
     float *logits = malloc(m->hp.n_vocab * sizeof(float));
     dj_token *toks = malloc((size_t)n_toks * sizeof *toks + sizeof *toks);
@@ -380,9 +399,9 @@ int cmd_bench(int argc, char **argv) {
     if (json) {
         printf("{\"model\": \"%s\", \"type\": \"%s\", \"threads\": %ld, \"weight_bytes\": %zu, \"pp\": %ld, \"pp_tps\": %.2f, "
                "\"tg\": %ld, \"tg_tps\": %.2f, \"tg_gbs\": %.2f, \"depth\": %ld, \"cache_type_k\": \"%s\", "
-               "\"cache_type_v\": \"%s\"",
+               "\"cache_type_v\": \"%s\", \"device\": \"%s\"",
                model_path, dj_type_name(main_type), n_threads, weight_bytes, n_pp, pp_m, n_tg, tg_m, gbs, depth,
-               dj_type_name(type_k), dj_type_name(type_v));
+               dj_type_name(type_k), dj_type_name(type_v), gpu ? "vulkan" : "cpu");
         if (membw) printf(", \"membw_gbs\": %.2f, \"tg_bw_fraction\": %.3f", bw, bw > 0 ? gbs / bw : 0);
         printf("}\n");
     } else {
@@ -392,6 +411,7 @@ int cmd_bench(int argc, char **argv) {
         if (type_k != DJ_TYPE_F32 || type_v != DJ_TYPE_F32)
             snprintf(at + strlen(at), sizeof at - strlen(at), " (K %s, V %s)", dj_type_name(type_k),
                      dj_type_name(type_v));
+        if (gpu) snprintf(at + strlen(at), sizeof at - strlen(at), " on vulkan:%lu", gpu - 1);
         if (n_pp)
             printf("| %s | %s | %ld | pp%ld%s | %.2f | %.2f | %.2f |\n", model_path, dj_type_name(main_type), n_threads,
                    n_pp, at, pp_m, pp[0], pp[nr - 1]);

@@ -28,8 +28,7 @@ static void inspect_usage(FILE *f) {
             "  --metadata  also list every metadata key and value (arrays summarized)\n"
             "  --tensors   also list every tensor: name, type, shape, offset, bytes\n"
             "  --devices   list the compute devices: the CPU kernel table and every Vulkan device\n"
-            "              (vulkan:N is the N of a future --device vulkan:N; the GPU forward pass\n"
-            "              is not implemented yet: docs/ARCHITECTURE.md, GPU)\n");
+            "              (vulkan:N is the N of `deja bench --device vulkan:N`; docs/ARCHITECTURE.md, GPU)\n");
 }
 
 /* `deja inspect --devices`: the CPU, then Vulkan's devices or why there are none. */

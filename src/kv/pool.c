@@ -263,6 +263,7 @@ void *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il) {
 size_t kv_pool_k_row_bytes(const struct kv_pool *pool) { return pool->k_row; }
 size_t kv_pool_v_row_bytes(const struct kv_pool *pool) { return pool->v_row; }
 void *kv_pool_data(const struct kv_pool *pool, uint32_t id) { return pool->b[id].data; }
+uint32_t kv_pool_gen(const struct kv_pool *pool, uint32_t id) { return pool->b[id].gen; }
 
 /* ---- sequences ---------------------------------------------------------------- */
 

@@ -109,6 +109,9 @@ void *kv_pool_k(const struct kv_pool *pool, uint32_t id, uint32_t il);
 void *kv_pool_v(const struct kv_pool *pool, uint32_t id, uint32_t il);
 size_t kv_pool_k_row_bytes(const struct kv_pool *pool);
 size_t kv_pool_v_row_bytes(const struct kv_pool *pool);
+/* The block's generation: changes whenever the id is freed, so (id, generation) names one
+ * incarnation of a block (a device's mirror of the pool knows when to upload it again). */
+uint32_t kv_pool_gen(const struct kv_pool *pool, uint32_t id);
 /* A block's whole K and V (block_bytes of kv_pool_get_stats), for copies to and from disk. */
 void *kv_pool_data(const struct kv_pool *pool, uint32_t id);
 

@@ -35,6 +35,8 @@ struct dj_ctx_params {
                                 every layer (spec §2.2; LLAMA_OPT_PRECOMPUTE_ROPE_MAX); positions past it
                                 and past n_ctx are computed on the fly; 0 = always on the fly
                                 (LLAMA_OPT_PRECOMPUTE_ENABLED=0).  Same bits either way. */
+    uint32_t gpu;           /* 0: the CPU; N > 0: Vulkan device N - 1 (`--device vulkan:N-1`) runs the forward
+                               pass (forward_vk.c; the models model_gpu_check accepts, f32 or f16 K/V) */
     bool mtp;               /* drafting from the model's NextN / MTP block (model_mtp_check): the pool has
                                its K/V rows (one more layer, model_pool_shape), every forward pass writes
                                them, and a sequence's recurrent state also keeps its last final-normed
@@ -135,6 +137,7 @@ struct dj_context {
     struct kv_seq **pseq;       /* (ub) sequences by slot */
     size_t wrow_stride; /* the largest K (row length) of any weight */
     const struct dj_kernels *kern; /* the CPU's kernel table, chosen once */
+    struct dj_gpu *gpu;            /* p.gpu: the device's weights, K/V mirror and buffers (forward_vk.c); NULL */
     /* RoPE table (forward.c rope_row), filled lazily up to the highest position seen:
      *
      *   rope_tab  row p = [cos θ_0(p) .. cos θ_{n_rot/2-1}(p) | sin θ_0(p) .. sin θ_{n_rot/2-1}(p)]

@@ -43,6 +43,7 @@
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "model/context.h"
+#include "model/forward_gpu.h"
 #include "model/route.h"
 #include "opt/opt.h"
 
@@ -586,6 +587,14 @@ static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_
         const float s = sqrtf((float)c->model->hp.n_embd);
         for (int64_t i = 0; i < w->ne0; i++) dst[i] *= s;
     }
+}
+
+void gpu_embed_row(const struct dj_context *c, dj_token tok, float *dst) { embed_row(c, &c->model->tok_embd, tok, dst); }
+void gpu_rope_cs(struct dj_context *c, uint32_t pos, float *dst) {
+    const size_t n_rot = c->model->hp.n_rot;
+    const float *cs = rope_row(c, pos, false);
+    if (cs) memcpy(dst, cs, n_rot * sizeof(float));
+    else rope_cos_sin(c->model, (float)pos, false, dst, dst + n_rot / 2);
 }
 
 /* ---- Mixture of Experts --------------------------------------------------------
@@ -1522,8 +1531,23 @@ static enum dj_status check_start(const struct dj_batch *b, uint32_t n_run, cons
     return DJ_OK;
 }
 
+/* One ubatch on the context's device: the GPU runs plain ubatches (every layer from the
+ * embeddings); probes, resumed or early-exited layers and state snapshots are CPU-only. */
+static enum dj_status run_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
+                                 struct kv_seq *const *seq, int64_t n_ub, const uint32_t *out, int64_t n_out,
+                                 float *logits, const struct probe *pr, const struct ub_span *sp, float *const *snap) {
+    if (!c->gpu) {
+        forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits, pr, sp, snap);
+        return DJ_OK;
+    }
+    if (pr || sp || snap)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: %s does not run on the GPU yet",
+                       pr ? "a K probe" : snap ? "a recurrent-state snapshot" : "a resumed or early-exited pass");
+    return gpu_forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits);
+}
+
 /* The batch in ubatches of n_ubatch tokens, in batch order; n_run layers. */
-static void forward_batch(struct dj_context *c, const struct dj_batch *b, uint32_t n_run, float *hidden, float *logits) {
+static enum dj_status forward_batch(struct dj_context *c, const struct dj_batch *b, uint32_t n_run, float *hidden, float *logits) {
     const size_t V = c->model->hp.n_vocab, E = c->model->hp.n_embd;
     const bool plain = !b->start_layer && !hidden && n_run == c->model->hp.n_layer;
     size_t r = 0; /* next output row */
@@ -1536,12 +1560,15 @@ static void forward_batch(struct dj_context *c, const struct dj_batch *b, uint32
         }
         const struct ub_span sp = {b->start_layer ? b->start_layer + done : NULL,
                                    b->hidden ? b->hidden + done * E : NULL, n_run, hidden ? hidden + done * E : NULL};
-        forward_ubatch(c, b->tok + done, b->pos + done, b->seq + done, (int64_t)nb, c->out, (int64_t)(r1 - r),
+        const enum dj_status st =
+            run_ubatch(c, b->tok + done, b->pos + done, b->seq + done, (int64_t)nb, c->out, (int64_t)(r1 - r),
                        logits ? logits + r * V : NULL, NULL, plain ? NULL : &sp, b->rs_snap ? b->rs_snap + done : NULL);
+        if (st) return st;
         rs_advance(c, b->pos + done, b->seq + done, nb);
         r = r1;
         done += nb;
     }
+    return DJ_OK;
 }
 
 enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float *logits) {
@@ -1551,8 +1578,7 @@ enum dj_status ctx_forward(struct dj_context *c, const struct dj_batch *b, float
     enum dj_status st = check_batch(c, b, true);
     if (!st) st = check_start(b, c->model->hp.n_layer, "forward");
     if (st) return st;
-    forward_batch(c, b, c->model->hp.n_layer, NULL, logits);
-    return DJ_OK;
+    return forward_batch(c, b, c->model->hp.n_layer, NULL, logits);
 }
 
 enum dj_status ctx_forward_exit(struct dj_context *c, const struct dj_batch *b, uint32_t n_exit, float *hidden,
@@ -1566,8 +1592,7 @@ enum dj_status ctx_forward_exit(struct dj_context *c, const struct dj_batch *b, 
     enum dj_status st = check_batch(c, b, true);
     if (!st) st = check_start(b, n_exit, "forward_exit");
     if (st) return st;
-    forward_batch(c, b, n_exit, hidden, logits);
-    return DJ_OK;
+    return forward_batch(c, b, n_exit, hidden, logits);
 }
 
 enum dj_status ctx_forward_mtp(struct dj_context *c, const struct dj_batch *b, const float *h_in, float *h_out,
@@ -1576,6 +1601,7 @@ enum dj_status ctx_forward_mtp(struct dj_context *c, const struct dj_batch *b, c
     const struct dj_hparams *hp = &m->hp;
     if (!c->p.mtp)
         return dj_fail(DJ_ERR_UNSUPPORTED, "forward_mtp: the context was not made for MTP drafts (ctx_params.mtp)");
+    if (c->gpu) return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: MTP drafts do not run on the GPU yet");
     if (b->start_layer || b->rs_snap)
         return dj_fail(DJ_ERR_INVALID, "forward_mtp: start layers and state snapshots do not apply to the MTP block");
     enum dj_status st = check_batch(c, b, false);
@@ -1657,7 +1683,8 @@ enum dj_status ctx_decode(struct dj_context *c, const dj_token *toks, size_t n, 
             c->pos[t] = (uint32_t)(c->seq->n_pos + t);
             c->tseq[t] = c->seq;
         }
-        forward_ubatch(c, toks + done, c->pos, c->tseq, (int64_t)nb, c->out, n_out, out, NULL, NULL, NULL);
+        if ((st = run_ubatch(c, toks + done, c->pos, c->tseq, (int64_t)nb, c->out, n_out, out, NULL, NULL, NULL)))
+            return st;
         rs_advance(c, c->pos, c->tseq, nb);
         kv_seq_advance(c->seq, nb);
         done += nb;
@@ -1699,8 +1726,9 @@ static enum dj_status forward_at(struct dj_context *c, const char *what, const d
         const bool last = done + nb == n && logits;
         for (size_t t = 0; t < nb; t++) c->tseq[t] = c->seq;
         c->out[0] = (uint32_t)(nb - 1);
-        forward_ubatch(c, toks + done, pos + done, c->tseq, (int64_t)nb, c->out, last ? 1 : 0, last ? logits : NULL,
-                       dev ? &pr : NULL, NULL, NULL);
+        if ((st = run_ubatch(c, toks + done, pos + done, c->tseq, (int64_t)nb, c->out, last ? 1 : 0,
+                             last ? logits : NULL, dev ? &pr : NULL, NULL, NULL)))
+            return st;
         done += nb;
     }
     return DJ_OK;
@@ -1929,12 +1957,20 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
         ctx_free(c);
         return dj_fail(DJ_ERR_NOMEM, "out of memory creating a context of %u tokens", p.n_ctx);
     }
+    if (p.gpu) {
+        const enum dj_status st = gpu_ctx_create(c, (int)(p.gpu - 1));
+        if (st != DJ_OK) {
+            ctx_free(c);
+            return st;
+        }
+    }
     *out = c;
     return DJ_OK;
 }
 
 void ctx_free(struct dj_context *c) {
     if (!c) return;
+    gpu_ctx_free(c);
     threadpool_destroy(c->tpool);
     kv_seq_free(&c->own_seq);
     kv_pool_destroy(c->own_pool);

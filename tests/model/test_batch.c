@@ -21,11 +21,23 @@
  * one), on a context with 1 or 2 threads.  Every logits row must hash equal
  * to the reference row of the same (sequence, position), and each sequence's
  * K/V rows must equal the reference run's, bitwise.
+ *
+ * With DJ_TEST_GPU=N (CTest's model/test_batch_vulkan*: N = 1, Vulkan device 0 — lavapipe in
+ * CI) every context runs its forward pass on that device (ctx_params.gpu) and the same
+ * schedules (2 of them) check the GPU backend's invariance on stories260K — the one model
+ * lavapipe runs fast enough for make test; without a Vulkan device the test exits 77 (SKIP).  There
+ * the GPU's logits are also compared with the CPU's (F32 K/V in both): the largest
+ * |difference| over every position of 4 sequences must stay below 2e-3 of the largest
+ * |logit| (the two sum in different orders and the CPU rounds some sums in double; what
+ * the runs measured is printed), and the greedy token of every position must agree
+ * where the CPU's top two logits are more than that bound apart.
  */
 #include <stdint.h>
 
 #include "core/hash.h"
+#include "kernels/vulkan/vk.h"
 #include "model/context.h"
+#include "model/forward_gpu.h"
 #include "test.h"
 #include "test_run.h"
 
@@ -37,6 +49,59 @@ static uint32_t rnd(uint32_t n) { /* xorshift64*, uniform enough for schedules *
     rng_state ^= rng_state << 25;
     rng_state ^= rng_state >> 27;
     return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 33) % n;
+}
+
+static uint32_t g_gpu; /* DJ_TEST_GPU: 0 the CPU, N Vulkan device N - 1 */
+
+/* The GPU's logits against the CPU's for the first 4 sequences (every position). */
+static void gpu_vs_cpu(const struct dj_model *m, struct kv_pool *pool, const dj_token *const *toks, const size_t *lens) {
+    const size_t V = m->hp.n_vocab;
+    float *lg[2];
+    double worst = 0, amax = 0;
+    size_t n_pos = 0, n_argmax_bad = 0, n_argmax_close = 0;
+    for (int s = 0; s < 4; s++) {
+        for (int d = 0; d < 2; d++) {
+            struct dj_ctx_params cp = ctx_default_params();
+            cp.n_ctx = 256;
+            cp.pool = pool;
+            cp.gpu = d ? g_gpu : 0;
+            struct dj_context *c = NULL;
+            struct kv_seq q;
+            kv_seq_init(&q, pool);
+            lg[d] = malloc(lens[s] * V * sizeof(float));
+            CHECK(ctx_create(m, cp, &c) == DJ_OK);
+            if (c) {
+                ctx_set_seq(c, &q);
+                CHECK(ctx_decode(c, toks[s], lens[s], lg[d], true) == DJ_OK);
+                ctx_set_seq(c, NULL);
+            }
+            ctx_free(c);
+            kv_seq_free(&q);
+        }
+        for (size_t i = 0; i < lens[s]; i++) {
+            const float *a = lg[0] + i * V, *b = lg[1] + i * V;
+            size_t ia = 0, ib = 0, i2 = 0;
+            for (size_t v = 0; v < V; v++) {
+                const double d = fabs((double)a[v] - b[v]);
+                if (d > worst) worst = d;
+                if (fabs(a[v]) > amax) amax = fabs(a[v]);
+                if (a[v] > a[ia]) ia = v;
+                if (b[v] > b[ib]) ib = v;
+            }
+            for (size_t v = 0; v < V; v++)
+                if (v != ia && (i2 == ia || a[v] > a[i2])) i2 = v;
+            n_pos++;
+            if (a[ia] - a[i2] > 2e-3 * (amax > 1 ? amax : 1)) n_argmax_bad += ia != ib;
+            else n_argmax_close++;
+        }
+        free(lg[0]);
+        free(lg[1]);
+    }
+    CHECKF(worst <= 2e-3 * (amax > 1 ? amax : 1), "GPU vs CPU: max |logit diff| %.3g over %zu positions (max |logit| %.3g)",
+           worst, n_pos, amax);
+    CHECKF(n_argmax_bad == 0, "GPU vs CPU: %zu of %zu greedy tokens differ", n_argmax_bad, n_pos);
+    printf("GPU vs CPU: %zu positions, max |logit diff| %.3g (max |logit| %.3g), greedy tokens equal (%zu near ties "
+           "not compared)\n", n_pos, worst, amax, n_argmax_close);
 }
 
 static uint64_t row_hash(const float *row, size_t n) { return dj_fnv1a(DJ_FNV_OFFSET, row, n * sizeof(float)); }
@@ -58,6 +123,11 @@ static void check_model(const char *path, int n_schedules) {
         model_free(m);
         return;
     }
+    if (g_gpu && model_gpu_check(m, kv_type_default(), kv_type_default()) != DJ_OK) {
+        printf("%s: %s: skipped\n", path, dj_last_error());
+        model_free(m);
+        return;
+    }
     const size_t V = m->hp.n_vocab;
     static struct seqdata sd[N_SEQ];
     for (int s = 0; s < N_SEQ; s++) {
@@ -65,8 +135,9 @@ static void check_model(const char *path, int n_schedules) {
         for (size_t i = 0; i < sd[s].n; i++) sd[s].tok[i] = (dj_token)rnd((uint32_t)V);
     }
     const uint32_t bs = 16;
-    struct kv_pool_params pp = {m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, bs, 4096, kv_type_default(), kv_type_default(),
-                                model_kv_k_only(m)};
+    /* the GPU mirrors the pool in one buffer: 1024 blocks fit lavapipe's 128 MiB */
+    struct kv_pool_params pp = {m->hp.n_layer, m->hp.n_head_kv * m->hp.head_dim, bs, g_gpu ? 1024 : 4096,
+                                kv_type_default(), kv_type_default(), model_kv_k_only(m)};
     struct kv_pool *pool = NULL;
     CHECK(kv_pool_create(&pp, &pool) == DJ_OK);
     struct kv_seq ref_seq[N_SEQ];
@@ -76,8 +147,10 @@ static void check_model(const char *path, int n_schedules) {
         struct dj_ctx_params cp = ctx_default_params();
         cp.n_ctx = 256;
         cp.pool = pool;
+        cp.gpu = g_gpu;
         struct dj_context *c = NULL;
         CHECK(ctx_create(m, cp, &c) == DJ_OK);
+        if (!c) fprintf(stderr, "ctx_create: %s\n", dj_last_error());
         float *lg = malloc(MAX_LEN * V * sizeof(float));
         for (int s = 0; s < N_SEQ; s++) {
             kv_seq_init(&ref_seq[s], pool);
@@ -98,6 +171,7 @@ static void check_model(const char *path, int n_schedules) {
         cp.n_ubatch = ubatches[rnd(6)];
         cp.n_threads = 1 + (int)rnd(2);
         cp.pool = pool;
+        cp.gpu = g_gpu;
         struct dj_context *c = NULL;
         CHECK(ctx_create(m, cp, &c) == DJ_OK);
         if (!c) break;
@@ -171,6 +245,11 @@ static void check_model(const char *path, int n_schedules) {
     CHECKF(n_bad == 0, "%s: %zu of %zu logits rows differ from the sequence run alone", path, n_bad, n_rows);
     CHECKF(n_kv_bad == 0, "%s: %zu K/V rows differ", path, n_kv_bad);
     CHECKF(n_mixed > 10, "%s: only %zu batches mixed sequences", path, n_mixed);
+    if (g_gpu && kv_type_default() == DJ_TYPE_F32) {
+        const dj_token *toks[4] = {sd[0].tok, sd[1].tok, sd[2].tok, sd[3].tok};
+        const size_t lens[4] = {sd[0].n, sd[1].n, sd[2].n, sd[3].n};
+        gpu_vs_cpu(m, pool, toks, lens);
+    }
     printf("%s: %d schedules, %zu logits rows, %zu multi-sequence batches, all bitwise equal\n", path, n_schedules,
            n_rows, n_mixed);
 
@@ -211,8 +290,24 @@ static void check_model(const char *path, int n_schedules) {
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
+    const char *gpu = getenv("DJ_TEST_GPU");
+    g_gpu = gpu ? (uint32_t)atoi(gpu) : 0;
+    if (g_gpu) {
+        struct dj_vk_device_info dev[8];
+        size_t n = 0;
+        if (dj_vk_devices(dev, 8, &n) != DJ_OK || n < g_gpu) {
+            printf("SKIP: no Vulkan device %u: %s\n", g_gpu - 1, n ? "fewer devices" : dj_vk_why_none());
+            return 77;
+        }
+        printf("GPU: vulkan:%u %s\n", g_gpu - 1, dev[g_gpu - 1].name);
+    }
     char dir[] = "/tmp/deja_test_batch_XXXXXX";
     if (!mkdtemp(dir)) return 2;
+    if (g_gpu) { /* lavapipe runs codelm's 32k-row output product at ~40 M MAC/s: stories260K only */
+        check_model(test_shared_path(argv[1], "models/stories260K.gguf"), 2);
+        rmdir(dir);
+        TEST_END();
+    }
     const char *codelm = test_shared_path(argv[1], "models/codelm-15m-f16.gguf");
     char q[600];
     snprintf(q, sizeof q, "%s/codelm-q4_k_m.gguf", dir);

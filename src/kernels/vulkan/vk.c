@@ -667,7 +667,8 @@ enum dj_status dj_vk_matmul(struct dj_vk *vk, uint32_t wtype, int64_t k, const s
         return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: no matmul shader for weight type %s", dj_type_name(wtype));
     const struct dj_type_info *ti = dj_type_info(wtype);
     size_t row_bytes;
-    if (k <= 0 || k % 32 || k % (int64_t)ti->blck || !dj_row_bytes(wtype, k, &row_bytes) || ws < row_bytes)
+    if (k <= 0 || (ti->blck > 1 && k % 32) || k % (int64_t)ti->blck || !dj_row_bytes(wtype, k, &row_bytes) ||
+        ws < row_bytes)
         return dj_fail(DJ_ERR_INVALID, "vulkan: matmul: k = %lld is not whole %s blocks in rows of %zu bytes",
                        (long long)k, ti->name, ws);
     if (r0 < 0 || r1 < r0 || n_tok < 0) return dj_fail(DJ_ERR_INVALID, "vulkan: matmul: bad row or token range");
@@ -685,13 +686,14 @@ enum dj_status dj_vk_matmul(struct dj_vk *vk, uint32_t wtype, int64_t k, const s
     const int64_t tok_step = (int64_t)gy_max * MM_NT;
     for (int64_t t = 0; t < n_tok; t += tok_step) {
         const int64_t nt = n_tok - t < tok_step ? n_tok - t : tok_step;
-        for (int64_t r = r0; r < r1; r += gx_max) {
-            const int64_t nr = r1 - r < (int64_t)gx_max ? r1 - r : (int64_t)gx_max;
+        const int64_t r_step = (int64_t)gx_max * 64; /* 64 rows a workgroup */
+        for (int64_t r = r0; r < r1; r += r_step) {
+            const int64_t nr = r1 - r < r_step ? r1 - r : r_step;
             const uint32_t push[10] = {(uint32_t)k,       (uint32_t)nr,  (uint32_t)nt,  (uint32_t)ws,
                                        (uint32_t)w_off,   (uint32_t)as,  (uint32_t)ldc, (uint32_t)r,
                                        (uint32_t)(a_off + (size_t)t * as), (uint32_t)(c_off + (size_t)t * ldc)};
-            const enum dj_status st =
-                dispatch(vk, pipe, bufs, 3, push, sizeof push, (uint32_t)nr, (uint32_t)((nt + MM_NT - 1) / MM_NT));
+            const enum dj_status st = dispatch(vk, pipe, bufs, 3, push, sizeof push, (uint32_t)((nr + 63) / 64),
+                                               (uint32_t)((nt + MM_NT - 1) / MM_NT));
             if (st != DJ_OK) return st;
         }
     }

@@ -1,0 +1,27 @@
+/*
+ * forward_gpu.h — the GPU forward pass of a context (forward_vk.c, over
+ * src/kernels/vulkan/vk.h), and what forward.c lends it.  Internal to src/model.
+ */
+#ifndef DJ_MODEL_FORWARD_GPU_H
+#define DJ_MODEL_FORWARD_GPU_H
+
+#include "model/context.h"
+
+/* Whether the GPU forward pass runs this model with these K/V types: DJ_OK, or
+ * DJ_ERR_UNSUPPORTED naming what it lacks. */
+enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32_t type_v);
+/* Opens Vulkan device `device`, uploads the weights, makes the K/V mirror of the context's
+ * pool and the activation buffers (c->gpu); on failure c->gpu stays NULL. */
+enum dj_status gpu_ctx_create(struct dj_context *c, int device);
+void gpu_ctx_free(struct dj_context *c); /* accepts c->gpu NULL */
+/* One ubatch as forward.c's forward_ubatch (every layer, from the embeddings), on the device. */
+enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
+                                  struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
+                                  float *logits);
+
+/* forward.c: the embedding row of tok (n_embd floats); the [cos | sin] row of position pos
+ * (n_rot floats), the CPU path's values. */
+void gpu_embed_row(const struct dj_context *c, dj_token tok, float *dst);
+void gpu_rope_cs(struct dj_context *c, uint32_t pos, float *dst);
+
+#endif

@@ -1,0 +1,343 @@
+/*
+ * forward_vk.c — a context's forward pass on a Vulkan device (ctx_params.gpu; the backend
+ * is src/kernels/vulkan/vk.h).  First part of issue 32: the dense decoder of the llama
+ * family (llama, qwen2 without biases, ... : what model_gpu_check accepts), F32/F16/BF16/
+ * Q8_0/Q4_0/Q4_K/Q6_K weights, an f32 or f16 K/V cache.
+ *
+ * Per ubatch: the embedding rows are dequantized on the host and uploaded; every layer
+ * runs on the device (RMSNorm, the q/k/v products, RoPE from host-computed cos/sin rows,
+ * attention over the paged cache, the output product and residual add, the SwiGLU FFN);
+ * the final norm and the output product give the wanted rows' logits, read back.
+ *
+ * The K/V cache.  The pool (src/kv) stays the source of truth and device-agnostic: its
+ * blocks keep their host bytes, which the persistent store, copy on write and the dedup
+ * index use as before.  The device holds a mirror of every block, in the pool's own block
+ * layout (K[layer][row][n_embd_kv] | V[...], f32 or f16), addressed by block id:
+ *   - a layer's new K/V rows are read back after its projections, converted on the host
+ *     exactly as the CPU path stores them (kv_row_from_f32), written to the pool and
+ *     uploaded to the mirror — so the host and device bytes are the same;
+ *   - a block whose pool generation differs from the mirror's (allocated since: a copy on
+ *     write, a block restored from disk, a recycled id) is uploaded whole before its first
+ *     use.  Nothing else writes a block's rows in place while it keeps its generation:
+ *     the context refuses the CPU paths that would (probes, resumed layers, MTP).
+ * The readback costs a sync per layer; a shader that stores the rows in place is the
+ * next step (docs/ARCHITECTURE.md, GPU).
+ *
+ * Exactness within the backend: every operation gives each output element one reduction
+ * order that depends on its own row, token and position only (vk.h), and the host work
+ * (embedding, cos/sin, row conversion) is per token — so a token's logits and K/V rows are
+ * the same bits alone or batched, in any ubatch split, and reused rows equal recomputed
+ * ones (tests/model/test_gpu.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "kernels/vulkan/vk.h"
+#include "model/context.h"
+#include "model/forward_gpu.h"
+
+struct gpu_weight {
+    struct dj_vk_buf *buf; /* the matrix in its file type, or an f32 vector (norms) */
+    uint32_t type;
+    int64_t k, rows;
+    size_t ws;
+};
+
+struct gpu_layer {
+    struct gpu_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+};
+
+struct dj_gpu {
+    struct dj_vk *vk;
+    struct gpu_layer *layers;
+    struct gpu_weight output_norm, output;
+    /* the ubatch's activations (n_ubatch rows) */
+    struct dj_vk_buf *x, *xn, *q, *k, *v, *att, *g, *u, *cs, *logits;
+    struct dj_vk_buf *kv;     /* the pool's blocks, max_blocks of block_bytes */
+    uint32_t *kv_gen;         /* per block: the pool generation the mirror holds + 1 (0: none) */
+    uint32_t max_blocks;
+    size_t block_bytes;
+    float *h_k, *h_v;         /* (n_ubatch, n_embd_kv) the new rows read back */
+    uint8_t *h_row;           /* one converted row */
+    float *h_x;               /* (n_ubatch, n_embd) embedding rows; (n_ubatch, n_rot) cos/sin rows */
+    float *h_cs;
+    uint32_t *tab_start, *blocks, *rows_pos; /* the attention's per-token tables */
+    size_t blocks_cap;
+};
+
+/* ---- what runs on the device ------------------------------------------------------ */
+
+enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32_t type_v) {
+    const struct dj_hparams *hp = &m->hp;
+    const char *why = NULL;
+    if (hp->n_expert) why = "experts (MoE)";
+    else if (hp->mla) why = "multi-head latent attention";
+    else if (hp->rs_floats) why = "recurrent layers";
+    else if (hp->n_swa) why = "sliding-window attention";
+    else if (hp->attn_softcap != 0 || hp->final_softcap != 0) why = "soft-capping";
+    else if (hp->ffn_gelu) why = "a GELU FFN";
+    else if (hp->embd_scale || hp->attn_q_scale != 0 || hp->attn_temp_scale != 0) why = "scaled embeddings or queries";
+    else if (hp->attn_gated) why = "gated attention";
+    else if (hp->rope_local) why = "a second rope setting";
+    else if (hp->head_dim > 256) why = "heads wider than 256";
+    else if (hp->n_rot > hp->head_dim) why = "a rope dimension past the head";
+    if (!why)
+        for (uint32_t il = 0; il < hp->n_layer && !why; il++) {
+            const struct dj_layer *L = &m->layers[il];
+            if (L->bq.data || L->bk.data || L->bv.data || L->bo.data) why = "attention biases";
+            else if (L->q_norm.data || L->k_norm.data) why = "q/k head norms";
+            else if (L->attn_sinks.data) why = "attention sinks";
+            else if (L->attn_post_norm.data || L->ffn_post_norm.data) why = "post-norms";
+            else if (!L->w_gate.data) why = "an FFN without a gate";
+            const struct dj_weight *w[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (int i = 0; i < 7 && !why; i++)
+                if (!dj_vk_matmul_supports(w[i]->type)) why = "a weight type without a Vulkan matmul shader";
+        }
+    if (!why && !dj_vk_matmul_supports(m->output.type)) why = "a weight type without a Vulkan matmul shader";
+    if (why)
+        return dj_fail(DJ_ERR_UNSUPPORTED,
+                       "vulkan: this model has %s, which the GPU forward pass does not run yet (--device cpu runs it)",
+                       why);
+    if (type_k != type_v || (type_k != DJ_TYPE_F32 && type_k != DJ_TYPE_F16))
+        return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: K/V cache types %s/%s: the GPU runs f32 or f16, the same for both",
+                       dj_type_name(type_k), dj_type_name(type_v));
+    return DJ_OK;
+}
+
+/* ---- set-up -------------------------------------------------------------------------- */
+
+static enum dj_status upload_weight(struct dj_gpu *g, const struct dj_weight *w, bool vector, struct gpu_weight *o) {
+    o->type = vector ? DJ_TYPE_F32 : w->type;
+    o->k = w->ne0;
+    o->rows = vector ? 1 : w->ne1;
+    o->ws = vector ? (size_t)w->ne0 * sizeof(float) : w->row_bytes;
+    const size_t bytes = vector ? (size_t)w->ne0 * sizeof(float) : (size_t)w->ne1 * w->row_bytes;
+    enum dj_status st = dj_vk_buf_new(g->vk, bytes, false, &o->buf);
+    if (st == DJ_OK) st = dj_vk_write(g->vk, o->buf, 0, w->data, bytes);
+    return st;
+}
+
+static enum dj_status act_buf(struct dj_gpu *g, size_t floats, struct dj_vk_buf **b) {
+    return dj_vk_buf_new(g->vk, (floats ? floats : 1) * sizeof(float), true, b);
+}
+
+void gpu_ctx_free(struct dj_context *c) {
+    struct dj_gpu *g = c->gpu;
+    if (!g) return;
+    struct dj_vk *vk = g->vk;
+    if (vk) {
+        if (g->layers)
+            for (uint32_t il = 0; il < c->model->hp.n_layer; il++) {
+                struct gpu_weight *w = &g->layers[il].attn_norm;
+                for (int i = 0; i < 9; i++) dj_vk_buf_free(vk, w[i].buf);
+            }
+        dj_vk_buf_free(vk, g->output_norm.buf);
+        dj_vk_buf_free(vk, g->output.buf);
+        struct dj_vk_buf *acts[] = {g->x, g->xn, g->q, g->k, g->v, g->att, g->g, g->u, g->cs, g->logits, g->kv};
+        for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) dj_vk_buf_free(vk, acts[i]);
+        dj_vk_close(vk);
+    }
+    free(g->layers);
+    free(g->kv_gen);
+    free(g->h_k);
+    free(g->h_v);
+    free(g->h_row);
+    free(g->h_x);
+    free(g->h_cs);
+    free(g->tab_start);
+    free(g->blocks);
+    free(g->rows_pos);
+    free(g);
+    c->gpu = NULL;
+}
+
+enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
+    const struct dj_model *m = c->model;
+    const struct dj_hparams *hp = &m->hp;
+    enum dj_status st = model_gpu_check(m, c->p.type_k, c->p.type_v);
+    if (st != DJ_OK) return st;
+    if (c->p.mtp) return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: MTP drafts do not run on the GPU yet");
+    const struct kv_pool_params *pp = kv_pool_params(c->pool);
+    if (pp->k_only || pp->n_layer != hp->n_layer)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: a pool of %u layers (K only: %d) for a %u-layer model", pp->n_layer,
+                       (int)pp->k_only, hp->n_layer);
+    struct dj_gpu *g = calloc(1, sizeof *g);
+    if (!g) return dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
+    c->gpu = g;
+    if ((st = dj_vk_open(device, &g->vk)) != DJ_OK) goto fail;
+    const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
+    const int64_t UB = c->p.n_ubatch, F = hp->n_ff, V = hp->n_vocab;
+    g->layers = calloc(hp->n_layer, sizeof *g->layers);
+    if (!g->layers) {
+        st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
+        goto fail;
+    }
+    for (uint32_t il = 0; il < hp->n_layer && st == DJ_OK; il++) {
+        const struct dj_layer *L = &m->layers[il];
+        struct gpu_layer *G = &g->layers[il];
+        if ((st = upload_weight(g, &L->attn_norm, true, &G->attn_norm)) != DJ_OK ||
+            (st = upload_weight(g, &L->wq, false, &G->wq)) != DJ_OK ||
+            (st = upload_weight(g, &L->wk, false, &G->wk)) != DJ_OK ||
+            (st = upload_weight(g, &L->wv, false, &G->wv)) != DJ_OK ||
+            (st = upload_weight(g, &L->wo, false, &G->wo)) != DJ_OK ||
+            (st = upload_weight(g, &L->ffn_norm, true, &G->ffn_norm)) != DJ_OK ||
+            (st = upload_weight(g, &L->w_gate, false, &G->w_gate)) != DJ_OK ||
+            (st = upload_weight(g, &L->w_up, false, &G->w_up)) != DJ_OK ||
+            (st = upload_weight(g, &L->w_down, false, &G->w_down)) != DJ_OK)
+            break;
+    }
+    if (st != DJ_OK || (st = upload_weight(g, &m->output_norm, true, &g->output_norm)) != DJ_OK ||
+        (st = upload_weight(g, &m->output, false, &g->output)) != DJ_OK)
+        goto fail;
+    const int64_t W = Q > E ? Q : E;
+    if ((st = act_buf(g, (size_t)(UB * E), &g->x)) || (st = act_buf(g, (size_t)(UB * W), &g->xn)) ||
+        (st = act_buf(g, (size_t)(UB * Q), &g->q)) || (st = act_buf(g, (size_t)(UB * KV), &g->k)) ||
+        (st = act_buf(g, (size_t)(UB * KV), &g->v)) || (st = act_buf(g, (size_t)(UB * Q), &g->att)) ||
+        (st = act_buf(g, (size_t)(UB * F), &g->g)) || (st = act_buf(g, (size_t)(UB * F), &g->u)) ||
+        (st = act_buf(g, (size_t)(UB * hp->n_rot), &g->cs)) || (st = act_buf(g, (size_t)(UB * V), &g->logits)))
+        goto fail;
+    struct kv_pool_stats ps;
+    kv_pool_get_stats(c->pool, &ps);
+    g->max_blocks = ps.capacity;
+    g->block_bytes = ps.block_bytes;
+    if ((size_t)g->max_blocks > SIZE_MAX / g->block_bytes) {
+        st = dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: a K/V budget of %u blocks is too large", g->max_blocks);
+        goto fail;
+    }
+    if ((st = dj_vk_buf_new(g->vk, (size_t)g->max_blocks * g->block_bytes, false, &g->kv)) != DJ_OK) {
+        dj_error_prefix("vulkan: the K/V cache (%u blocks of %zu bytes; a smaller -c or budget fits)", g->max_blocks,
+                        g->block_bytes);
+        goto fail;
+    }
+    g->kv_gen = calloc(g->max_blocks, sizeof *g->kv_gen);
+    g->h_k = malloc((size_t)(UB * KV) * sizeof(float));
+    g->h_v = malloc((size_t)(UB * KV) * sizeof(float));
+    g->h_row = malloc((size_t)KV * sizeof(float));
+    g->h_x = malloc((size_t)(UB * E) * sizeof(float));
+    g->h_cs = malloc((size_t)(UB * hp->n_rot) * sizeof(float));
+    g->tab_start = malloc((size_t)UB * sizeof(uint32_t));
+    g->rows_pos = malloc((size_t)UB * sizeof(uint32_t));
+    if (!g->kv_gen || !g->h_k || !g->h_v || !g->h_row || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos) {
+        st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
+        goto fail;
+    }
+    return DJ_OK;
+fail:
+    gpu_ctx_free(c);
+    return st;
+}
+
+/* ---- one ubatch ------------------------------------------------------------------------ */
+
+#define TRY(x)                                                                                                     \
+    do {                                                                                                           \
+        const enum dj_status st_ = (x);                                                                            \
+        if (st_ != DJ_OK) return st_;                                                                              \
+    } while (0)
+
+static enum dj_status mm(struct dj_gpu *g, const struct gpu_weight *w, struct dj_vk_buf *a, struct dj_vk_buf *out,
+                         int64_t n) {
+    return dj_vk_matmul(g->vk, w->type, w->k, w->buf, 0, w->ws, a, 0, (size_t)w->k, out, 0, (size_t)w->rows, 0,
+                        w->rows, n);
+}
+
+/* The ubatch's block tables (one per token: its sequence's blocks up to its position) and
+ * the mirror brought up to date for every block they name. */
+static enum dj_status tables(struct dj_context *c, const uint32_t *pos, struct kv_seq *const *seq, int64_t n,
+                             size_t *n_blocks) {
+    struct dj_gpu *g = c->gpu;
+    const uint32_t bs = c->block_size;
+    size_t need = 0;
+    for (int64_t t = 0; t < n; t++) need += pos[t] / bs + 1;
+    if (need > g->blocks_cap) {
+        uint32_t *b = realloc(g->blocks, need * sizeof *b);
+        if (!b) return dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
+        g->blocks = b;
+        g->blocks_cap = need;
+    }
+    size_t at = 0;
+    for (int64_t t = 0; t < n; t++) {
+        g->tab_start[t] = (uint32_t)at;
+        for (uint32_t j = 0; j <= pos[t] / bs; j++) {
+            const uint32_t id = seq[t]->table[j];
+            g->blocks[at++] = id;
+            const uint32_t gen = kv_pool_gen(c->pool, id) + 1;
+            if (g->kv_gen[id] != gen) { /* allocated since the mirror last saw it: all of its bytes */
+                TRY(dj_vk_write(g->vk, g->kv, (size_t)id * g->block_bytes, kv_pool_data(c->pool, id), g->block_bytes));
+                g->kv_gen[id] = gen;
+            }
+        }
+    }
+    *n_blocks = at;
+    return DJ_OK;
+}
+
+enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
+                                  struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
+                                  float *logits) {
+    const struct dj_model *m = c->model;
+    const struct dj_hparams *hp = &m->hp;
+    struct dj_gpu *g = c->gpu;
+    struct dj_vk *vk = g->vk;
+    const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
+    const int64_t F = hp->n_ff, V = hp->n_vocab, R = hp->n_rot;
+    const uint32_t bs = c->block_size, NL = hp->n_layer;
+    for (int64_t t = 0; t < n; t++) {
+        gpu_embed_row(c, toks[t], g->h_x + t * E);
+        gpu_rope_cs(c, pos[t], g->h_cs + t * R);
+        g->rows_pos[t] = (uint32_t)t;
+    }
+    TRY(dj_vk_write(vk, g->x, 0, g->h_x, (size_t)(n * E) * sizeof(float)));
+    TRY(dj_vk_write(vk, g->cs, 0, g->h_cs, (size_t)(n * R) * sizeof(float)));
+    size_t n_blocks = 0;
+    TRY(tables(c, pos, seq, n, &n_blocks));
+    const size_t row_b = kv_row_bytes(c->p.type_k, (size_t)KV); /* the pool's rows, K and V alike */
+    const bool f16 = c->p.type_k == DJ_TYPE_F16;
+    const size_t esz = f16 ? 2 : 4, row_e = (size_t)KV;
+    for (uint32_t il = 0; il < NL; il++) {
+        const struct gpu_layer *G = &g->layers[il];
+        TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->attn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
+        TRY(mm(g, &G->wq, g->xn, g->q, n));
+        TRY(mm(g, &G->wk, g->xn, g->k, n));
+        TRY(mm(g, &G->wv, g->xn, g->v, n));
+        TRY(dj_vk_rope(vk, g->q, 0, (size_t)Q, n, (int)hp->n_head, (int)hd, (int)R, hp->rope_type == DJ_ROPE_NEOX,
+                       g->cs, (size_t)R, g->rows_pos));
+        TRY(dj_vk_rope(vk, g->k, 0, (size_t)KV, n, (int)hp->n_head_kv, (int)hd, (int)R,
+                       hp->rope_type == DJ_ROPE_NEOX, g->cs, (size_t)R, g->rows_pos));
+        /* the new rows: to the pool as the CPU path stores them, then to the mirror */
+        TRY(dj_vk_read(vk, g->k, 0, g->h_k, (size_t)(n * KV) * sizeof(float)));
+        TRY(dj_vk_read(vk, g->v, 0, g->h_v, (size_t)(n * KV) * sizeof(float)));
+        for (int64_t t = 0; t < n; t++) {
+            const uint32_t id = seq[t]->table[pos[t] / bs], r = pos[t] % bs;
+            const uint32_t kil = m->layers[il].kv_il; /* the pool's layer (= il in the models accepted) */
+            void *kr = kv_seq_k(seq[t], kil, pos[t], bs), *vr = kv_seq_v(seq[t], kil, pos[t], bs);
+            kv_row_from_f32(c->p.type_k, g->h_k + t * KV, kr, (size_t)KV);
+            kv_row_from_f32(c->p.type_v, g->h_v + t * KV, vr, (size_t)KV);
+            const size_t base = (size_t)id * g->block_bytes;
+            TRY(dj_vk_write(vk, g->kv, base + ((size_t)kil * bs + r) * row_b, kr, row_b));
+            TRY(dj_vk_write(vk, g->kv, base + ((size_t)(NL + kil) * bs + r) * row_b, vr, row_b));
+        }
+        const size_t kil = m->layers[il].kv_il;
+        const struct dj_vk_attn_shape sh = {hp->n_head, hp->n_head_kv, (uint32_t)hd,
+                                            bs, g->block_bytes / esz, kil * bs * row_e,
+                                            (NL + kil) * bs * row_e, row_e, (size_t)Q,
+                                            1.0f / sqrtf((float)hd), f16};
+        TRY(dj_vk_attn(vk, &sh, g->q, g->kv, g->att, n, pos, g->tab_start, g->blocks, n_blocks));
+        TRY(mm(g, &G->wo, g->att, g->xn, n));
+        TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
+        TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->ffn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
+        TRY(mm(g, &G->w_gate, g->xn, g->g, n));
+        TRY(mm(g, &G->w_up, g->xn, g->u, n));
+        TRY(dj_vk_swiglu(vk, g->g, 0, g->u, 0, n * F));
+        TRY(mm(g, &G->w_down, g->g, g->xn, n));
+        TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
+    }
+    if (!logits || !n_out) return dj_vk_sync(vk);
+    TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, g->output_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
+    for (int64_t r = 0; r < n_out; r++) /* the wanted rows, one product each: a row's bits do not depend on it */
+        TRY(dj_vk_matmul(vk, g->output.type, g->output.k, g->output.buf, 0, g->output.ws, g->xn, (size_t)out[r] * E,
+                         (size_t)E, g->logits, (size_t)r * V, (size_t)V, 0, V, 1));
+    return dj_vk_read(vk, g->logits, 0, logits, (size_t)(n_out * V) * sizeof(float));
+}
