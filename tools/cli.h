@@ -39,6 +39,12 @@ bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k
 #define CLI_KV_TYPE_HELP                                                                              \
     "  -ctk, --cache-type-k T  K cache type: f32, f16, bf16, q8_0, q4_0 (default f16; docs/CONFIG.md)\n" \
     "  -ctv, --cache-type-v T  V cache type (the same choices; MLA models keep no V rows: -ctk applies)\n"
+/* --device cpu|vulkan|vulkan:N: true if argv[*i] is it, then *ok tells whether the value was
+ * read into *gpu (0 the CPU, N + 1 Vulkan device N: ctx_params.gpu / engine_params.gpu). */
+bool cli_device_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *gpu, bool *ok);
+#define CLI_DEVICE_HELP                                                                               \
+    "  --device D        cpu (default) or vulkan[:N]: the forward pass on Vulkan device N (deja inspect\n" \
+    "                    --devices; llama-family dense models, f32/f16 K/V: docs/ARCHITECTURE.md, GPU)\n"
 /* llama-quantize's file types and quantization mix (quant_mix.c), shared by quantize and
  * synth.  quant_ftype_find: a file type by llama-quantize's name, case-insensitive
  * (aliases Q3_K, Q4_K, Q5_K included), NULL if unknown; refuse says why deja cannot write

@@ -50,8 +50,7 @@ static void bench_usage(FILE *f) {
             "  -d N     depth: both tests run after N tokens already in the cache (prefilled once, untimed)\n"
             CLI_KV_TYPE_HELP
             "  --batch LIST  N sequences decoding together (llama-batched-bench's shapes; -p/-n per sequence)\n"
-            "  --device D    cpu (default) or vulkan[:N]: the forward pass on Vulkan device N (deja inspect --devices;\n"
-            "                the models and K/V types the GPU path runs: docs/ARCHITECTURE.md, GPU; not with --batch)\n"
+            CLI_DEVICE_HELP
             "  deja bench --membw [-t THREADS]   measures only the bandwidth\n");
 }
 
@@ -127,7 +126,7 @@ static void batch_on_done(void *ud, const struct dj_turn_result *res) {
     if (res->finish == DJ_FINISH_ERROR) fprintf(stderr, "deja bench: %s\n", res->error);
 }
 
-static uint32_t batch_type_k, batch_type_v; /* -ctk/-ctv for --batch */
+static uint32_t batch_type_k, batch_type_v, batch_gpu; /* -ctk/-ctv and --device for --batch */
 
 /* One run with n_seq sequences: *t_pp, *t_tg in seconds; nonzero on failure. */
 static int batch_once(struct dj_model *m, int n_seq, long npp, long ntg, long threads, long ubatch, uint64_t seed,
@@ -140,6 +139,7 @@ static int batch_once(struct dj_model *m, int n_seq, long npp, long ntg, long th
     ep.chunked_prefill = false;
     ep.kv_type_k = batch_type_k;
     ep.kv_type_v = batch_type_v;
+    ep.gpu = batch_gpu;
     /* room for every sequence at once, in whole KV blocks as the scheduler reserves them
      * (a prompt's blocks + 1; two spare): with less, later sequences wait for earlier ones
      * to finish and the decode steps are not N wide (checked below) */
@@ -237,11 +237,12 @@ int cmd_bench(int argc, char **argv) {
     bool reps_set = false, ok;
     bool json = false, membw = false;
     uint32_t type_k = kv_type_default(), type_v = kv_type_default();
-    unsigned long gpu = 0; /* --device: 0 the CPU, N + 1 vulkan:N */
+    uint32_t gpu = 0; /* --device: 0 the CPU, N + 1 vulkan:N */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long *dst = NULL;
-        if (cli_kv_type_opt("bench", argc, argv, &i, &type_k, &type_v, &ok)) {
+        if (cli_kv_type_opt("bench", argc, argv, &i, &type_k, &type_v, &ok) ||
+            cli_device_opt("bench", argc, argv, &i, &gpu, &ok)) {
             if (!ok) return 1;
             continue;
         }
@@ -252,17 +253,7 @@ int cmd_bench(int argc, char **argv) {
             if (!(model_path = cli_value("bench", argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--batch")) {
             if (!(batch = cli_value("bench", argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--device")) {
-            const char *v = cli_value("bench", argc, argv, &i);
-            if (!v) return 1;
-            char *end = NULL;
-            if (!strcmp(v, "cpu")) gpu = 0;
-            else if (!strcmp(v, "vulkan")) gpu = 1;
-            else if (!strncmp(v, "vulkan:", 7) && v[7] >= '0' && v[7] <= '9' && (gpu = strtoul(v + 7, &end, 10) + 1, !*end) &&
-                     gpu <= 64)
-                ;
-            else
-                return cli_error("bench", "--device: '%s' is not cpu, vulkan or vulkan:N", v);
+
         } else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--membw")) membw = true;
         else if (!strcmp(a, "-p")) dst = &n_pp;
@@ -312,11 +303,8 @@ int cmd_bench(int argc, char **argv) {
             weight_bytes += t->nbytes;
     }
     if (m->hp.n_expert) weight_bytes += (size_t)((double)expert_bytes * m->hp.n_expert_used / m->hp.n_expert);
-    if (batch && gpu) {
-        model_free(m);
-        return cli_error("bench", "--device vulkan does not run --batch yet (the serving engine is CPU-only)");
-    }
     if (batch) {
+        batch_gpu = gpu;
         batch_type_k = type_k;
         batch_type_v = type_v;
         /* several sequences read the union of their experts: not known here, so no GB/s for MoE */
@@ -334,7 +322,7 @@ int cmd_bench(int argc, char **argv) {
     cp.type_k = type_k;
     cp.type_v = type_v;
     cp.rope_table_max = opt.precompute_enabled ? opt.precompute_rope_max : 0;
-    cp.gpu = (uint32_t)gpu;
+    cp.gpu = gpu;
     struct dj_context *c = NULL;
     float *logits = malloc(m->hp.n_vocab * sizeof(float));
     dj_token *toks = malloc((size_t)n_toks * sizeof *toks + sizeof *toks);
@@ -411,7 +399,7 @@ int cmd_bench(int argc, char **argv) {
         if (type_k != DJ_TYPE_F32 || type_v != DJ_TYPE_F32)
             snprintf(at + strlen(at), sizeof at - strlen(at), " (K %s, V %s)", dj_type_name(type_k),
                      dj_type_name(type_v));
-        if (gpu) snprintf(at + strlen(at), sizeof at - strlen(at), " on vulkan:%lu", gpu - 1);
+        if (gpu) snprintf(at + strlen(at), sizeof at - strlen(at), " on vulkan:%u", gpu - 1);
         if (n_pp)
             printf("| %s | %s | %ld | pp%ld%s | %.2f | %.2f | %.2f |\n", model_path, dj_type_name(main_type), n_threads,
                    n_pp, at, pp_m, pp[0], pp[nr - 1]);

@@ -84,6 +84,7 @@ static void replay_usage(FILE *f) {
             "  --n-batch N       tokens per engine step: decode tokens + prefill chunks (default: --ubatch)\n"
             "  --no-chunked-prefill  an admitted prompt is prefilled whole in one step\n"
             CLI_KV_TYPE_HELP
+            CLI_DEVICE_HELP
             CLI_KV_DIR_USAGE
             "  --restart-each-turn  destroy and re-create the engine and the model before every turn (but\n"
             "                    the first): nothing in memory survives, only what --kv-dir holds (round-robin only)\n"
@@ -405,13 +406,13 @@ int cmd_replay(int argc, char **argv) {
     int rc = 1;
     paths = calloc((size_t)argc, sizeof *paths);
     if (!paths) return cli_error("replay", "out of memory");
-    uint32_t ctk = kv_type_default(), ctv = kv_type_default();
+    uint32_t ctk = kv_type_default(), ctv = kv_type_default(), gpu = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v;
         bool ok;
         if (cli_kv_type_opt("replay", argc, argv, &i, &ctk, &ctv, &ok) ||
-            cli_spec_opt("replay", argc, argv, &i, &spec, &ok)) {
+            cli_spec_opt("replay", argc, argv, &i, &spec, &ok) || cli_device_opt("replay", argc, argv, &i, &gpu, &ok)) {
             if (!ok) goto out_args;
             continue;
         }
@@ -482,6 +483,7 @@ int cmd_replay(int argc, char **argv) {
     int64_t t_restart_us = 0;
     struct dj_engine_params ep = engine_default_params();
     ep.kv_type_k = ctk;
+    ep.gpu = gpu;
     ep.kv_type_v = ctv;
     ep.spec = spec;
     cli_spec_check("replay", &spec);

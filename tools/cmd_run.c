@@ -47,6 +47,7 @@ static void run_usage(FILE *f) {
             "  --stop STR        stop before the first occurrence of STR (repeatable; not printed)\n"
             "  --ignore-eos      keep generating after an end-of-generation token\n"
             CLI_KV_TYPE_HELP
+            CLI_DEVICE_HELP
             CLI_KV_DIR_USAGE
             CLI_SPEC_HELP
             "  LLAMA_OPT_* variables configure the engine (docs/CONFIG.md).\n"
@@ -156,13 +157,14 @@ int cmd_run(int argc, char **argv) {
     size_t n_stops = 0;
     struct dj_sampler_params sp = sampler_default_params();
     sp.temp = 0.0f;
-    uint32_t ctk = kv_type_default(), ctv = kv_type_default();
+    uint32_t ctk = kv_type_default(), ctv = kv_type_default(), gpu = 0;
     struct dj_spec_params spec = spec_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v;
         bool ok;
-        if (cli_kv_type_opt("run", argc, argv, &i, &ctk, &ctv, &ok) || cli_spec_opt("run", argc, argv, &i, &spec, &ok)) {
+        if (cli_kv_type_opt("run", argc, argv, &i, &ctk, &ctv, &ok) || cli_spec_opt("run", argc, argv, &i, &spec, &ok) ||
+            cli_device_opt("run", argc, argv, &i, &gpu, &ok)) {
             if (!ok) return 1;
             continue;
         }
@@ -273,6 +275,7 @@ int cmd_run(int argc, char **argv) {
     struct dj_toolcall_grammar tcg = {0};
     struct dj_engine_params ep = engine_default_params();
     ep.kv_type_k = ctk;
+    ep.gpu = gpu;
     ep.kv_type_v = ctv;
     ep.spec = spec;
     cli_spec_check("run", &spec);

@@ -33,6 +33,7 @@ static void serve_usage(FILE *f) {
             "  --parallel N        requests generating at once (default: as many as the KV budget holds)\n"
             "  --kv-budget MIB     KV cache memory (default: half the available memory)\n"
             CLI_KV_TYPE_HELP
+            CLI_DEVICE_HELP
             CLI_KV_DIR_USAGE
             CLI_SPEC_HELP
             "                      (serve: --spec is the default; --no-spec turns it off)\n"
@@ -88,7 +89,8 @@ int cmd_serve(int argc, char **argv) {
     }
         bool ok;
         if (cli_kv_type_opt("serve", argc, argv, &i, &p.engine.kv_type_k, &p.engine.kv_type_v, &ok) ||
-            cli_spec_opt("serve", argc, argv, &i, &p.engine.spec, &ok)) {
+            cli_spec_opt("serve", argc, argv, &i, &p.engine.spec, &ok) ||
+            cli_device_opt("serve", argc, argv, &i, &p.engine.gpu, &ok)) {
             if (!ok) {
                 free(tmpl);
                 return 1;

@@ -75,6 +75,26 @@ bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k
     return true;
 }
 
+bool cli_device_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *gpu, bool *ok) {
+    if (strcmp(argv[*i], "--device")) return false;
+    *ok = false;
+    const char *v = cli_value(cmd, argc, argv, i);
+    if (!v) return true;
+    char *end = NULL;
+    unsigned long n = 0;
+    if (!strcmp(v, "cpu")) *gpu = 0;
+    else if (!strcmp(v, "vulkan")) *gpu = 1;
+    else if (!strncmp(v, "vulkan:", 7) && v[7] >= '0' && v[7] <= '9' && (n = strtoul(v + 7, &end, 10), !*end) &&
+             n < 64)
+        *gpu = (uint32_t)n + 1;
+    else {
+        cli_error(cmd, "--device: '%s' is not cpu, vulkan or vulkan:N", v);
+        return true;
+    }
+    *ok = true;
+    return true;
+}
+
 char *cli_read_file(const char *cmd, const char *path, size_t *len) {
     char *buf = NULL;
     if (dj_read_file(path, &buf, len) != DJ_OK) {

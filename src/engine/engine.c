@@ -195,6 +195,28 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
         if (max_blocks < one_ctx) max_blocks = one_ctx;
         if (max_blocks > 1073741824u) max_blocks = 1073741824u;
     }
+    if (p->gpu) { /* the GPU forward pass: what it does not run yet, and a budget its K/V mirror holds */
+        if (p->spec.sources & (DJ_SPEC_BIT(DJ_SPEC_EXIT) | DJ_SPEC_BIT(DJ_SPEC_MTP)))
+            return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: early-exit and MTP drafts do not run on the GPU yet "
+                                               "(--spec-sources without exit and mtp)");
+        if (cfg->diff_enabled && cfg->diff_mode == LLAMA_OPT_DIFF_APPROX)
+            return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: LLAMA_OPT_DIFF_MODE=approx does not run on the GPU yet");
+        if (cfg->persist_enabled)
+            return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: the persistent KV store (--kv-dir) does not keep "
+                                               "GPU-computed blocks apart from CPU ones yet");
+        uint64_t cap = 0;
+        if ((st = ctx_gpu_blocks_max(p->gpu, block_bytes, &cap))) return st;
+        const uint64_t one_ctx = ((uint64_t)n_ctx + cfg->block_size - 1) / cfg->block_size + 1;
+        if (cap < one_ctx)
+            return dj_fail(DJ_ERR_NOMEM, "--device vulkan:%u: its K/V mirror holds %llu blocks of %zu bytes, fewer "
+                           "than one context of %u positions needs; use a smaller -c", p->gpu - 1,
+                           (unsigned long long)cap, block_bytes, n_ctx);
+        if (max_blocks > cap) {
+            dj_log(DJ_LOG_INFO, "--device vulkan:%u: KV budget %llu blocks (%.1f MiB), what the device's K/V mirror "
+                   "holds", p->gpu - 1, (unsigned long long)cap, (double)(cap * block_bytes) / 1048576.0);
+            max_blocks = cap;
+        }
+    }
     struct dj_engine *e = calloc(1, sizeof *e);
     if (!e) return dj_fail(DJ_ERR_NOMEM, "out of memory creating an engine");
     e->model = m;
@@ -229,6 +251,7 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     cp.block_size = cfg->block_size;
     cp.pool = e->pool;
     cp.mtp = mtp;
+    cp.gpu = p->gpu;
     cp.rope_table_max = cfg->precompute_enabled ? cfg->precompute_rope_max : 0;
     if ((st = ctx_create(m, cp, &e->ctx))) {
         kv_pool_destroy(e->pool);

@@ -172,6 +172,10 @@ struct dj_context {
 };
 
 enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, struct dj_context **out);
+/* The most pool blocks of block_bytes a context on Vulkan device gpu - 1 (ctx_params.gpu) can
+ * mirror: its K/V mirror is one storage buffer, within the device's range and half of its
+ * device-local memory.  DJ_ERR_NOT_FOUND (a message) without that device. */
+enum dj_status ctx_gpu_blocks_max(uint32_t gpu, size_t block_bytes, uint64_t *out);
 void ctx_free(struct dj_context *c); /* accepts NULL */
 void ctx_reset(struct dj_context *c); /* forget the current sequence's positions */
 /* Truncates the current sequence to its first n_pos positions (n_pos <= current). */

@@ -106,6 +106,20 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
     return DJ_OK;
 }
 
+enum dj_status ctx_gpu_blocks_max(uint32_t gpu, size_t block_bytes, uint64_t *out) {
+    struct dj_vk_device_info dev[16];
+    size_t n = 0;
+    if (dj_vk_devices(dev, 16, &n) != DJ_OK) return DJ_ERR_NOT_FOUND;
+    if (gpu == 0 || gpu > n || gpu > 16)
+        return dj_fail(DJ_ERR_NOT_FOUND, "vulkan:%u: no such device (%zu reported%s%s; deja inspect --devices)",
+                       gpu ? gpu - 1 : 0, n, n ? "" : ": ", n ? "" : dj_vk_why_none());
+    const struct dj_vk_device_info *d = &dev[gpu - 1];
+    uint64_t cap = d->max_storage_buffer_range / block_bytes;
+    if (d->device_local_bytes && d->device_local_bytes / 2 / block_bytes < cap) cap = d->device_local_bytes / 2 / block_bytes;
+    *out = cap;
+    return DJ_OK;
+}
+
 /* ---- set-up -------------------------------------------------------------------------- */
 
 static enum dj_status upload_weight(struct dj_gpu *g, const struct dj_weight *w, bool vector, struct gpu_weight *o) {

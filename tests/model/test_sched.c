@@ -8,7 +8,15 @@
  * the prompt's blocks; logprobs; the logits-processor hook (mask, forced
  * tokens); end-of-generation; the context limit; prefix matching of
  * session-less requests; cache_salt namespaces.  Batched == alone again on
- * deepseek2-lite-tiny (Multi-head Latent Attention, a K-only pool).
+ * deepseek2-lite-tiny (Multi-head Latent Attention, a K-only pool).  Reuse == cold: a
+ * prompt that extends an earlier one reuses its blocks and gives bitwise what a fresh
+ * engine gives.
+ *
+ * With DJ_TEST_GPU=N (CTest's model/test_sched_vulkan_*: N = 1, Vulkan device 0, lavapipe
+ * in CI) the engines run their forward passes on that device (engine_params.gpu), on
+ * stories260K — the model lavapipe runs fast enough for make test: batched == alone
+ * (greedy and seeded, the four configurations) and reuse == cold, within the GPU backend;
+ * without a Vulkan device the test exits 77 (SKIP).
  */
 #include <math.h>
 #include <pthread.h>
@@ -17,9 +25,12 @@
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
+#include "kernels/vulkan/vk.h"
 #include "test.h"
 
 enum { MAX_GEN = 64, MAX_REQ = 16 };
+
+static uint32_t g_gpu; /* DJ_TEST_GPU: 0 the CPU, N Vulkan device N - 1 */
 
 struct out {
     dj_token tok[MAX_GEN];
@@ -86,6 +97,7 @@ static struct dj_engine *mk(const struct dj_model *m, uint32_t n_batch, uint32_t
     ep.n_threads = threads;
     ep.opt.block_size = 16;
     ep.opt.dedup_pool_max = pool_blocks ? pool_blocks : 4096;
+    ep.gpu = g_gpu;
     struct dj_engine *e = NULL;
     CHECKF(engine_create(m, &ep, &e) == DJ_OK, "%s", dj_last_error());
     return e;
@@ -219,6 +231,48 @@ static void test_batched_equals_alone(const struct dj_model *m) {
         engine_park_idle(e);
         CHECK(pinned(e) == 0);
         engine_destroy(e);
+    }
+}
+
+/* ---- reuse == cold ------------------------------------------------------------- */
+
+/* A prompt that extends an earlier request's (prompt + output) reuses its blocks: the
+ * continuation is bitwise what a fresh engine computes for it (greedy and seeded). */
+static void test_reuse_cold(const struct dj_model *m) {
+    static dj_token p[400];
+    static struct out first, warm, cold;
+    for (int trial = 0; trial < 2; trial++) {
+        const size_t n1 = 100 + rnd(60), n2 = n1 + 20 + rnd(60);
+        for (size_t k = 0; k < n2; k++) p[k] = (dj_token)rnd(m->hp.n_vocab);
+        struct dj_sampler_params sp = sampler_default_params();
+        sp.temp = trial ? 0.8f : 0.0f;
+        sp.seed = 77 + (uint64_t)trial;
+        struct dj_engine *e = mk(m, 0, 0, 1, 0, 0), *f = mk(m, 0, 0, 1, 0, 0);
+        if (!e || !f) {
+            engine_destroy(e);
+            engine_destroy(f);
+            return;
+        }
+        struct dj_request_params rp = req(p, n1, 8, &first);
+        rp.sampling = sp;
+        CHECK(engine_submit(e, &rp, NULL) == DJ_OK);
+        engine_run_all(e);
+        rp = req(p, n2, 16, &warm);
+        rp.sampling = sp;
+        CHECK(engine_submit(e, &rp, NULL) == DJ_OK);
+        engine_run_all(e);
+        rp = req(p, n2, 16, &cold);
+        rp.sampling = sp;
+        CHECK(engine_submit(f, &rp, NULL) == DJ_OK);
+        engine_run_all(f);
+        CHECKF(warm.r.n_cached >= 16 && cold.r.n_cached == 0, "trial %d: %zu positions reused warm, %zu cold", trial,
+               warm.r.n_cached, cold.r.n_cached);
+        CHECKF(same(&warm, &cold), "trial %d: the reusing request differs from a fresh engine's (%zu vs %zu tokens)",
+               trial, warm.n, cold.n);
+        printf("reuse == cold (%s): %zu of %zu prompt positions reused, %zu tokens and their logits bitwise equal\n",
+               trial ? "seeded" : "greedy", warm.r.n_cached, n2, warm.n);
+        engine_destroy(e);
+        engine_destroy(f);
     }
 }
 
@@ -632,6 +686,29 @@ static void test_running_cap(const struct dj_model *m, const dj_token *p) {
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     struct dj_model *m = NULL;
+    const char *gpu = getenv("DJ_TEST_GPU");
+    g_gpu = gpu ? (uint32_t)atoi(gpu) : 0;
+    if (g_gpu) { /* the engine on a Vulkan device: stories260K (lavapipe is slow) */
+        struct dj_vk_device_info dev[8];
+        size_t n = 0;
+        if (dj_vk_devices(dev, 8, &n) != DJ_OK || n < g_gpu) {
+            printf("SKIP: no Vulkan device %u: %s\n", g_gpu - 1, n ? "fewer devices" : dj_vk_why_none());
+            return 77;
+        }
+        printf("GPU: vulkan:%u %s\n", g_gpu - 1, dev[g_gpu - 1].name);
+        CHECKF(model_load(test_shared_path(argv[1], "models/stories260K.gguf"), &m) == DJ_OK, "%s", dj_last_error());
+        if (!m) TEST_END();
+        test_batched_equals_alone(m);
+        test_reuse_cold(m);
+        /* what the GPU path does not run yet is refused, not run on the CPU */
+        struct dj_engine_params ep = engine_default_params();
+        ep.gpu = g_gpu;
+        ep.spec.sources = DJ_SPEC_BIT(DJ_SPEC_EXIT);
+        struct dj_engine *e = NULL;
+        CHECK(engine_create(m, &ep, &e) == DJ_ERR_UNSUPPORTED && !e && strstr(dj_last_error(), "early-exit"));
+        model_free(m);
+        TEST_END();
+    }
     const char *path = test_shared_path(argv[1], "models/codelm-15m-f16.gguf");
     CHECKF(model_load(path, &m) == DJ_OK, "%s", dj_last_error());
     if (!m) TEST_END();
@@ -650,6 +727,7 @@ int main(int argc, char **argv) {
     CHECKF(np >= 300, "%zu prompt tokens", np);
     if (np > 300) np = 300;
     test_batched_equals_alone(m);
+    test_reuse_cold(m);
     test_stop_strings(m, p, 120);
     test_cancel(m, p, np);
     test_admission(m, p);
