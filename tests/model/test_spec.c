@@ -15,10 +15,16 @@
  * sinks, biased experts) files (check_arch):
  * greedy, seeded n = 2 and penalized requests, lookup + memo drafts (fixed and
  * adaptive, alone and batched) and lookup + memo + early exit (adaptive).
+ *
+ * With DJ_TEST_GPU=N (CTest's model/test_spec_vulkan_f16: Vulkan device 0, lavapipe in CI)
+ * the engines run on that device, on stories260K (lavapipe is slow) with a prompt that
+ * repeats a story: lookup + memo drafts, fixed and adaptive, alone and batched, greedy and
+ * seeded — speculative = plain on the GPU; exit 77 (SKIP) without a device.
  */
 #include "core/hash.h"
 #include "engine/engine.h"
 #include "engine/trace.h"
+#include "kernels/vulkan/vk.h"
 #include "test.h"
 #include "test_run.h"
 
@@ -70,6 +76,7 @@ struct rq {
 };
 
 static uint32_t exit_layer; /* 0: auto */
+static uint32_t g_gpu;      /* DJ_TEST_GPU: 0 the CPU, N Vulkan device N - 1 */
 
 static struct dj_engine *mk(const struct dj_model *m, unsigned sources, bool adaptive) {
     struct dj_engine_params ep = engine_default_params();
@@ -80,6 +87,7 @@ static struct dj_engine *mk(const struct dj_model *m, unsigned sources, bool ada
     ep.spec.adaptive = adaptive;
     ep.spec.draft_max = 12;
     ep.spec.exit_layer = exit_layer;
+    ep.gpu = g_gpu;
     struct dj_engine *e = NULL;
     CHECKF(engine_create(m, &ep, &e) == DJ_OK, "%s", dj_last_error());
     return e;
@@ -302,6 +310,40 @@ int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
     struct dj_model *m = NULL;
+    const char *gpu = getenv("DJ_TEST_GPU");
+    g_gpu = gpu ? (uint32_t)atoi(gpu) : 0;
+    if (g_gpu) {
+        struct dj_vk_device_info dev[8];
+        size_t n = 0;
+        if (dj_vk_devices(dev, 8, &n) != DJ_OK || n < g_gpu) {
+            printf("SKIP: no Vulkan device %u: %s\n", g_gpu - 1, n ? "fewer devices" : dj_vk_why_none());
+            return 77;
+        }
+        printf("GPU: vulkan:%u %s\n", g_gpu - 1, dev[g_gpu - 1].name);
+        CHECKF(model_load(test_shared_path(argv[1], "models/stories260K.gguf"), &m) == DJ_OK, "%s", dj_last_error());
+        if (!m) TEST_END();
+        static const char *story = "Once upon a time, there was a little girl named Lily. She loved to play outside in "
+                                   "the park. One day, she saw a big tree with a red ball in it.\nOnce upon a time, "
+                                   "there was a little girl named Lily. She loved to play";
+        dj_token *ts = NULL;
+        size_t ns = 0;
+        CHECK(vocab_tokenize(m->vocab, story, strlen(story), true, false, &ts, &ns) == DJ_OK);
+        struct dj_sampler_params greedy = sampler_default_params(), hot = sampler_default_params();
+        greedy.temp = 0.0f;
+        hot.temp = 0.8f;
+        hot.seed = 7;
+        const struct rq gq[3] = {{ts, ns, greedy, 40, 1, NULL}, {ts, ns, hot, 32, 1, NULL}, {ts, ns, hot, 24, 2, NULL}};
+        static struct out gref[3];
+        uint64_t gpasses[3];
+        run_plain(m, gq, 3, gref, gpasses);
+        /* both sources together (each alone: the CPU runs; lavapipe is slow) */
+        const unsigned LM = DJ_SPEC_BIT(DJ_SPEC_LOOKUP) | DJ_SPEC_BIT(DJ_SPEC_MEMO);
+        for (int adaptive = 0; adaptive < 2; adaptive++)
+            for (int batched = 0; batched < 2; batched++) run_spec(m, gq, 3, gref, gpasses, LM, adaptive, batched);
+        free(ts);
+        model_free(m);
+        TEST_END();
+    }
     CHECKF(model_load(test_shared_path(argv[1], "models/codelm-15m-f16.gguf"), &m) == DJ_OK, "%s", dj_last_error());
     if (!m) TEST_END();
     /* prompt A: an agent turn of a real trace (an edit task: the model echoes what it read) */
