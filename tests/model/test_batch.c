@@ -35,10 +35,10 @@
 #include <stdint.h>
 
 #include "core/hash.h"
-#include "kernels/vulkan/vk.h"
 #include "model/context.h"
 #include "model/forward_gpu.h"
 #include "test.h"
+#include "test_gpu.h"
 #include "test_run.h"
 
 enum { N_SEQ = 16, MAX_LEN = 120, MAX_CHUNK = 40 };
@@ -290,17 +290,8 @@ static void check_model(const char *path, int n_schedules) {
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
-    const char *gpu = getenv("DJ_TEST_GPU");
-    g_gpu = gpu ? (uint32_t)atoi(gpu) : 0;
-    if (g_gpu) {
-        struct dj_vk_device_info dev[8];
-        size_t n = 0;
-        if (dj_vk_devices(dev, 8, &n) != DJ_OK || n < g_gpu) {
-            printf("SKIP: no Vulkan device %u: %s\n", g_gpu - 1, n ? "fewer devices" : dj_vk_why_none());
-            return 77;
-        }
-        printf("GPU: vulkan:%u %s\n", g_gpu - 1, dev[g_gpu - 1].name);
-    }
+    const int grc = test_gpu_begin(&g_gpu);
+    if (grc) return grc;
     char dir[] = "/tmp/deja_test_batch_XXXXXX";
     if (!mkdtemp(dir)) return 2;
     if (g_gpu) { /* lavapipe runs codelm's 32k-row output product at ~40 M MAC/s: stories260K only */

@@ -21,10 +21,10 @@
  */
 #include <math.h>
 
-#include "kernels/vulkan/vk.h"
 #include "model/context.h"
 #include "sample/sampler.h"
 #include "test.h"
+#include "test_gpu.h"
 #include "test_json.h"
 
 static uint32_t g_gpu; /* DJ_TEST_GPU: 0 the CPU, N Vulkan device N - 1 */
@@ -100,16 +100,9 @@ static void check_model(const char *shared, const char *model_rel, const char *d
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
-    const char *gpu = getenv("DJ_TEST_GPU");
-    g_gpu = gpu ? (uint32_t)atoi(gpu) : 0;
+    const int grc = test_gpu_begin(&g_gpu);
+    if (grc) return grc;
     if (g_gpu) {
-        struct dj_vk_device_info dev[8];
-        size_t n = 0;
-        if (dj_vk_devices(dev, 8, &n) != DJ_OK || n < g_gpu) {
-            printf("SKIP: no Vulkan device %u: %s\n", g_gpu - 1, n ? "fewer devices" : dj_vk_why_none());
-            return 77;
-        }
-        printf("GPU: vulkan:%u %s\n", g_gpu - 1, dev[g_gpu - 1].name);
         check_model(argv[1], "models/stories260K.gguf", "stories260K", 4, true, 2e-3f);
         check_model(argv[1], "models/aidreams260K.gguf", "aidreams260K", 4, true, 2e-3f);
         TEST_END();

@@ -25,8 +25,8 @@
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
-#include "kernels/vulkan/vk.h"
 #include "test.h"
+#include "test_gpu.h"
 
 enum { MAX_GEN = 64, MAX_REQ = 16 };
 
@@ -686,16 +686,9 @@ static void test_running_cap(const struct dj_model *m, const dj_token *p) {
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     struct dj_model *m = NULL;
-    const char *gpu = getenv("DJ_TEST_GPU");
-    g_gpu = gpu ? (uint32_t)atoi(gpu) : 0;
+    const int grc = test_gpu_begin(&g_gpu);
+    if (grc) return grc;
     if (g_gpu) { /* the engine on a Vulkan device: stories260K (lavapipe is slow) */
-        struct dj_vk_device_info dev[8];
-        size_t n = 0;
-        if (dj_vk_devices(dev, 8, &n) != DJ_OK || n < g_gpu) {
-            printf("SKIP: no Vulkan device %u: %s\n", g_gpu - 1, n ? "fewer devices" : dj_vk_why_none());
-            return 77;
-        }
-        printf("GPU: vulkan:%u %s\n", g_gpu - 1, dev[g_gpu - 1].name);
         CHECKF(model_load(test_shared_path(argv[1], "models/stories260K.gguf"), &m) == DJ_OK, "%s", dj_last_error());
         if (!m) TEST_END();
         test_batched_equals_alone(m);

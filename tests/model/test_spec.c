@@ -24,8 +24,8 @@
 #include "core/hash.h"
 #include "engine/engine.h"
 #include "engine/trace.h"
-#include "kernels/vulkan/vk.h"
 #include "test.h"
+#include "test_gpu.h"
 #include "test_run.h"
 
 enum { MAX_GEN = 64, N_REQ = 6 };
@@ -310,16 +310,9 @@ int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
     struct dj_model *m = NULL;
-    const char *gpu = getenv("DJ_TEST_GPU");
-    g_gpu = gpu ? (uint32_t)atoi(gpu) : 0;
+    const int grc = test_gpu_begin(&g_gpu);
+    if (grc) return grc;
     if (g_gpu) {
-        struct dj_vk_device_info dev[8];
-        size_t n = 0;
-        if (dj_vk_devices(dev, 8, &n) != DJ_OK || n < g_gpu) {
-            printf("SKIP: no Vulkan device %u: %s\n", g_gpu - 1, n ? "fewer devices" : dj_vk_why_none());
-            return 77;
-        }
-        printf("GPU: vulkan:%u %s\n", g_gpu - 1, dev[g_gpu - 1].name);
         CHECKF(model_load(test_shared_path(argv[1], "models/stories260K.gguf"), &m) == DJ_OK, "%s", dj_last_error());
         if (!m) TEST_END();
         static const char *story = "Once upon a time, there was a little girl named Lily. She loved to play outside in "
