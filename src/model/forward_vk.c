@@ -122,6 +122,8 @@ enum dj_status ctx_gpu_blocks_max(uint32_t gpu, size_t block_bytes, uint64_t *ou
 
 /* ---- set-up -------------------------------------------------------------------------- */
 
+#define GPU_LOGIT_ROWS 16 /* logits rows read back at a time (a big vocabulary's 512 rows would be GiBs) */
+
 static enum dj_status upload_weight(struct dj_gpu *g, const struct dj_weight *w, bool vector, struct gpu_weight *o) {
     o->type = vector ? DJ_TYPE_F32 : w->type;
     o->k = w->ne0;
@@ -210,7 +212,8 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
         (st = act_buf(g, (size_t)(UB * Q), &g->q)) || (st = act_buf(g, (size_t)(UB * KV), &g->k)) ||
         (st = act_buf(g, (size_t)(UB * KV), &g->v)) || (st = act_buf(g, (size_t)(UB * Q), &g->att)) ||
         (st = act_buf(g, (size_t)(UB * F), &g->g)) || (st = act_buf(g, (size_t)(UB * F), &g->u)) ||
-        (st = act_buf(g, (size_t)(UB * hp->n_rot), &g->cs)) || (st = act_buf(g, (size_t)(UB * V), &g->logits)))
+        (st = act_buf(g, (size_t)(UB * hp->n_rot), &g->cs)) ||
+        (st = act_buf(g, (size_t)((UB < GPU_LOGIT_ROWS ? UB : GPU_LOGIT_ROWS) * V), &g->logits)))
         goto fail;
     struct kv_pool_stats ps;
     kv_pool_get_stats(c->pool, &ps);
@@ -350,8 +353,12 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     }
     if (!logits || !n_out) return dj_vk_sync(vk);
     TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, g->output_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
-    for (int64_t r = 0; r < n_out; r++) /* the wanted rows, one product each: a row's bits do not depend on it */
-        TRY(dj_vk_matmul(vk, g->output.type, g->output.k, g->output.buf, 0, g->output.ws, g->xn, (size_t)out[r] * E,
-                         (size_t)E, g->logits, (size_t)r * V, (size_t)V, 0, V, 1));
-    return dj_vk_read(vk, g->logits, 0, logits, (size_t)(n_out * V) * sizeof(float));
+    for (int64_t r0 = 0; r0 < n_out; r0 += GPU_LOGIT_ROWS) { /* the wanted rows, one product each: a row's bits */
+        const int64_t nr = n_out - r0 < GPU_LOGIT_ROWS ? n_out - r0 : GPU_LOGIT_ROWS; /* do not depend on it */
+        for (int64_t r = 0; r < nr; r++)
+            TRY(dj_vk_matmul(vk, g->output.type, g->output.k, g->output.buf, 0, g->output.ws, g->xn,
+                             (size_t)out[r0 + r] * E, (size_t)E, g->logits, (size_t)r * V, (size_t)V, 0, V, 1));
+        TRY(dj_vk_read(vk, g->logits, 0, logits + r0 * V, (size_t)(nr * V) * sizeof(float)));
+    }
+    return DJ_OK;
 }
