@@ -5,7 +5,7 @@
  * CI.  Without a Vulkan build, loader or device it prints why and exits 77 (SKIP).
  *
  * What it checks, per weight type with a matmul shader (F32, F16, BF16, Q8_0, Q4_0, Q4_K,
- * Q6_K; weights quantized by the reference quantizers):
+ * Q6_K, Q4_1, Q5_0, Q5_1, Q5_K, IQ4_NL, MXFP4; weights quantized by the reference quantizers):
  *   - dequantization is ggml's, bit for bit: with one-hot activation tokens the product
  *     is the weight itself (one exact fma, exact sums of zeros), compared with == against
  *     dj_ref_dequantize_row at 74 positions per row;
@@ -409,14 +409,14 @@ static void test_errors(struct dj_vk *vk) {
     struct dj_vk *none = NULL;
     CHECK(dj_vk_open(99, &none) == DJ_ERR_NOT_FOUND && !none);
     CHECK(strstr(dj_last_error(), "no such device"));
-    CHECK(!dj_vk_matmul_supports(DJ_TYPE_Q5_K));
+    CHECK(!dj_vk_matmul_supports(DJ_TYPE_IQ2_XXS));
     struct dj_vk_buf *w = NULL, *a = NULL, *c = NULL;
     CHECK(dj_vk_buf_new(vk, 0, true, &w) == DJ_ERR_INVALID && !w);
     CHECK(dj_vk_buf_new(vk, 64 * 18, true, &w) == DJ_OK); /* 64 blocks of q4_0: 4 rows of 512 */
     CHECK(dj_vk_buf_new(vk, sizeof(float) * 2 * K, true, &a) == DJ_OK);
     CHECK(dj_vk_buf_new(vk, sizeof(float) * 2 * 8, true, &c) == DJ_OK);
     if (w && a && c) {
-        CHECK(dj_vk_matmul(vk, DJ_TYPE_Q5_K, K, w, 0, 176, a, 0, K, c, 0, 8, 0, 4, 2) == DJ_ERR_UNSUPPORTED);
+        CHECK(dj_vk_matmul(vk, DJ_TYPE_IQ2_XXS, K, w, 0, 132, a, 0, K, c, 0, 8, 0, 4, 2) == DJ_ERR_UNSUPPORTED);
         CHECK(dj_vk_matmul(vk, DJ_TYPE_Q4_0, K, w, 0, 288, a, 0, K, c, 0, 8, 0, 5, 2) == DJ_ERR_INVALID); /* row 5 */
         CHECK(dj_vk_matmul(vk, DJ_TYPE_Q4_0, K, w, 0, 288, a, 0, K, c, 0, 8, 0, 4, 3) == DJ_ERR_INVALID); /* token 3 */
         CHECK(dj_vk_matmul(vk, DJ_TYPE_Q4_0, 500, w, 0, 288, a, 0, K, c, 0, 8, 0, 4, 2) == DJ_ERR_INVALID); /* k */
@@ -445,8 +445,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("device: vulkan:0 %s\n", dj_vk_info(vk)->name);
-    static const uint32_t types[] = {DJ_TYPE_F32,  DJ_TYPE_F16,  DJ_TYPE_BF16, DJ_TYPE_Q8_0,
-                                     DJ_TYPE_Q4_0, DJ_TYPE_Q4_K, DJ_TYPE_Q6_K};
+    static const uint32_t types[] = {DJ_TYPE_F32,  DJ_TYPE_F16,  DJ_TYPE_BF16, DJ_TYPE_Q8_0, DJ_TYPE_Q4_0,
+                                     DJ_TYPE_Q4_K, DJ_TYPE_Q6_K, DJ_TYPE_Q4_1, DJ_TYPE_Q5_0, DJ_TYPE_Q5_1,
+                                     DJ_TYPE_Q5_K, DJ_TYPE_IQ4_NL, DJ_TYPE_MXFP4};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         CHECK(dj_vk_matmul_supports(types[i]));
         test_type(vk, types[i], true);

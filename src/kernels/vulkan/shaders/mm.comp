@@ -80,6 +80,56 @@ layout(push_constant) uniform P {
 #define W_EL(i)                                                                                                    \
     (d * ((i) < 16u ? sc0 : sc1) *                                                                                 \
      float(int(((rd8(ql + (i)) >> sl) & 15u) | (((rd8(qh + (i)) >> (2u * part)) & 3u) << 4)) - 32))
+#elif defined(WT_Q4_1) /* { f16 d, m; uint8 qs[16] }: nibble * d + m */
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 20u * (u);                                                                                 \
+    const float d = f16(rd16(b)), mn = f16(rd16(b + 2u));
+#define W_EL(i) (float(((i) < 16u ? rd8(b + 4u + (i)) : rd8(b + 4u + (i) - 16u) >> 4) & 15u) * d + mn)
+#elif defined(WT_Q5_0) || defined(WT_Q5_1) /* { f16 d (, m); uint8 qh[4]; uint8 qs[16] }: bit i of qh is element i's 5th */
+#if defined(WT_Q5_0)
+#define Q5_HEAD 2u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 22u * (u);                                                                                 \
+    const float d = f16(rd16(b));                                                                                  \
+    const uint qh = rd32(b + 2u);
+#define Q5_VAL(q) (float(int(q) - 16) * d)
+#else
+#define Q5_HEAD 4u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 24u * (u);                                                                                 \
+    const float d = f16(rd16(b)), mn = f16(rd16(b + 2u));                                                          \
+    const uint qh = rd32(b + 4u);
+#define Q5_VAL(q) (float(q) * d + mn)
+#endif
+#define W_EL(i)                                                                                                    \
+    Q5_VAL((((i) < 16u ? rd8(b + Q5_HEAD + 4u + (i)) : rd8(b + Q5_HEAD + 4u + (i) - 16u) >> 4) & 15u) |          \
+           (((qh >> (i)) & 1u) << 4))
+#elif defined(WT_Q5_K) /* { f16 d, dmin; uint8 scales[12], qh[32], qs[128] } per 256: bit j of qh[l] is the 5th */
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 176u * ((u) >> 3), j = (u) & 7u;                                                          \
+    uint sc, m; /* ggml's get_scale_min_k4(j) */                                                                   \
+    if (j < 4u) {                                                                                                  \
+        sc = rd8(b + 4u + j) & 63u;                                                                                \
+        m = rd8(b + 8u + j) & 63u;                                                                                 \
+    } else {                                                                                                       \
+        sc = (rd8(b + 8u + j) & 15u) | ((rd8(b + j) >> 6) << 4);                                                   \
+        m = (rd8(b + 8u + j) >> 4) | ((rd8(b + 4u + j) >> 6) << 4);                                                \
+    }                                                                                                              \
+    const float d1 = f16(rd16(b)) * float(sc), m1 = f16(rd16(b + 2u)) * float(m);                                 \
+    const uint q0 = b + 48u + 32u * (j >> 1), sh = 4u * (j & 1u);
+#define W_EL(i) (d1 * float(((rd8(q0 + (i)) >> sh) & 15u) + (((rd8(b + 16u + (i)) >> j) & 1u) << 4)) - m1)
+#elif defined(WT_IQ4_NL) /* { f16 d; uint8 qs[16] }: d * kvalues_iq4nl[nibble] */
+const int kv_iq4nl[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 18u * (u);                                                                                 \
+    const float d = f16(rd16(b));
+#define W_EL(i) (d * float(kv_iq4nl[((i) < 16u ? rd8(b + 2u + (i)) : rd8(b + 2u + (i) - 16u) >> 4) & 15u]))
+#elif defined(WT_MXFP4) /* { uint8 e (E8M0); uint8 qs[16] }: kvalues_mxfp4[nibble] * 2^(e - 128) */
+const int kv_mxfp4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 17u * (u), e = rd8(b);                                                                     \
+    const float d = uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23); /* ggml_e8m0_to_fp32_half */
+#define W_EL(i) (float(kv_mxfp4[((i) < 16u ? rd8(b + 1u + (i)) : rd8(b + 1u + (i) - 16u) >> 4) & 15u]) * d)
 #else
 #error "mm.comp: no weight type (-DWT_...)"
 #endif
