@@ -118,6 +118,23 @@ layout(push_constant) uniform P {
     const float d1 = f16(rd16(b)) * float(sc), m1 = f16(rd16(b + 2u)) * float(m);                                 \
     const uint q0 = b + 48u + 32u * (j >> 1), sh = 4u * (j & 1u);
 #define W_EL(i) (d1 * float(((rd8(q0 + (i)) >> sh) & 15u) + (((rd8(b + 16u + (i)) >> j) & 1u) << 4)) - m1)
+#elif defined(WT_Q2_K) /* { uint8 scales[16] (scale | min << 4 per 16), qs[64]; f16 d, dmin } per 256 */
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 84u * ((u) >> 3), j = (u) & 7u, n = j >> 2, sh = 2u * (j & 3u);                          \
+    const uint s0 = rd8(b + 8u * n + 2u * (j & 3u)), s1 = rd8(b + 8u * n + 2u * (j & 3u) + 1u);                   \
+    const float d = f16(rd16(b + 80u)), dmin = f16(rd16(b + 82u));                                                 \
+    const float dl0 = d * float(s0 & 15u), ml0 = dmin * float(s0 >> 4);                                            \
+    const float dl1 = d * float(s1 & 15u), ml1 = dmin * float(s1 >> 4);                                            \
+    const uint q0 = b + 16u + 32u * n;
+#define W_EL(i) ((i) < 16u ? dl0 * float((rd8(q0 + (i)) >> sh) & 3u) - ml0 : dl1 * float((rd8(q0 + (i)) >> sh) & 3u) - ml1)
+#elif defined(WT_IQ4_XS) /* { f16 d; uint16 scales_h; uint8 scales_l[4]; uint8 qs[128] } per 256 */
+const int kv_iq4nl[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 136u * ((u) >> 3), ib = (u) & 7u;                                                         \
+    const uint ls = ((rd8(b + 4u + ib / 2u) >> (4u * (ib & 1u))) & 15u) | (((rd16(b + 2u) >> (2u * ib)) & 3u) << 4); \
+    const float dl = f16(rd16(b)) * float(int(ls) - 32);                                                           \
+    const uint q0 = b + 8u + 16u * ib;
+#define W_EL(i) (dl * float(kv_iq4nl[((i) < 16u ? rd8(q0 + (i)) : rd8(q0 + (i) - 16u) >> 4) & 15u]))
 #elif defined(WT_IQ4_NL) /* { f16 d; uint8 qs[16] }: d * kvalues_iq4nl[nibble] */
 const int kv_iq4nl[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 #define UNIT(u)                                                                                                    \
