@@ -5,7 +5,7 @@
  * CI.  Without a Vulkan build, loader or device it prints why and exits 77 (SKIP).
  *
  * What it checks, per weight type with a matmul shader (F32, F16, BF16, Q8_0, Q4_0, Q4_K,
- * Q6_K, Q4_1, Q5_0, Q5_1, Q5_K, IQ4_NL, MXFP4, Q2_K, IQ4_XS; weights quantized by the reference
+ * Q6_K, Q4_1, Q5_0, Q5_1, Q5_K, IQ4_NL, MXFP4, Q2_K, Q3_K, IQ4_XS; weights quantized by the reference
  * quantizers):
  *   - dequantization is ggml's, bit for bit: with one-hot activation tokens the product
  *     is the weight itself (one exact fma, exact sums of zeros), compared with == against
@@ -448,7 +448,8 @@ int main(int argc, char **argv) {
     printf("device: vulkan:0 %s\n", dj_vk_info(vk)->name);
     static const uint32_t types[] = {DJ_TYPE_F32,  DJ_TYPE_F16,  DJ_TYPE_BF16, DJ_TYPE_Q8_0, DJ_TYPE_Q4_0,
                                      DJ_TYPE_Q4_K, DJ_TYPE_Q6_K, DJ_TYPE_Q4_1, DJ_TYPE_Q5_0, DJ_TYPE_Q5_1,
-                                     DJ_TYPE_Q5_K, DJ_TYPE_IQ4_NL, DJ_TYPE_MXFP4, DJ_TYPE_Q2_K, DJ_TYPE_IQ4_XS};
+                                     DJ_TYPE_Q5_K, DJ_TYPE_IQ4_NL, DJ_TYPE_MXFP4, DJ_TYPE_Q2_K, DJ_TYPE_Q3_K,
+                                     DJ_TYPE_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         CHECK(dj_vk_matmul_supports(types[i]));
         test_type(vk, types[i], true);

@@ -205,6 +205,7 @@ enum {
     PIPE_MM_IQ4_NL,
     PIPE_MM_MXFP4,
     PIPE_MM_Q2_K,
+    PIPE_MM_Q3_K,
     PIPE_MM_IQ4_XS,
     PIPE_RMSNORM,
     PIPE_ROPE,
@@ -216,7 +217,7 @@ enum {
 };
 static const char *const pipe_shader[PIPE_COUNT] = {
     "mm_f32",  "mm_f16",  "mm_bf16", "mm_q8_0",   "mm_q4_0",  "mm_q4_k", "mm_q6_k",  "mm_q4_1",  "mm_q5_0",
-    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16"};
+    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16"};
 
 #define DJ_VK_SETS 1024        /* descriptor sets recorded between two syncs */
 #define DJ_VK_PUSH_BYTES 64    /* the push-constant block of every shader fits */
@@ -656,6 +657,7 @@ static int mm_pipe(uint32_t wtype) {
     case DJ_TYPE_IQ4_NL: return PIPE_MM_IQ4_NL;
     case DJ_TYPE_MXFP4: return PIPE_MM_MXFP4;
     case DJ_TYPE_Q2_K: return PIPE_MM_Q2_K;
+    case DJ_TYPE_Q3_K: return PIPE_MM_Q3_K;
     case DJ_TYPE_IQ4_XS: return PIPE_MM_IQ4_XS;
     default: return -1;
     }

@@ -127,6 +127,18 @@ layout(push_constant) uniform P {
     const float dl1 = d * float(s1 & 15u), ml1 = dmin * float(s1 >> 4);                                            \
     const uint q0 = b + 16u + 32u * n;
 #define W_EL(i) ((i) < 16u ? dl0 * float((rd8(q0 + (i)) >> sh) & 3u) - ml0 : dl1 * float((rd8(q0 + (i)) >> sh) & 3u) - ml1)
+#elif defined(WT_Q3_K) /* { uint8 hmask[32], qs[64], scales[12]; f16 d } per 256: (2 bits - (high bit ? 0 : 4)) * d * (scale - 32) */
+/* scale k (0..15), ggml's kmask unpacking: low 4 bits from byte k (k < 8) or the high nibble of k - 8;
+ * the top 2 from byte 8 + k % 4, bits 2 (k / 4) */
+#define Q3_SC(k) (int((((k) < 8u ? rd8(b + 96u + (k)) : rd8(b + 96u + (k) - 8u) >> 4) & 15u) |                       \
+                      (((rd8(b + 104u + ((k) & 3u)) >> (2u * ((k) >> 2))) & 3u) << 4)) - 32)
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 110u * ((u) >> 3), j = (u) & 7u, n = j >> 2, sh = 2u * (j & 3u);                          \
+    const float d = f16(rd16(b + 108u));                                                                           \
+    const float dl0 = d * float(Q3_SC(8u * n + 2u * (j & 3u))), dl1 = d * float(Q3_SC(8u * n + 2u * (j & 3u) + 1u)); \
+    const uint q0 = b + 32u + 32u * n;
+#define W_EL(i)                                                                                                    \
+    (((i) < 16u ? dl0 : dl1) * float(int((rd8(q0 + (i)) >> sh) & 3u) - (((rd8(b + (i)) >> j) & 1u) != 0u ? 0 : 4)))
 #elif defined(WT_IQ4_XS) /* { f16 d; uint16 scales_h; uint8 scales_l[4]; uint8 qs[128] } per 256 */
 const int kv_iq4nl[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 #define UNIT(u)                                                                                                    \
