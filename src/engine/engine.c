@@ -92,16 +92,18 @@ static void engine_open_store(struct dj_engine *e) {
         dj_log(DJ_LOG_WARN, "persistent KV off: %s", m->path ? dj_last_error() : "the model has no file path");
         return;
     }
-    char desc[1024];
+    char desc[1024], device[320];
+    ctx_device_id(e->ctx, device, sizeof device); /* a GPU's blocks are not the CPU's bits, nor another GPU's */
     int n = snprintf(desc, sizeof desc,
                      "deja-kv 1 kernels=%s k=%s v=%s v_rows=%d block=%u layers=%u kv_heads=%u head_dim=%u rot=%u "
-                     "rope=%d base=%.9g llama3=%d factor=%.9g low=%.9g high=%.9g orig=%u linear=%.9g%s",
+                     "rope=%d base=%.9g llama3=%d factor=%.9g low=%.9g high=%.9g orig=%u linear=%.9g%s%s%s",
                      dj_kernels()->name, dj_type_info(e->p.kv_type_k)->name, dj_type_info(e->p.kv_type_v)->name,
                      !model_kv_k_only(m), e->block_size, kv_pool_params(e->pool)->n_layer, hp->n_head_kv, hp->head_dim,
                      hp->n_rot,
                      (int)hp->rope_type, hp->rope_freq_base, (int)hp->rope_llama3, hp->rope_factor,
                      hp->rope_low_freq_factor, hp->rope_high_freq_factor, hp->rope_orig_ctx, hp->rope_linear_scale,
-                     e->mtp ? " mtp=1" : "" /* the MTP block's rows in every block, its hidden row in the states */);
+                     e->mtp ? " mtp=1" : "" /* the MTP block's rows in every block, its hidden row in the states */,
+                     e->ctx->gpu ? " device=" : "", e->ctx->gpu ? device : "");
     if (n < 0 || (size_t)n + 32 > sizeof desc) return;
     memcpy(desc + n, model_id, 16);
     memcpy(desc + n + 16, exe_id, 16);
@@ -201,9 +203,6 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
                                                "(--spec-sources without exit and mtp)");
         if (cfg->diff_enabled && cfg->diff_mode == LLAMA_OPT_DIFF_APPROX)
             return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: LLAMA_OPT_DIFF_MODE=approx does not run on the GPU yet");
-        if (cfg->persist_enabled)
-            return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: the persistent KV store (--kv-dir) does not keep "
-                                               "GPU-computed blocks apart from CPU ones yet");
         uint64_t cap = 0;
         if ((st = ctx_gpu_blocks_max(p->gpu, block_bytes, &cap))) return st;
         const uint64_t one_ctx = ((uint64_t)n_ctx + cfg->block_size - 1) / cfg->block_size + 1;

@@ -125,9 +125,10 @@ struct dj_engine_params {
     uint32_t kv_type_k, kv_type_v; /* K/V cache element types (enum dj_ggml_type: f32, f16, bf16, q8_0,
                                       q4_0; -ctk/-ctv); engine_default_params: kv_type_default() */
     uint32_t gpu;                /* 0: the CPU; N > 0: the forward pass on Vulkan device N - 1 (--device;
-                                    ctx_params.gpu).  Not with drafts of source exit or mtp, approximate
-                                    reuse or the persistent store yet; the KV budget is capped to what the
-                                    device's K/V mirror can hold (ctx_gpu_blocks_max) */
+                                    ctx_params.gpu).  Not with drafts of source exit or mtp or approximate
+                                    reuse yet; the persistent store keys its blocks by the device
+                                    (ctx_device_id); the KV budget is capped to what the device's K/V mirror
+                                    can hold (ctx_gpu_blocks_max) */
     struct llama_opt_config opt; /* block size, dedup/diff switches, stats */
     struct dj_spec_params spec;  /* speculative decoding (draft sources, spec/spec.h); default off.
                                     The memo source also needs opt.memo_enabled (bounded by

@@ -176,6 +176,10 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
  * mirror: its K/V mirror is one storage buffer, within the device's range and half of its
  * device-local memory.  DJ_ERR_NOT_FOUND (a message) without that device. */
 enum dj_status ctx_gpu_blocks_max(uint32_t gpu, size_t block_bytes, uint64_t *out);
+/* What computes the context's K/V rows, for keys that must tell results apart (the persistent
+ * store's): "cpu", or "vulkan NAME VENDOR:DEVICE driver VERSION" — another device or driver
+ * version rounds differently. */
+void ctx_device_id(const struct dj_context *c, char *buf, size_t n);
 void ctx_free(struct dj_context *c); /* accepts NULL */
 void ctx_reset(struct dj_context *c); /* forget the current sequence's positions */
 /* Truncates the current sequence to its first n_pos positions (n_pos <= current). */

@@ -30,6 +30,7 @@
  * ones (tests/model/test_gpu.c).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +119,15 @@ enum dj_status ctx_gpu_blocks_max(uint32_t gpu, size_t block_bytes, uint64_t *ou
     if (d->device_local_bytes && d->device_local_bytes / 2 / block_bytes < cap) cap = d->device_local_bytes / 2 / block_bytes;
     *out = cap;
     return DJ_OK;
+}
+
+void ctx_device_id(const struct dj_context *c, char *buf, size_t n) {
+    if (!c->gpu) {
+        snprintf(buf, n, "cpu");
+        return;
+    }
+    const struct dj_vk_device_info *d = dj_vk_info(c->gpu->vk);
+    snprintf(buf, n, "vulkan %s %04x:%04x driver %u", d->name, d->vendor_id, d->device_id, d->driver_version);
 }
 
 /* ---- set-up -------------------------------------------------------------------------- */

@@ -22,6 +22,10 @@
  *  - Multi-head Latent Attention (deepseek2-lite-tiny, in the K/V types its 40-wide
  *    row takes): its K-only blocks are written (records marked K-only, payload
  *    of K rows only) and restored after a restart, bitwise the cold run.
+ * With DJ_TEST_GPU=N (CTest's unit/test_engine_persist_vulkan_f16: Vulkan device 0, lavapipe
+ * in CI) the engines run on that device: restart, continuation and damage as above, bitwise
+ * the GPU's cold run — and the device is part of the store's key, so a CPU engine restores
+ * nothing a GPU engine wrote and the GPU engine nothing the CPU wrote (each still exact).
  */
 #include <dirent.h>
 #include <signal.h>
@@ -43,11 +47,13 @@
 #include "test.h"
 #include "test_kvdir.h"
 #include "test_engine.h"
+#include "test_gpu.h"
 #include "test_run.h"
 
 
 static struct dj_model *model;
 static char dir[64];
+static uint32_t g_gpu; /* DJ_TEST_GPU: 0 the CPU, N Vulkan device N - 1 */
 
 static dj_token T(size_t i) { return (dj_token)(3 + (i * 7919 + i / 5) % 500); }
 
@@ -59,6 +65,7 @@ static struct dj_engine *make(bool persist, const char *pdir, uint32_t block_siz
     p.opt.dedup_enabled = dedup;
     p.opt.persist_enabled = persist;
     snprintf(p.opt.persist_dir, sizeof p.opt.persist_dir, "%s", pdir ? pdir : "");
+    p.gpu = g_gpu;
     struct dj_engine *e = NULL;
     CHECKF(engine_create(model, &p, &e) == DJ_OK, "%s", dj_last_error());
     return e;
@@ -217,6 +224,8 @@ static void check_failed_writes(void) {
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : "../shared";
     deja_bin = argc > 2 ? argv[2] : NULL; /* (test_run.h's; only its run() is used here) */
+    const int grc = test_gpu_begin(&g_gpu);
+    if (grc) return grc;
     /* under DJ_KV_TYPE=q8_0|q4_0 (CTest's per-type runs) codelm, whose heads fit their 32-element blocks */
     const bool small_heads_ok = dj_type_info(kv_type_default())->blck == 1;
     if (model_load(test_shared_path(shared, small_heads_ok ? "models/stories260K.gguf" : "models/codelm-15m-f16.gguf"),
@@ -293,8 +302,22 @@ int main(int argc, char **argv) {
     CHECK(scenario(true, 16, true, &loads, NULL) == cold && loads == 0);
     snprintf(dir, sizeof dir, "%s", saved);
 
-    check_failed_writes();
-    check_mla(shared);
+    if (g_gpu) {
+        /* the device is in the key: the CPU restores none of the GPU's blocks (and computes its own
+         * cold results), and the GPU none of the CPU's */
+        g_gpu = 0;
+        const uint64_t cpu_cold = scenario(false, 16, true, &loads, NULL);
+        CHECK(scenario(true, 16, true, &loads, NULL) == cpu_cold);
+        CHECKF(loads == 0, "a CPU engine restored %llu blocks a GPU engine wrote", (unsigned long long)loads);
+        CHECK(scenario(true, 16, true, &loads, NULL) == cpu_cold && loads >= 9); /* its own, after a restart */
+        const char *env = getenv("DJ_TEST_GPU");
+        g_gpu = (uint32_t)atoi(env);
+        CHECK(scenario(true, 16, true, &loads, NULL) == cold && loads >= 9); /* the GPU's own blocks still */
+        printf("the device is in the key: CPU and GPU blocks kept apart, each bitwise its own cold run\n");
+    } else {
+        check_failed_writes();
+        check_mla(shared);
+    }
     char *out = NULL;
     run((char *const[]){"/bin/rm", "-rf", dir, NULL}, &out);
     free(out);

@@ -139,6 +139,7 @@ static void device_info(const struct vk_inst_fns *fi, VkPhysicalDevice pd, struc
     o->vendor_id = p->vendorID;
     o->device_id = p->deviceID;
     o->api_version = p->apiVersion;
+    o->driver_version = p->driverVersion;
     o->type = p->deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU     ? "discrete"
               : p->deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU ? "integrated"
               : p->deviceType == VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU    ? "virtual"

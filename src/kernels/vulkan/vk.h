@@ -37,6 +37,7 @@ struct dj_vk_device_info {
     char name[256];
     uint32_t vendor_id, device_id;
     uint32_t api_version;  /* VK_MAKE_API_VERSION form */
+    uint32_t driver_version; /* vendor-specific encoding; part of the persistent store's key */
     const char *type;      /* "discrete", "integrated", "virtual", "cpu", "other" */
     uint64_t device_local_bytes; /* the largest device-local heap */
     uint32_t subgroup_size;
