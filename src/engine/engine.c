@@ -170,6 +170,8 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
     const size_t block_bytes = cfg->block_size * (engine_kv_bytes_per_token(m, p->kv_type_k, p->kv_type_v) /
                                                   (hp->n_layer_kv ? hp->n_layer_kv : 1) * pool_layers);
     const uint32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
+    /* one context: its blocks + one for a copy on write */
+    const uint64_t one_ctx = ((uint64_t)n_ctx + cfg->block_size - 1) / cfg->block_size + 1;
     uint64_t max_blocks = cfg->dedup_pool_max;
     if (p->kv_budget_mib < 0)
         return dj_fail(DJ_ERR_INVALID, "KV budget %.3f MiB is negative", p->kv_budget_mib);
@@ -184,9 +186,8 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
         max_blocks = blocks > 1073741824.0 ? 1073741824u : (uint64_t)blocks;
     } else if (p->kv_budget_auto) {
         /* half of what the machine has free now (the weights are mapped already), at least
-         * one context; one context = its blocks + one for a copy on write */
+         * one context */
         const uint64_t avail = mem_available();
-        const uint64_t one_ctx = ((uint64_t)n_ctx + cfg->block_size - 1) / cfg->block_size + 1;
         if (avail && one_ctx * block_bytes > avail)
             return dj_fail(DJ_ERR_NOMEM,
                            "not enough memory for one context: %u positions x %zu KiB of K/V per position = %.1f MiB, "
@@ -205,7 +206,6 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
             return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: LLAMA_OPT_DIFF_MODE=approx does not run on the GPU yet");
         uint64_t cap = 0;
         if ((st = ctx_gpu_blocks_max(p->gpu, block_bytes, &cap))) return st;
-        const uint64_t one_ctx = ((uint64_t)n_ctx + cfg->block_size - 1) / cfg->block_size + 1;
         if (cap < one_ctx)
             return dj_fail(DJ_ERR_NOMEM, "--device vulkan:%u: its K/V mirror holds %llu blocks of %zu bytes, fewer "
                            "than one context of %u positions needs; use a smaller -c", p->gpu - 1,

@@ -50,6 +50,23 @@ struct gpu_layer {
     struct gpu_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
 };
 
+#define GPU_LAYER_W 9 /* the weights of a gpu_layer */
+/* The device copies of a layer's weights and, with L, the model's weights they copy (norms:
+ * f32 vectors) — the one list gpu_ctx_create uploads and gpu_ctx_free frees. */
+static void layer_slots(struct gpu_layer *G, const struct dj_layer *L, struct gpu_weight *dst[GPU_LAYER_W],
+                        const struct dj_weight *src[GPU_LAYER_W], bool vec[GPU_LAYER_W]) {
+    struct gpu_weight *const d[GPU_LAYER_W] = {&G->attn_norm, &G->wq, &G->wk, &G->wv, &G->wo,
+                                              &G->ffn_norm, &G->w_gate, &G->w_up, &G->w_down};
+    for (int i = 0; i < GPU_LAYER_W; i++) {
+        dst[i] = d[i];
+        vec[i] = i == 0 || i == 5;
+    }
+    if (!L) return;
+    const struct dj_weight *const w[GPU_LAYER_W] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
+                                                    &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+    for (int i = 0; i < GPU_LAYER_W; i++) src[i] = w[i];
+}
+
 struct dj_gpu {
     struct dj_vk *vk;
     struct gpu_layer *layers;
@@ -61,11 +78,12 @@ struct dj_gpu {
     uint32_t max_blocks;
     size_t block_bytes;
     float *h_k, *h_v;         /* (n_ubatch, n_embd_kv) the new rows read back */
-    uint8_t *h_row;           /* one converted row */
     float *h_x;               /* (n_ubatch, n_embd) embedding rows; (n_ubatch, n_rot) cos/sin rows */
     float *h_cs;
-    uint32_t *tab_start, *blocks, *rows_pos; /* the attention's per-token tables */
+    uint32_t *tab_start, *blocks, *rows_pos; /* the attention's per-token tables; the rope rows */
     size_t blocks_cap;
+    struct kv_seq **dseq;     /* (n_ubatch) the ubatch's distinct sequences (tables) */
+    uint32_t *dpos, *rows_seq; /* (n_ubatch) their last position, then table start; each token's sequence */
 };
 
 /* ---- what runs on the device ------------------------------------------------------ */
@@ -156,8 +174,10 @@ void gpu_ctx_free(struct dj_context *c) {
     if (vk) {
         if (g->layers)
             for (uint32_t il = 0; il < c->model->hp.n_layer; il++) {
-                struct gpu_weight *w = &g->layers[il].attn_norm;
-                for (int i = 0; i < 9; i++) dj_vk_buf_free(vk, w[i].buf);
+                struct gpu_weight *dst[GPU_LAYER_W];
+                bool vec[GPU_LAYER_W];
+                layer_slots(&g->layers[il], NULL, dst, NULL, vec);
+                for (int i = 0; i < GPU_LAYER_W; i++) dj_vk_buf_free(vk, dst[i]->buf);
             }
         dj_vk_buf_free(vk, g->output_norm.buf);
         dj_vk_buf_free(vk, g->output.buf);
@@ -169,12 +189,14 @@ void gpu_ctx_free(struct dj_context *c) {
     free(g->kv_gen);
     free(g->h_k);
     free(g->h_v);
-    free(g->h_row);
     free(g->h_x);
     free(g->h_cs);
     free(g->tab_start);
     free(g->blocks);
     free(g->rows_pos);
+    free(g->dseq);
+    free(g->dpos);
+    free(g->rows_seq);
     free(g);
     c->gpu = NULL;
 }
@@ -201,18 +223,11 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
         goto fail;
     }
     for (uint32_t il = 0; il < hp->n_layer && st == DJ_OK; il++) {
-        const struct dj_layer *L = &m->layers[il];
-        struct gpu_layer *G = &g->layers[il];
-        if ((st = upload_weight(g, &L->attn_norm, true, &G->attn_norm)) != DJ_OK ||
-            (st = upload_weight(g, &L->wq, false, &G->wq)) != DJ_OK ||
-            (st = upload_weight(g, &L->wk, false, &G->wk)) != DJ_OK ||
-            (st = upload_weight(g, &L->wv, false, &G->wv)) != DJ_OK ||
-            (st = upload_weight(g, &L->wo, false, &G->wo)) != DJ_OK ||
-            (st = upload_weight(g, &L->ffn_norm, true, &G->ffn_norm)) != DJ_OK ||
-            (st = upload_weight(g, &L->w_gate, false, &G->w_gate)) != DJ_OK ||
-            (st = upload_weight(g, &L->w_up, false, &G->w_up)) != DJ_OK ||
-            (st = upload_weight(g, &L->w_down, false, &G->w_down)) != DJ_OK)
-            break;
+        struct gpu_weight *dst[GPU_LAYER_W];
+        const struct dj_weight *src[GPU_LAYER_W];
+        bool vec[GPU_LAYER_W];
+        layer_slots(&g->layers[il], &m->layers[il], dst, src, vec);
+        for (int i = 0; i < GPU_LAYER_W && st == DJ_OK; i++) st = upload_weight(g, src[i], vec[i], dst[i]);
     }
     if (st != DJ_OK || (st = upload_weight(g, &m->output_norm, true, &g->output_norm)) != DJ_OK ||
         (st = upload_weight(g, &m->output, false, &g->output)) != DJ_OK)
@@ -241,12 +256,15 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     g->kv_gen = calloc(g->max_blocks, sizeof *g->kv_gen);
     g->h_k = malloc((size_t)(UB * KV) * sizeof(float));
     g->h_v = malloc((size_t)(UB * KV) * sizeof(float));
-    g->h_row = malloc((size_t)KV * sizeof(float));
     g->h_x = malloc((size_t)(UB * E) * sizeof(float));
     g->h_cs = malloc((size_t)(UB * hp->n_rot) * sizeof(float));
     g->tab_start = malloc((size_t)UB * sizeof(uint32_t));
     g->rows_pos = malloc((size_t)UB * sizeof(uint32_t));
-    if (!g->kv_gen || !g->h_k || !g->h_v || !g->h_row || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos) {
+    g->dseq = malloc((size_t)UB * sizeof *g->dseq);
+    g->dpos = malloc((size_t)UB * sizeof(uint32_t));
+    g->rows_seq = malloc((size_t)UB * sizeof(uint32_t));
+    if (!g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
+        !g->dseq || !g->dpos || !g->rows_seq) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
     }
@@ -270,14 +288,27 @@ static enum dj_status mm(struct dj_gpu *g, const struct gpu_weight *w, struct dj
                         w->rows, n);
 }
 
-/* The ubatch's block tables (one per token: its sequence's blocks up to its position) and
- * the mirror brought up to date for every block they name. */
+/* The ubatch's block tables: one per distinct sequence, up to the block of its last position in
+ * the ubatch (its tokens' positions increase, so every token's keys are in it); a token's
+ * tab_start is its sequence's table.  And the mirror brought up to date for every block they
+ * name, each checked once. */
 static enum dj_status tables(struct dj_context *c, const uint32_t *pos, struct kv_seq *const *seq, int64_t n,
                              size_t *n_blocks) {
     struct dj_gpu *g = c->gpu;
     const uint32_t bs = c->block_size;
-    size_t need = 0;
-    for (int64_t t = 0; t < n; t++) need += pos[t] / bs + 1;
+    size_t nd = 0, need = 0; /* distinct sequences: g->dseq[i], their last position g->dpos[i] */
+    for (int64_t t = 0; t < n; t++) {
+        size_t i = 0;
+        while (i < nd && g->dseq[i] != seq[t]) i++;
+        if (i == nd) {
+            g->dseq[nd] = seq[t];
+            g->dpos[nd++] = pos[t];
+        } else if (pos[t] > g->dpos[i]) {
+            g->dpos[i] = pos[t];
+        }
+        g->rows_seq[t] = (uint32_t)i;
+    }
+    for (size_t i = 0; i < nd; i++) need += g->dpos[i] / bs + 1;
     if (need > g->blocks_cap) {
         uint32_t *b = realloc(g->blocks, need * sizeof *b);
         if (!b) return dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
@@ -285,10 +316,10 @@ static enum dj_status tables(struct dj_context *c, const uint32_t *pos, struct k
         g->blocks_cap = need;
     }
     size_t at = 0;
-    for (int64_t t = 0; t < n; t++) {
-        g->tab_start[t] = (uint32_t)at;
-        for (uint32_t j = 0; j <= pos[t] / bs; j++) {
-            const uint32_t id = seq[t]->table[j];
+    for (size_t i = 0; i < nd; i++) {
+        const size_t start = at;
+        for (uint32_t j = 0; j <= g->dpos[i] / bs; j++) {
+            const uint32_t id = g->dseq[i]->table[j];
             g->blocks[at++] = id;
             const uint32_t gen = kv_pool_gen(c->pool, id) + 1;
             if (g->kv_gen[id] != gen) { /* allocated since the mirror last saw it: all of its bytes */
@@ -296,7 +327,9 @@ static enum dj_status tables(struct dj_context *c, const uint32_t *pos, struct k
                 g->kv_gen[id] = gen;
             }
         }
+        g->dpos[i] = (uint32_t)start; /* from here on: the table's start */
     }
+    for (int64_t t = 0; t < n; t++) g->tab_start[t] = g->dpos[g->rows_seq[t]];
     *n_blocks = at;
     return DJ_OK;
 }

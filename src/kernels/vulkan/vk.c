@@ -577,13 +577,17 @@ static enum dj_status dispatch(struct dj_vk *vk, int pipe, const struct dj_vk_bu
 
 /* ---- copies ------------------------------------------------------------------------------ */
 
+/* A context's host-visible helper buffer (staging, arena), made on first use: `want` bytes, or
+ * what one descriptor can see. */
+static enum dj_status host_buf_lazy(struct dj_vk *vk, size_t want, struct dj_vk_buf **b) {
+    if (*b) return DJ_OK;
+    if (want > vk->info.max_storage_buffer_range) want = (size_t)vk->info.max_storage_buffer_range & ~(size_t)3;
+    return dj_vk_buf_new(vk, want, true, b);
+}
+
 static enum dj_status staging_get(struct dj_vk *vk, size_t *chunk) {
-    if (!vk->staging) {
-        size_t want = DJ_VK_STAGING;
-        if (want > vk->info.max_storage_buffer_range) want = (size_t)vk->info.max_storage_buffer_range & ~(size_t)3;
-        const enum dj_status st = dj_vk_buf_new(vk, want, true, &vk->staging);
-        if (st != DJ_OK) return st;
-    }
+    const enum dj_status st = host_buf_lazy(vk, DJ_VK_STAGING, &vk->staging);
+    if (st != DJ_OK) return st;
     *chunk = vk->staging->bytes;
     return DJ_OK;
 }
@@ -742,12 +746,8 @@ enum dj_status dj_vk_rmsnorm(struct dj_vk *vk, const struct dj_vk_buf *x, size_t
 /* n words into the arena for the dispatches recorded next: *word = their first word.  A full
  * arena runs what is recorded (a sync) and starts again. */
 static enum dj_status arena_put(struct dj_vk *vk, const uint32_t *w, size_t n, uint32_t *word) {
-    if (!vk->arena) {
-        size_t want = DJ_VK_ARENA;
-        if (want > vk->info.max_storage_buffer_range) want = (size_t)vk->info.max_storage_buffer_range & ~(size_t)3;
-        const enum dj_status st = dj_vk_buf_new(vk, want, true, &vk->arena);
-        if (st != DJ_OK) return st;
-    }
+    const enum dj_status ast = host_buf_lazy(vk, DJ_VK_ARENA, &vk->arena);
+    if (ast != DJ_OK) return ast;
     const size_t cap = vk->arena->bytes / 4;
     if (n > cap) return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: %zu words of positions and block tables at once (at most %zu)",
                                 n, cap);

@@ -35,6 +35,24 @@ layout(push_constant) uniform P {
 
 #define NT 4
 
+/* Q4_K / Q5_K: sub-block j's factors of the super-block at byte b ({f16 d, dmin; uint8 scales[12]}
+ * first): d * scale and dmin * min, ggml's get_scale_min_k4(j) of the 12 scale bytes. */
+void k4_scale_min(uint b, uint j, out float d1, out float m1) {
+    uint sc, m;
+    if (j < 4u) {
+        sc = rd8(b + 4u + j) & 63u;
+        m = rd8(b + 8u + j) & 63u;
+    } else {
+        sc = (rd8(b + 8u + j) & 15u) | ((rd8(b + j) >> 6) << 4);
+        m = (rd8(b + 8u + j) >> 4) | ((rd8(b + 4u + j) >> 6) << 4);
+    }
+    d1 = f16(rd16(b)) * float(sc);
+    m1 = f16(rd16(b + 2u)) * float(m);
+}
+
+/* IQ4_NL / IQ4_XS: the 16 values of a 4-bit index (ggml's kvalues_iq4nl) */
+const int kv_iq4nl[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+
 /* Per weight type: UNIT(u) reads what unit u (elements 32u .. 32u + 31) of the row at
  * byte rb shares (its block's scales), W_EL(i) is element i of the unit, i a constant
  * after unrolling — one value at a time, no array (lavapipe keeps arrays in memory). */
@@ -60,15 +78,8 @@ layout(push_constant) uniform P {
 #elif defined(WT_Q4_K) /* { f16 d, dmin; uint8 scales[12]; uint8 qs[128] } per 256 */
 #define UNIT(u)                                                                                                    \
     const uint b = rb + 144u * ((u) >> 3), j = (u) & 7u;                                                          \
-    uint sc, m; /* ggml's get_scale_min_k4(j) */                                                                   \
-    if (j < 4u) {                                                                                                  \
-        sc = rd8(b + 4u + j) & 63u;                                                                                \
-        m = rd8(b + 8u + j) & 63u;                                                                                 \
-    } else {                                                                                                       \
-        sc = (rd8(b + 8u + j) & 15u) | ((rd8(b + j) >> 6) << 4);                                                   \
-        m = (rd8(b + 8u + j) >> 4) | ((rd8(b + 4u + j) >> 6) << 4);                                                \
-    }                                                                                                              \
-    const float d1 = f16(rd16(b)) * float(sc), m1 = f16(rd16(b + 2u)) * float(m);                                 \
+    float d1, m1;                                                                                                  \
+    k4_scale_min(b, j, d1, m1);                                                                                    \
     const uint q0 = b + 16u + 32u * (j >> 1), sh = 4u * (j & 1u);
 #define W_EL(i) (d1 * float((rd8(q0 + (i)) >> sh) & 15u) - m1)
 #elif defined(WT_Q6_K) /* { uint8 ql[128], qh[64]; int8 scales[16]; f16 d } per 256 */
@@ -107,15 +118,8 @@ layout(push_constant) uniform P {
 #elif defined(WT_Q5_K) /* { f16 d, dmin; uint8 scales[12], qh[32], qs[128] } per 256: bit j of qh[l] is the 5th */
 #define UNIT(u)                                                                                                    \
     const uint b = rb + 176u * ((u) >> 3), j = (u) & 7u;                                                          \
-    uint sc, m; /* ggml's get_scale_min_k4(j) */                                                                   \
-    if (j < 4u) {                                                                                                  \
-        sc = rd8(b + 4u + j) & 63u;                                                                                \
-        m = rd8(b + 8u + j) & 63u;                                                                                 \
-    } else {                                                                                                       \
-        sc = (rd8(b + 8u + j) & 15u) | ((rd8(b + j) >> 6) << 4);                                                   \
-        m = (rd8(b + 8u + j) >> 4) | ((rd8(b + 4u + j) >> 6) << 4);                                                \
-    }                                                                                                              \
-    const float d1 = f16(rd16(b)) * float(sc), m1 = f16(rd16(b + 2u)) * float(m);                                 \
+    float d1, m1;                                                                                                  \
+    k4_scale_min(b, j, d1, m1);                                                                                    \
     const uint q0 = b + 48u + 32u * (j >> 1), sh = 4u * (j & 1u);
 #define W_EL(i) (d1 * float(((rd8(q0 + (i)) >> sh) & 15u) + (((rd8(b + 16u + (i)) >> j) & 1u) << 4)) - m1)
 #elif defined(WT_Q2_K) /* { uint8 scales[16] (scale | min << 4 per 16), qs[64]; f16 d, dmin } per 256 */
@@ -140,7 +144,6 @@ layout(push_constant) uniform P {
 #define W_EL(i)                                                                                                    \
     (((i) < 16u ? dl0 : dl1) * float(int((rd8(q0 + (i)) >> sh) & 3u) - (((rd8(b + (i)) >> j) & 1u) != 0u ? 0 : 4)))
 #elif defined(WT_IQ4_XS) /* { f16 d; uint16 scales_h; uint8 scales_l[4]; uint8 qs[128] } per 256 */
-const int kv_iq4nl[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 #define UNIT(u)                                                                                                    \
     const uint b = rb + 136u * ((u) >> 3), ib = (u) & 7u;                                                         \
     const uint ls = ((rd8(b + 4u + ib / 2u) >> (4u * (ib & 1u))) & 15u) | (((rd16(b + 2u) >> (2u * ib)) & 3u) << 4); \
@@ -148,7 +151,6 @@ const int kv_iq4nl[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13
     const uint q0 = b + 8u + 16u * ib;
 #define W_EL(i) (dl * float(kv_iq4nl[((i) < 16u ? rd8(q0 + (i)) : rd8(q0 + (i) - 16u) >> 4) & 15u]))
 #elif defined(WT_IQ4_NL) /* { f16 d; uint8 qs[16] }: d * kvalues_iq4nl[nibble] */
-const int kv_iq4nl[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 #define UNIT(u)                                                                                                    \
     const uint b = rb + 18u * (u);                                                                                 \
     const float d = f16(rd16(b));
