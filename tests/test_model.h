@@ -10,6 +10,10 @@
 
 #include "model/context.h"
 
+/* The device the contexts made here (and by test_moe.h's check_model) run on: 0 the CPU, N
+ * Vulkan device N - 1 (a test's GPU mode sets it from DJ_TEST_GPU, test_gpu.h). */
+static uint32_t test_ctx_gpu;
+
 /* n * n_vocab floats (malloc'd), or NULL on failure.  block_size 0: the default.  K and V
  * cache type kv_type (enum dj_ggml_type). */
 static inline float *test_eval_logits_kv(const struct dj_model *m, const dj_token *toks, size_t n, uint32_t ubatch,
@@ -19,6 +23,7 @@ static inline float *test_eval_logits_kv(const struct dj_model *m, const dj_toke
     cp.n_ctx = (uint32_t)n;
     cp.n_ubatch = ubatch;
     cp.n_threads = threads;
+    cp.gpu = test_ctx_gpu;
     if (block_size) cp.block_size = block_size;
     struct dj_context *c = NULL;
     if (ctx_create(m, cp, &c) != DJ_OK) return NULL;

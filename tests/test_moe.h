@@ -109,6 +109,7 @@ static void check_model(const char *shared, const char *name, float tol, bool f1
         struct dj_ctx_params cp = ctx_default_params();
         cp.n_ctx = (uint32_t)(np + N_STEPS + 1);
         cp.type_k = cp.type_v = kv_type;
+        cp.gpu = test_ctx_gpu;
         CHECKF(ctx_create(m, cp, &c) == DJ_OK, "%s: %s", name, dj_last_error());
         if (!c || !ref_prompt || !ref_steps) goto next;
         /* the prompt in one batch, every row, and the routing */

@@ -690,11 +690,9 @@ static void experts_bias(struct dj_context *c, int n_used, const struct dj_weigh
     }
 }
 
-/* x += MoE(xn) for the layer's n rows (c->xn: the ffn-normed rows; clobbered). */
-static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n) {
+void ctx_moe_route(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n) {
     const struct dj_hparams *hp = &c->model->hp;
-    const int64_t E = hp->n_embd, NE = hp->n_expert, K = hp->n_expert_used, F = hp->n_ff_exp;
-    ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
+    const int64_t NE = hp->n_expert, K = hp->n_expert_used;
     /* deepseek2 and glm4moe (its keys, no groups: n_group 0); qwen3moe, Mixtral: softmax, normalized, no clamp */
     const bool ds = hp->arch == DJ_ARCH_DEEPSEEK2 || hp->arch == DJ_ARCH_GLM4MOE;
     const bool oss = hp->arch == DJ_ARCH_GPT_OSS; /* softmax over the top-k logits, biased experts */
@@ -705,28 +703,44 @@ static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L,
                                   .norm = !oss && (!ds || hp->exp_norm), .norm_min = ds ? 6.103515625e-5f : 0.0f,
                                   .scale = ds || oss || hp->rs_floats ? hp->exp_scale : 0.0f};
     for (int64_t t = 0; t < n; t++) moe_route(&rt, c->moe_z + t * NE, c->moe_sel + t * K, c->moe_w + t * K);
-    if (c->moe_trace && il < hp->n_layer) /* not the MTP block's */ /* not the MTP block's */
-            memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
-    /* Group the (token, slot) pairs by expert: expert e's tokens, in ubatch order, are
-     * rows [off_e, off_e + n_e) of moe_xin; moe_pos[t * K + s] is the row of token t's
-     * slot s.  Then one pool run for every used expert's gate and up, one for the downs. */
+    if (c->moe_trace && il < hp->n_layer) /* not the MTP block's */
+        memcpy(c->moe_trace + (size_t)il * c->p.n_ubatch * K, c->moe_sel, (size_t)(n * K) * sizeof(int32_t));
+}
+
+int ctx_moe_group(struct dj_context *c, int64_t n, int64_t *n_rows) {
+    const int64_t NE = c->model->hp.n_expert, K = c->model->hp.n_expert_used;
     int n_used = 0;
     int64_t off = 0;
     for (uint32_t e = 0; e < (uint32_t)NE; e++) {
         const int64_t off_e = off;
         for (int64_t t = 0; t < n; t++)
             for (int64_t s = 0; s < K; s++)
-                if (c->moe_sel[t * K + s] == (int32_t)e) {
-                    c->moe_pos[t * K + s] = (uint32_t)off;
-                    memcpy(c->moe_xin + off * E, c->xn + t * E, (size_t)E * sizeof(float));
-                    off++;
-                }
+                if (c->moe_sel[t * K + s] == (int32_t)e) c->moe_pos[t * K + s] = (uint32_t)off++;
         if (off == off_e) continue; /* its weights are not read */
         c->moe_ids[n_used] = e;
         c->moe_off[n_used] = off_e;
         c->moe_cnt[n_used] = off - off_e;
         n_used++;
     }
+    *n_rows = off;
+    return n_used;
+}
+
+/* x += MoE(xn) for the layer's n rows (c->xn: the ffn-normed rows; clobbered). */
+static void moe_ffn(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n) {
+    const struct dj_hparams *hp = &c->model->hp;
+    const int64_t E = hp->n_embd, K = hp->n_expert_used, F = hp->n_ff_exp;
+    const bool oss = hp->arch == DJ_ARCH_GPT_OSS;
+    ctx_matmul(c, &L->ffn_gate_inp, c->xn, n, c->moe_z);
+    ctx_moe_route(c, il, L, n);
+    /* Group the (token, slot) pairs by expert: expert e's tokens, in ubatch order, are
+     * rows [off_e, off_e + n_e) of moe_xin; moe_pos[t * K + s] is the row of token t's
+     * slot s.  Then one pool run for every used expert's gate and up, one for the downs. */
+    int64_t off = 0;
+    const int n_used = ctx_moe_group(c, n, &off);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t s = 0; s < K; s++)
+            memcpy(c->moe_xin + (size_t)c->moe_pos[t * K + s] * E, c->xn + t * E, (size_t)E * sizeof(float));
     const bool gated = L->ffn_gate_exps.data != NULL; /* llama without ffn_gate_exps: down(silu(up x)) */
     const struct dj_weight *gexp = gated ? &L->ffn_gate_exps : &L->ffn_up_exps;
     const int act_gu = c->kern->w[gexp->type].act_type, act_up = c->kern->w[L->ffn_up_exps.type].act_type;

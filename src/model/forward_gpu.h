@@ -23,5 +23,11 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
  * (n_rot floats), the CPU path's values. */
 void gpu_embed_row(const struct dj_context *c, dj_token tok, float *dst);
 void gpu_rope_cs(struct dj_context *c, uint32_t pos, float *dst);
+/* forward.c's MoE routing, shared by both paths so a GPU token picks its experts with the
+ * CPU's code: the n router rows in c->moe_z (clobbered) → c->moe_sel / c->moe_w (and
+ * c->moe_trace when set); then the (token, slot) pairs grouped by expert (c->moe_pos,
+ * moe_ids / moe_off / moe_cnt): the experts used, *n_rows the pairs. */
+void ctx_moe_route(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n);
+int ctx_moe_group(struct dj_context *c, int64_t n, int64_t *n_rows);
 
 #endif

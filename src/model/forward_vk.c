@@ -1,12 +1,13 @@
 /*
  * forward_vk.c — a context's forward pass on a Vulkan device (ctx_params.gpu; the backend
- * is src/kernels/vulkan/vk.h).  First part of issue 32: the dense decoder of the llama
- * family (llama, qwen2 without biases, ... : what model_gpu_check accepts), F32/F16/BF16/
- * Q8_0/Q4_0/Q4_K/Q6_K weights, an f32 or f16 K/V cache.
+ * is src/kernels/vulkan/vk.h).  Issue 32: the llama family's decoders, dense or with gated
+ * routed experts, q/k head norms (llama, Mixtral, qwen2 without biases, qwen3, qwen3moe: what
+ * model_gpu_check accepts), weights of any type with a matmul shader, an f32 or f16 K/V cache.
  *
  * Per ubatch: the embedding rows are dequantized on the host and uploaded; every layer
  * runs on the device (RMSNorm, the q/k/v products, RoPE from host-computed cos/sin rows,
- * attention over the paged cache, the output product and residual add, the SwiGLU FFN);
+ * attention over the paged cache, the output product and residual add, the SwiGLU FFN or
+ * the experts: moe_ffn below);
  * the final norm and the output product give the wanted rows' logits, read back.
  *
  * The K/V cache.  The pool (src/kv) stays the source of truth and device-agnostic: its
@@ -46,24 +47,30 @@ struct gpu_weight {
     size_t ws;
 };
 
+/* A layer's weights on the device; those the model lacks (q/k norms, the dense FFN of an MoE
+ * layer, the experts of a dense one) have no buffer. */
 struct gpu_layer {
-    struct gpu_weight attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    struct gpu_weight attn_norm, ffn_norm, q_norm, k_norm; /* f32 vectors */
+    struct gpu_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    struct gpu_weight ffn_gate_inp, gate_exps, up_exps, down_exps; /* the router; the experts' slabs, one matrix */
 };
 
-#define GPU_LAYER_W 9 /* the weights of a gpu_layer */
-/* The device copies of a layer's weights and, with L, the model's weights they copy (norms:
- * f32 vectors) — the one list gpu_ctx_create uploads and gpu_ctx_free frees. */
+#define GPU_LAYER_W 15 /* the weights of a gpu_layer */
+#define GPU_LAYER_VEC 4 /* the first GPU_LAYER_W: vectors */
+/* The device copies of a layer's weights and, with L, the model's weights they copy — the one
+ * list gpu_ctx_create uploads and gpu_ctx_free frees. */
 static void layer_slots(struct gpu_layer *G, const struct dj_layer *L, struct gpu_weight *dst[GPU_LAYER_W],
-                        const struct dj_weight *src[GPU_LAYER_W], bool vec[GPU_LAYER_W]) {
-    struct gpu_weight *const d[GPU_LAYER_W] = {&G->attn_norm, &G->wq, &G->wk, &G->wv, &G->wo,
-                                              &G->ffn_norm, &G->w_gate, &G->w_up, &G->w_down};
-    for (int i = 0; i < GPU_LAYER_W; i++) {
-        dst[i] = d[i];
-        vec[i] = i == 0 || i == 5;
-    }
+                        const struct dj_weight *src[GPU_LAYER_W]) {
+    struct gpu_weight *const d[GPU_LAYER_W] = {&G->attn_norm, &G->ffn_norm,  &G->q_norm,       &G->k_norm,
+                                              &G->wq,        &G->wk,        &G->wv,           &G->wo,
+                                              &G->w_gate,    &G->w_up,      &G->w_down,       &G->ffn_gate_inp,
+                                              &G->gate_exps, &G->up_exps,   &G->down_exps};
+    for (int i = 0; i < GPU_LAYER_W; i++) dst[i] = d[i];
     if (!L) return;
-    const struct dj_weight *const w[GPU_LAYER_W] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                                                    &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+    const struct dj_weight *const w[GPU_LAYER_W] = {&L->attn_norm,     &L->ffn_norm,      &L->q_norm,        &L->k_norm,
+                                                    &L->wq,            &L->wk,            &L->wv,            &L->wo,
+                                                    &L->w_gate,        &L->w_up,          &L->w_down,        &L->ffn_gate_inp,
+                                                    &L->ffn_gate_exps, &L->ffn_up_exps,   &L->ffn_down_exps};
     for (int i = 0; i < GPU_LAYER_W; i++) src[i] = w[i];
 }
 
@@ -72,7 +79,10 @@ struct dj_gpu {
     struct gpu_layer *layers;
     struct gpu_weight output_norm, output;
     /* the ubatch's activations (n_ubatch rows) */
-    struct dj_vk_buf *x, *xn, *q, *k, *v, *att, *g, *u, *cs, *logits;
+    struct dj_vk_buf *x, *xn, *q, *k, *v, *att, *g, *u, *cs, *xo, *logits;
+    /* MoE: router logits (n_ubatch, n_expert); per (token, slot) row: the input, gate, up, output */
+    struct dj_vk_buf *z, *xin, *ge, *ue, *eo;
+    uint32_t *gidx;           /* (n_ubatch * n_expert_used) the token of each expert row; the wanted rows */
     struct dj_vk_buf *kv;     /* the pool's blocks, max_blocks of block_bytes */
     uint32_t *kv_gen;         /* per block: the pool generation the mirror holds + 1 (0: none) */
     uint32_t max_blocks;
@@ -91,8 +101,7 @@ struct dj_gpu {
 enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32_t type_v) {
     const struct dj_hparams *hp = &m->hp;
     const char *why = NULL;
-    if (hp->n_expert) why = "experts (MoE)";
-    else if (hp->mla) why = "multi-head latent attention";
+    if (hp->mla) why = "multi-head latent attention";
     else if (hp->rs_floats) why = "recurrent layers";
     else if (hp->n_swa) why = "sliding-window attention";
     else if (hp->attn_softcap != 0 || hp->final_softcap != 0) why = "soft-capping";
@@ -105,14 +114,21 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
     if (!why)
         for (uint32_t il = 0; il < hp->n_layer && !why; il++) {
             const struct dj_layer *L = &m->layers[il];
+            const bool moe = L->ffn_gate_inp.data != NULL;
             if (L->bq.data || L->bk.data || L->bv.data || L->bo.data) why = "attention biases";
-            else if (L->q_norm.data || L->k_norm.data) why = "q/k head norms";
             else if (L->attn_sinks.data) why = "attention sinks";
             else if (L->attn_post_norm.data || L->ffn_post_norm.data) why = "post-norms";
-            else if (!L->w_gate.data) why = "an FFN without a gate";
-            const struct dj_weight *w[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int i = 0; i < 7 && !why; i++)
-                if (!dj_vk_matmul_supports(w[i]->type)) why = "a weight type without a Vulkan matmul shader";
+            else if (moe && (L->ffn_up_shexp.data || L->ffn_gate_inp_shexp.data)) why = "shared experts";
+            else if (moe && (L->ffn_gate_inp_b.data || L->ffn_gate_exps_b.data)) why = "expert biases";
+            else if (moe && !L->ffn_gate_exps.data) why = "experts without a gate";
+            else if (!moe && !L->w_gate.data) why = "an FFN without a gate";
+            const struct dj_weight *w[10] = {&L->wq,           &L->wk,          &L->wv,        &L->wo,
+                                             &L->w_gate,       &L->w_up,        &L->w_down,    &L->ffn_gate_inp,
+                                             &L->ffn_gate_exps, &L->ffn_down_exps};
+            for (int i = 0; i < 10 && !why; i++)
+                if (w[i]->data && !dj_vk_matmul_supports(w[i]->type)) why = "a weight type without a Vulkan matmul shader";
+            if (!why && moe && !dj_vk_matmul_supports(L->ffn_up_exps.type))
+                why = "a weight type without a Vulkan matmul shader";
         }
     if (!why && !dj_vk_matmul_supports(m->output.type)) why = "a weight type without a Vulkan matmul shader";
     if (why)
@@ -153,6 +169,7 @@ void ctx_device_id(const struct dj_context *c, char *buf, size_t n) {
 #define GPU_LOGIT_ROWS 16 /* logits rows read back at a time (a big vocabulary's 512 rows would be GiBs) */
 
 static enum dj_status upload_weight(struct dj_gpu *g, const struct dj_weight *w, bool vector, struct gpu_weight *o) {
+    if (!w->data) return DJ_OK; /* absent in this layer: no buffer */
     o->type = vector ? DJ_TYPE_F32 : w->type;
     o->k = w->ne0;
     o->rows = vector ? 1 : w->ne1;
@@ -175,13 +192,13 @@ void gpu_ctx_free(struct dj_context *c) {
         if (g->layers)
             for (uint32_t il = 0; il < c->model->hp.n_layer; il++) {
                 struct gpu_weight *dst[GPU_LAYER_W];
-                bool vec[GPU_LAYER_W];
-                layer_slots(&g->layers[il], NULL, dst, NULL, vec);
+                layer_slots(&g->layers[il], NULL, dst, NULL);
                 for (int i = 0; i < GPU_LAYER_W; i++) dj_vk_buf_free(vk, dst[i]->buf);
             }
         dj_vk_buf_free(vk, g->output_norm.buf);
         dj_vk_buf_free(vk, g->output.buf);
-        struct dj_vk_buf *acts[] = {g->x, g->xn, g->q, g->k, g->v, g->att, g->g, g->u, g->cs, g->logits, g->kv};
+        struct dj_vk_buf *acts[] = {g->x,      g->xn, g->q, g->k,   g->v,   g->att, g->g,  g->u,
+                                    g->cs,     g->xo, g->logits, g->kv, g->z, g->xin, g->ge, g->ue, g->eo};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) dj_vk_buf_free(vk, acts[i]);
         dj_vk_close(vk);
     }
@@ -197,6 +214,7 @@ void gpu_ctx_free(struct dj_context *c) {
     free(g->dseq);
     free(g->dpos);
     free(g->rows_seq);
+    free(g->gidx);
     free(g);
     c->gpu = NULL;
 }
@@ -225,9 +243,8 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     for (uint32_t il = 0; il < hp->n_layer && st == DJ_OK; il++) {
         struct gpu_weight *dst[GPU_LAYER_W];
         const struct dj_weight *src[GPU_LAYER_W];
-        bool vec[GPU_LAYER_W];
-        layer_slots(&g->layers[il], &m->layers[il], dst, src, vec);
-        for (int i = 0; i < GPU_LAYER_W && st == DJ_OK; i++) st = upload_weight(g, src[i], vec[i], dst[i]);
+        layer_slots(&g->layers[il], &m->layers[il], dst, src);
+        for (int i = 0; i < GPU_LAYER_W && st == DJ_OK; i++) st = upload_weight(g, src[i], i < GPU_LAYER_VEC, dst[i]);
     }
     if (st != DJ_OK || (st = upload_weight(g, &m->output_norm, true, &g->output_norm)) != DJ_OK ||
         (st = upload_weight(g, &m->output, false, &g->output)) != DJ_OK)
@@ -238,7 +255,13 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
         (st = act_buf(g, (size_t)(UB * KV), &g->v)) || (st = act_buf(g, (size_t)(UB * Q), &g->att)) ||
         (st = act_buf(g, (size_t)(UB * F), &g->g)) || (st = act_buf(g, (size_t)(UB * F), &g->u)) ||
         (st = act_buf(g, (size_t)(UB * hp->n_rot), &g->cs)) ||
+        (st = act_buf(g, (size_t)((UB < GPU_LOGIT_ROWS ? UB : GPU_LOGIT_ROWS) * E), &g->xo)) ||
         (st = act_buf(g, (size_t)((UB < GPU_LOGIT_ROWS ? UB : GPU_LOGIT_ROWS) * V), &g->logits)))
+        goto fail;
+    const int64_t NE = hp->n_expert, KR = UB * (int64_t)hp->n_expert_used, FE = hp->n_ff_exp;
+    if (NE && ((st = act_buf(g, (size_t)(UB * NE), &g->z)) || (st = act_buf(g, (size_t)(KR * E), &g->xin)) ||
+               (st = act_buf(g, (size_t)(KR * FE), &g->ge)) || (st = act_buf(g, (size_t)(KR * FE), &g->ue)) ||
+               (st = act_buf(g, (size_t)(KR * E), &g->eo))))
         goto fail;
     struct kv_pool_stats ps;
     kv_pool_get_stats(c->pool, &ps);
@@ -263,7 +286,8 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     g->dseq = malloc((size_t)UB * sizeof *g->dseq);
     g->dpos = malloc((size_t)UB * sizeof(uint32_t));
     g->rows_seq = malloc((size_t)UB * sizeof(uint32_t));
-    if (!g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
+    g->gidx = malloc((size_t)(KR > UB ? KR : UB) * sizeof(uint32_t));
+    if (!g->gidx || !g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
         !g->dseq || !g->dpos || !g->rows_seq) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
@@ -334,6 +358,45 @@ static enum dj_status tables(struct dj_context *c, const uint32_t *pos, struct k
     return DJ_OK;
 }
 
+/* Expert e's slab of an experts matrix (ne1 = n_expert slabs of `rows` rows) over n_tok rows of
+ * a (from row a_row, k floats each) into c (from row c_row, `rows` floats each). */
+static enum dj_status mm_expert(struct dj_gpu *g, const struct gpu_weight *w, uint32_t e, int64_t rows,
+                                struct dj_vk_buf *a, int64_t a_row, struct dj_vk_buf *out, int64_t c_row, int64_t n_tok) {
+    return dj_vk_matmul(g->vk, w->type, w->k, w->buf, (size_t)e * (size_t)rows * w->ws, w->ws, a,
+                        (size_t)(a_row * w->k), (size_t)w->k, out, (size_t)(c_row * rows), (size_t)rows, 0, rows, n_tok);
+}
+
+/* x += MoE(xn) for the ubatch's n rows (forward.c moe_ffn's equations): the router's logits
+ * are read back and routed on the host by forward.c's own code (ctx_moe_route), so a token
+ * picks its experts as on the CPU for the same logits; each used expert then runs over the
+ * rows of the tokens that chose it (gathered into one block per expert, in ubatch order) and
+ * each token sums its experts' outputs in its selection order (moe_sum.comp).  An expert row's
+ * result is mm.comp's, whatever other tokens share its block, so a token's bits do not depend
+ * on the batch. */
+static enum dj_status moe_ffn(struct dj_context *c, uint32_t il, int64_t n) {
+    struct dj_gpu *g = c->gpu;
+    const struct dj_hparams *hp = &c->model->hp;
+    const struct gpu_layer *G = &g->layers[il];
+    const int64_t E = hp->n_embd, NE = hp->n_expert, K = hp->n_expert_used, FE = hp->n_ff_exp;
+    TRY(mm(g, &G->ffn_gate_inp, g->xn, g->z, n));
+    TRY(dj_vk_read(g->vk, g->z, 0, c->moe_z, (size_t)(n * NE) * sizeof(float)));
+    ctx_moe_route(c, il, &c->model->layers[il], n);
+    int64_t rows = 0;
+    const int n_used = ctx_moe_group(c, n, &rows);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t s = 0; s < K; s++) g->gidx[c->moe_pos[t * K + s]] = (uint32_t)t;
+    TRY(dj_vk_gather(g->vk, g->xin, 0, g->xn, 0, (size_t)E, E, g->gidx, rows));
+    for (int u = 0; u < n_used; u++) {
+        const uint32_t e = c->moe_ids[u];
+        TRY(mm_expert(g, &G->gate_exps, e, FE, g->xin, c->moe_off[u], g->ge, c->moe_off[u], c->moe_cnt[u]));
+        TRY(mm_expert(g, &G->up_exps, e, FE, g->xin, c->moe_off[u], g->ue, c->moe_off[u], c->moe_cnt[u]));
+    }
+    TRY(dj_vk_swiglu(g->vk, g->ge, 0, g->ue, 0, rows * FE));
+    for (int u = 0; u < n_used; u++)
+        TRY(mm_expert(g, &G->down_exps, c->moe_ids[u], E, g->ge, c->moe_off[u], g->eo, c->moe_off[u], c->moe_cnt[u]));
+    return dj_vk_moe_sum(g->vk, g->x, g->eo, E, n, (int)K, c->moe_pos, c->moe_w);
+}
+
 enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
                                   struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
                                   float *logits) {
@@ -362,6 +425,10 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
         TRY(mm(g, &G->wq, g->xn, g->q, n));
         TRY(mm(g, &G->wk, g->xn, g->k, n));
         TRY(mm(g, &G->wv, g->xn, g->v, n));
+        if (G->q_norm.buf) /* qwen3: each head's RMSNorm before rope, in place (one head a "token") */
+            TRY(dj_vk_rmsnorm(vk, g->q, (size_t)hd, G->q_norm.buf, g->q, (size_t)hd, hd, n * hp->n_head, hp->rms_eps));
+        if (G->k_norm.buf)
+            TRY(dj_vk_rmsnorm(vk, g->k, (size_t)hd, G->k_norm.buf, g->k, (size_t)hd, hd, n * hp->n_head_kv, hp->rms_eps));
         TRY(dj_vk_rope(vk, g->q, 0, (size_t)Q, n, (int)hp->n_head, (int)hd, (int)R, hp->rope_type == DJ_ROPE_NEOX,
                        g->cs, (size_t)R, g->rows_pos));
         TRY(dj_vk_rope(vk, g->k, 0, (size_t)KV, n, (int)hp->n_head_kv, (int)hd, (int)R,
@@ -388,6 +455,10 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
         TRY(mm(g, &G->wo, g->att, g->xn, n));
         TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
         TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->ffn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
+        if (G->ffn_gate_inp.buf) {
+            TRY(moe_ffn(c, il, n));
+            continue;
+        }
         TRY(mm(g, &G->w_gate, g->xn, g->g, n));
         TRY(mm(g, &G->w_up, g->xn, g->u, n));
         TRY(dj_vk_swiglu(vk, g->g, 0, g->u, 0, n * F));
@@ -396,11 +467,11 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     }
     if (!logits || !n_out) return dj_vk_sync(vk);
     TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, g->output_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
-    for (int64_t r0 = 0; r0 < n_out; r0 += GPU_LOGIT_ROWS) { /* the wanted rows, one product each: a row's bits */
-        const int64_t nr = n_out - r0 < GPU_LOGIT_ROWS ? n_out - r0 : GPU_LOGIT_ROWS; /* do not depend on it */
-        for (int64_t r = 0; r < nr; r++)
-            TRY(dj_vk_matmul(vk, g->output.type, g->output.k, g->output.buf, 0, g->output.ws, g->xn,
-                             (size_t)out[r0 + r] * E, (size_t)E, g->logits, (size_t)r * V, (size_t)V, 0, V, 1));
+    for (int64_t r0 = 0; r0 < n_out; r0 += GPU_LOGIT_ROWS) { /* the wanted rows, gathered: one product */
+        const int64_t nr = n_out - r0 < GPU_LOGIT_ROWS ? n_out - r0 : GPU_LOGIT_ROWS;
+        TRY(dj_vk_gather(vk, g->xo, 0, g->xn, 0, (size_t)E, E, out + r0, nr));
+        TRY(dj_vk_matmul(vk, g->output.type, g->output.k, g->output.buf, 0, g->output.ws, g->xo, 0, (size_t)E, g->logits,
+                         0, (size_t)V, 0, V, nr));
         TRY(dj_vk_read(vk, g->logits, 0, logits + r0 * V, (size_t)(nr * V) * sizeof(float)));
     }
     return DJ_OK;

@@ -30,7 +30,12 @@
  *     positions) against the exact double-precision softmax within 1e-5 of the largest
  *     |v|, and bitwise: a token alone = in a batch of tokens of two sequences, and the same
  *     rows in other blocks (another block table) give the same bits; a block id past
- *     the cache or a table too short is refused before anything runs.
+ *     the cache or a table too short is refused before anything runs;
+ *   - the MoE layer's pieces: gather copies rows by index bitwise (NaN payloads included),
+ *     the weighted sum of a token's expert rows equals the CPU's order (w_0 o_0 + w_1 o_1
+ *     + ..., then the residual; no contraction) bitwise, a token alone = batched, and rows
+ *     past the source are refused; RMSNorm in place over heads (the q/k norms) equals the
+ *     out-of-place result bitwise.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -406,6 +411,73 @@ static void test_attn(struct dj_vk *vk) {
     test_attn_case(vk, 80, 16, 150, 70, true);
 }
 
+static void test_moe_ops(struct dj_vk *vk) {
+    enum { N = 70, NT = 5, KS = 3, NR = NT * KS, NX = 9 };
+    /* gather: rows of N words of x (NX rows, 80 apart, from word 4) by index, NaN payloads kept */
+    uint32_t x[4 + 80 * NX], y[NR * N + 2], idx[NR];
+    for (size_t i = 0; i < sizeof x / 4; i++) x[i] = 0x7fc00000u | (uint32_t)(i * 2654435761u >> 12);
+    for (int r = 0; r < NR; r++) idx[r] = (uint32_t)(r * 7 % NX);
+    struct dj_vk_buf *xb = upload(vk, x, sizeof x, true), *yb = NULL;
+    CHECK(dj_vk_buf_new(vk, sizeof y, true, &yb) == DJ_OK);
+    CHECK(xb && yb && dj_vk_gather(vk, yb, 2, xb, 4, 80, N, idx, NR) == DJ_OK);
+    CHECK(yb && dj_vk_read(vk, yb, 0, y, sizeof y) == DJ_OK);
+    int bad = 0;
+    for (int r = 0; r < NR; r++) bad += memcmp(y + 2 + r * N, x + 4 + idx[r] * 80, N * 4) != 0;
+    CHECKF(bad == 0, "gather: %d rows differ", bad);
+    const uint32_t far[1] = {NX};
+    CHECK(xb && yb && dj_vk_gather(vk, yb, 0, xb, 4, 80, N, far, 1) == DJ_ERR_INVALID);
+    CHECK(xb && yb && dj_vk_gather(vk, yb, 3, xb, 4, 80, N, idx, NR) == DJ_ERR_INVALID); /* past y's end */
+    dj_vk_buf_free(vk, xb);
+    dj_vk_buf_free(vk, yb);
+    /* moe_sum: NT tokens, KS experts each, rows of the expert outputs in a shuffled order */
+    float o[NR * N], res[NT * N], w[NR], got[NT * N], one[N];
+    uint32_t rows[NR];
+    for (int i = 0; i < NR * N; i++) o[i] = frand() * 3.0f;
+    for (int i = 0; i < NT * N; i++) res[i] = frand();
+    for (int i = 0; i < NR; i++) {
+        w[i] = frand() * 0.5f + 0.5f;
+        rows[i] = (uint32_t)((i * 11 + 4) % NR);
+    }
+    struct dj_vk_buf *ob = upload(vk, o, sizeof o, true), *rb = upload(vk, res, sizeof res, true);
+    CHECK(ob && rb && dj_vk_moe_sum(vk, rb, ob, N, NT, KS, rows, w) == DJ_OK);
+    CHECK(rb && dj_vk_read(vk, rb, 0, got, sizeof got) == DJ_OK);
+    bad = 0;
+    for (int t = 0; t < NT; t++)
+        for (int j = 0; j < N; j++) { /* forward.c moe_ffn's sum, -ffp-contract=off */
+            float acc = w[t * KS] * o[rows[t * KS] * N + j];
+            for (int s = 1; s < KS; s++) {
+                const float ws = w[t * KS + s] * o[rows[t * KS + s] * N + j];
+                acc = acc + ws;
+            }
+            bad += got[t * N + j] != res[t * N + j] + acc;
+        }
+    CHECKF(bad == 0, "moe_sum: %d elements differ from the CPU's order", bad);
+    /* token 3 alone (its residual row at 0 of a one-token buffer) = in the batch */
+    struct dj_vk_buf *r1 = upload(vk, res + 3 * N, N * sizeof(float), true);
+    CHECK(ob && r1 && dj_vk_moe_sum(vk, r1, ob, N, 1, KS, rows + 3 * KS, w + 3 * KS) == DJ_OK);
+    CHECK(r1 && dj_vk_read(vk, r1, 0, one, sizeof one) == DJ_OK);
+    CHECK(!memcmp(one, got + 3 * N, sizeof one));
+    const uint32_t bad_rows[KS] = {0, NR, 1};
+    CHECK(ob && r1 && dj_vk_moe_sum(vk, r1, ob, N, 1, KS, bad_rows, w) == DJ_ERR_INVALID);
+    dj_vk_buf_free(vk, ob);
+    dj_vk_buf_free(vk, rb);
+    dj_vk_buf_free(vk, r1);
+    /* RMSNorm in place over 6 heads of 32 (the q/k norms) = out of place */
+    enum { HD = 32, NHD = 6 };
+    float h[NHD * HD], nw[HD], a[NHD * HD], b[NHD * HD];
+    for (int i = 0; i < NHD * HD; i++) h[i] = frand() * 2.0f;
+    for (int i = 0; i < HD; i++) nw[i] = frand() + 1.5f;
+    struct dj_vk_buf *hb = upload(vk, h, sizeof h, true), *wb = upload(vk, nw, sizeof nw, true), *ab = NULL;
+    CHECK(dj_vk_buf_new(vk, sizeof a, true, &ab) == DJ_OK);
+    CHECK(hb && wb && ab && dj_vk_rmsnorm(vk, hb, HD, wb, ab, HD, HD, NHD, 1e-6f) == DJ_OK &&
+          dj_vk_rmsnorm(vk, hb, HD, wb, hb, HD, HD, NHD, 1e-6f) == DJ_OK);
+    CHECK(ab && hb && dj_vk_read(vk, ab, 0, a, sizeof a) == DJ_OK && dj_vk_read(vk, hb, 0, b, sizeof b) == DJ_OK);
+    CHECKF(!memcmp(a, b, sizeof a), "rmsnorm in place differs from out of place");
+    dj_vk_buf_free(vk, hb);
+    dj_vk_buf_free(vk, wb);
+    dj_vk_buf_free(vk, ab);
+}
+
 static void test_errors(struct dj_vk *vk) {
     struct dj_vk *none = NULL;
     CHECK(dj_vk_open(99, &none) == DJ_ERR_NOT_FOUND && !none);
@@ -462,6 +534,7 @@ int main(int argc, char **argv) {
     test_rmsnorm(vk);
     test_rope_add_swiglu(vk);
     test_attn(vk);
+    test_moe_ops(vk);
     test_errors(vk);
     dj_vk_close(vk);
     TEST_END();

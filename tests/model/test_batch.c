@@ -24,8 +24,9 @@
  *
  * With DJ_TEST_GPU=N (CTest's model/test_batch_vulkan*: N = 1, Vulkan device 0 — lavapipe in
  * CI) every context runs its forward pass on that device (ctx_params.gpu) and the same
- * schedules (2 of them) check the GPU backend's invariance on stories260K — the one model
- * lavapipe runs fast enough for make test; without a Vulkan device the test exits 77 (SKIP).  There
+ * schedules check the GPU backend's invariance on stories260K (2 schedules) and qwen3moe-tiny
+ * (1: experts routed on the host, q/k head norms) — the models lavapipe runs fast enough for
+ * make test; without a Vulkan device the test exits 77 (SKIP).  There
  * the GPU's logits are also compared with the CPU's (F32 K/V in both): the largest
  * |difference| over every position of 4 sequences must stay below 2e-3 of the largest
  * |logit| (the two sum in different orders and the CPU rounds some sums in double; what
@@ -294,8 +295,9 @@ int main(int argc, char **argv) {
     if (grc) return grc;
     char dir[] = "/tmp/deja_test_batch_XXXXXX";
     if (!mkdtemp(dir)) return 2;
-    if (g_gpu) { /* lavapipe runs codelm's 32k-row output product at ~40 M MAC/s: stories260K only */
+    if (g_gpu) { /* lavapipe runs codelm's 32k-row output product at ~40 M MAC/s: the tiny models only */
         check_model(test_shared_path(argv[1], "models/stories260K.gguf"), 2);
+        check_model(test_shared_path(argv[1], "golden/moe/qwen3moe-tiny.gguf"), 1); /* experts, q/k norms */
         rmdir(dir);
         TEST_END();
     }

@@ -214,11 +214,13 @@ enum {
     PIPE_ADD,
     PIPE_ATTN_F32,
     PIPE_ATTN_F16,
+    PIPE_GATHER,
+    PIPE_MOE_SUM,
     PIPE_COUNT
 };
 static const char *const pipe_shader[PIPE_COUNT] = {
     "mm_f32",  "mm_f16",  "mm_bf16", "mm_q8_0",   "mm_q4_0",  "mm_q4_k", "mm_q6_k",  "mm_q4_1",  "mm_q5_0",
-    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16"};
+    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum"};
 
 #define DJ_VK_SETS 1024        /* descriptor sets recorded between two syncs */
 #define DJ_VK_PUSH_BYTES 64    /* the push-constant block of every shader fits */
@@ -878,4 +880,55 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
     const struct dj_vk_buf *bufs[4] = {q, kv, o, vk->arena};
     return dispatch(vk, a->kv_f16 ? PIPE_ATTN_F16 : PIPE_ATTN_F32, bufs, 4, &push, sizeof push, a->n_head,
                     (uint32_t)n_tok);
+}
+
+enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
+                            size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows) {
+    if (w <= 0 || n_rows < 0 || (size_t)w > xs) return dj_fail(DJ_ERR_INVALID, "vulkan: gather: bad shape");
+    if (!n_rows) return DJ_OK;
+    const size_t xw = x->bytes / 4; /* rows of x: those whose w words fit */
+    const size_t x_rows = x_off > xw || (size_t)w > xw - x_off ? 0 : (xw - x_off - (size_t)w) / xs + 1;
+    for (int64_t r = 0; r < n_rows; r++)
+        if (idx[r] >= x_rows)
+            return dj_fail(DJ_ERR_INVALID, "vulkan: gather: row %u past the source's %zu rows", idx[r], x_rows);
+    if (!floats_fit(y, y_off, (size_t)w, n_rows, w) || y->bytes / 4 > UINT32_MAX || x->bytes / 4 > UINT32_MAX ||
+        (uint64_t)n_rows * (uint64_t)w > UINT32_MAX)
+        return dj_fail(DJ_ERR_INVALID, "vulkan: gather: %lld rows of %lld do not fit their buffers", (long long)n_rows,
+                       (long long)w);
+    uint32_t idx0, gx = 0, gy = 0;
+    enum dj_status st = grid256(vk, n_rows * w, &gx, &gy);
+    if (st == DJ_OK) st = arena_put(vk, idx, (size_t)n_rows, &idx0);
+    if (st != DJ_OK) return st;
+    const uint32_t push[6] = {(uint32_t)(n_rows * w), (uint32_t)w, (uint32_t)xs, (uint32_t)x_off, (uint32_t)y_off, idx0};
+    const struct dj_vk_buf *bufs[3] = {y, x, vk->arena};
+    return dispatch(vk, PIPE_GATHER, bufs, 3, push, sizeof push, gx, gy);
+}
+
+enum dj_status dj_vk_moe_sum(struct dj_vk *vk, struct dj_vk_buf *x, const struct dj_vk_buf *o, int64_t n, int64_t n_tok,
+                             int k, const uint32_t *rows, const float *wts) {
+    if (n <= 0 || n_tok < 0 || k <= 0 || k > 512) return dj_fail(DJ_ERR_INVALID, "vulkan: moe_sum: bad shape");
+    if (!n_tok) return DJ_OK;
+    const size_t o_rows = o->bytes / 4 / (size_t)n;
+    for (int64_t i = 0; i < n_tok * k; i++)
+        if (rows[i] >= o_rows)
+            return dj_fail(DJ_ERR_INVALID, "vulkan: moe_sum: row %u past the experts' %zu rows", rows[i], o_rows);
+    if (!floats_fit(x, 0, (size_t)n, n_tok, n) || x->bytes / 4 > UINT32_MAX || o->bytes / 4 > UINT32_MAX)
+        return dj_fail(DJ_ERR_INVALID, "vulkan: moe_sum: %lld tokens of %lld do not fit their buffer", (long long)n_tok,
+                       (long long)n);
+    uint32_t gx = 0, gy = 0;
+    enum dj_status st = grid256(vk, n_tok * n, &gx, &gy);
+    if (st != DJ_OK) return st;
+    const size_t words = 2 * (size_t)k * (size_t)n_tok;
+    uint32_t *tab = malloc(words * 4), tab0;
+    if (!tab) return dj_fail(DJ_ERR_NOMEM, "vulkan: moe_sum: out of memory");
+    for (int64_t t = 0; t < n_tok; t++) {
+        memcpy(tab + 2 * (size_t)k * (size_t)t, rows + t * k, (size_t)k * 4);
+        memcpy(tab + 2 * (size_t)k * (size_t)t + k, wts + t * k, (size_t)k * 4);
+    }
+    st = arena_put(vk, tab, words, &tab0);
+    free(tab);
+    if (st != DJ_OK) return st;
+    const uint32_t push[4] = {(uint32_t)(n_tok * n), (uint32_t)n, (uint32_t)k, tab0};
+    const struct dj_vk_buf *bufs[3] = {x, o, vk->arena};
+    return dispatch(vk, PIPE_MOE_SUM, bufs, 3, push, sizeof push, gx, gy);
 }

@@ -113,6 +113,15 @@ struct dj_vk_attn_shape {
 enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, const struct dj_vk_buf *q,
                           const struct dj_vk_buf *kv, struct dj_vk_buf *o, int64_t n_tok, const uint32_t *pos,
                           const uint32_t *tab_start, const uint32_t *blocks, size_t n_blocks);
+/* Row r of y (from y_off, rows of w floats, packed) = row idx[r] of x (from x_off, rows xs
+ * floats apart), for n_rows rows: a copy of the bits.  idx: host memory (checked, copied). */
+enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
+                            size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows);
+/* The MoE layer's weighted sum into the residual: x[t] += w[t,0] o[rows[t,0]] + ... +
+ * w[t,k-1] o[rows[t,k-1]] (rows of n floats; the k products added in that order, then x).
+ * rows and wts: host memory, n_tok * k each (checked, copied). */
+enum dj_status dj_vk_moe_sum(struct dj_vk *vk, struct dj_vk_buf *x, const struct dj_vk_buf *o, int64_t n, int64_t n_tok,
+                             int k, const uint32_t *rows, const float *wts);
 enum dj_status dj_vk_sync(struct dj_vk *vk);
 
 #endif

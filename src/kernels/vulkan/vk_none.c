@@ -83,6 +83,16 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
     (void)n_blocks;
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
 }
+enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
+                            size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows) {
+    (void)vk, (void)y, (void)y_off, (void)x, (void)x_off, (void)xs, (void)w, (void)idx, (void)n_rows;
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
+}
+enum dj_status dj_vk_moe_sum(struct dj_vk *vk, struct dj_vk_buf *x, const struct dj_vk_buf *o, int64_t n, int64_t n_tok,
+                             int k, const uint32_t *rows, const float *wts) {
+    (void)vk, (void)x, (void)o, (void)n, (void)n_tok, (void)k, (void)rows, (void)wts;
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
+}
 enum dj_status dj_vk_sync(struct dj_vk *vk) {
     (void)vk;
     return DJ_OK;
