@@ -590,11 +590,11 @@ static void embed_row(const struct dj_context *c, const struct dj_weight *w, dj_
 }
 
 void gpu_embed_row(const struct dj_context *c, dj_token tok, float *dst) { embed_row(c, &c->model->tok_embd, tok, dst); }
-void gpu_rope_cs(struct dj_context *c, uint32_t pos, float *dst) {
+void gpu_rope_cs(struct dj_context *c, uint32_t pos, bool local, float *dst) {
     const size_t n_rot = c->model->hp.n_rot;
-    const float *cs = rope_row(c, pos, false);
+    const float *cs = rope_row(c, pos, local);
     if (cs) memcpy(dst, cs, n_rot * sizeof(float));
-    else rope_cos_sin(c->model, (float)pos, false, dst, dst + n_rot / 2);
+    else rope_cos_sin(c->model, (float)pos, local, dst, dst + n_rot / 2);
 }
 
 /* ---- Mixture of Experts --------------------------------------------------------
@@ -1557,7 +1557,11 @@ static enum dj_status run_ubatch(struct dj_context *c, const dj_token *toks, con
     if (pr || sp || snap)
         return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: %s does not run on the GPU yet",
                        pr ? "a K probe" : snap ? "a recurrent-state snapshot" : "a resumed or early-exited pass");
-    return gpu_forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits);
+    const enum dj_status st = gpu_forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits);
+    const float cap = c->model->hp.final_softcap;
+    if (st == DJ_OK && logits && n_out && cap != 0) /* on the host, as the CPU path */
+        softcap_row(logits, n_out * (int64_t)c->model->hp.n_vocab, cap);
+    return st;
 }
 
 /* The batch in ubatches of n_ubatch tokens, in batch order; n_run layers. */

@@ -19,10 +19,11 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
                                   struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
                                   float *logits);
 
-/* forward.c: the embedding row of tok (n_embd floats); the [cos | sin] row of position pos
- * (n_rot floats), the CPU path's values. */
+/* forward.c: the embedding row of tok (n_embd floats, gemma's scale applied); the [cos | sin]
+ * row of position pos (n_rot floats) of the main rope setting or, local, of the second
+ * (hp.rope_local: gemma's sliding layers) — the CPU path's values. */
 void gpu_embed_row(const struct dj_context *c, dj_token tok, float *dst);
-void gpu_rope_cs(struct dj_context *c, uint32_t pos, float *dst);
+void gpu_rope_cs(struct dj_context *c, uint32_t pos, bool local, float *dst);
 /* forward.c's MoE routing, shared by both paths so a GPU token picks its experts with the
  * CPU's code: the n router rows in c->moe_z (clobbered) → c->moe_sel / c->moe_w (and
  * c->moe_trace when set); then the (token, slot) pairs grouped by expert (c->moe_pos,

@@ -50,24 +50,26 @@ struct gpu_weight {
 /* A layer's weights on the device; those the model lacks (q/k norms, the dense FFN of an MoE
  * layer, the experts of a dense one) have no buffer. */
 struct gpu_layer {
-    struct gpu_weight attn_norm, ffn_norm, q_norm, k_norm; /* f32 vectors */
+    struct gpu_weight attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm; /* f32 vectors */
     struct gpu_weight wq, wk, wv, wo, w_gate, w_up, w_down;
     struct gpu_weight ffn_gate_inp, gate_exps, up_exps, down_exps; /* the router; the experts' slabs, one matrix */
 };
 
-#define GPU_LAYER_W 15 /* the weights of a gpu_layer */
-#define GPU_LAYER_VEC 4 /* the first GPU_LAYER_W: vectors */
+#define GPU_LAYER_W 17 /* the weights of a gpu_layer */
+#define GPU_LAYER_VEC 6 /* the first GPU_LAYER_W: vectors */
 /* The device copies of a layer's weights and, with L, the model's weights they copy — the one
  * list gpu_ctx_create uploads and gpu_ctx_free frees. */
 static void layer_slots(struct gpu_layer *G, const struct dj_layer *L, struct gpu_weight *dst[GPU_LAYER_W],
                         const struct dj_weight *src[GPU_LAYER_W]) {
     struct gpu_weight *const d[GPU_LAYER_W] = {&G->attn_norm, &G->ffn_norm,  &G->q_norm,       &G->k_norm,
+                                              &G->attn_post_norm, &G->ffn_post_norm,
                                               &G->wq,        &G->wk,        &G->wv,           &G->wo,
                                               &G->w_gate,    &G->w_up,      &G->w_down,       &G->ffn_gate_inp,
                                               &G->gate_exps, &G->up_exps,   &G->down_exps};
     for (int i = 0; i < GPU_LAYER_W; i++) dst[i] = d[i];
     if (!L) return;
     const struct dj_weight *const w[GPU_LAYER_W] = {&L->attn_norm,     &L->ffn_norm,      &L->q_norm,        &L->k_norm,
+                                                    &L->attn_post_norm, &L->ffn_post_norm,
                                                     &L->wq,            &L->wk,            &L->wv,            &L->wo,
                                                     &L->w_gate,        &L->w_up,          &L->w_down,        &L->ffn_gate_inp,
                                                     &L->ffn_gate_exps, &L->ffn_up_exps,   &L->ffn_down_exps};
@@ -79,7 +81,8 @@ struct dj_gpu {
     struct gpu_layer *layers;
     struct gpu_weight output_norm, output;
     /* the ubatch's activations (n_ubatch rows) */
-    struct dj_vk_buf *x, *xn, *q, *k, *v, *att, *g, *u, *cs, *xo, *logits;
+    struct dj_vk_buf *x, *xn, *q, *k, *v, *att, *g, *u, *cs, *cs_local, *xo, *logits;
+    struct dj_vk_buf *gelu;   /* hp.ffn_gelu: the model's GELU table (65536 floats) */
     /* MoE: router logits (n_ubatch, n_expert); per (token, slot) row: the input, gate, up, output */
     struct dj_vk_buf *z, *xin, *ge, *ue, *eo;
     uint32_t *gidx;           /* (n_ubatch * n_expert_used) the token of each expert row; the wanted rows */
@@ -89,7 +92,7 @@ struct dj_gpu {
     size_t block_bytes;
     float *h_k, *h_v;         /* (n_ubatch, n_embd_kv) the new rows read back */
     float *h_x;               /* (n_ubatch, n_embd) embedding rows; (n_ubatch, n_rot) cos/sin rows */
-    float *h_cs;
+    float *h_cs, *h_cs_local;
     uint32_t *tab_start, *blocks, *rows_pos; /* the attention's per-token tables; the rope rows */
     size_t blocks_cap;
     struct kv_seq **dseq;     /* (n_ubatch) the ubatch's distinct sequences (tables) */
@@ -103,12 +106,8 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
     const char *why = NULL;
     if (hp->mla) why = "multi-head latent attention";
     else if (hp->rs_floats) why = "recurrent layers";
-    else if (hp->n_swa) why = "sliding-window attention";
-    else if (hp->attn_softcap != 0 || hp->final_softcap != 0) why = "soft-capping";
-    else if (hp->ffn_gelu) why = "a GELU FFN";
-    else if (hp->embd_scale || hp->attn_q_scale != 0 || hp->attn_temp_scale != 0) why = "scaled embeddings or queries";
+    else if (hp->attn_temp_scale != 0) why = "query temperature scaling";
     else if (hp->attn_gated) why = "gated attention";
-    else if (hp->rope_local) why = "a second rope setting";
     else if (hp->head_dim > 256) why = "heads wider than 256";
     else if (hp->n_rot > hp->head_dim) why = "a rope dimension past the head";
     if (!why)
@@ -117,7 +116,6 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
             const bool moe = L->ffn_gate_inp.data != NULL;
             if (L->bq.data || L->bk.data || L->bv.data || L->bo.data) why = "attention biases";
             else if (L->attn_sinks.data) why = "attention sinks";
-            else if (L->attn_post_norm.data || L->ffn_post_norm.data) why = "post-norms";
             else if (moe && (L->ffn_up_shexp.data || L->ffn_gate_inp_shexp.data)) why = "shared experts";
             else if (moe && (L->ffn_gate_inp_b.data || L->ffn_gate_exps_b.data)) why = "expert biases";
             else if (moe && !L->ffn_gate_exps.data) why = "experts without a gate";
@@ -198,7 +196,8 @@ void gpu_ctx_free(struct dj_context *c) {
         dj_vk_buf_free(vk, g->output_norm.buf);
         dj_vk_buf_free(vk, g->output.buf);
         struct dj_vk_buf *acts[] = {g->x,      g->xn, g->q, g->k,   g->v,   g->att, g->g,  g->u,
-                                    g->cs,     g->xo, g->logits, g->kv, g->z, g->xin, g->ge, g->ue, g->eo};
+                                    g->cs,     g->xo, g->logits, g->kv, g->z, g->xin, g->ge, g->ue, g->eo,
+                                    g->cs_local, g->gelu};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) dj_vk_buf_free(vk, acts[i]);
         dj_vk_close(vk);
     }
@@ -208,6 +207,7 @@ void gpu_ctx_free(struct dj_context *c) {
     free(g->h_v);
     free(g->h_x);
     free(g->h_cs);
+    free(g->h_cs_local);
     free(g->tab_start);
     free(g->blocks);
     free(g->rows_pos);
@@ -255,8 +255,12 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
         (st = act_buf(g, (size_t)(UB * KV), &g->v)) || (st = act_buf(g, (size_t)(UB * Q), &g->att)) ||
         (st = act_buf(g, (size_t)(UB * F), &g->g)) || (st = act_buf(g, (size_t)(UB * F), &g->u)) ||
         (st = act_buf(g, (size_t)(UB * hp->n_rot), &g->cs)) ||
+        (hp->rope_local && (st = act_buf(g, (size_t)(UB * hp->n_rot), &g->cs_local))) ||
         (st = act_buf(g, (size_t)((UB < GPU_LOGIT_ROWS ? UB : GPU_LOGIT_ROWS) * E), &g->xo)) ||
         (st = act_buf(g, (size_t)((UB < GPU_LOGIT_ROWS ? UB : GPU_LOGIT_ROWS) * V), &g->logits)))
+        goto fail;
+    if (hp->ffn_gelu && ((st = dj_vk_buf_new(g->vk, 65536 * sizeof(float), false, &g->gelu)) != DJ_OK ||
+                         (st = dj_vk_write(g->vk, g->gelu, 0, m->gelu_tab, 65536 * sizeof(float))) != DJ_OK))
         goto fail;
     const int64_t NE = hp->n_expert, KR = UB * (int64_t)hp->n_expert_used, FE = hp->n_ff_exp;
     if (NE && ((st = act_buf(g, (size_t)(UB * NE), &g->z)) || (st = act_buf(g, (size_t)(KR * E), &g->xin)) ||
@@ -281,13 +285,14 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     g->h_v = malloc((size_t)(UB * KV) * sizeof(float));
     g->h_x = malloc((size_t)(UB * E) * sizeof(float));
     g->h_cs = malloc((size_t)(UB * hp->n_rot) * sizeof(float));
+    g->h_cs_local = hp->rope_local ? malloc((size_t)(UB * hp->n_rot) * sizeof(float)) : NULL;
     g->tab_start = malloc((size_t)UB * sizeof(uint32_t));
     g->rows_pos = malloc((size_t)UB * sizeof(uint32_t));
     g->dseq = malloc((size_t)UB * sizeof *g->dseq);
     g->dpos = malloc((size_t)UB * sizeof(uint32_t));
     g->rows_seq = malloc((size_t)UB * sizeof(uint32_t));
     g->gidx = malloc((size_t)(KR > UB ? KR : UB) * sizeof(uint32_t));
-    if (!g->gidx || !g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
+    if ((hp->rope_local && !g->h_cs_local) || !g->gidx || !g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
         !g->dseq || !g->dpos || !g->rows_seq) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
@@ -409,11 +414,13 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     const uint32_t bs = c->block_size, NL = hp->n_layer;
     for (int64_t t = 0; t < n; t++) {
         gpu_embed_row(c, toks[t], g->h_x + t * E);
-        gpu_rope_cs(c, pos[t], g->h_cs + t * R);
+        gpu_rope_cs(c, pos[t], false, g->h_cs + t * R);
+        if (hp->rope_local) gpu_rope_cs(c, pos[t], true, g->h_cs_local + t * R);
         g->rows_pos[t] = (uint32_t)t;
     }
     TRY(dj_vk_write(vk, g->x, 0, g->h_x, (size_t)(n * E) * sizeof(float)));
     TRY(dj_vk_write(vk, g->cs, 0, g->h_cs, (size_t)(n * R) * sizeof(float)));
+    if (hp->rope_local) TRY(dj_vk_write(vk, g->cs_local, 0, g->h_cs_local, (size_t)(n * R) * sizeof(float)));
     size_t n_blocks = 0;
     TRY(tables(c, pos, seq, n, &n_blocks));
     const size_t row_b = kv_row_bytes(c->p.type_k, (size_t)KV); /* the pool's rows, K and V alike */
@@ -429,10 +436,11 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
             TRY(dj_vk_rmsnorm(vk, g->q, (size_t)hd, G->q_norm.buf, g->q, (size_t)hd, hd, n * hp->n_head, hp->rms_eps));
         if (G->k_norm.buf)
             TRY(dj_vk_rmsnorm(vk, g->k, (size_t)hd, G->k_norm.buf, g->k, (size_t)hd, hd, n * hp->n_head_kv, hp->rms_eps));
+        const struct dj_vk_buf *cs = m->layers[il].rope_local ? g->cs_local : g->cs;
         TRY(dj_vk_rope(vk, g->q, 0, (size_t)Q, n, (int)hp->n_head, (int)hd, (int)R, hp->rope_type == DJ_ROPE_NEOX,
-                       g->cs, (size_t)R, g->rows_pos));
+                       cs, (size_t)R, g->rows_pos));
         TRY(dj_vk_rope(vk, g->k, 0, (size_t)KV, n, (int)hp->n_head_kv, (int)hd, (int)R,
-                       hp->rope_type == DJ_ROPE_NEOX, g->cs, (size_t)R, g->rows_pos));
+                       hp->rope_type == DJ_ROPE_NEOX, cs, (size_t)R, g->rows_pos));
         /* the new rows: to the pool as the CPU path stores them, then to the mirror */
         TRY(dj_vk_read(vk, g->k, 0, g->h_k, (size_t)(n * KV) * sizeof(float)));
         TRY(dj_vk_read(vk, g->v, 0, g->h_v, (size_t)(n * KV) * sizeof(float)));
@@ -450,9 +458,14 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
         const struct dj_vk_attn_shape sh = {hp->n_head, hp->n_head_kv, (uint32_t)hd,
                                             bs, g->block_bytes / esz, kil * bs * row_e,
                                             (NL + kil) * bs * row_e, row_e, (size_t)Q,
-                                            1.0f / sqrtf((float)hd), f16};
+                                            /* gemma scales the query after rope by attn_q_scale and the
+                                               scores by 1: here the scores, by the same factor */
+                                            hp->attn_q_scale != 0 ? hp->attn_q_scale : 1.0f / sqrtf((float)hd),
+                                            f16, m->layers[il].n_swa, hp->attn_softcap};
         TRY(dj_vk_attn(vk, &sh, g->q, g->kv, g->att, n, pos, g->tab_start, g->blocks, n_blocks));
         TRY(mm(g, &G->wo, g->att, g->xn, n));
+        if (G->attn_post_norm.buf) /* gemma: the attention output's own RMSNorm before the residual */
+            TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->attn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
         TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
         TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->ffn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
         if (G->ffn_gate_inp.buf) {
@@ -461,8 +474,11 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
         }
         TRY(mm(g, &G->w_gate, g->xn, g->g, n));
         TRY(mm(g, &G->w_up, g->xn, g->u, n));
-        TRY(dj_vk_swiglu(vk, g->g, 0, g->u, 0, n * F));
+        if (g->gelu) TRY(dj_vk_geglu(vk, g->g, 0, g->u, 0, n * F, g->gelu));
+        else TRY(dj_vk_swiglu(vk, g->g, 0, g->u, 0, n * F));
         TRY(mm(g, &G->w_down, g->g, g->xn, n));
+        if (G->ffn_post_norm.buf)
+            TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->ffn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
         TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
     }
     if (!logits || !n_out) return dj_vk_sync(vk);

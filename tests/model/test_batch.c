@@ -26,7 +26,7 @@
  * CI) every context runs its forward pass on that device (ctx_params.gpu) and the same
  * schedules check the GPU backend's invariance on stories260K (2 schedules) and qwen3moe-tiny
  * (1: experts routed on the host, q/k head norms) — the models lavapipe runs fast enough for
- * make test; without a Vulkan device the test exits 77 (SKIP).  There
+ * make test (gemma's GPU invariance is test_gemma_golden's); without a Vulkan device the test exits 77 (SKIP).  There
  * the GPU's logits are also compared with the CPU's (F32 K/V in both): the largest
  * |difference| over every position of 4 sequences must stay below 2e-3 of the largest
  * |logit| (the two sum in different orders and the CPU rounds some sums in double; what

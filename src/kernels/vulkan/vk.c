@@ -216,11 +216,12 @@ enum {
     PIPE_ATTN_F16,
     PIPE_GATHER,
     PIPE_MOE_SUM,
+    PIPE_GEGLU,
     PIPE_COUNT
 };
 static const char *const pipe_shader[PIPE_COUNT] = {
     "mm_f32",  "mm_f16",  "mm_bf16", "mm_q8_0",   "mm_q4_0",  "mm_q4_k", "mm_q6_k",  "mm_q4_1",  "mm_q5_0",
-    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum"};
+    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum", "geglu"};
 
 #define DJ_VK_SETS 1024        /* descriptor sets recorded between two syncs */
 #define DJ_VK_PUSH_BYTES 64    /* the push-constant block of every shader fits */
@@ -872,14 +873,31 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
     struct {
         uint32_t n_head, n_kv_head, hd, bs, blk_stride, k_off, v_off, row_stride, qs;
         float scale;
-        uint32_t tab0;
+        uint32_t tab0, n_swa;
+        float cap;
     } push = {a->n_head,          a->n_kv_head,      a->hd,
               a->bs,              (uint32_t)a->blk_stride, (uint32_t)a->k_off,
               (uint32_t)a->v_off, (uint32_t)a->row_stride, (uint32_t)a->qs,
-              a->scale,           tab0};
+              a->scale,           tab0,              a->n_swa,
+              a->softcap};
     const struct dj_vk_buf *bufs[4] = {q, kv, o, vk->arena};
     return dispatch(vk, a->kv_f16 ? PIPE_ATTN_F16 : PIPE_ATTN_F32, bufs, 4, &push, sizeof push, a->n_head,
                     (uint32_t)n_tok);
+}
+
+enum dj_status dj_vk_geglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u, size_t u_off,
+                           int64_t n, const struct dj_vk_buf *tab) {
+    if (n < 0 || tab->bytes < 65536 * sizeof(float)) return dj_fail(DJ_ERR_INVALID, "vulkan: geglu: bad size or table");
+    if (!n) return DJ_OK;
+    if (!floats_fit(g, g_off, 0, 1, n) || !floats_fit(u, u_off, 0, 1, n) || g->bytes / 4 > UINT32_MAX ||
+        u->bytes / 4 > UINT32_MAX)
+        return dj_fail(DJ_ERR_INVALID, "vulkan: geglu: %lld floats do not fit their buffers", (long long)n);
+    uint32_t gx = 0, gy = 0;
+    const enum dj_status st = grid256(vk, n, &gx, &gy);
+    if (st != DJ_OK) return st;
+    const uint32_t push[3] = {(uint32_t)n, (uint32_t)g_off, (uint32_t)u_off};
+    const struct dj_vk_buf *bufs[3] = {g, u, tab};
+    return dispatch(vk, PIPE_GEGLU, bufs, 3, push, sizeof push, gx, gy);
 }
 
 enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,

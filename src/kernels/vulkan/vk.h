@@ -106,6 +106,8 @@ struct dj_vk_attn_shape {
     size_t qs;                      /* floats between tokens in q and o */
     float scale;                    /* the scores' factor (1/sqrt(hd)) */
     bool kv_f16;
+    uint32_t n_swa;                 /* a sliding window: token t sees positions (pos[t] - n_swa, pos[t]]; 0: all */
+    float softcap;                  /* scores soft-capped: cap tanh(s / cap) (gemma2); 0: none */
 };
 /* o[t] = softmax(q[t] K^T * scale) V over positions 0 .. pos[t] of token t's sequence, whose
  * position j is in block blocks[tab_start[t] + j / bs], row j % bs.  pos, tab_start and
@@ -113,6 +115,11 @@ struct dj_vk_attn_shape {
 enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, const struct dj_vk_buf *q,
                           const struct dj_vk_buf *kv, struct dj_vk_buf *o, int64_t n_tok, const uint32_t *pos,
                           const uint32_t *tab_start, const uint32_t *blocks, size_t n_blocks);
+/* g[i] = gelu(g[i]) * u[i] for n floats, GELU through tab (65536 floats: the value of every
+ * f16 bit pattern, dj_model.gelu_tab) at g rounded to f16; 0 for g <= -10 and g * u from 10
+ * (forward.c geglu, the CPU's f16 table). */
+enum dj_status dj_vk_geglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u, size_t u_off,
+                           int64_t n, const struct dj_vk_buf *tab);
 /* Row r of y (from y_off, rows of w floats, packed) = row idx[r] of x (from x_off, rows xs
  * floats apart), for n_rows rows: a copy of the bits.  idx: host memory (checked, copied). */
 enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,

@@ -2,11 +2,12 @@
 /* attn.comp — causal attention of one (token, head) a workgroup over the K/V rows of the
  * token's sequence in the paged cache: position j of the sequence is row j % bs of block
  * TAB[tab_off + j / bs] (the pool's block ids; the cache is blocks of [layer][K | V][row]
- * [n_embd_kv], element offsets from push constants), keys 0 .. POS[t].
+ * [n_embd_kv], element offsets from push constants), keys 0 .. POS[t], or with a sliding
+ * window of n_swa keys (gemma), keys POS[t] - n_swa + 1 .. POS[t].
  *
- *   s_j = (q · k_j) * scale,  o = sum_j exp(s_j - max) v_j / sum_j exp(s_j - max)
+ *   s_j = (q · k_j) * scale  (gemma2: then cap tanh(s_j / cap)),  o = sum_j exp(s_j - max) v_j / sum_j exp(s_j - max)
  *
- * Online softmax over chunks of 64 positions from position 0, in a fixed order with nothing
+ * Online softmax over chunks of 64 positions from the first key, in a fixed order with nothing
  * shared between tokens: in a chunk, thread i scores position c + i (a dot in dimension
  * order); the chunk's max and its sum of exps meet in fixed trees; the running max M, sum
  * S and outputs are rescaled by exp(M_old - M_new); output dimension d (hd <= 256) is
@@ -39,6 +40,8 @@ layout(push_constant) uniform P {
     uint qs;        /* floats between tokens in Q (and O) */
     float scale;
     uint tab0;      /* TAB's first word for this dispatch */
+    uint n_swa;     /* a sliding window of this many keys; 0: every key */
+    float cap;      /* soft-capping of the scores; 0: none */
 } p;
 
 shared float sc[64];
@@ -51,7 +54,8 @@ void main() {
     const uint qb = t * p.qs + h * p.hd;
     float M = -1.0 / 0.0, S = 0.0;
     float o[4] = float[4](0.0, 0.0, 0.0, 0.0);
-    for (uint c0 = 0; c0 < n; c0 += 64u) {
+    const uint first = p.n_swa != 0u && n > p.n_swa ? n - p.n_swa : 0u; /* forward.c swa_first_key */
+    for (uint c0 = first; c0 < n; c0 += 64u) {
         const uint j = c0 + tid;
         float s = -1.0 / 0.0;
         if (j < n) {
@@ -59,6 +63,7 @@ void main() {
             s = 0.0;
             for (uint d = 0; d < p.hd; d++) s = fma(Q[qb + d], kv(base + d), s);
             s *= p.scale;
+            if (p.cap != 0.0) s = tanh(s * (1.0 / p.cap)) * p.cap;
         }
         red[tid] = s;
         barrier();
