@@ -40,12 +40,27 @@
 #include "model/context.h"
 #include "model/forward_gpu.h"
 
+#define GPU_PARTS 64 /* buffers a matrix may take (each at most the device's storage buffer range) */
+
+/* A weight on the device: the matrix in its file type, or an f32 vector (norms, in buf).  A
+ * matrix larger than one storage buffer can be (lavapipe: 128 MiB; Gemma 3's 262k-row output
+ * is 170 MB) is split into parts of part_rows whole rows (whole expert slabs for experts). */
 struct gpu_weight {
-    struct dj_vk_buf *buf; /* the matrix in its file type, or an f32 vector (norms) */
+    struct dj_vk_buf *buf;              /* part 0 */
+    struct dj_vk_buf *more[GPU_PARTS - 1]; /* parts 1 .. n_parts - 1 */
+    int n_parts;
+    int64_t part_rows;
     uint32_t type;
     int64_t k, rows;
     size_t ws;
 };
+
+static struct dj_vk_buf *part_buf(const struct gpu_weight *w, int p) { return p ? w->more[p - 1] : w->buf; }
+
+static void weight_free(struct dj_vk *vk, struct gpu_weight *w) {
+    for (int p = 0; p < w->n_parts; p++) dj_vk_buf_free(vk, part_buf(w, p));
+    if (!w->n_parts) dj_vk_buf_free(vk, w->buf);
+}
 
 /* A layer's weights on the device; those the model lacks (q/k norms, the dense FFN of an MoE
  * layer, the experts of a dense one) have no buffer. */
@@ -166,15 +181,34 @@ void ctx_device_id(const struct dj_context *c, char *buf, size_t n) {
 
 #define GPU_LOGIT_ROWS 16 /* logits rows read back at a time (a big vocabulary's 512 rows would be GiBs) */
 
-static enum dj_status upload_weight(struct dj_gpu *g, const struct dj_weight *w, bool vector, struct gpu_weight *o) {
+/* unit: rows that stay in one part (an expert's slab; 1 for a plain matrix). */
+static enum dj_status upload_weight(struct dj_gpu *g, const struct dj_weight *w, bool vector, int64_t unit,
+                                    struct gpu_weight *o) {
     if (!w->data) return DJ_OK; /* absent in this layer: no buffer */
     o->type = vector ? DJ_TYPE_F32 : w->type;
     o->k = w->ne0;
     o->rows = vector ? 1 : w->ne1;
     o->ws = vector ? (size_t)w->ne0 * sizeof(float) : w->row_bytes;
-    const size_t bytes = vector ? (size_t)w->ne0 * sizeof(float) : (size_t)w->ne1 * w->row_bytes;
-    enum dj_status st = dj_vk_buf_new(g->vk, bytes, false, &o->buf);
-    if (st == DJ_OK) st = dj_vk_write(g->vk, o->buf, 0, w->data, bytes);
+    uint64_t range = dj_vk_info(g->vk)->max_storage_buffer_range;
+    const char *cap = getenv("DJ_VK_MAX_BUFFER"); /* tests: smaller parts than the device needs */
+    if (cap && strtoull(cap, NULL, 10) > 0 && strtoull(cap, NULL, 10) < range) range = strtoull(cap, NULL, 10);
+    const int64_t fit = (int64_t)(range / o->ws) / unit * unit; /* rows a part holds */
+    if (fit <= 0)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: %lld rows of %zu bytes do not fit one storage buffer (%llu bytes)",
+                       (long long)unit, o->ws, (unsigned long long)range);
+    o->part_rows = o->rows < fit ? o->rows : fit;
+    const int64_t n_parts = (o->rows + o->part_rows - 1) / o->part_rows;
+    if (n_parts > GPU_PARTS)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: a matrix of %lld x %zu bytes needs more than %d storage buffers",
+                       (long long)o->rows, o->ws, GPU_PARTS);
+    enum dj_status st = DJ_OK;
+    for (int p = 0; p < n_parts && st == DJ_OK; p++) {
+        const int64_t r0 = p * o->part_rows, nr = o->rows - r0 < o->part_rows ? o->rows - r0 : o->part_rows;
+        struct dj_vk_buf **b = p ? &o->more[p - 1] : &o->buf;
+        st = dj_vk_buf_new(g->vk, (size_t)nr * o->ws, false, b);
+        if (st == DJ_OK) o->n_parts = p + 1;
+        if (st == DJ_OK) st = dj_vk_write(g->vk, *b, 0, (const uint8_t *)w->data + (size_t)r0 * o->ws, (size_t)nr * o->ws);
+    }
     return st;
 }
 
@@ -191,10 +225,10 @@ void gpu_ctx_free(struct dj_context *c) {
             for (uint32_t il = 0; il < c->model->hp.n_layer; il++) {
                 struct gpu_weight *dst[GPU_LAYER_W];
                 layer_slots(&g->layers[il], NULL, dst, NULL);
-                for (int i = 0; i < GPU_LAYER_W; i++) dj_vk_buf_free(vk, dst[i]->buf);
+                for (int i = 0; i < GPU_LAYER_W; i++) weight_free(vk, dst[i]);
             }
-        dj_vk_buf_free(vk, g->output_norm.buf);
-        dj_vk_buf_free(vk, g->output.buf);
+        weight_free(vk, &g->output_norm);
+        weight_free(vk, &g->output);
         struct dj_vk_buf *acts[] = {g->x,      g->xn, g->q, g->k,   g->v,   g->att, g->g,  g->u,
                                     g->cs,     g->xo, g->logits, g->kv, g->z, g->xin, g->ge, g->ue, g->eo,
                                     g->cs_local, g->gelu};
@@ -244,10 +278,12 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
         struct gpu_weight *dst[GPU_LAYER_W];
         const struct dj_weight *src[GPU_LAYER_W];
         layer_slots(&g->layers[il], &m->layers[il], dst, src);
-        for (int i = 0; i < GPU_LAYER_W && st == DJ_OK; i++) st = upload_weight(g, src[i], i < GPU_LAYER_VEC, dst[i]);
+        for (int i = 0; i < GPU_LAYER_W && st == DJ_OK; i++) /* the experts' matrices: in whole slabs */
+            st = upload_weight(g, src[i], i < GPU_LAYER_VEC,
+                               i >= GPU_LAYER_W - 3 && hp->n_expert ? src[i]->ne1 / hp->n_expert : 1, dst[i]);
     }
-    if (st != DJ_OK || (st = upload_weight(g, &m->output_norm, true, &g->output_norm)) != DJ_OK ||
-        (st = upload_weight(g, &m->output, false, &g->output)) != DJ_OK)
+    if (st != DJ_OK || (st = upload_weight(g, &m->output_norm, true, 1, &g->output_norm)) != DJ_OK ||
+        (st = upload_weight(g, &m->output, false, 1, &g->output)) != DJ_OK)
         goto fail;
     const int64_t W = Q > E ? Q : E;
     if ((st = act_buf(g, (size_t)(UB * E), &g->x)) || (st = act_buf(g, (size_t)(UB * W), &g->xn)) ||
@@ -311,10 +347,16 @@ fail:
         if (st_ != DJ_OK) return st_;                                                                              \
     } while (0)
 
+/* out (rows w->rows a token) = W a for n tokens, a part at a time: part p's rows land at
+ * columns p * part_rows of out.  A row's result does not depend on which part holds it. */
 static enum dj_status mm(struct dj_gpu *g, const struct gpu_weight *w, struct dj_vk_buf *a, struct dj_vk_buf *out,
                          int64_t n) {
-    return dj_vk_matmul(g->vk, w->type, w->k, w->buf, 0, w->ws, a, 0, (size_t)w->k, out, 0, (size_t)w->rows, 0,
-                        w->rows, n);
+    for (int p = 0; p < w->n_parts; p++) {
+        const int64_t r0 = p * w->part_rows, nr = w->rows - r0 < w->part_rows ? w->rows - r0 : w->part_rows;
+        TRY(dj_vk_matmul(g->vk, w->type, w->k, part_buf(w, p), 0, w->ws, a, 0, (size_t)w->k, out, (size_t)r0,
+                         (size_t)w->rows, 0, nr, n));
+    }
+    return DJ_OK;
 }
 
 /* The ubatch's block tables: one per distinct sequence, up to the block of its last position in
@@ -367,7 +409,8 @@ static enum dj_status tables(struct dj_context *c, const uint32_t *pos, struct k
  * a (from row a_row, k floats each) into c (from row c_row, `rows` floats each). */
 static enum dj_status mm_expert(struct dj_gpu *g, const struct gpu_weight *w, uint32_t e, int64_t rows,
                                 struct dj_vk_buf *a, int64_t a_row, struct dj_vk_buf *out, int64_t c_row, int64_t n_tok) {
-    return dj_vk_matmul(g->vk, w->type, w->k, w->buf, (size_t)e * (size_t)rows * w->ws, w->ws, a,
+    const int64_t r = (int64_t)e * rows, p = r / w->part_rows; /* parts hold whole slabs */
+    return dj_vk_matmul(g->vk, w->type, w->k, part_buf(w, (int)p), (size_t)(r - p * w->part_rows) * w->ws, w->ws, a,
                         (size_t)(a_row * w->k), (size_t)w->k, out, (size_t)(c_row * rows), (size_t)rows, 0, rows, n_tok);
 }
 
@@ -486,8 +529,7 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     for (int64_t r0 = 0; r0 < n_out; r0 += GPU_LOGIT_ROWS) { /* the wanted rows, gathered: one product */
         const int64_t nr = n_out - r0 < GPU_LOGIT_ROWS ? n_out - r0 : GPU_LOGIT_ROWS;
         TRY(dj_vk_gather(vk, g->xo, 0, g->xn, 0, (size_t)E, E, out + r0, nr));
-        TRY(dj_vk_matmul(vk, g->output.type, g->output.k, g->output.buf, 0, g->output.ws, g->xo, 0, (size_t)E, g->logits,
-                         0, (size_t)V, 0, V, nr));
+        TRY(mm(g, &g->output, g->xo, g->logits, nr));
         TRY(dj_vk_read(vk, g->logits, 0, logits + r0 * V, (size_t)(nr * V) * sizeof(float)));
     }
     return DJ_OK;

@@ -26,7 +26,8 @@
  * CI) the golden checks (logits within the same tolerances, every routed expert id equal to
  * llama.cpp's) and the ubatch invariance run on that device — the GPU reads the router's
  * logits back and routes on the host with the CPU's code; the experts' products and the
- * weighted sum run on the device; without a Vulkan device the test exits 77 (SKIP).
+ * weighted sum run on the device; weights split over several storage buffers
+ * (DJ_VK_MAX_BUFFER) give the same bits; without a Vulkan device the test exits 77 (SKIP).
  *
  * Loader errors: copies of qwen3moe-tiny.gguf with one thing patched in place
  * (expert_used_count 0 or 9, expert_count 1000, a renamed expert tensor, a 3-D
@@ -139,6 +140,37 @@ static void check_repacked(const char *shared) {
     rmdir(dir);
 }
 
+/* GPU mode: weights split over several storage buffers (DJ_VK_MAX_BUFFER=16384: the experts'
+ * matrices in parts of whole 8 KiB slabs, the output in 32 parts) give the bits of one buffer each. */
+static void check_gpu_parts(const char *shared) {
+    struct dj_model *m = NULL;
+    CHECKF(model_load(test_shared_path(shared, "golden/moe/qwen3moe-tiny.gguf"), &m) == DJ_OK, "%s", dj_last_error());
+    if (!m) return;
+    static const dj_token toks[] = {2006, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1100};
+    const size_t n = sizeof toks / sizeof toks[0];
+    float *one = test_eval_logits_kv(m, toks, n, (uint32_t)n, 1, 0, DJ_TYPE_F32);
+    setenv("DJ_VK_MAX_BUFFER", "16384", 1);
+    float *split = test_eval_logits_kv(m, toks, n, (uint32_t)n, 1, 0, DJ_TYPE_F32),
+          *split_tbt = test_eval_logits_kv(m, toks, n, 1, 1, 0, DJ_TYPE_F32);
+    setenv("DJ_VK_MAX_BUFFER", "100", 1); /* not one expert slab: refused with a message */
+    struct dj_context *c = NULL;
+    struct dj_ctx_params cp = ctx_default_params();
+    cp.gpu = test_ctx_gpu;
+    const enum dj_status st = ctx_create(m, cp, &c);
+    CHECKF(st == DJ_ERR_UNSUPPORTED && strstr(dj_last_error(), "storage buffer"), "a 100-byte buffer cap: %s",
+           st ? dj_last_error() : "accepted");
+    ctx_free(c);
+    unsetenv("DJ_VK_MAX_BUFFER");
+    const size_t bytes = n * m->hp.n_vocab * sizeof(float);
+    CHECKF(one && split && !memcmp(one, split, bytes), "weights in 16 KiB parts differ from one buffer each");
+    CHECKF(one && split_tbt && !memcmp(one, split_tbt, bytes), "weights in parts, token by token, differ");
+    printf("qwen3moe-tiny on the GPU: weights in 16 KiB parts = one buffer each, bitwise\n");
+    free(one);
+    free(split);
+    free(split_tbt);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
@@ -150,7 +182,10 @@ int main(int argc, char **argv) {
     check_invariance(argv[1], "qwen3moe-tiny", kv_type_default());
     check_invariance(argv[1], "qwen3moe-tiny-f16", kv_type_default());
     check_invariance(argv[1], "mixtral-tiny", kv_type_default());
-    if (test_ctx_gpu) TEST_END(); /* the rest is about the loader and the CPU's repacked layouts */
+    if (test_ctx_gpu) {
+        check_gpu_parts(argv[1]);
+        TEST_END(); /* the rest is about the loader and the CPU's repacked layouts */
+    }
     check_loader_errors(argv[1]);
     check_repacked(argv[1]);
     TEST_END();
