@@ -566,9 +566,13 @@ static void post_norm(float *x, const struct dj_weight *w, int64_t n, int64_t E,
 /* mistral3's llama4-style temperature scaling of one token's query row (model.h,
  * mistral3.c): llama.cpp's llm_graph_input_attn_temp, the floor in float, the log in
  * double, one float scale multiplied in. */
-static void attn_temp(const struct dj_hparams *hp, float *q, int64_t n, uint32_t pos) {
+float ctx_attn_temp(const struct dj_hparams *hp, uint32_t pos) {
     const float fl = floorf((float)pos / (float)hp->attn_temp_floor);
-    const float s = (float)(log((double)fl + 1.0) * (double)hp->attn_temp_scale + 1.0);
+    return (float)(log((double)fl + 1.0) * (double)hp->attn_temp_scale + 1.0);
+}
+
+static void attn_temp(const struct dj_hparams *hp, float *q, int64_t n, uint32_t pos) {
+    const float s = ctx_attn_temp(hp, pos);
     for (int64_t i = 0; i < n; i++) q[i] *= s;
 }
 

@@ -30,5 +30,7 @@ void gpu_rope_cs(struct dj_context *c, uint32_t pos, bool local, float *dst);
  * moe_ids / moe_off / moe_cnt): the experts used, *n_rows the pairs. */
 void ctx_moe_route(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n);
 int ctx_moe_group(struct dj_context *c, int64_t n, int64_t *n_rows);
+/* forward.c: mistral3's query temperature factor at position pos (hp.attn_temp_scale set). */
+float ctx_attn_temp(const struct dj_hparams *hp, uint32_t pos);
 
 #endif

@@ -62,32 +62,45 @@ static void weight_free(struct dj_vk *vk, struct gpu_weight *w) {
     if (!w->n_parts) dj_vk_buf_free(vk, w->buf);
 }
 
-/* A layer's weights on the device; those the model lacks (q/k norms, the dense FFN of an MoE
- * layer, the experts of a dense one) have no buffer. */
+/* A layer's weights on the device; those the model lacks (q/k norms, biases, the dense FFN of
+ * an MoE layer, the experts of a dense one) have no buffer. */
 struct gpu_layer {
-    struct gpu_weight attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm; /* f32 vectors */
+    /* f32 vectors */
+    struct gpu_weight attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv, bo;
     struct gpu_weight wq, wk, wv, wo, w_gate, w_up, w_down;
-    struct gpu_weight ffn_gate_inp, gate_exps, up_exps, down_exps; /* the router; the experts' slabs, one matrix */
+    struct gpu_weight ffn_gate_inp;                      /* the router */
+    struct gpu_weight gate_shexp, up_shexp, down_shexp;  /* shared experts: one dense SwiGLU */
+    struct gpu_weight gate_exps_b, up_exps_b, down_exps_b; /* gpt-oss: each expert's bias row, f32, one buffer */
+    struct gpu_weight gate_exps, up_exps, down_exps;     /* the experts' slabs, one matrix each */
 };
 
-#define GPU_LAYER_W 17 /* the weights of a gpu_layer */
-#define GPU_LAYER_VEC 6 /* the first GPU_LAYER_W: vectors */
+#define GPU_LAYER_W 27  /* the weights of a gpu_layer */
+#define GPU_LAYER_VEC 10 /* the first GPU_LAYER_W: vectors */
+/* How a slot is uploaded: a vector, a matrix in parts of any rows, a table in one buffer (the
+ * expert biases, read at an expert's row), or experts' slabs kept whole in their parts. */
+enum slot_kind { SLOT_VEC, SLOT_MAT, SLOT_ONE, SLOT_EXPERTS };
+static enum slot_kind slot_kind(int i) {
+    return i < GPU_LAYER_VEC ? SLOT_VEC : i >= GPU_LAYER_W - 3 ? SLOT_EXPERTS : i >= GPU_LAYER_W - 6 ? SLOT_ONE : SLOT_MAT;
+}
 /* The device copies of a layer's weights and, with L, the model's weights they copy — the one
  * list gpu_ctx_create uploads and gpu_ctx_free frees. */
 static void layer_slots(struct gpu_layer *G, const struct dj_layer *L, struct gpu_weight *dst[GPU_LAYER_W],
                         const struct dj_weight *src[GPU_LAYER_W]) {
-    struct gpu_weight *const d[GPU_LAYER_W] = {&G->attn_norm, &G->ffn_norm,  &G->q_norm,       &G->k_norm,
-                                              &G->attn_post_norm, &G->ffn_post_norm,
-                                              &G->wq,        &G->wk,        &G->wv,           &G->wo,
-                                              &G->w_gate,    &G->w_up,      &G->w_down,       &G->ffn_gate_inp,
-                                              &G->gate_exps, &G->up_exps,   &G->down_exps};
+    struct gpu_weight *const d[GPU_LAYER_W] = {
+        &G->attn_norm,   &G->ffn_norm,    &G->q_norm,      &G->k_norm,       &G->attn_post_norm, &G->ffn_post_norm,
+        &G->bq,          &G->bk,          &G->bv,          &G->bo,           &G->wq,             &G->wk,
+        &G->wv,          &G->wo,          &G->w_gate,      &G->w_up,         &G->w_down,         &G->ffn_gate_inp,
+        &G->gate_shexp,  &G->up_shexp,    &G->down_shexp,  &G->gate_exps_b,  &G->up_exps_b,      &G->down_exps_b,
+        &G->gate_exps,   &G->up_exps,     &G->down_exps};
     for (int i = 0; i < GPU_LAYER_W; i++) dst[i] = d[i];
     if (!L) return;
-    const struct dj_weight *const w[GPU_LAYER_W] = {&L->attn_norm,     &L->ffn_norm,      &L->q_norm,        &L->k_norm,
-                                                    &L->attn_post_norm, &L->ffn_post_norm,
-                                                    &L->wq,            &L->wk,            &L->wv,            &L->wo,
-                                                    &L->w_gate,        &L->w_up,          &L->w_down,        &L->ffn_gate_inp,
-                                                    &L->ffn_gate_exps, &L->ffn_up_exps,   &L->ffn_down_exps};
+    const struct dj_weight *const w[GPU_LAYER_W] = {
+        &L->attn_norm,      &L->ffn_norm,       &L->q_norm,          &L->k_norm,          &L->attn_post_norm,
+        &L->ffn_post_norm,  &L->bq,             &L->bk,              &L->bv,              &L->bo,
+        &L->wq,             &L->wk,             &L->wv,              &L->wo,              &L->w_gate,
+        &L->w_up,           &L->w_down,         &L->ffn_gate_inp,    &L->ffn_gate_shexp,  &L->ffn_up_shexp,
+        &L->ffn_down_shexp, &L->ffn_gate_exps_b, &L->ffn_up_exps_b,  &L->ffn_down_exps_b, &L->ffn_gate_exps,
+        &L->ffn_up_exps,    &L->ffn_down_exps};
     for (int i = 0; i < GPU_LAYER_W; i++) src[i] = w[i];
 }
 
@@ -99,7 +112,8 @@ struct dj_gpu {
     struct dj_vk_buf *x, *xn, *q, *k, *v, *att, *g, *u, *cs, *cs_local, *xo, *logits;
     struct dj_vk_buf *gelu;   /* hp.ffn_gelu: the model's GELU table (65536 floats) */
     /* MoE: router logits (n_ubatch, n_expert); per (token, slot) row: the input, gate, up, output */
-    struct dj_vk_buf *z, *xin, *ge, *ue, *eo;
+    struct dj_vk_buf *z, *xin, *ge, *ue, *eo, *sh; /* sh: the shared experts' rows (n_ubatch, n_embd) */
+    float *h_temp;            /* (n_ubatch) mistral3's query temperature factors */
     uint32_t *gidx;           /* (n_ubatch * n_expert_used) the token of each expert row; the wanted rows */
     struct dj_vk_buf *kv;     /* the pool's blocks, max_blocks of block_bytes */
     uint32_t *kv_gen;         /* per block: the pool generation the mirror holds + 1 (0: none) */
@@ -121,7 +135,6 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
     const char *why = NULL;
     if (hp->mla) why = "multi-head latent attention";
     else if (hp->rs_floats) why = "recurrent layers";
-    else if (hp->attn_temp_scale != 0) why = "query temperature scaling";
     else if (hp->attn_gated) why = "gated attention";
     else if (hp->head_dim > 256) why = "heads wider than 256";
     else if (hp->n_rot > hp->head_dim) why = "a rope dimension past the head";
@@ -129,18 +142,17 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
         for (uint32_t il = 0; il < hp->n_layer && !why; il++) {
             const struct dj_layer *L = &m->layers[il];
             const bool moe = L->ffn_gate_inp.data != NULL;
-            if (L->bq.data || L->bk.data || L->bv.data || L->bo.data) why = "attention biases";
-            else if (L->attn_sinks.data) why = "attention sinks";
-            else if (moe && (L->ffn_up_shexp.data || L->ffn_gate_inp_shexp.data)) why = "shared experts";
-            else if (moe && (L->ffn_gate_inp_b.data || L->ffn_gate_exps_b.data)) why = "expert biases";
+            if (moe && L->ffn_gate_inp_shexp.data) why = "a gated shared expert";
             else if (moe && !L->ffn_gate_exps.data) why = "experts without a gate";
+            else if (moe && (L->ffn_gate_exps_b.data != NULL) != (L->ffn_up_exps_b.data != NULL)) why = "one expert bias";
             else if (!moe && !L->w_gate.data) why = "an FFN without a gate";
-            const struct dj_weight *w[10] = {&L->wq,           &L->wk,          &L->wv,        &L->wo,
-                                             &L->w_gate,       &L->w_up,        &L->w_down,    &L->ffn_gate_inp,
-                                             &L->ffn_gate_exps, &L->ffn_down_exps};
-            for (int i = 0; i < 10 && !why; i++)
+            const struct dj_weight *w[13] = {&L->wq,           &L->wk,          &L->wv,          &L->wo,
+                                             &L->w_gate,       &L->w_up,        &L->w_down,      &L->ffn_gate_inp,
+                                             &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, &L->ffn_gate_shexp,
+                                             &L->ffn_down_shexp};
+            for (int i = 0; i < 13 && !why; i++)
                 if (w[i]->data && !dj_vk_matmul_supports(w[i]->type)) why = "a weight type without a Vulkan matmul shader";
-            if (!why && moe && !dj_vk_matmul_supports(L->ffn_up_exps.type))
+            if (!why && L->ffn_up_shexp.data && !dj_vk_matmul_supports(L->ffn_up_shexp.type))
                 why = "a weight type without a Vulkan matmul shader";
         }
     if (!why && !dj_vk_matmul_supports(m->output.type)) why = "a weight type without a Vulkan matmul shader";
@@ -231,7 +243,7 @@ void gpu_ctx_free(struct dj_context *c) {
         weight_free(vk, &g->output);
         struct dj_vk_buf *acts[] = {g->x,      g->xn, g->q, g->k,   g->v,   g->att, g->g,  g->u,
                                     g->cs,     g->xo, g->logits, g->kv, g->z, g->xin, g->ge, g->ue, g->eo,
-                                    g->cs_local, g->gelu};
+                                    g->cs_local, g->gelu, g->sh};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) dj_vk_buf_free(vk, acts[i]);
         dj_vk_close(vk);
     }
@@ -249,6 +261,7 @@ void gpu_ctx_free(struct dj_context *c) {
     free(g->dpos);
     free(g->rows_seq);
     free(g->gidx);
+    free(g->h_temp);
     free(g);
     c->gpu = NULL;
 }
@@ -268,7 +281,10 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     c->gpu = g;
     if ((st = dj_vk_open(device, &g->vk)) != DJ_OK) goto fail;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
-    const int64_t UB = c->p.n_ubatch, F = hp->n_ff, V = hp->n_vocab;
+    const int64_t UB = c->p.n_ubatch, V = hp->n_vocab;
+    int64_t F = hp->n_ff; /* g, u: the dense FFN's rows, or the shared experts' where wider */
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        if (m->layers[il].ffn_up_shexp.ne1 > F) F = m->layers[il].ffn_up_shexp.ne1;
     g->layers = calloc(hp->n_layer, sizeof *g->layers);
     if (!g->layers) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
@@ -278,9 +294,13 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
         struct gpu_weight *dst[GPU_LAYER_W];
         const struct dj_weight *src[GPU_LAYER_W];
         layer_slots(&g->layers[il], &m->layers[il], dst, src);
-        for (int i = 0; i < GPU_LAYER_W && st == DJ_OK; i++) /* the experts' matrices: in whole slabs */
-            st = upload_weight(g, src[i], i < GPU_LAYER_VEC,
-                               i >= GPU_LAYER_W - 3 && hp->n_expert ? src[i]->ne1 / hp->n_expert : 1, dst[i]);
+        for (int i = 0; i < GPU_LAYER_W && st == DJ_OK; i++) {
+            const enum slot_kind kind = slot_kind(i);
+            const int64_t unit = kind == SLOT_EXPERTS && hp->n_expert ? src[i]->ne1 / hp->n_expert
+                                 : kind == SLOT_ONE                    ? src[i]->ne1
+                                                                       : 1;
+            st = upload_weight(g, src[i], kind == SLOT_VEC, unit, dst[i]);
+        }
     }
     if (st != DJ_OK || (st = upload_weight(g, &m->output_norm, true, 1, &g->output_norm)) != DJ_OK ||
         (st = upload_weight(g, &m->output, false, 1, &g->output)) != DJ_OK)
@@ -301,7 +321,7 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     const int64_t NE = hp->n_expert, KR = UB * (int64_t)hp->n_expert_used, FE = hp->n_ff_exp;
     if (NE && ((st = act_buf(g, (size_t)(UB * NE), &g->z)) || (st = act_buf(g, (size_t)(KR * E), &g->xin)) ||
                (st = act_buf(g, (size_t)(KR * FE), &g->ge)) || (st = act_buf(g, (size_t)(KR * FE), &g->ue)) ||
-               (st = act_buf(g, (size_t)(KR * E), &g->eo))))
+               (st = act_buf(g, (size_t)(KR * E), &g->eo)) || (st = act_buf(g, (size_t)(UB * E), &g->sh))))
         goto fail;
     struct kv_pool_stats ps;
     kv_pool_get_stats(c->pool, &ps);
@@ -328,7 +348,8 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     g->dpos = malloc((size_t)UB * sizeof(uint32_t));
     g->rows_seq = malloc((size_t)UB * sizeof(uint32_t));
     g->gidx = malloc((size_t)(KR > UB ? KR : UB) * sizeof(uint32_t));
-    if ((hp->rope_local && !g->h_cs_local) || !g->gidx || !g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
+    g->h_temp = malloc((size_t)UB * sizeof(float));
+    if ((hp->rope_local && !g->h_cs_local) || !g->h_temp || !g->gidx || !g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
         !g->dseq || !g->dpos || !g->rows_seq) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
@@ -421,6 +442,26 @@ static enum dj_status mm_expert(struct dj_gpu *g, const struct gpu_weight *w, ui
  * each token sums its experts' outputs in its selection order (moe_sum.comp).  An expert row's
  * result is mm.comp's, whatever other tokens share its block, so a token's bits do not depend
  * on the batch. */
+/* The dense FFN of the n rows of g->xn into out (rows of n_embd): down(act(gate x) * up x), act
+ * SiLU or the model's GELU (forward.c ffn_swiglu). */
+static enum dj_status dense_ffn(struct dj_gpu *g, const struct gpu_weight *gate, const struct gpu_weight *up,
+                                const struct gpu_weight *down, int64_t n, struct dj_vk_buf *out) {
+    TRY(mm(g, gate, g->xn, g->g, n));
+    TRY(mm(g, up, g->xn, g->u, n));
+    if (g->gelu) TRY(dj_vk_geglu(g->vk, g->g, 0, g->u, 0, n * up->rows, g->gelu));
+    else TRY(dj_vk_swiglu(g->vk, g->g, 0, g->u, 0, n * up->rows));
+    return mm(g, down, g->g, out, n);
+}
+
+/* Each used expert's bias row (b: (width, n_expert) f32, one buffer) added to its block of y. */
+static enum dj_status experts_bias(struct dj_context *c, int n_used, const struct gpu_weight *b, struct dj_vk_buf *y,
+                                   int64_t width) {
+    for (int u = 0; u < n_used; u++)
+        TRY(dj_vk_add_bias(c->gpu->vk, y, (size_t)(c->moe_off[u] * width), b->buf, (size_t)c->moe_ids[u] * (size_t)width,
+                           width, c->moe_cnt[u]));
+    return DJ_OK;
+}
+
 static enum dj_status moe_ffn(struct dj_context *c, uint32_t il, int64_t n) {
     struct dj_gpu *g = c->gpu;
     const struct dj_hparams *hp = &c->model->hp;
@@ -439,10 +480,20 @@ static enum dj_status moe_ffn(struct dj_context *c, uint32_t il, int64_t n) {
         TRY(mm_expert(g, &G->gate_exps, e, FE, g->xin, c->moe_off[u], g->ge, c->moe_off[u], c->moe_cnt[u]));
         TRY(mm_expert(g, &G->up_exps, e, FE, g->xin, c->moe_off[u], g->ue, c->moe_off[u], c->moe_cnt[u]));
     }
-    TRY(dj_vk_swiglu(g->vk, g->ge, 0, g->ue, 0, rows * FE));
+    const bool oss = hp->arch == DJ_ARCH_GPT_OSS; /* biased experts, the clamped SwiGLU (forward.c moe_ffn) */
+    if (G->gate_exps_b.buf) {
+        TRY(experts_bias(c, n_used, &G->gate_exps_b, g->ge, FE));
+        TRY(experts_bias(c, n_used, &G->up_exps_b, g->ue, FE));
+    }
+    if (oss) TRY(dj_vk_swiglu_oai(g->vk, g->ge, 0, g->ue, 0, rows * FE));
+    else TRY(dj_vk_swiglu(g->vk, g->ge, 0, g->ue, 0, rows * FE));
     for (int u = 0; u < n_used; u++)
         TRY(mm_expert(g, &G->down_exps, c->moe_ids[u], E, g->ge, c->moe_off[u], g->eo, c->moe_off[u], c->moe_cnt[u]));
-    return dj_vk_moe_sum(g->vk, g->x, g->eo, E, n, (int)K, c->moe_pos, c->moe_w);
+    if (G->down_exps_b.buf) TRY(experts_bias(c, n_used, &G->down_exps_b, g->eo, E));
+    /* shared experts (deepseek2, glm4moe): a dense SwiGLU of the same rows, joined before the residual */
+    const bool shexp = G->up_shexp.buf != NULL;
+    if (shexp) TRY(dense_ffn(g, &G->gate_shexp, &G->up_shexp, &G->down_shexp, n, g->sh));
+    return dj_vk_moe_sum(g->vk, g->x, g->eo, E, n, (int)K, c->moe_pos, c->moe_w, shexp ? g->sh : NULL);
 }
 
 enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
@@ -453,7 +504,7 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     struct dj_gpu *g = c->gpu;
     struct dj_vk *vk = g->vk;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
-    const int64_t F = hp->n_ff, V = hp->n_vocab, R = hp->n_rot;
+    const int64_t V = hp->n_vocab, R = hp->n_rot;
     const uint32_t bs = c->block_size, NL = hp->n_layer;
     for (int64_t t = 0; t < n; t++) {
         gpu_embed_row(c, toks[t], g->h_x + t * E);
@@ -475,6 +526,9 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
         TRY(mm(g, &G->wq, g->xn, g->q, n));
         TRY(mm(g, &G->wk, g->xn, g->k, n));
         TRY(mm(g, &G->wv, g->xn, g->v, n));
+        if (G->bq.buf) TRY(dj_vk_add_bias(vk, g->q, 0, G->bq.buf, 0, Q, n)); /* qwen2, gpt-oss, glm4moe */
+        if (G->bk.buf) TRY(dj_vk_add_bias(vk, g->k, 0, G->bk.buf, 0, KV, n));
+        if (G->bv.buf) TRY(dj_vk_add_bias(vk, g->v, 0, G->bv.buf, 0, KV, n));
         if (G->q_norm.buf) /* qwen3: each head's RMSNorm before rope, in place (one head a "token") */
             TRY(dj_vk_rmsnorm(vk, g->q, (size_t)hd, G->q_norm.buf, g->q, (size_t)hd, hd, n * hp->n_head, hp->rms_eps));
         if (G->k_norm.buf)
@@ -484,6 +538,10 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
                        cs, (size_t)R, g->rows_pos));
         TRY(dj_vk_rope(vk, g->k, 0, (size_t)KV, n, (int)hp->n_head_kv, (int)hd, (int)R,
                        hp->rope_type == DJ_ROPE_NEOX, cs, (size_t)R, g->rows_pos));
+        if (hp->attn_temp_scale != 0) { /* mistral3: each query row times its position's factor */
+            for (int64_t t = 0; t < n; t++) g->h_temp[t] = ctx_attn_temp(hp, pos[t]);
+            TRY(dj_vk_scale_rows(vk, g->q, Q, n, g->h_temp));
+        }
         /* the new rows: to the pool as the CPU path stores them, then to the mirror */
         TRY(dj_vk_read(vk, g->k, 0, g->h_k, (size_t)(n * KV) * sizeof(float)));
         TRY(dj_vk_read(vk, g->v, 0, g->h_v, (size_t)(n * KV) * sizeof(float)));
@@ -504,9 +562,11 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
                                             /* gemma scales the query after rope by attn_q_scale and the
                                                scores by 1: here the scores, by the same factor */
                                             hp->attn_q_scale != 0 ? hp->attn_q_scale : 1.0f / sqrtf((float)hd),
-                                            f16, m->layers[il].n_swa, hp->attn_softcap};
+                                            f16, m->layers[il].n_swa, hp->attn_softcap,
+                                            (const float *)m->layers[il].attn_sinks.data};
         TRY(dj_vk_attn(vk, &sh, g->q, g->kv, g->att, n, pos, g->tab_start, g->blocks, n_blocks));
         TRY(mm(g, &G->wo, g->att, g->xn, n));
+        if (G->bo.buf) TRY(dj_vk_add_bias(vk, g->xn, 0, G->bo.buf, 0, E, n));
         if (G->attn_post_norm.buf) /* gemma: the attention output's own RMSNorm before the residual */
             TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->attn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
         TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
@@ -515,11 +575,7 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
             TRY(moe_ffn(c, il, n));
             continue;
         }
-        TRY(mm(g, &G->w_gate, g->xn, g->g, n));
-        TRY(mm(g, &G->w_up, g->xn, g->u, n));
-        if (g->gelu) TRY(dj_vk_geglu(vk, g->g, 0, g->u, 0, n * F, g->gelu));
-        else TRY(dj_vk_swiglu(vk, g->g, 0, g->u, 0, n * F));
-        TRY(mm(g, &G->w_down, g->g, g->xn, n));
+        TRY(dense_ffn(g, &G->w_gate, &G->w_up, &G->w_down, n, g->xn));
         if (G->ffn_post_norm.buf)
             TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->ffn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
         TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));

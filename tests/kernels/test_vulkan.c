@@ -31,14 +31,17 @@
  *     |v|, and bitwise: a token alone = in a batch of tokens of two sequences, and the same
  *     rows in other blocks (another block table) give the same bits; a block id past
  *     the cache or a table too short is refused before anything runs;
- *   - the same with a sliding window (keys (pos - n_swa, pos]) and soft-capped scores
- *     (cap tanh(s / cap)), against the same reference with the window and the cap;
+ *   - the same with a sliding window (keys (pos - n_swa, pos]), soft-capped scores
+ *     (cap tanh(s / cap)) and sink logits (gpt-oss: a logit without a value in each
+ *     head's softmax), against the same reference with the window, the cap and the sinks;
+ *   - gpt-oss's clamped SwiGLU within 2e-6, bias rows and per-row factors bitwise;
  *   - GELU through the f16 table (geglu) bitwise the CPU's geglu: the table's value at x
  *     rounded to f16 (the shader rounds in integers as core/fp16.h) times u, 0 from -10 down,
  *     x u from 10 up — over random x, the edges, and every f16 step near 1 and -3;
  *   - the MoE layer's pieces: gather copies rows by index bitwise (NaN payloads included),
  *     the weighted sum of a token's expert rows equals the CPU's order (w_0 o_0 + w_1 o_1
- *     + ..., then the residual; no contraction) bitwise, a token alone = batched, and rows
+ *     + ..., then the residual; no contraction; with shared experts' rows, x + (sum + sh))
+ *     bitwise, a token alone = batched, and rows
  *     past the source are refused; RMSNorm in place over heads (the q/k norms) equals the
  *     out-of-place result bitwise.
  */
@@ -296,7 +299,8 @@ static void test_rope_add_swiglu(struct dj_vk *vk) {
 /* A cache of NB blocks of 2 layers x [K | V] x bs rows x (NKV * hd), layer 1 used; sequence
  * A's positions in blocks tabA, B's in tabB.  The same rows are written again in other
  * blocks (tabA2, tabB2) to show the result does not depend on where rows live. */
-static void test_attn_case(struct dj_vk *vk, int hd, int bs, int n_a, int n_b, bool f16, uint32_t n_swa, float cap) {
+static void test_attn_case(struct dj_vk *vk, int hd, int bs, int n_a, int n_b, bool f16, uint32_t n_swa, float cap,
+                           bool with_sinks) {
     enum { NB = 40, NH = 4, NKV = 2, NL = 2 };
     const size_t row = (size_t)NKV * hd, blk = (size_t)NL * 2 * bs * row;
     const size_t k_off = (size_t)1 * 2 * bs * row, v_off = k_off + (size_t)bs * row; /* layer 1 */
@@ -332,6 +336,8 @@ static void test_attn_case(struct dj_vk *vk, int hd, int bs, int n_a, int n_b, b
     float *q = malloc(sizeof(float) * NT * qs), *o = malloc(sizeof(float) * NT * qs),
           *o2 = malloc(sizeof(float) * NT * qs), *o1 = malloc(sizeof(float) * qs);
     for (size_t i = 0; i < NT * qs; i++) q[i] = frand();
+    float sinks[NH];
+    for (int h = 0; h < NH; h++) sinks[h] = frand() * 2.0f;
     struct dj_vk_buf *kvb = NULL;
     if (f16) {
         uint16_t *h = malloc(sizeof(uint16_t) * NB * blk);
@@ -344,7 +350,7 @@ static void test_attn_case(struct dj_vk *vk, int hd, int bs, int n_a, int n_b, b
     struct dj_vk_buf *qb = upload(vk, q, sizeof(float) * NT * qs, true), *ob = NULL, *q1 = NULL;
     CHECK(kvb && qb && dj_vk_buf_new(vk, sizeof(float) * NT * qs, true, &ob) == DJ_OK);
     const struct dj_vk_attn_shape sh = {NH, NKV, (uint32_t)hd, (uint32_t)bs, blk, k_off, v_off, row, qs,
-                                        1.0f / sqrtf((float)hd), f16, n_swa, cap};
+                                        1.0f / sqrtf((float)hd), f16, n_swa, cap, with_sinks ? sinks : NULL};
     if (!kvb || !qb || !ob) goto out;
     CHECK(dj_vk_attn(vk, &sh, qb, kvb, ob, NT, pos, ts, blocks, (size_t)nblk) == DJ_OK);
     CHECK(dj_vk_read(vk, ob, 0, o, sizeof(float) * NT * qs) == DJ_OK);
@@ -363,6 +369,8 @@ static void test_attn_case(struct dj_vk *vk, int hd, int bs, int n_a, int n_b, b
                 if (cap != 0) sc[j] = cap * tanh(sc[j] / cap);
                 if (sc[j] > mx) mx = sc[j];
             }
+            if (with_sinks && sinks[h] > mx) mx = sinks[h];
+            if (with_sinks) sum += exp(sinks[h] - mx); /* a logit without a value */
             for (int j = j0; j < n; j++) sum += sc[j] = exp(sc[j] - mx);
             for (int d = 0; d < hd; d++) {
                 double e = 0;
@@ -378,8 +386,8 @@ static void test_attn_case(struct dj_vk *vk, int hd, int bs, int n_a, int n_b, b
             }
             free(sc);
         }
-    CHECKF(bad == 0, "attn hd %d bs %d%s window %u cap %g: %d outputs outside 1e-5", hd, bs, f16 ? " f16" : "", n_swa,
-           cap, bad);
+    CHECKF(bad == 0, "attn hd %d bs %d%s window %u cap %g sinks %d: %d outputs outside 1e-5", hd, bs, f16 ? " f16" : "",
+           n_swa, cap, with_sinks, bad);
     /* the same rows in other blocks: the same bits */
     CHECK(dj_vk_attn(vk, &sh, qb, kvb, ob, NT, pos, ts2, blocks, (size_t)nblk) == DJ_OK);
     CHECK(dj_vk_read(vk, ob, 0, o2, sizeof(float) * NT * qs) == DJ_OK);
@@ -415,14 +423,17 @@ out:
 }
 
 static void test_attn(struct dj_vk *vk) {
-    test_attn_case(vk, 8, 4, 11, 6, false, 0, 0);
-    test_attn_case(vk, 80, 16, 150, 70, false, 0, 0); /* 3 chunks; hd past 64: two dims a thread */
-    test_attn_case(vk, 80, 16, 150, 70, true, 0, 0);
+    test_attn_case(vk, 8, 4, 11, 6, false, 0, 0, false);
+    test_attn_case(vk, 80, 16, 150, 70, false, 0, 0, false); /* 3 chunks; hd past 64: two dims a thread */
+    test_attn_case(vk, 80, 16, 150, 70, true, 0, 0, false);
     /* gemma: a sliding window (from a key past a block's start: 150 - 70 = 80 is block 5's,
      * 150 - 67 = 83 is not; 2 chunks), soft-capped scores (gemma2's 50, and 1: most capped) */
-    test_attn_case(vk, 80, 16, 150, 70, false, 67, 0);
-    test_attn_case(vk, 32, 16, 150, 70, true, 16, 50.0f);
-    test_attn_case(vk, 32, 4, 40, 30, false, 0, 1.0f);
+    test_attn_case(vk, 80, 16, 150, 70, false, 67, 0, false);
+    test_attn_case(vk, 32, 16, 150, 70, true, 16, 50.0f, false);
+    test_attn_case(vk, 32, 4, 40, 30, false, 0, 1.0f, false);
+    /* gpt-oss: sink logits (and with a window of 16, as its sliding layers) */
+    test_attn_case(vk, 64, 16, 150, 70, false, 0, 0, true);
+    test_attn_case(vk, 64, 16, 150, 70, true, 16, 0, true);
 }
 
 static float gelu_ref(float x) { /* the tanh form, as src/model/gemma.c's table */
@@ -484,7 +495,7 @@ static void test_moe_ops(struct dj_vk *vk) {
         rows[i] = (uint32_t)((i * 11 + 4) % NR);
     }
     struct dj_vk_buf *ob = upload(vk, o, sizeof o, true), *rb = upload(vk, res, sizeof res, true);
-    CHECK(ob && rb && dj_vk_moe_sum(vk, rb, ob, N, NT, KS, rows, w) == DJ_OK);
+    CHECK(ob && rb && dj_vk_moe_sum(vk, rb, ob, N, NT, KS, rows, w, NULL) == DJ_OK);
     CHECK(rb && dj_vk_read(vk, rb, 0, got, sizeof got) == DJ_OK);
     bad = 0;
     for (int t = 0; t < NT; t++)
@@ -499,11 +510,30 @@ static void test_moe_ops(struct dj_vk *vk) {
     CHECKF(bad == 0, "moe_sum: %d elements differ from the CPU's order", bad);
     /* token 3 alone (its residual row at 0 of a one-token buffer) = in the batch */
     struct dj_vk_buf *r1 = upload(vk, res + 3 * N, N * sizeof(float), true);
-    CHECK(ob && r1 && dj_vk_moe_sum(vk, r1, ob, N, 1, KS, rows + 3 * KS, w + 3 * KS) == DJ_OK);
+    CHECK(ob && r1 && dj_vk_moe_sum(vk, r1, ob, N, 1, KS, rows + 3 * KS, w + 3 * KS, NULL) == DJ_OK);
     CHECK(r1 && dj_vk_read(vk, r1, 0, one, sizeof one) == DJ_OK);
     CHECK(!memcmp(one, got + 3 * N, sizeof one));
+    /* with shared experts' rows: x + (sum + sh) */
+    float shr[NT * N], got2[NT * N];
+    for (int i = 0; i < NT * N; i++) shr[i] = frand();
+    struct dj_vk_buf *shb = upload(vk, shr, sizeof shr, true);
+    CHECK(rb && dj_vk_write(vk, rb, 0, res, sizeof res) == DJ_OK);
+    CHECK(ob && rb && shb && dj_vk_moe_sum(vk, rb, ob, N, NT, KS, rows, w, shb) == DJ_OK);
+    CHECK(rb && dj_vk_read(vk, rb, 0, got2, sizeof got2) == DJ_OK);
+    bad = 0;
+    for (int t = 0; t < NT; t++)
+        for (int j = 0; j < N; j++) {
+            float acc = w[t * KS] * o[rows[t * KS] * N + j];
+            for (int s = 1; s < KS; s++) {
+                const float ws = w[t * KS + s] * o[rows[t * KS + s] * N + j];
+                acc = acc + ws;
+            }
+            bad += got2[t * N + j] != res[t * N + j] + (acc + shr[t * N + j]);
+        }
+    CHECKF(bad == 0, "moe_sum with shared rows: %d elements differ from the CPU's order", bad);
+    dj_vk_buf_free(vk, shb);
     const uint32_t bad_rows[KS] = {0, NR, 1};
-    CHECK(ob && r1 && dj_vk_moe_sum(vk, r1, ob, N, 1, KS, bad_rows, w) == DJ_ERR_INVALID);
+    CHECK(ob && r1 && dj_vk_moe_sum(vk, r1, ob, N, 1, KS, bad_rows, w, NULL) == DJ_ERR_INVALID);
     dj_vk_buf_free(vk, ob);
     dj_vk_buf_free(vk, rb);
     dj_vk_buf_free(vk, r1);
@@ -521,6 +551,47 @@ static void test_moe_ops(struct dj_vk *vk) {
     dj_vk_buf_free(vk, hb);
     dj_vk_buf_free(vk, wb);
     dj_vk_buf_free(vk, ab);
+}
+
+/* swiglu_oai against forward.c's swiglu_oai formula (2e-6: the device's exp); add_bias and
+ * scale_rows bitwise. */
+static void test_bias_oai(struct dj_vk *vk) {
+    enum { N = 600, W = 40, R = 15 };
+    float g[N], u[N], r[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = frand() * 12.0f; /* past the limit of 7 both ways */
+        u[i] = frand() * 12.0f;
+    }
+    struct dj_vk_buf *gb = upload(vk, g, sizeof g, true), *ub = upload(vk, u, sizeof u, true);
+    CHECK(gb && ub && dj_vk_swiglu_oai(vk, gb, 0, ub, 0, N) == DJ_OK && dj_vk_read(vk, gb, 0, r, sizeof r) == DJ_OK);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        const double x = g[i] < 7 ? g[i] : 7, y = u[i] < -7 ? -7 : u[i] > 7 ? 7 : u[i];
+        const double e = x / (1.0 + exp(-1.702 * x)) * (y + 1.0);
+        bad += fabs(r[i] - e) > 2e-6 * fabs(e) + 1e-30;
+    }
+    CHECKF(bad == 0, "swiglu_oai: %d elements outside 2e-6", bad);
+    /* rows [3, 3 + R) of W floats (from float 3 * W + 5) get bias row 2 of b; then each row times its factor */
+    float y[5 + 20 * W], b[4 * W], f[R], want[5 + 20 * W];
+    for (int i = 0; i < 5 + 20 * W; i++) y[i] = frand();
+    for (int i = 0; i < 4 * W; i++) b[i] = frand();
+    for (int i = 0; i < R; i++) f[i] = frand() * 3.0f;
+    struct dj_vk_buf *yb = upload(vk, y, sizeof y, true), *bb = upload(vk, b, sizeof b, true);
+    CHECK(yb && bb && dj_vk_add_bias(vk, yb, 5 + 3 * W, bb, 2 * W, W, R) == DJ_OK);
+    memcpy(want, y, sizeof y);
+    for (int rr = 0; rr < R; rr++)
+        for (int i = 0; i < W; i++) want[5 + (3 + rr) * W + i] = y[5 + (3 + rr) * W + i] + b[2 * W + i];
+    CHECK(yb && dj_vk_read(vk, yb, 0, r, sizeof y) == DJ_OK);
+    CHECKF(!memcmp(r, want, sizeof y), "add_bias differs from the CPU's add");
+    CHECK(yb && dj_vk_scale_rows(vk, yb, W, R, f) == DJ_OK && dj_vk_read(vk, yb, 0, r, sizeof y) == DJ_OK);
+    for (int rr = 0; rr < R; rr++)
+        for (int i = 0; i < W; i++) want[rr * W + i] *= f[rr];
+    CHECKF(!memcmp(r, want, sizeof y), "scale_rows differs from the CPU's product");
+    CHECK(yb && bb && dj_vk_add_bias(vk, yb, 0, bb, 3 * W + 1, W, 1) == DJ_ERR_INVALID); /* past b's end */
+    dj_vk_buf_free(vk, gb);
+    dj_vk_buf_free(vk, ub);
+    dj_vk_buf_free(vk, yb);
+    dj_vk_buf_free(vk, bb);
 }
 
 static void test_errors(struct dj_vk *vk) {
@@ -581,6 +652,7 @@ int main(int argc, char **argv) {
     test_attn(vk);
     test_moe_ops(vk);
     test_geglu(vk);
+    test_bias_oai(vk);
     test_errors(vk);
     dj_vk_close(vk);
     TEST_END();

@@ -217,11 +217,13 @@ enum {
     PIPE_GATHER,
     PIPE_MOE_SUM,
     PIPE_GEGLU,
+    PIPE_SWIGLU_OAI,
+    PIPE_BIAS,
     PIPE_COUNT
 };
 static const char *const pipe_shader[PIPE_COUNT] = {
     "mm_f32",  "mm_f16",  "mm_bf16", "mm_q8_0",   "mm_q4_0",  "mm_q4_k", "mm_q6_k",  "mm_q4_1",  "mm_q5_0",
-    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum", "geglu"};
+    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum", "geglu", "swiglu_oai", "bias"};
 
 #define DJ_VK_SETS 1024        /* descriptor sets recorded between two syncs */
 #define DJ_VK_PUSH_BYTES 64    /* the push-constant block of every shader fits */
@@ -821,6 +823,45 @@ enum dj_status dj_vk_swiglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off,
     return elementwise(vk, PIPE_SWIGLU, "swiglu", g, g_off, u, u_off, n);
 }
 
+enum dj_status dj_vk_swiglu_oai(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u,
+                                size_t u_off, int64_t n) {
+    return elementwise(vk, PIPE_SWIGLU_OAI, "swiglu_oai", g, g_off, u, u_off, n);
+}
+
+/* bias.comp over n_rows rows of n floats of y from y_off: + b's row at b_off, or (scale) x b[b_off + r] */
+static enum dj_status bias_rows(struct dj_vk *vk, const char *what, struct dj_vk_buf *y, size_t y_off,
+                                const struct dj_vk_buf *b, size_t b_off, int64_t n, int64_t n_rows, bool scale) {
+    if (n <= 0 || n_rows < 0) return dj_fail(DJ_ERR_INVALID, "vulkan: %s: bad size", what);
+    if (!n_rows) return DJ_OK;
+    if (!floats_fit(y, y_off, (size_t)n, n_rows, n) || !floats_fit(b, b_off, 0, 1, scale ? n_rows : n) ||
+        y->bytes / 4 > UINT32_MAX || b->bytes / 4 > UINT32_MAX || (uint64_t)n * (uint64_t)n_rows > UINT32_MAX)
+        return dj_fail(DJ_ERR_INVALID, "vulkan: %s: %lld rows of %lld do not fit their buffers", what, (long long)n_rows,
+                       (long long)n);
+    uint32_t gx = 0, gy = 0;
+    const enum dj_status st = grid256(vk, n * n_rows, &gx, &gy);
+    if (st != DJ_OK) return st;
+    const uint32_t push[5] = {(uint32_t)(n * n_rows), (uint32_t)n, (uint32_t)y_off, (uint32_t)b_off, scale};
+    const struct dj_vk_buf *bufs[2] = {y, b};
+    return dispatch(vk, PIPE_BIAS, bufs, 2, push, sizeof push, gx, gy);
+}
+
+enum dj_status dj_vk_add_bias(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *b,
+                              size_t b_off, int64_t n, int64_t n_rows) {
+    return bias_rows(vk, "add_bias", y, y_off, b, b_off, n, n_rows, false);
+}
+
+enum dj_status dj_vk_scale_rows(struct dj_vk *vk, struct dj_vk_buf *y, int64_t n, int64_t n_rows, const float *f) {
+    if (n_rows <= 0) return n_rows ? dj_fail(DJ_ERR_INVALID, "vulkan: scale_rows: bad size") : DJ_OK;
+    uint32_t f0;
+    uint32_t *w = malloc((size_t)n_rows * 4);
+    if (!w) return dj_fail(DJ_ERR_NOMEM, "vulkan: scale_rows: out of memory");
+    memcpy(w, f, (size_t)n_rows * 4);
+    enum dj_status st = arena_put(vk, w, (size_t)n_rows, &f0);
+    free(w);
+    if (st != DJ_OK) return st;
+    return bias_rows(vk, "scale_rows", y, 0, vk->arena, f0, n, n_rows, true);
+}
+
 enum dj_status dj_vk_add(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
                          int64_t n) {
     return elementwise(vk, PIPE_ADD, "add", y, y_off, x, x_off, n);
@@ -858,7 +899,8 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
         q->bytes / 4 > UINT32_MAX || o->bytes / 4 > UINT32_MAX)
         return dj_fail(DJ_ERR_INVALID, "vulkan: attn: %lld tokens do not fit their buffers", (long long)n_tok);
     /* [pos, table start (from the first word)] per token, then the tables */
-    const size_t words = 2 * (size_t)n_tok + n_blocks;
+    /* ... and the heads' sink logits (as float bits) after the tables */
+    const size_t words = 2 * (size_t)n_tok + n_blocks + (a->sinks ? a->n_head : 0);
     uint32_t *tab = malloc(words * 4);
     if (!tab) return dj_fail(DJ_ERR_NOMEM, "vulkan: attn: out of memory");
     for (int64_t t = 0; t < n_tok; t++) {
@@ -866,6 +908,7 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
         tab[2 * t + 1] = (uint32_t)(2 * (size_t)n_tok + tab_start[t]);
     }
     memcpy(tab + 2 * n_tok, blocks, n_blocks * 4);
+    if (a->sinks) memcpy(tab + 2 * n_tok + n_blocks, a->sinks, (size_t)a->n_head * 4);
     uint32_t tab0;
     enum dj_status st = arena_put(vk, tab, words, &tab0);
     free(tab);
@@ -875,11 +918,12 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
         float scale;
         uint32_t tab0, n_swa;
         float cap;
+        uint32_t sink0;
     } push = {a->n_head,          a->n_kv_head,      a->hd,
               a->bs,              (uint32_t)a->blk_stride, (uint32_t)a->k_off,
               (uint32_t)a->v_off, (uint32_t)a->row_stride, (uint32_t)a->qs,
               a->scale,           tab0,              a->n_swa,
-              a->softcap};
+              a->softcap,         a->sinks ? tab0 + (uint32_t)(2 * (size_t)n_tok + n_blocks) : 0};
     const struct dj_vk_buf *bufs[4] = {q, kv, o, vk->arena};
     return dispatch(vk, a->kv_f16 ? PIPE_ATTN_F16 : PIPE_ATTN_F32, bufs, 4, &push, sizeof push, a->n_head,
                     (uint32_t)n_tok);
@@ -923,14 +967,15 @@ enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off,
 }
 
 enum dj_status dj_vk_moe_sum(struct dj_vk *vk, struct dj_vk_buf *x, const struct dj_vk_buf *o, int64_t n, int64_t n_tok,
-                             int k, const uint32_t *rows, const float *wts) {
+                             int k, const uint32_t *rows, const float *wts, const struct dj_vk_buf *sh) {
     if (n <= 0 || n_tok < 0 || k <= 0 || k > 512) return dj_fail(DJ_ERR_INVALID, "vulkan: moe_sum: bad shape");
     if (!n_tok) return DJ_OK;
     const size_t o_rows = o->bytes / 4 / (size_t)n;
     for (int64_t i = 0; i < n_tok * k; i++)
         if (rows[i] >= o_rows)
             return dj_fail(DJ_ERR_INVALID, "vulkan: moe_sum: row %u past the experts' %zu rows", rows[i], o_rows);
-    if (!floats_fit(x, 0, (size_t)n, n_tok, n) || x->bytes / 4 > UINT32_MAX || o->bytes / 4 > UINT32_MAX)
+    if (!floats_fit(x, 0, (size_t)n, n_tok, n) || x->bytes / 4 > UINT32_MAX || o->bytes / 4 > UINT32_MAX ||
+        (sh && (!floats_fit(sh, 0, (size_t)n, n_tok, n) || sh->bytes / 4 > UINT32_MAX)))
         return dj_fail(DJ_ERR_INVALID, "vulkan: moe_sum: %lld tokens of %lld do not fit their buffer", (long long)n_tok,
                        (long long)n);
     uint32_t gx = 0, gy = 0;
@@ -946,7 +991,7 @@ enum dj_status dj_vk_moe_sum(struct dj_vk *vk, struct dj_vk_buf *x, const struct
     st = arena_put(vk, tab, words, &tab0);
     free(tab);
     if (st != DJ_OK) return st;
-    const uint32_t push[4] = {(uint32_t)(n_tok * n), (uint32_t)n, (uint32_t)k, tab0};
-    const struct dj_vk_buf *bufs[3] = {x, o, vk->arena};
-    return dispatch(vk, PIPE_MOE_SUM, bufs, 3, push, sizeof push, gx, gy);
+    const uint32_t push[5] = {(uint32_t)(n_tok * n), (uint32_t)n, (uint32_t)k, tab0, sh != NULL};
+    const struct dj_vk_buf *bufs[4] = {x, o, vk->arena, sh};
+    return dispatch(vk, PIPE_MOE_SUM, bufs, 4, push, sizeof push, gx, gy);
 }

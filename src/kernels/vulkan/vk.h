@@ -89,9 +89,17 @@ enum dj_status dj_vk_rmsnorm(struct dj_vk *vk, const struct dj_vk_buf *x, size_t
  * i + n_rot/2), else (2i, 2i+1).  pos: host memory, n_tok positions (copied). */
 enum dj_status dj_vk_rope(struct dj_vk *vk, struct dj_vk_buf *x, size_t x_off, size_t xs, int64_t n_tok, int n_heads,
                           int hd, int n_rot, bool neox, const struct dj_vk_buf *cs, size_t cs_w, const uint32_t *pos);
-/* g[i] = silu(g[i]) * u[i] for n floats from g_off / u_off. */
+/* g[i] = silu(g[i]) * u[i] for n floats from g_off / u_off; with oai, gpt-oss's clamped form
+ * (model/forward.c swiglu_oai). */
 enum dj_status dj_vk_swiglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u,
                             size_t u_off, int64_t n);
+enum dj_status dj_vk_swiglu_oai(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u,
+                                size_t u_off, int64_t n);
+/* y[y_off + r n + i] += b[b_off + i] for n_rows rows of n floats (a bias row on every row). */
+enum dj_status dj_vk_add_bias(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *b,
+                              size_t b_off, int64_t n, int64_t n_rows);
+/* y[r n + i] *= f[r] for n_rows rows of n floats; f: host memory (copied). */
+enum dj_status dj_vk_scale_rows(struct dj_vk *vk, struct dj_vk_buf *y, int64_t n, int64_t n_rows, const float *f);
 /* y[i] += x[i] for n floats from y_off / x_off. */
 enum dj_status dj_vk_add(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
                          int64_t n);
@@ -108,6 +116,7 @@ struct dj_vk_attn_shape {
     bool kv_f16;
     uint32_t n_swa;                 /* a sliding window: token t sees positions (pos[t] - n_swa, pos[t]]; 0: all */
     float softcap;                  /* scores soft-capped: cap tanh(s / cap) (gemma2); 0: none */
+    const float *sinks;             /* gpt-oss: n_head sink logits (host memory, copied), or NULL */
 };
 /* o[t] = softmax(q[t] K^T * scale) V over positions 0 .. pos[t] of token t's sequence, whose
  * position j is in block blocks[tab_start[t] + j / bs], row j % bs.  pos, tab_start and
@@ -125,10 +134,11 @@ enum dj_status dj_vk_geglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, 
 enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
                             size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows);
 /* The MoE layer's weighted sum into the residual: x[t] += w[t,0] o[rows[t,0]] + ... +
- * w[t,k-1] o[rows[t,k-1]] (rows of n floats; the k products added in that order, then x).
+ * w[t,k-1] o[rows[t,k-1]] (rows of n floats; the k products added in that order, then x);
+ * with sh (n_tok rows of n floats, or NULL) x[t] += (that sum + sh[t]).
  * rows and wts: host memory, n_tok * k each (checked, copied). */
 enum dj_status dj_vk_moe_sum(struct dj_vk *vk, struct dj_vk_buf *x, const struct dj_vk_buf *o, int64_t n, int64_t n_tok,
-                             int k, const uint32_t *rows, const float *wts);
+                             int k, const uint32_t *rows, const float *wts, const struct dj_vk_buf *sh);
 enum dj_status dj_vk_sync(struct dj_vk *vk);
 
 #endif

@@ -71,6 +71,20 @@ enum dj_status dj_vk_swiglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off,
     (void)vk, (void)g, (void)g_off, (void)u, (void)u_off, (void)n;
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
 }
+enum dj_status dj_vk_swiglu_oai(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u,
+                                size_t u_off, int64_t n) {
+    (void)vk, (void)g, (void)g_off, (void)u, (void)u_off, (void)n;
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
+}
+enum dj_status dj_vk_add_bias(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *b,
+                              size_t b_off, int64_t n, int64_t n_rows) {
+    (void)vk, (void)y, (void)y_off, (void)b, (void)b_off, (void)n, (void)n_rows;
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
+}
+enum dj_status dj_vk_scale_rows(struct dj_vk *vk, struct dj_vk_buf *y, int64_t n, int64_t n_rows, const float *f) {
+    (void)vk, (void)y, (void)n, (void)n_rows, (void)f;
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
+}
 enum dj_status dj_vk_add(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
                          int64_t n) {
     (void)vk, (void)y, (void)y_off, (void)x, (void)x_off, (void)n;
@@ -94,8 +108,8 @@ enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off,
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
 }
 enum dj_status dj_vk_moe_sum(struct dj_vk *vk, struct dj_vk_buf *x, const struct dj_vk_buf *o, int64_t n, int64_t n_tok,
-                             int k, const uint32_t *rows, const float *wts) {
-    (void)vk, (void)x, (void)o, (void)n, (void)n_tok, (void)k, (void)rows, (void)wts;
+                             int k, const uint32_t *rows, const float *wts, const struct dj_vk_buf *sh) {
+    (void)vk, (void)x, (void)o, (void)n, (void)n_tok, (void)k, (void)rows, (void)wts, (void)sh;
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
 }
 enum dj_status dj_vk_sync(struct dj_vk *vk) {

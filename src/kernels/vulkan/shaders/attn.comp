@@ -11,7 +11,8 @@
  * shared between tokens: in a chunk, thread i scores position c + i (a dot in dimension
  * order); the chunk's max and its sum of exps meet in fixed trees; the running max M, sum
  * S and outputs are rescaled by exp(M_old - M_new); output dimension d (hd <= 256) is
- * summed by thread d % 64 over the chunk's positions in order.  So a token's output is the
+ * summed by thread d % 64 over the chunk's positions in order.  A sink (gpt-oss) is a logit
+ * with no value joining the softmax: the running max starts at it and the sum at 1.  So a token's output is the
  * same bits alone or batched, and whichever blocks hold its rows; any context length. */
 #extension GL_EXT_control_flow_attributes : enable
 layout(local_size_x = 64) in;
@@ -42,6 +43,7 @@ layout(push_constant) uniform P {
     uint tab0;      /* TAB's first word for this dispatch */
     uint n_swa;     /* a sliding window of this many keys; 0: every key */
     float cap;      /* soft-capping of the scores; 0: none */
+    uint sink0;     /* gpt-oss: head h's sink logit is TAB[sink0 + h] (float bits); 0: none */
 } p;
 
 shared float sc[64];
@@ -53,6 +55,10 @@ void main() {
     const uint kvh = h / (p.n_head / p.n_kv_head);
     const uint qb = t * p.qs + h * p.hd;
     float M = -1.0 / 0.0, S = 0.0;
+    if (p.sink0 != 0u) { /* exp(sink - M) = 1 with M = sink; an empty window keeps it */
+        M = uintBitsToFloat(TAB[p.sink0 + h]);
+        S = 1.0;
+    }
     float o[4] = float[4](0.0, 0.0, 0.0, 0.0);
     const uint first = p.n_swa != 0u && n > p.n_swa ? n - p.n_swa : 0u; /* forward.c swa_first_key */
     for (uint c0 = first; c0 < n; c0 += 64u) {
