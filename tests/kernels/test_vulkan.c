@@ -5,8 +5,9 @@
  * CI.  Without a Vulkan build, loader or device it prints why and exits 77 (SKIP).
  *
  * What it checks, per weight type with a matmul shader (F32, F16, BF16, Q8_0, Q4_0, Q4_K,
- * Q6_K, Q4_1, Q5_0, Q5_1, Q5_K, IQ4_NL, MXFP4, Q2_K, Q3_K, IQ4_XS; weights quantized by the reference
- * quantizers):
+ * Q6_K, Q4_1, Q5_0, Q5_1, Q5_K, IQ4_NL, MXFP4, Q2_K, Q3_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S,
+ * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0, NVFP4, Q1_0, Q2_0; weights quantized by the
+ * reference quantizers, or random blocks with sane scales where deja has none):
  *   - dequantization is ggml's, bit for bit: with one-hot activation tokens the product
  *     is the weight itself (one exact fma, exact sums of zeros), compared with == against
  *     dj_ref_dequantize_row at 74 positions per row;
@@ -95,6 +96,24 @@ static bool run_mm(struct dj_vk *vk, uint32_t type, const struct dj_vk_buf *w, s
     return ok;
 }
 
+/* A row of random blocks of a type deja has no quantizer for (the i-quants' grids are searched
+ * by llama.cpp's quantizer, not ours; NVFP4): random bytes, every f16 scale set to a sane value
+ * (IQ1_M's is spread over its scale words' top nibbles: the sign and exponent nibble fixed). */
+static void random_blocks(uint32_t type, uint8_t *dst, int64_t k) {
+    const struct dj_type_info *ti = dj_type_info(type);
+    const size_t nb = (size_t)(k / ti->blck);
+    for (size_t i = 0; i < nb * ti->bytes; i++) dst[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+    for (size_t bi = 0; bi < nb; bi++) {
+        uint8_t *b = dst + bi * ti->bytes;
+        if (type == DJ_TYPE_IQ1_M) {
+            b[55] = (uint8_t)((b[55] & 0x0F) | 0x20); /* d in [2^-7, 2^-6) */
+        } else if (type != DJ_TYPE_NVFP4) { /* the others: an f16 d first */
+            const uint16_t d = dj_f32_to_fp16(0.01f + 0.005f * frand());
+            memcpy(b, &d, 2);
+        }
+    }
+}
+
 static void test_type(struct dj_vk *vk, uint32_t type, bool host) {
     size_t rb;
     CHECK(dj_row_bytes(type, K, &rb));
@@ -104,7 +123,7 @@ static void test_type(struct dj_vk *vk, uint32_t type, bool host) {
     for (int r = 0; r < ROWS; r++) {
         for (int i = 0; i < K; i++) wf[i] = frand() * (1.0f + (float)(r % 5));
         if (type == DJ_TYPE_F32) memcpy(wq + w_off + r * rb, wf, rb);
-        else CHECK(dj_ref_quantize_row(type, wf, wq + w_off + r * rb, K));
+        else if (!dj_ref_quantize_row(type, wf, wq + w_off + r * rb, K)) random_blocks(type, wq + w_off + r * rb, K);
         CHECK(dj_ref_dequantize_row(type, wq + w_off + r * rb, deq + (size_t)r * K, K));
     }
     struct dj_vk_buf *w = upload(vk, wq, w_off + ROWS * rb, host);
@@ -598,14 +617,14 @@ static void test_errors(struct dj_vk *vk) {
     struct dj_vk *none = NULL;
     CHECK(dj_vk_open(99, &none) == DJ_ERR_NOT_FOUND && !none);
     CHECK(strstr(dj_last_error(), "no such device"));
-    CHECK(!dj_vk_matmul_supports(DJ_TYPE_IQ2_XXS));
+    CHECK(!dj_vk_matmul_supports(DJ_TYPE_Q8_K)); /* an activation type, not a weight's */
     struct dj_vk_buf *w = NULL, *a = NULL, *c = NULL;
     CHECK(dj_vk_buf_new(vk, 0, true, &w) == DJ_ERR_INVALID && !w);
     CHECK(dj_vk_buf_new(vk, 64 * 18, true, &w) == DJ_OK); /* 64 blocks of q4_0: 4 rows of 512 */
     CHECK(dj_vk_buf_new(vk, sizeof(float) * 2 * K, true, &a) == DJ_OK);
     CHECK(dj_vk_buf_new(vk, sizeof(float) * 2 * 8, true, &c) == DJ_OK);
     if (w && a && c) {
-        CHECK(dj_vk_matmul(vk, DJ_TYPE_IQ2_XXS, K, w, 0, 132, a, 0, K, c, 0, 8, 0, 4, 2) == DJ_ERR_UNSUPPORTED);
+        CHECK(dj_vk_matmul(vk, DJ_TYPE_Q8_K, K, w, 0, 584, a, 0, K, c, 0, 8, 0, 4, 2) == DJ_ERR_UNSUPPORTED);
         CHECK(dj_vk_matmul(vk, DJ_TYPE_Q4_0, K, w, 0, 288, a, 0, K, c, 0, 8, 0, 5, 2) == DJ_ERR_INVALID); /* row 5 */
         CHECK(dj_vk_matmul(vk, DJ_TYPE_Q4_0, K, w, 0, 288, a, 0, K, c, 0, 8, 0, 4, 3) == DJ_ERR_INVALID); /* token 3 */
         CHECK(dj_vk_matmul(vk, DJ_TYPE_Q4_0, 500, w, 0, 288, a, 0, K, c, 0, 8, 0, 4, 2) == DJ_ERR_INVALID); /* k */
@@ -637,7 +656,9 @@ int main(int argc, char **argv) {
     static const uint32_t types[] = {DJ_TYPE_F32,  DJ_TYPE_F16,  DJ_TYPE_BF16, DJ_TYPE_Q8_0, DJ_TYPE_Q4_0,
                                      DJ_TYPE_Q4_K, DJ_TYPE_Q6_K, DJ_TYPE_Q4_1, DJ_TYPE_Q5_0, DJ_TYPE_Q5_1,
                                      DJ_TYPE_Q5_K, DJ_TYPE_IQ4_NL, DJ_TYPE_MXFP4, DJ_TYPE_Q2_K, DJ_TYPE_Q3_K,
-                                     DJ_TYPE_IQ4_XS};
+                                     DJ_TYPE_IQ4_XS, DJ_TYPE_IQ2_XXS, DJ_TYPE_IQ2_XS, DJ_TYPE_IQ2_S, DJ_TYPE_IQ3_XXS,
+                                     DJ_TYPE_IQ3_S, DJ_TYPE_IQ1_S, DJ_TYPE_IQ1_M, DJ_TYPE_TQ1_0, DJ_TYPE_TQ2_0,
+                                     DJ_TYPE_NVFP4, DJ_TYPE_Q1_0, DJ_TYPE_Q2_0};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         CHECK(dj_vk_matmul_supports(types[i]));
         test_type(vk, types[i], true);

@@ -18,6 +18,7 @@
 
 #include "core/ggml_type.h"
 #include "core/status.h"
+#include "kernels/quant_tables.h"
 #include "kernels/vulkan/spirv.h"
 #include "kernels/vulkan/vk.h"
 
@@ -219,11 +220,24 @@ enum {
     PIPE_GEGLU,
     PIPE_SWIGLU_OAI,
     PIPE_BIAS,
+    PIPE_MM_IQ2_XXS,
+    PIPE_MM_IQ2_XS,
+    PIPE_MM_IQ2_S,
+    PIPE_MM_IQ3_XXS,
+    PIPE_MM_IQ3_S,
+    PIPE_MM_IQ1_S,
+    PIPE_MM_IQ1_M,
+    PIPE_MM_TQ1_0,
+    PIPE_MM_TQ2_0,
+    PIPE_MM_NVFP4,
+    PIPE_MM_Q1_0,
+    PIPE_MM_Q2_0,
     PIPE_COUNT
 };
 static const char *const pipe_shader[PIPE_COUNT] = {
     "mm_f32",  "mm_f16",  "mm_bf16", "mm_q8_0",   "mm_q4_0",  "mm_q4_k", "mm_q6_k",  "mm_q4_1",  "mm_q5_0",
-    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum", "geglu", "swiglu_oai", "bias"};
+    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum", "geglu", "swiglu_oai", "bias",
+    "mm_iq2_xxs", "mm_iq2_xs", "mm_iq2_s", "mm_iq3_xxs", "mm_iq3_s", "mm_iq1_s", "mm_iq1_m", "mm_tq1_0", "mm_tq2_0", "mm_nvfp4", "mm_q1_0", "mm_q2_0"};
 
 #define DJ_VK_SETS 1024        /* descriptor sets recorded between two syncs */
 #define DJ_VK_PUSH_BYTES 64    /* the push-constant block of every shader fits */
@@ -260,6 +274,7 @@ struct dj_vk {
     uint32_t n_dispatch; /* recorded since the last sync */
     struct dj_vk_buf *staging;
     struct dj_vk_buf *arena; /* host-visible; words [0, arena_used) belong to recorded dispatches */
+    struct dj_vk_buf *iq_tables; /* the i-quants' codebooks (iq_tables), made on the first such product */
     size_t arena_used;
 };
 
@@ -410,6 +425,7 @@ void dj_vk_close(struct dj_vk *vk) {
         if (vk->recording && vk->f.vkEndCommandBuffer) vk->f.vkEndCommandBuffer(vk->cb);
         dj_vk_buf_free(vk, vk->staging);
         dj_vk_buf_free(vk, vk->arena);
+        dj_vk_buf_free(vk, vk->iq_tables);
         if (vk->fence) vk->f.vkDestroyFence(vk->dev, vk->fence, NULL);
         if (vk->cpool) vk->f.vkDestroyCommandPool(vk->dev, vk->cpool, NULL);
         if (vk->dpool) vk->f.vkDestroyDescriptorPool(vk->dev, vk->dpool, NULL);
@@ -669,6 +685,18 @@ static int mm_pipe(uint32_t wtype) {
     case DJ_TYPE_Q2_K: return PIPE_MM_Q2_K;
     case DJ_TYPE_Q3_K: return PIPE_MM_Q3_K;
     case DJ_TYPE_IQ4_XS: return PIPE_MM_IQ4_XS;
+    case DJ_TYPE_IQ2_XXS: return PIPE_MM_IQ2_XXS;
+    case DJ_TYPE_IQ2_XS: return PIPE_MM_IQ2_XS;
+    case DJ_TYPE_IQ2_S: return PIPE_MM_IQ2_S;
+    case DJ_TYPE_IQ3_XXS: return PIPE_MM_IQ3_XXS;
+    case DJ_TYPE_IQ3_S: return PIPE_MM_IQ3_S;
+    case DJ_TYPE_IQ1_S: return PIPE_MM_IQ1_S;
+    case DJ_TYPE_IQ1_M: return PIPE_MM_IQ1_M;
+    case DJ_TYPE_TQ1_0: return PIPE_MM_TQ1_0;
+    case DJ_TYPE_TQ2_0: return PIPE_MM_TQ2_0;
+    case DJ_TYPE_NVFP4: return PIPE_MM_NVFP4;
+    case DJ_TYPE_Q1_0: return PIPE_MM_Q1_0;
+    case DJ_TYPE_Q2_0: return PIPE_MM_Q2_0;
     default: return -1;
     }
 }
@@ -686,6 +714,27 @@ static bool floats_fit(const struct dj_vk_buf *b, size_t off, size_t s, int64_t 
 }
 
 #define MM_NT 4 /* tokens a workgroup (mm.comp's NT) */
+
+/* The codebooks of the i-quants as mm.comp reads them (its *_OFF): ksigns_iq2xs one byte a
+ * word, then the grids, 8-byte entries as two little-endian words. */
+#define IQ_TABLE_WORDS (128 + 2 * 256 + 2 * 512 + 2 * 1024 + 256 + 512 + 2 * 2048)
+static enum dj_status iq_tables(struct dj_vk *vk) {
+    if (vk->iq_tables) return DJ_OK;
+    uint32_t *t = malloc(IQ_TABLE_WORDS * 4), *p = t;
+    if (!t) return dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
+    for (int i = 0; i < 128; i++) *p++ = dj_ksigns_iq2xs[i];
+    const uint64_t *const g8[3] = {dj_iq2xxs_grid, dj_iq2xs_grid, dj_iq2s_grid};
+    const int n8[3] = {256, 512, 1024};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < n8[k]; i++, p += 2) p[0] = (uint32_t)g8[k][i], p[1] = (uint32_t)(g8[k][i] >> 32);
+    memcpy(p, dj_iq3xxs_grid, 256 * 4), p += 256;
+    memcpy(p, dj_iq3s_grid, 512 * 4), p += 512;
+    for (int i = 0; i < 2048; i++, p += 2) p[0] = (uint32_t)dj_iq1s_grid[i], p[1] = (uint32_t)(dj_iq1s_grid[i] >> 32);
+    enum dj_status st = dj_vk_buf_new(vk, IQ_TABLE_WORDS * 4, true, &vk->iq_tables);
+    if (st == DJ_OK) st = dj_vk_write(vk, vk->iq_tables, 0, t, IQ_TABLE_WORDS * 4);
+    free(t);
+    return st;
+}
 
 enum dj_status dj_vk_matmul(struct dj_vk *vk, uint32_t wtype, int64_t k, const struct dj_vk_buf *w, size_t w_off,
                             size_t ws, const struct dj_vk_buf *a, size_t a_off, size_t as, struct dj_vk_buf *c,
@@ -709,7 +758,12 @@ enum dj_status dj_vk_matmul(struct dj_vk *vk, uint32_t wtype, int64_t k, const s
                        (long long)k);
     if (w_end > UINT32_MAX || a->bytes / 4 > UINT32_MAX || c->bytes / 4 > UINT32_MAX)
         return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: matmul: buffers past 4 GiB are not addressable by the shader");
-    const struct dj_vk_buf *bufs[3] = {w, a, c};
+    const bool iq = pipe >= PIPE_MM_IQ2_XXS && pipe <= PIPE_MM_TQ2_0;
+    if (iq) {
+        const enum dj_status st = iq_tables(vk);
+        if (st != DJ_OK) return st;
+    }
+    const struct dj_vk_buf *bufs[4] = {w, a, c, iq ? vk->iq_tables : NULL};
     const uint32_t gx_max = vk->info.max_workgroup_count[0], gy_max = vk->info.max_workgroup_count[1];
     const int64_t tok_step = (int64_t)gy_max * MM_NT;
     for (int64_t t = 0; t < n_tok; t += tok_step) {
@@ -720,7 +774,7 @@ enum dj_status dj_vk_matmul(struct dj_vk *vk, uint32_t wtype, int64_t k, const s
             const uint32_t push[10] = {(uint32_t)k,       (uint32_t)nr,  (uint32_t)nt,  (uint32_t)ws,
                                        (uint32_t)w_off,   (uint32_t)as,  (uint32_t)ldc, (uint32_t)r,
                                        (uint32_t)(a_off + (size_t)t * as), (uint32_t)(c_off + (size_t)t * ldc)};
-            const enum dj_status st = dispatch(vk, pipe, bufs, 3, push, sizeof push, (uint32_t)((nr + 63) / 64),
+            const enum dj_status st = dispatch(vk, pipe, bufs, 4, push, sizeof push, (uint32_t)((nr + 63) / 64),
                                                (uint32_t)((nt + MM_NT - 1) / MM_NT));
             if (st != DJ_OK) return st;
         }

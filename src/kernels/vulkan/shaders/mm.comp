@@ -161,6 +161,136 @@ const int kv_mxfp4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6,
     const uint b = rb + 17u * (u), e = rd8(b);                                                                     \
     const float d = uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23); /* ggml_e8m0_to_fp32_half */
 #define W_EL(i) (float(kv_mxfp4[((i) < 16u ? rd8(b + 1u + (i)) : rd8(b + 1u + (i) - 16u) >> 4) & 15u]) * d)
+#elif defined(WT_IQ2_XXS) || defined(WT_IQ2_XS) || defined(WT_IQ2_S) || defined(WT_IQ3_XXS) || defined(WT_IQ3_S) || \
+    defined(WT_IQ1_S) || defined(WT_IQ1_M) || defined(WT_TQ1_0) || defined(WT_TQ2_0)
+/* The i-quants and the ternary types, per 256-element block: unit u is sub-block ib = u % 8.
+ * Their codebooks (src/kernels/quant_tables.h) are one table buffer at binding 3, in words
+ * (vk.c iq_tables): ksigns_iq2xs (one byte a word), then the grids, 8-byte entries as two
+ * words.  Every value is a product of an f16 scale, small integers and a grid byte, exact in
+ * float — so ggml's bits (the one-hot test). */
+layout(std430, binding = 3) readonly buffer Gb { uint G[]; };
+#define KS_OFF 0u
+#define IQ2XXS_OFF 128u
+#define IQ2XS_OFF 640u
+#define IQ2S_OFF 1664u
+#define IQ3XXS_OFF 3712u
+#define IQ3S_OFF 3968u
+#define IQ1S_OFF 4480u
+uint gb8(uint off, uint e, uint j) { return (G[off + 2u * e + (j >> 2)] >> (8u * (j & 3u))) & 0xFFu; } /* 8-byte entries */
+uint gb4(uint off, uint e, uint j) { return (G[off + e] >> (8u * j)) & 0xFFu; }                     /* 4-byte entries */
+float sgn_bit(uint s, uint j) { return ((s >> j) & 1u) != 0u ? -1.0 : 1.0; }
+float sgn7(uint s7, uint j) { return sgn_bit(G[KS_OFF + s7], j); } /* a 7-bit code, its parity bit added */
+#if defined(WT_IQ2_XXS) /* { f16 d; uint16 qs[32] }: per 32 two words: 4 grid indices; 4 sign codes | scale << 28 */
+#define BLK 66u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + BLK * ((u) >> 3), ib = (u) & 7u;                                                          \
+    const uint idx = rd32(b + 2u + 8u * ib), aux = rd32(b + 6u + 8u * ib);                                        \
+    const float db = f16(rd16(b)) * (0.5 + float(aux >> 28)) * 0.25;
+#define W_EL(i)                                                                                                    \
+    (db * float(gb8(IQ2XXS_OFF, (idx >> (8u * ((i) >> 3))) & 255u, (i) & 7u)) * sgn7((aux >> (7u * ((i) >> 3))) & 127u, (i) & 7u))
+#elif defined(WT_IQ2_XS) /* { f16 d; uint16 qs[32] (9-bit index | 7-bit signs << 9); uint8 scales[8] } */
+#define BLK 74u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + BLK * ((u) >> 3), ib = (u) & 7u, sc = rd8(b + 66u + ib);                                   \
+    const float d = f16(rd16(b)), db0 = d * (0.5 + float(sc & 15u)) * 0.25, db1 = d * (0.5 + float(sc >> 4)) * 0.25;
+#define IQ2XS_W(i) rd16(b + 2u + 2u * (4u * ib + ((i) >> 3)))
+#define W_EL(i) (((i) < 16u ? db0 : db1) * float(gb8(IQ2XS_OFF, IQ2XS_W(i) & 511u, (i) & 7u)) * sgn7(IQ2XS_W(i) >> 9, (i) & 7u))
+#elif defined(WT_IQ2_S) /* { f16 d; uint8 qs[32], signs[32], qh[8], scales[8] } */
+#define BLK 82u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + BLK * ((u) >> 3), ib = (u) & 7u, sc = rd8(b + 74u + ib), qh = rd8(b + 66u + ib);          \
+    const float d = f16(rd16(b)), db0 = d * (0.5 + float(sc & 15u)) * 0.25, db1 = d * (0.5 + float(sc >> 4)) * 0.25;
+#define IQ2S_IDX(l) (rd8(b + 2u + 4u * ib + (l)) | ((qh << (8u - 2u * (l))) & 0x300u))
+#define W_EL(i)                                                                                                    \
+    (((i) < 16u ? db0 : db1) * float(gb8(IQ2S_OFF, IQ2S_IDX((i) >> 3), (i) & 7u)) *                              \
+     sgn_bit(rd8(b + 34u + 4u * ib + ((i) >> 3)), (i) & 7u))
+#elif defined(WT_IQ3_XXS) /* { f16 d; uint8 qs[64] (4-element grid indices); uint32 signs | scale << 28 [8] } */
+#define BLK 98u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + BLK * ((u) >> 3), ib = (u) & 7u, aux = rd32(b + 66u + 4u * ib);                           \
+    const float db = f16(rd16(b)) * (0.5 + float(aux >> 28)) * 0.5;
+#define W_EL(i)                                                                                                    \
+    (db * float(gb4(IQ3XXS_OFF, rd8(b + 2u + 8u * ib + 2u * ((i) >> 3) + (((i) >> 2) & 1u)), (i) & 3u)) *         \
+     sgn7((aux >> (7u * ((i) >> 3))) & 127u, (i) & 7u))
+#elif defined(WT_IQ3_S) /* { f16 d; uint8 qs[64], qh[8], signs[32], scales[4] } */
+#define BLK 110u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + BLK * ((u) >> 3), ib = (u) & 7u, qh = rd8(b + 66u + ib);                                   \
+    const float db = f16(rd16(b)) * float(1u + 2u * ((rd8(b + 106u + ib / 2u) >> (4u * (ib & 1u))) & 15u));
+/* element i: group l = i / 8, its half h = (i / 4) % 2: index qs[8ib + 2l + h] | bit 2l + h of qh << 8 */
+#define IQ3S_IDX(i) (rd8(b + 2u + 8u * ib + ((i) >> 2)) | (((qh >> ((i) >> 2)) & 1u) << 8))
+#define W_EL(i) (db * float(gb4(IQ3S_OFF, IQ3S_IDX(i), (i) & 3u)) * sgn_bit(rd8(b + 74u + 4u * ib + ((i) >> 3)), (i) & 7u))
+#elif defined(WT_IQ1_S) /* { f16 d; uint8 qs[32]; uint16 qh[8] }: dl * (grid + delta) */
+#define BLK 50u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + BLK * ((u) >> 3), ib = (u) & 7u, qh = rd16(b + 34u + 2u * ib);                            \
+    const float dl = f16(rd16(b)) * float(2u * ((qh >> 12) & 7u) + 1u), delta = (qh & 0x8000u) != 0u ? -0.125 : 0.125;
+#define W_EL(i)                                                                                                    \
+    (dl * (float(s8(gb8(IQ1S_OFF, rd8(b + 2u + 4u * ib + ((i) >> 3)) | (((qh >> (3u * ((i) >> 3))) & 7u) << 8),    \
+                        (i) & 7u))) + delta))
+#elif defined(WT_IQ1_M) /* { uint8 qs[32], qh[16], scales[8] } (the f16 d in the scales' top nibbles) */
+#define BLK 56u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + BLK * ((u) >> 3), ib = (u) & 7u, sc = rd16(b + 48u + 2u * (ib >> 1));                     \
+    const float d = f16((rd16(b + 48u) >> 12) | ((rd16(b + 50u) >> 8) & 0xF0u) | ((rd16(b + 52u) >> 4) & 0xF00u) |   \
+                        (rd16(b + 54u) & 0xF000u));                                                                \
+    const float dl1 = d * float(2u * ((sc >> (6u * (ib & 1u))) & 7u) + 1u);                                       \
+    const float dl2 = d * float(2u * ((sc >> (6u * (ib & 1u) + 3u)) & 7u) + 1u);
+/* group l: its qh byte (2ib + l / 2), nibble l % 2: 3 high index bits, then the sign of delta */
+#define IQ1M_QH(l) (rd8(b + 32u + 2u * ib + ((l) >> 1)) >> (4u * ((l) & 1u)))
+#define W_EL(i)                                                                                                    \
+    (((i) < 16u ? dl1 : dl2) *                                                                                     \
+     (float(s8(gb8(IQ1S_OFF, rd8(b + 4u * ib + ((i) >> 3)) | ((IQ1M_QH((i) >> 3) & 7u) << 8), (i) & 7u))) +     \
+      ((IQ1M_QH((i) >> 3) & 8u) != 0u ? -0.125 : 0.125)))
+#elif defined(WT_TQ1_0) /* { uint8 qs[48] (5 base-3 digits a byte), qh[4] (4); f16 d } */
+#define BLK 54u
+/* digit n of byte q: ((q * 3^n mod 256) * 3) >> 8 (ggml's) */
+uint tq1_digit(uint q, uint n) {
+    const uint p3 = n == 0u ? 1u : n == 1u ? 3u : n == 2u ? 9u : n == 3u ? 27u : 81u;
+    return (((q * p3) & 255u) * 3u) >> 8;
+}
+/* element e of the block: 0..159 digit e / 32 of qs[e % 32]; 160..239 digit (e - 160) / 16 of
+ * qs[32 + e % 16]; 240..255 digit (e - 240) / 4 of qh[e % 4] */
+uint tq1_el(uint b, uint e) {
+    if (e < 160u) return tq1_digit(rd8(b + (e & 31u)), e >> 5);
+    if (e < 240u) return tq1_digit(rd8(b + 32u + (e & 15u)), (e - 160u) >> 4);
+    return tq1_digit(rd8(b + 48u + (e & 3u)), (e - 240u) >> 2);
+}
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + BLK * ((u) >> 3), t1e = 32u * ((u) & 7u);                                                  \
+    const float d = f16(rd16(b + 52u));
+#define W_EL(i) (float(int(tq1_el(b, t1e + (i))) - 1) * d)
+#elif defined(WT_TQ2_0) /* { uint8 qs[64]; f16 d }: element 128c + 32l + m: bits 2l of qs[32c + m] */
+#define BLK 66u
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + BLK * ((u) >> 3), c = ((u) & 7u) >> 2, l = (u) & 3u;                                       \
+    const float d = f16(rd16(b + 64u));
+#define W_EL(i) (float(int((rd8(b + 32u * c + (i)) >> (2u * l)) & 3u) - 1) * d)
+#endif
+#elif defined(WT_NVFP4) /* { uint8 d[4] (UE4M3 per 16); uint8 qs[32] } per 64: kvalues_fp4[nibble] * ue4m3_half(d[s]) */
+const int kv_fp4[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+float ue4m3_half(uint x) { /* quant_tables.h dj_ue4m3_to_f32_half */
+    if (x == 0u || x == 0x7fu) return 0.0;
+    const uint e = (x >> 3) & 15u, m = x & 7u;
+    if (e == 0u) return float(m) * (1.0 / 1024.0);
+    return uintBitsToFloat(((e - 7u + 127u - 1u) << 23) | (m << 20));
+}
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 36u * ((u) >> 1), s0 = 2u * ((u) & 1u);                                                   \
+    const float d0 = ue4m3_half(rd8(b + s0)), d1 = ue4m3_half(rd8(b + s0 + 1u));
+/* element i: sub-block s0 + i / 16, k = i % 16: the low nibble of qs[8s + k] for k < 8, else the high of qs[8s + k - 8] */
+#define NV_Q(i) ((rd8(b + 4u + 8u * (s0 + ((i) >> 4)) + ((i) & 7u)) >> (4u * (((i) >> 3) & 1u))) & 15u)
+#define W_EL(i) (float(kv_fp4[NV_Q(i)]) * ((i) < 16u ? d0 : d1))
+#elif defined(WT_Q1_0) /* { f16 d; uint8 qs[16] } per 128: bit ? d : -d */
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 18u * ((u) >> 2), q0 = b + 2u + 4u * ((u) & 3u);                                           \
+    const float d = f16(rd16(b));
+#define W_EL(i) (((rd8(q0 + ((i) >> 3)) >> ((i) & 7u)) & 1u) != 0u ? d : -d)
+#elif defined(WT_Q2_0) /* { f16 d; uint8 qs[16] } per 64: (q - 1) * d, 2 bits */
+#define UNIT(u)                                                                                                    \
+    const uint b = rb + 18u * ((u) >> 1), q0 = b + 2u + 8u * ((u) & 1u);                                           \
+    const float d = f16(rd16(b));
+#define W_EL(i) (float(int((rd8(q0 + ((i) >> 2)) >> (2u * ((i) & 3u))) & 3u) - 1) * d)
 #else
 #error "mm.comp: no weight type (-DWT_...)"
 #endif
