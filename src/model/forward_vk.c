@@ -63,45 +63,48 @@ static void weight_free(struct dj_vk *vk, struct gpu_weight *w) {
 }
 
 /* A layer's weights on the device; those the model lacks (q/k norms, biases, the dense FFN of
- * an MoE layer, the experts of a dense one) have no buffer. */
+ * an MoE layer, the experts of a dense one, MLA's) have no buffer. */
 struct gpu_layer {
     /* f32 vectors */
     struct gpu_weight attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, bq, bk, bv, bo;
+    struct gpu_weight q_a_norm, kv_a_norm;               /* MLA's */
     struct gpu_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    struct gpu_weight wq_a, wq_b, wkv_a;                 /* MLA: the q LoRA, the latent and k_pe */
+    struct gpu_weight wk_b, wv_b;                        /* MLA: per-head slabs (K_b, V_b) */
     struct gpu_weight ffn_gate_inp;                      /* the router */
     struct gpu_weight gate_shexp, up_shexp, down_shexp;  /* shared experts: one dense SwiGLU */
     struct gpu_weight gate_exps_b, up_exps_b, down_exps_b; /* gpt-oss: each expert's bias row, f32, one buffer */
     struct gpu_weight gate_exps, up_exps, down_exps;     /* the experts' slabs, one matrix each */
 };
 
-#define GPU_LAYER_W 27  /* the weights of a gpu_layer */
-#define GPU_LAYER_VEC 10 /* the first GPU_LAYER_W: vectors */
-/* How a slot is uploaded: a vector, a matrix in parts of any rows, a table in one buffer (the
- * expert biases, read at an expert's row), or experts' slabs kept whole in their parts. */
-enum slot_kind { SLOT_VEC, SLOT_MAT, SLOT_ONE, SLOT_EXPERTS };
-static enum slot_kind slot_kind(int i) {
-    return i < GPU_LAYER_VEC ? SLOT_VEC : i >= GPU_LAYER_W - 3 ? SLOT_EXPERTS : i >= GPU_LAYER_W - 6 ? SLOT_ONE : SLOT_MAT;
-}
+/* How a slot is uploaded: a vector; a matrix in parts of any rows; a table in one buffer (the
+ * expert biases, read at an expert's row); experts' or heads' slabs kept whole in their parts. */
+enum slot_kind { SLOT_VEC, SLOT_MAT, SLOT_ONE, SLOT_EXPERTS, SLOT_HEADS };
+struct slot {
+    struct gpu_weight *dst;
+    const struct dj_weight *src; /* NULL when only dst is wanted (gpu_ctx_free) */
+    enum slot_kind kind;
+};
+#define GPU_LAYER_W 34 /* the weights of a gpu_layer */
 /* The device copies of a layer's weights and, with L, the model's weights they copy — the one
  * list gpu_ctx_create uploads and gpu_ctx_free frees. */
-static void layer_slots(struct gpu_layer *G, const struct dj_layer *L, struct gpu_weight *dst[GPU_LAYER_W],
-                        const struct dj_weight *src[GPU_LAYER_W]) {
-    struct gpu_weight *const d[GPU_LAYER_W] = {
-        &G->attn_norm,   &G->ffn_norm,    &G->q_norm,      &G->k_norm,       &G->attn_post_norm, &G->ffn_post_norm,
-        &G->bq,          &G->bk,          &G->bv,          &G->bo,           &G->wq,             &G->wk,
-        &G->wv,          &G->wo,          &G->w_gate,      &G->w_up,         &G->w_down,         &G->ffn_gate_inp,
-        &G->gate_shexp,  &G->up_shexp,    &G->down_shexp,  &G->gate_exps_b,  &G->up_exps_b,      &G->down_exps_b,
-        &G->gate_exps,   &G->up_exps,     &G->down_exps};
-    for (int i = 0; i < GPU_LAYER_W; i++) dst[i] = d[i];
-    if (!L) return;
-    const struct dj_weight *const w[GPU_LAYER_W] = {
-        &L->attn_norm,      &L->ffn_norm,       &L->q_norm,          &L->k_norm,          &L->attn_post_norm,
-        &L->ffn_post_norm,  &L->bq,             &L->bk,              &L->bv,              &L->bo,
-        &L->wq,             &L->wk,             &L->wv,              &L->wo,              &L->w_gate,
-        &L->w_up,           &L->w_down,         &L->ffn_gate_inp,    &L->ffn_gate_shexp,  &L->ffn_up_shexp,
-        &L->ffn_down_shexp, &L->ffn_gate_exps_b, &L->ffn_up_exps_b,  &L->ffn_down_exps_b, &L->ffn_gate_exps,
-        &L->ffn_up_exps,    &L->ffn_down_exps};
-    for (int i = 0; i < GPU_LAYER_W; i++) src[i] = w[i];
+static void layer_slots(struct gpu_layer *G, const struct dj_layer *L, struct slot out[GPU_LAYER_W]) {
+#define S_(i, f, lf, k) out[i] = (struct slot){&G->f, L ? &L->lf : NULL, k}
+    S_(0, attn_norm, attn_norm, SLOT_VEC), S_(1, ffn_norm, ffn_norm, SLOT_VEC), S_(2, q_norm, q_norm, SLOT_VEC);
+    S_(3, k_norm, k_norm, SLOT_VEC), S_(4, attn_post_norm, attn_post_norm, SLOT_VEC);
+    S_(5, ffn_post_norm, ffn_post_norm, SLOT_VEC), S_(6, bq, bq, SLOT_VEC), S_(7, bk, bk, SLOT_VEC);
+    S_(8, bv, bv, SLOT_VEC), S_(9, bo, bo, SLOT_VEC), S_(10, q_a_norm, q_a_norm, SLOT_VEC);
+    S_(11, kv_a_norm, kv_a_norm, SLOT_VEC), S_(12, wq, wq, SLOT_MAT), S_(13, wk, wk, SLOT_MAT);
+    S_(14, wv, wv, SLOT_MAT), S_(15, wo, wo, SLOT_MAT), S_(16, w_gate, w_gate, SLOT_MAT);
+    S_(17, w_up, w_up, SLOT_MAT), S_(18, w_down, w_down, SLOT_MAT), S_(19, wq_a, wq_a, SLOT_MAT);
+    S_(20, wq_b, wq_b, SLOT_MAT), S_(21, wkv_a, wkv_a, SLOT_MAT), S_(22, wk_b, wk_b, SLOT_HEADS);
+    S_(23, wv_b, wv_b, SLOT_HEADS), S_(24, ffn_gate_inp, ffn_gate_inp, SLOT_MAT);
+    S_(25, gate_shexp, ffn_gate_shexp, SLOT_MAT), S_(26, up_shexp, ffn_up_shexp, SLOT_MAT);
+    S_(27, down_shexp, ffn_down_shexp, SLOT_MAT), S_(28, gate_exps_b, ffn_gate_exps_b, SLOT_ONE);
+    S_(29, up_exps_b, ffn_up_exps_b, SLOT_ONE), S_(30, down_exps_b, ffn_down_exps_b, SLOT_ONE);
+    S_(31, gate_exps, ffn_gate_exps, SLOT_EXPERTS), S_(32, up_exps, ffn_up_exps, SLOT_EXPERTS);
+    S_(33, down_exps, ffn_down_exps, SLOT_EXPERTS);
+#undef S_
 }
 
 struct dj_gpu {
@@ -114,6 +117,8 @@ struct dj_gpu {
     /* MoE: router logits (n_ubatch, n_expert); per (token, slot) row: the input, gate, up, output */
     struct dj_vk_buf *z, *xin, *ge, *ue, *eo, *sh; /* sh: the shared experts' rows (n_ubatch, n_embd) */
     float *h_temp;            /* (n_ubatch) mistral3's query temperature factors */
+    struct dj_vk_buf *qa;     /* MLA: the q LoRA's rows (n_ubatch, q_lora) */
+    uint32_t *ident;          /* MLA: 0, 1, ... (n_ubatch * n_head): the rows of a strided copy */
     uint32_t *gidx;           /* (n_ubatch * n_expert_used) the token of each expert row; the wanted rows */
     struct dj_vk_buf *kv;     /* the pool's blocks, max_blocks of block_bytes */
     uint32_t *kv_gen;         /* per block: the pool generation the mirror holds + 1 (0: none) */
@@ -133,8 +138,7 @@ struct dj_gpu {
 enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32_t type_v) {
     const struct dj_hparams *hp = &m->hp;
     const char *why = NULL;
-    if (hp->mla) why = "multi-head latent attention";
-    else if (hp->rs_floats) why = "recurrent layers";
+    if (hp->rs_floats) why = "recurrent layers";
     else if (hp->attn_gated) why = "gated attention";
     else if (hp->head_dim > 256) why = "heads wider than 256";
     else if (hp->n_rot > hp->head_dim) why = "a rope dimension past the head";
@@ -146,11 +150,12 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
             else if (moe && !L->ffn_gate_exps.data) why = "experts without a gate";
             else if (moe && (L->ffn_gate_exps_b.data != NULL) != (L->ffn_up_exps_b.data != NULL)) why = "one expert bias";
             else if (!moe && !L->w_gate.data) why = "an FFN without a gate";
-            const struct dj_weight *w[13] = {&L->wq,           &L->wk,          &L->wv,          &L->wo,
+            const struct dj_weight *w[18] = {&L->wq,           &L->wk,          &L->wv,          &L->wo,
                                              &L->w_gate,       &L->w_up,        &L->w_down,      &L->ffn_gate_inp,
                                              &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, &L->ffn_gate_shexp,
-                                             &L->ffn_down_shexp};
-            for (int i = 0; i < 13 && !why; i++)
+                                             &L->ffn_down_shexp, &L->wq_a,      &L->wq_b,        &L->wkv_a,
+                                             &L->wk_b,         &L->wv_b};
+            for (int i = 0; i < 18 && !why; i++)
                 if (w[i]->data && !dj_vk_matmul_supports(w[i]->type)) why = "a weight type without a Vulkan matmul shader";
             if (!why && L->ffn_up_shexp.data && !dj_vk_matmul_supports(L->ffn_up_shexp.type))
                 why = "a weight type without a Vulkan matmul shader";
@@ -235,15 +240,15 @@ void gpu_ctx_free(struct dj_context *c) {
     if (vk) {
         if (g->layers)
             for (uint32_t il = 0; il < c->model->hp.n_layer; il++) {
-                struct gpu_weight *dst[GPU_LAYER_W];
-                layer_slots(&g->layers[il], NULL, dst, NULL);
-                for (int i = 0; i < GPU_LAYER_W; i++) weight_free(vk, dst[i]);
+                struct slot sl[GPU_LAYER_W];
+                layer_slots(&g->layers[il], NULL, sl);
+                for (int i = 0; i < GPU_LAYER_W; i++) weight_free(vk, sl[i].dst);
             }
         weight_free(vk, &g->output_norm);
         weight_free(vk, &g->output);
         struct dj_vk_buf *acts[] = {g->x,      g->xn, g->q, g->k,   g->v,   g->att, g->g,  g->u,
                                     g->cs,     g->xo, g->logits, g->kv, g->z, g->xin, g->ge, g->ue, g->eo,
-                                    g->cs_local, g->gelu, g->sh};
+                                    g->cs_local, g->gelu, g->sh, g->qa};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) dj_vk_buf_free(vk, acts[i]);
         dj_vk_close(vk);
     }
@@ -262,6 +267,7 @@ void gpu_ctx_free(struct dj_context *c) {
     free(g->rows_seq);
     free(g->gidx);
     free(g->h_temp);
+    free(g->ident);
     free(g);
     c->gpu = NULL;
 }
@@ -273,7 +279,7 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     if (st != DJ_OK) return st;
     if (c->p.mtp) return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: MTP drafts do not run on the GPU yet");
     const struct kv_pool_params *pp = kv_pool_params(c->pool);
-    if (pp->k_only || pp->n_layer != hp->n_layer)
+    if (pp->k_only != hp->mla || pp->n_layer != hp->n_layer)
         return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: a pool of %u layers (K only: %d) for a %u-layer model", pp->n_layer,
                        (int)pp->k_only, hp->n_layer);
     struct dj_gpu *g = calloc(1, sizeof *g);
@@ -291,15 +297,15 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
         goto fail;
     }
     for (uint32_t il = 0; il < hp->n_layer && st == DJ_OK; il++) {
-        struct gpu_weight *dst[GPU_LAYER_W];
-        const struct dj_weight *src[GPU_LAYER_W];
-        layer_slots(&g->layers[il], &m->layers[il], dst, src);
+        struct slot sl[GPU_LAYER_W];
+        layer_slots(&g->layers[il], &m->layers[il], sl);
         for (int i = 0; i < GPU_LAYER_W && st == DJ_OK; i++) {
-            const enum slot_kind kind = slot_kind(i);
-            const int64_t unit = kind == SLOT_EXPERTS && hp->n_expert ? src[i]->ne1 / hp->n_expert
-                                 : kind == SLOT_ONE                    ? src[i]->ne1
-                                                                       : 1;
-            st = upload_weight(g, src[i], kind == SLOT_VEC, unit, dst[i]);
+            const enum slot_kind kind = sl[i].kind;
+            const int64_t unit = kind == SLOT_EXPERTS && hp->n_expert ? sl[i].src->ne1 / hp->n_expert
+                                 : kind == SLOT_HEADS                 ? sl[i].src->ne1 / hp->n_head
+                                 : kind == SLOT_ONE                   ? sl[i].src->ne1
+                                                                      : 1;
+            st = upload_weight(g, sl[i].src, kind == SLOT_VEC, unit, sl[i].dst);
         }
     }
     if (st != DJ_OK || (st = upload_weight(g, &m->output_norm, true, 1, &g->output_norm)) != DJ_OK ||
@@ -349,7 +355,10 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     g->rows_seq = malloc((size_t)UB * sizeof(uint32_t));
     g->gidx = malloc((size_t)(KR > UB ? KR : UB) * sizeof(uint32_t));
     g->h_temp = malloc((size_t)UB * sizeof(float));
-    if ((hp->rope_local && !g->h_cs_local) || !g->h_temp || !g->gidx || !g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
+    g->ident = malloc((size_t)(UB * hp->n_head) * sizeof(uint32_t));
+    for (int64_t i = 0; g->ident && i < UB * (int64_t)hp->n_head; i++) g->ident[i] = (uint32_t)i;
+    if (hp->q_lora && (st = act_buf(g, (size_t)(UB * hp->q_lora), &g->qa)) != DJ_OK) goto fail;
+    if ((hp->rope_local && !g->h_cs_local) || !g->h_temp || !g->ident || !g->gidx || !g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
         !g->dseq || !g->dpos || !g->rows_seq) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
@@ -428,11 +437,92 @@ static enum dj_status tables(struct dj_context *c, const uint32_t *pos, struct k
 
 /* Expert e's slab of an experts matrix (ne1 = n_expert slabs of `rows` rows) over n_tok rows of
  * a (from row a_row, k floats each) into c (from row c_row, `rows` floats each). */
-static enum dj_status mm_expert(struct dj_gpu *g, const struct gpu_weight *w, uint32_t e, int64_t rows,
-                                struct dj_vk_buf *a, int64_t a_row, struct dj_vk_buf *out, int64_t c_row, int64_t n_tok) {
+/* Slab e (rows `rows` of a matrix stored as slabs: experts, MLA's heads) over n_tok rows of a
+ * (from float a_off, as apart) into c (from c_off, ldc apart). */
+static enum dj_status mm_slab(struct dj_gpu *g, const struct gpu_weight *w, uint32_t e, int64_t rows,
+                              struct dj_vk_buf *a, size_t a_off, size_t as, struct dj_vk_buf *out, size_t c_off, size_t ldc,
+                              int64_t n_tok) {
     const int64_t r = (int64_t)e * rows, p = r / w->part_rows; /* parts hold whole slabs */
     return dj_vk_matmul(g->vk, w->type, w->k, part_buf(w, (int)p), (size_t)(r - p * w->part_rows) * w->ws, w->ws, a,
-                        (size_t)(a_row * w->k), (size_t)w->k, out, (size_t)(c_row * rows), (size_t)rows, 0, rows, n_tok);
+                        a_off, as, out, c_off, ldc, 0, rows, n_tok);
+}
+
+static enum dj_status mm_expert(struct dj_gpu *g, const struct gpu_weight *w, uint32_t e, int64_t rows,
+                                struct dj_vk_buf *a, int64_t a_row, struct dj_vk_buf *out, int64_t c_row, int64_t n_tok) {
+    return mm_slab(g, w, e, rows, a, (size_t)(a_row * w->k), (size_t)w->k, out, (size_t)(c_row * rows), (size_t)rows,
+                   n_tok);
+}
+
+/* Layer il's new K (and V) rows, in g->k / g->v on the device: read back, converted as the CPU
+ * path stores them (kv_row_from_f32) into the pool, and uploaded to the mirror (one sync). */
+static enum dj_status store_rows(struct dj_context *c, uint32_t il, const uint32_t *pos, struct kv_seq *const *seq,
+                                 int64_t n) {
+    struct dj_gpu *g = c->gpu;
+    const struct dj_hparams *hp = &c->model->hp;
+    const int64_t KV = (int64_t)hp->n_head_kv * hp->head_dim;
+    const uint32_t bs = c->block_size, NL = hp->n_layer, kil = c->model->layers[il].kv_il;
+    const bool k_only = hp->mla; /* MLA's pool: one K row, no V */
+    const size_t row_b = kv_row_bytes(c->p.type_k, (size_t)KV);
+    TRY(dj_vk_read(g->vk, g->k, 0, g->h_k, (size_t)(n * KV) * sizeof(float)));
+    if (!k_only) TRY(dj_vk_read(g->vk, g->v, 0, g->h_v, (size_t)(n * KV) * sizeof(float)));
+    for (int64_t t = 0; t < n; t++) {
+        const uint32_t id = seq[t]->table[pos[t] / bs], r = pos[t] % bs;
+        void *kr = kv_seq_k(seq[t], kil, pos[t], bs);
+        kv_row_from_f32(c->p.type_k, g->h_k + t * KV, kr, (size_t)KV);
+        const size_t base = (size_t)id * g->block_bytes;
+        TRY(dj_vk_write(g->vk, g->kv, base + ((size_t)kil * bs + r) * row_b, kr, row_b));
+        if (k_only) continue;
+        void *vr = kv_seq_v(seq[t], kil, pos[t], bs);
+        kv_row_from_f32(c->p.type_v, g->h_v + t * KV, vr, (size_t)KV);
+        TRY(dj_vk_write(g->vk, g->kv, base + ((size_t)(NL + kil) * bs + r) * row_b, vr, row_b));
+    }
+    return DJ_OK;
+}
+
+/* The attention half of a deepseek2 layer (Multi-head Latent Attention, absorbed: forward.c
+ * mla_layer's equations) on g->xn, its output added to g->x.  Buffers: att holds the raw
+ * queries (n, H, nope + rope), then the latent outputs o~ (n, H, kv_lora); q the absorbed
+ * queries [q~ | q_pe] (n, H, kv_lora + rope), then V_b's outputs (n, H * v_head); k the K rows
+ * [c | k_pe] (n, kv_lora + rope), which are the pool's (K only; the value is c). */
+static enum dj_status mla_attn(struct dj_context *c, uint32_t il, const uint32_t *pos, struct kv_seq *const *seq,
+                               int64_t n, size_t n_blocks) {
+    struct dj_gpu *g = c->gpu;
+    struct dj_vk *vk = g->vk;
+    const struct dj_hparams *hp = &c->model->hp;
+    const struct gpu_layer *G = &g->layers[il];
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->kv_lora, N = hp->qk_nope, P = hp->n_rot, VH = hp->v_head,
+                  D = R + P, QW = N + P;
+    const bool neox = hp->rope_type == DJ_ROPE_NEOX;
+    if (G->wq.buf) {
+        TRY(mm(g, &G->wq, g->xn, g->att, n));
+    } else { /* the q LoRA: Wq_b rms(Wq_a xn) */
+        TRY(mm(g, &G->wq_a, g->xn, g->qa, n));
+        TRY(dj_vk_rmsnorm(vk, g->qa, (size_t)hp->q_lora, G->q_a_norm.buf, g->qa, (size_t)hp->q_lora, hp->q_lora, n,
+                          hp->rms_eps));
+        TRY(mm(g, &G->wq_b, g->qa, g->att, n));
+    }
+    TRY(mm(g, &G->wkv_a, g->xn, g->k, n)); /* [c_raw | k_pe]; c = rms(c_raw) in place */
+    TRY(dj_vk_rmsnorm(vk, g->k, (size_t)D, G->kv_a_norm.buf, g->k, (size_t)D, R, n, hp->rms_eps));
+    TRY(dj_vk_rope(vk, g->k, (size_t)R, (size_t)D, n, 1, (int)P, (int)P, neox, g->cs, (size_t)P, g->rows_pos));
+    TRY(dj_vk_rope(vk, g->att, (size_t)N, (size_t)(H * QW), n, (int)H, (int)QW, (int)P, neox, g->cs, (size_t)P,
+                   g->rows_pos));
+    TRY(store_rows(c, il, pos, seq, n));
+    for (int64_t h = 0; h < H; h++) /* q~_h = K_b[h]^T q_nope_h into q's first kv_lora of head h */
+        TRY(mm_slab(g, &G->wk_b, (uint32_t)h, R, g->att, (size_t)(h * QW), (size_t)(H * QW), g->q, (size_t)(h * D),
+                    (size_t)(H * D), n));
+    /* q_pe after it: rows (t, h) of P floats, QW apart from N in att, D apart from R in q */
+    TRY(dj_vk_gather(vk, g->q, (size_t)R, (size_t)D, g->att, (size_t)N, (size_t)QW, P, g->ident, n * H));
+    const bool f16 = c->p.type_k == DJ_TYPE_F16;
+    const size_t k_off = (size_t)c->model->layers[il].kv_il * c->block_size * (size_t)D;
+    const struct dj_vk_attn_shape sh = {(uint32_t)H, 1, (uint32_t)D, c->block_size, g->block_bytes / (f16 ? 2 : 4),
+                                        k_off, k_off, (size_t)D, (size_t)(H * D), hp->kq_scale, f16, 0, 0, NULL,
+                                        (uint32_t)R, (size_t)(H * R)};
+    TRY(dj_vk_attn(vk, &sh, g->q, g->kv, g->att, n, pos, g->tab_start, g->blocks, n_blocks));
+    for (int64_t h = 0; h < H; h++) /* o_h = V_b[h] o~_h into q as (n, H * v_head) */
+        TRY(mm_slab(g, &G->wv_b, (uint32_t)h, VH, g->att, (size_t)(h * R), (size_t)(H * R), g->q, (size_t)(h * VH),
+                    (size_t)(H * VH), n));
+    TRY(mm(g, &G->wo, g->q, g->xn, n));
+    return dj_vk_add(vk, g->x, 0, g->xn, 0, n * E);
 }
 
 /* x += MoE(xn) for the ubatch's n rows (forward.c moe_ffn's equations): the router's logits
@@ -474,7 +564,7 @@ static enum dj_status moe_ffn(struct dj_context *c, uint32_t il, int64_t n) {
     const int n_used = ctx_moe_group(c, n, &rows);
     for (int64_t t = 0; t < n; t++)
         for (int64_t s = 0; s < K; s++) g->gidx[c->moe_pos[t * K + s]] = (uint32_t)t;
-    TRY(dj_vk_gather(g->vk, g->xin, 0, g->xn, 0, (size_t)E, E, g->gidx, rows));
+    TRY(dj_vk_gather(g->vk, g->xin, 0, (size_t)E, g->xn, 0, (size_t)E, E, g->gidx, rows));
     for (int u = 0; u < n_used; u++) {
         const uint32_t e = c->moe_ids[u];
         TRY(mm_expert(g, &G->gate_exps, e, FE, g->xin, c->moe_off[u], g->ge, c->moe_off[u], c->moe_cnt[u]));
@@ -517,12 +607,15 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     if (hp->rope_local) TRY(dj_vk_write(vk, g->cs_local, 0, g->h_cs_local, (size_t)(n * R) * sizeof(float)));
     size_t n_blocks = 0;
     TRY(tables(c, pos, seq, n, &n_blocks));
-    const size_t row_b = kv_row_bytes(c->p.type_k, (size_t)KV); /* the pool's rows, K and V alike */
     const bool f16 = c->p.type_k == DJ_TYPE_F16;
     const size_t esz = f16 ? 2 : 4, row_e = (size_t)KV;
     for (uint32_t il = 0; il < NL; il++) {
         const struct gpu_layer *G = &g->layers[il];
         TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->attn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
+        if (hp->mla) {
+            TRY(mla_attn(c, il, pos, seq, n, n_blocks));
+            goto ffn;
+        }
         TRY(mm(g, &G->wq, g->xn, g->q, n));
         TRY(mm(g, &G->wk, g->xn, g->k, n));
         TRY(mm(g, &G->wv, g->xn, g->v, n));
@@ -542,19 +635,7 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
             for (int64_t t = 0; t < n; t++) g->h_temp[t] = ctx_attn_temp(hp, pos[t]);
             TRY(dj_vk_scale_rows(vk, g->q, Q, n, g->h_temp));
         }
-        /* the new rows: to the pool as the CPU path stores them, then to the mirror */
-        TRY(dj_vk_read(vk, g->k, 0, g->h_k, (size_t)(n * KV) * sizeof(float)));
-        TRY(dj_vk_read(vk, g->v, 0, g->h_v, (size_t)(n * KV) * sizeof(float)));
-        for (int64_t t = 0; t < n; t++) {
-            const uint32_t id = seq[t]->table[pos[t] / bs], r = pos[t] % bs;
-            const uint32_t kil = m->layers[il].kv_il; /* the pool's layer (= il in the models accepted) */
-            void *kr = kv_seq_k(seq[t], kil, pos[t], bs), *vr = kv_seq_v(seq[t], kil, pos[t], bs);
-            kv_row_from_f32(c->p.type_k, g->h_k + t * KV, kr, (size_t)KV);
-            kv_row_from_f32(c->p.type_v, g->h_v + t * KV, vr, (size_t)KV);
-            const size_t base = (size_t)id * g->block_bytes;
-            TRY(dj_vk_write(vk, g->kv, base + ((size_t)kil * bs + r) * row_b, kr, row_b));
-            TRY(dj_vk_write(vk, g->kv, base + ((size_t)(NL + kil) * bs + r) * row_b, vr, row_b));
-        }
+        TRY(store_rows(c, il, pos, seq, n)); /* to the pool as the CPU path stores them, and the mirror */
         const size_t kil = m->layers[il].kv_il;
         const struct dj_vk_attn_shape sh = {hp->n_head, hp->n_head_kv, (uint32_t)hd,
                                             bs, g->block_bytes / esz, kil * bs * row_e,
@@ -570,6 +651,7 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
         if (G->attn_post_norm.buf) /* gemma: the attention output's own RMSNorm before the residual */
             TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->attn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
         TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
+    ffn:
         TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->ffn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
         if (G->ffn_gate_inp.buf) {
             TRY(moe_ffn(c, il, n));
@@ -584,7 +666,7 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, g->output_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
     for (int64_t r0 = 0; r0 < n_out; r0 += GPU_LOGIT_ROWS) { /* the wanted rows, gathered: one product */
         const int64_t nr = n_out - r0 < GPU_LOGIT_ROWS ? n_out - r0 : GPU_LOGIT_ROWS;
-        TRY(dj_vk_gather(vk, g->xo, 0, g->xn, 0, (size_t)E, E, out + r0, nr));
+        TRY(dj_vk_gather(vk, g->xo, 0, (size_t)E, g->xn, 0, (size_t)E, E, out + r0, nr));
         TRY(mm(g, &g->output, g->xo, g->logits, nr));
         TRY(dj_vk_read(vk, g->logits, 0, logits + r0 * V, (size_t)(nr * V) * sizeof(float)));
     }

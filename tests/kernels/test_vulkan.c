@@ -39,6 +39,9 @@
  *   - GELU through the f16 table (geglu) bitwise the CPU's geglu: the table's value at x
  *     rounded to f16 (the shader rounds in integers as core/fp16.h) times u, 0 from -10 down,
  *     x u from 10 up — over random x, the edges, and every f16 step near 1 and -3;
+ *   - MLA's attention (one K row of kv_lora + rope a position for all heads, its first kv_lora
+ *     the value; DeepSeek's 576 / 512 and a small shape) against the double reference within
+ *     1e-5, alone = batched, values past 512 refused;
  *   - the MoE layer's pieces: gather copies rows by index bitwise (NaN payloads included),
  *     the weighted sum of a token's expert rows equals the CPU's order (w_0 o_0 + w_1 o_1
  *     + ..., then the residual; no contraction; with shared experts' rows, x + (sum + sh))
@@ -441,7 +444,81 @@ out:
     free(o1);
 }
 
+/* MLA's attention (deepseek2, absorbed): one K row of D = kv_lora + rope floats a position,
+ * shared by all heads (n_kv_head 1), the value its first VD = kv_lora; outputs VD a head, H VD
+ * a token.  Against the double reference within 1e-5 of the largest |v|; a token alone =
+ * batched.  DeepSeek's real shape (576 / 512) and a small one. */
+static void test_attn_mla(struct dj_vk *vk, int D, int VD, int n_pos) {
+    enum { H = 4, BS = 16, NB = 12, NT = 3 };
+    const size_t blk = (size_t)BS * D;
+    float *cache = calloc(NB * blk, sizeof(float));
+    uint32_t blocks[NB];
+    const int nblk = (n_pos + BS - 1) / BS;
+    CHECK(nblk <= NB);
+    for (int i = 0; i < nblk; i++) blocks[i] = (uint32_t)((i * 5 + 3) % NB);
+    for (int j = 0; j < n_pos; j++)
+        for (int e = 0; e < D; e++) cache[blocks[j / BS] * blk + (size_t)(j % BS) * D + e] = frand();
+    const uint32_t pos[NT] = {0, (uint32_t)n_pos / 2, (uint32_t)n_pos - 1}, ts[NT] = {0, 0, 0};
+    float *q = malloc(sizeof(float) * NT * H * D), *o = malloc(sizeof(float) * NT * H * VD),
+          *o1 = malloc(sizeof(float) * H * VD);
+    for (int i = 0; i < NT * H * D; i++) q[i] = frand() * 0.3f;
+    struct dj_vk_buf *kvb = upload(vk, cache, sizeof(float) * NB * blk, false), *qb = upload(vk, q, sizeof(float) * NT * H * D, true),
+                     *ob = NULL;
+    CHECK(kvb && qb && dj_vk_buf_new(vk, sizeof(float) * NT * H * VD, true, &ob) == DJ_OK);
+    const float scale = 0.07f;
+    const struct dj_vk_attn_shape sh = {H, 1, (uint32_t)D, BS, blk, 0, 0, (size_t)D, (size_t)H * D, scale, false, 0, 0,
+                                        NULL, (uint32_t)VD, (size_t)H * VD};
+    CHECK(kvb && qb && ob && dj_vk_attn(vk, &sh, qb, kvb, ob, NT, pos, ts, blocks, (size_t)nblk) == DJ_OK &&
+          dj_vk_read(vk, ob, 0, o, sizeof(float) * NT * H * VD) == DJ_OK);
+    int bad = 0;
+    for (int t = 0; t < NT; t++)
+        for (int h = 0; h < H; h++) {
+            const int n = (int)pos[t] + 1;
+            double *sc = malloc(sizeof(double) * n), mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n; j++) {
+                const float *kr = cache + blocks[j / BS] * blk + (size_t)(j % BS) * D;
+                double s = 0;
+                for (int d = 0; d < D; d++) s += (double)q[(t * H + h) * D + d] * kr[d];
+                sc[j] = s * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int j = 0; j < n; j++) sum += sc[j] = exp(sc[j] - mx);
+            for (int d = 0; d < VD; d++) {
+                double e = 0;
+                for (int j = 0; j < n; j++) e += sc[j] / sum * cache[blocks[j / BS] * blk + (size_t)(j % BS) * D + d];
+                bad += fabs(o[(t * H + h) * VD + d] - e) > 1e-5;
+            }
+            free(sc);
+        }
+    CHECKF(bad == 0, "attn MLA %d/%d: %d outputs outside 1e-5", D, VD, bad);
+    int diff = 0;
+    for (int t = 0; t < NT; t++) {
+        struct dj_vk_buf *q1 = upload(vk, q + t * H * D, sizeof(float) * H * D, true), *o1b = NULL;
+        if (!q1 || dj_vk_buf_new(vk, sizeof(float) * H * VD, true, &o1b) != DJ_OK ||
+            dj_vk_attn(vk, &sh, q1, kvb, o1b, 1, &pos[t], &ts[t], blocks, (size_t)nblk) != DJ_OK ||
+            dj_vk_read(vk, o1b, 0, o1, sizeof(float) * H * VD) != DJ_OK)
+            diff = -100;
+        else
+            diff += memcmp(o1, o + t * H * VD, sizeof(float) * H * VD) != 0;
+        dj_vk_buf_free(vk, q1);
+        dj_vk_buf_free(vk, o1b);
+    }
+    CHECKF(diff == 0, "attn MLA %d/%d: %d tokens differ alone and batched", D, VD, diff);
+    struct dj_vk_attn_shape wide = sh;
+    wide.vd = 513;
+    CHECK(kvb && dj_vk_attn(vk, &wide, qb, kvb, ob, 1, pos, ts, blocks, (size_t)nblk) == DJ_ERR_INVALID);
+    dj_vk_buf_free(vk, kvb);
+    dj_vk_buf_free(vk, qb);
+    dj_vk_buf_free(vk, ob);
+    free(cache);
+    free(q);
+    free(o);
+    free(o1);
+}
+
 static void test_attn(struct dj_vk *vk) {
+    test_attn_mla(vk, 40, 32, 37);
+    test_attn_mla(vk, 576, 512, 150);
     test_attn_case(vk, 8, 4, 11, 6, false, 0, 0, false);
     test_attn_case(vk, 80, 16, 150, 70, false, 0, 0, false); /* 3 chunks; hd past 64: two dims a thread */
     test_attn_case(vk, 80, 16, 150, 70, true, 0, 0, false);
@@ -494,14 +571,29 @@ static void test_moe_ops(struct dj_vk *vk) {
     for (int r = 0; r < NR; r++) idx[r] = (uint32_t)(r * 7 % NX);
     struct dj_vk_buf *xb = upload(vk, x, sizeof x, true), *yb = NULL;
     CHECK(dj_vk_buf_new(vk, sizeof y, true, &yb) == DJ_OK);
-    CHECK(xb && yb && dj_vk_gather(vk, yb, 2, xb, 4, 80, N, idx, NR) == DJ_OK);
+    CHECK(xb && yb && dj_vk_gather(vk, yb, 2, N, xb, 4, 80, N, idx, NR) == DJ_OK);
     CHECK(yb && dj_vk_read(vk, yb, 0, y, sizeof y) == DJ_OK);
     int bad = 0;
     for (int r = 0; r < NR; r++) bad += memcmp(y + 2 + r * N, x + 4 + idx[r] * 80, N * 4) != 0;
     CHECKF(bad == 0, "gather: %d rows differ", bad);
+    { /* into rows N + 3 words apart: the rows land there, the 3 words between stay */
+        uint32_t *z = calloc(NR * (N + 3), 4), *got = malloc(NR * (N + 3) * 4);
+        struct dj_vk_buf *zb = upload(vk, z, NR * (N + 3) * 4, true);
+        CHECK(zb && xb && dj_vk_gather(vk, zb, 0, N + 3, xb, 4, 80, N, idx, NR) == DJ_OK &&
+              dj_vk_read(vk, zb, 0, got, NR * (N + 3) * 4) == DJ_OK);
+        int bad2 = 0;
+        for (int r = 0; r < NR; r++) {
+            bad2 += memcmp(got + r * (N + 3), x + 4 + idx[r] * 80, N * 4) != 0;
+            bad2 += got[r * (N + 3) + N] != 0 || got[r * (N + 3) + N + 1] != 0 || got[r * (N + 3) + N + 2] != 0;
+        }
+        CHECKF(bad2 == 0, "gather into strided rows: %d rows wrong", bad2);
+        dj_vk_buf_free(vk, zb);
+        free(z);
+        free(got);
+    }
     const uint32_t far[1] = {NX};
-    CHECK(xb && yb && dj_vk_gather(vk, yb, 0, xb, 4, 80, N, far, 1) == DJ_ERR_INVALID);
-    CHECK(xb && yb && dj_vk_gather(vk, yb, 3, xb, 4, 80, N, idx, NR) == DJ_ERR_INVALID); /* past y's end */
+    CHECK(xb && yb && dj_vk_gather(vk, yb, 0, N, xb, 4, 80, N, far, 1) == DJ_ERR_INVALID);
+    CHECK(xb && yb && dj_vk_gather(vk, yb, 3, N, xb, 4, 80, N, idx, NR) == DJ_ERR_INVALID); /* past y's end */
     dj_vk_buf_free(vk, xb);
     dj_vk_buf_free(vk, yb);
     /* moe_sum: NT tokens, KS experts each, rows of the expert outputs in a shuffled order */

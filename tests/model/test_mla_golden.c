@@ -26,8 +26,16 @@
  * equivalent).
  * q8_0 / q4_0 (and f16, bf16) on a synthesized deepseek2 whose row is 64 wide: bitwise
  * equal across ubatches, threads and block sizes; within KV_SYN_* of the f32 cache.
+ *
+ * With DJ_TEST_GPU=N (CTest's model/test_mla_golden_vulkan_f32: Vulkan device 0, lavapipe in
+ * CI) the three models run on that device — the latent attention (the K-only pool's rows, the
+ * per-head K_b / V_b products), the q LoRA, YaRN, and the experts with shared ones and
+ * sigmoid/grouped routing — against the same references in f32 caches (every routed expert
+ * equal to llama.cpp's) and V3's in an f16 cache, and batched = alone (lite f32, V3 f16);
+ * exit 77 (SKIP) without a device.
  */
 #include "engine/engine.h"
+#include "test_gpu.h"
 #include "test_moe.h"
 #include "test_synth.h"
 
@@ -213,6 +221,15 @@ static void check_quant_kv(const char *shared) {
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     static const char *names[] = {"deepseek2-lite-tiny", "deepseek2-lite-tiny-wkvb", "deepseek2-v3-tiny"};
+    const int grc = test_gpu_begin(&test_ctx_gpu);
+    if (grc) return grc;
+    if (test_ctx_gpu) { /* the GPU runs f32 and f16 caches */
+        for (int i = 0; i < 3; i++) check_model(argv[1], names[i], 1e-3f, false, DJ_TYPE_F32);
+        check_model(argv[1], names[2], KV_F16_TOL, false, DJ_TYPE_F16);
+        check_invariance(argv[1], names[0], DJ_TYPE_F32);
+        check_invariance(argv[1], names[2], DJ_TYPE_F16);
+        TEST_END();
+    }
     for (int i = 0; i < 3; i++) check_model(argv[1], names[i], 1e-3f, false, DJ_TYPE_F32);
     /* f16 and bf16 caches against llama.cpp's f32-cache logits: the greedy ids must still be
      * llama.cpp's (every step asserted) and the logits within KV_F16_TOL / KV_BF16_TOL (see the top) */

@@ -924,7 +924,9 @@ enum dj_status dj_vk_add(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, co
 enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, const struct dj_vk_buf *q,
                           const struct dj_vk_buf *kv, struct dj_vk_buf *o, int64_t n_tok, const uint32_t *pos,
                           const uint32_t *tab_start, const uint32_t *blocks, size_t n_blocks) {
-    if (a->n_head == 0 || a->n_kv_head == 0 || a->n_head % a->n_kv_head || a->hd == 0 || a->hd > 256 || a->bs == 0 ||
+    const uint32_t vd = a->vd ? a->vd : a->hd; /* values: vd elements (MLA: the K row's first kv_lora) */
+    const size_t os = a->os ? a->os : a->qs;
+    if (a->n_head == 0 || a->n_kv_head == 0 || a->n_head % a->n_kv_head || a->hd == 0 || vd > 512 || a->bs == 0 ||
         a->row_stride < (size_t)a->n_kv_head * a->hd || n_tok < 0)
         return dj_fail(DJ_ERR_INVALID, "vulkan: attn: bad shape (%u heads, %u K/V heads of %u, blocks of %u rows)",
                        a->n_head, a->n_kv_head, a->hd, a->bs);
@@ -935,7 +937,8 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
     /* every element the shader reads: K and V rows of every block named, Q and O rows */
     const size_t esz = a->kv_f16 ? 2 : 4, kv_elems = kv->bytes / esz;
     const size_t row_end = (size_t)(a->bs - 1) * a->row_stride + (size_t)a->n_kv_head * a->hd;
-    if (a->k_off + row_end > a->blk_stride || a->v_off + row_end > a->blk_stride || !a->blk_stride)
+    const size_t v_end = (size_t)(a->bs - 1) * a->row_stride + (size_t)(a->n_kv_head - 1) * a->hd + vd;
+    if (a->k_off + row_end > a->blk_stride || a->v_off + v_end > a->blk_stride || !a->blk_stride)
         return dj_fail(DJ_ERR_INVALID, "vulkan: attn: a layer's K/V rows do not fit a block of %zu elements",
                        a->blk_stride);
     const size_t n_blk_dev = kv_elems / a->blk_stride;
@@ -949,7 +952,7 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
                            (long long)t, pos[t]);
     }
     if (!floats_fit(q, 0, a->qs, n_tok, (int64_t)a->n_head * a->hd) ||
-        !floats_fit(o, 0, a->qs, n_tok, (int64_t)a->n_head * a->hd) || kv_elems > UINT32_MAX ||
+        !floats_fit(o, 0, os, n_tok, (int64_t)a->n_head * vd) || kv_elems > UINT32_MAX ||
         q->bytes / 4 > UINT32_MAX || o->bytes / 4 > UINT32_MAX)
         return dj_fail(DJ_ERR_INVALID, "vulkan: attn: %lld tokens do not fit their buffers", (long long)n_tok);
     /* [pos, table start (from the first word)] per token, then the tables */
@@ -972,12 +975,14 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
         float scale;
         uint32_t tab0, n_swa;
         float cap;
-        uint32_t sink0;
+        uint32_t sink0, vd, os;
     } push = {a->n_head,          a->n_kv_head,      a->hd,
               a->bs,              (uint32_t)a->blk_stride, (uint32_t)a->k_off,
               (uint32_t)a->v_off, (uint32_t)a->row_stride, (uint32_t)a->qs,
               a->scale,           tab0,              a->n_swa,
-              a->softcap,         a->sinks ? tab0 + (uint32_t)(2 * (size_t)n_tok + n_blocks) : 0};
+              a->softcap,         a->sinks ? tab0 + (uint32_t)(2 * (size_t)n_tok + n_blocks) : 0,
+              vd,                 (uint32_t)os};
+    _Static_assert(sizeof push <= DJ_VK_PUSH_BYTES, "attn's push constants");
     const struct dj_vk_buf *bufs[4] = {q, kv, o, vk->arena};
     return dispatch(vk, a->kv_f16 ? PIPE_ATTN_F16 : PIPE_ATTN_F32, bufs, 4, &push, sizeof push, a->n_head,
                     (uint32_t)n_tok);
@@ -998,16 +1003,16 @@ enum dj_status dj_vk_geglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, 
     return dispatch(vk, PIPE_GEGLU, bufs, 3, push, sizeof push, gx, gy);
 }
 
-enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
-                            size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows) {
-    if (w <= 0 || n_rows < 0 || (size_t)w > xs) return dj_fail(DJ_ERR_INVALID, "vulkan: gather: bad shape");
+enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, size_t ys, const struct dj_vk_buf *x,
+                            size_t x_off, size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows) {
+    if (w <= 0 || n_rows < 0 || (size_t)w > xs || (size_t)w > ys) return dj_fail(DJ_ERR_INVALID, "vulkan: gather: bad shape");
     if (!n_rows) return DJ_OK;
     const size_t xw = x->bytes / 4; /* rows of x: those whose w words fit */
     const size_t x_rows = x_off > xw || (size_t)w > xw - x_off ? 0 : (xw - x_off - (size_t)w) / xs + 1;
     for (int64_t r = 0; r < n_rows; r++)
         if (idx[r] >= x_rows)
             return dj_fail(DJ_ERR_INVALID, "vulkan: gather: row %u past the source's %zu rows", idx[r], x_rows);
-    if (!floats_fit(y, y_off, (size_t)w, n_rows, w) || y->bytes / 4 > UINT32_MAX || x->bytes / 4 > UINT32_MAX ||
+    if (!floats_fit(y, y_off, ys, n_rows, w) || y->bytes / 4 > UINT32_MAX || x->bytes / 4 > UINT32_MAX ||
         (uint64_t)n_rows * (uint64_t)w > UINT32_MAX)
         return dj_fail(DJ_ERR_INVALID, "vulkan: gather: %lld rows of %lld do not fit their buffers", (long long)n_rows,
                        (long long)w);
@@ -1015,7 +1020,8 @@ enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off,
     enum dj_status st = grid256(vk, n_rows * w, &gx, &gy);
     if (st == DJ_OK) st = arena_put(vk, idx, (size_t)n_rows, &idx0);
     if (st != DJ_OK) return st;
-    const uint32_t push[6] = {(uint32_t)(n_rows * w), (uint32_t)w, (uint32_t)xs, (uint32_t)x_off, (uint32_t)y_off, idx0};
+    const uint32_t push[7] = {(uint32_t)(n_rows * w), (uint32_t)w, (uint32_t)xs, (uint32_t)x_off, (uint32_t)y_off, idx0,
+                              (uint32_t)ys};
     const struct dj_vk_buf *bufs[3] = {y, x, vk->arena};
     return dispatch(vk, PIPE_GATHER, bufs, 3, push, sizeof push, gx, gy);
 }

@@ -108,7 +108,7 @@ enum dj_status dj_vk_add(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, co
  * f16 with kv_f16), block b's layer rows at b * blk_stride + k_off (K) and + v_off (V),
  * rows row_stride elements apart, kv head j at j * hd in a row. */
 struct dj_vk_attn_shape {
-    uint32_t n_head, n_kv_head, hd; /* GQA: head h reads kv head h / (n_head / n_kv_head); hd <= 256 */
+    uint32_t n_head, n_kv_head, hd; /* GQA: head h reads kv head h / (n_head / n_kv_head); keys of hd */
     uint32_t bs;                    /* rows a block */
     size_t blk_stride, k_off, v_off, row_stride;
     size_t qs;                      /* floats between tokens in q and o */
@@ -117,8 +117,11 @@ struct dj_vk_attn_shape {
     uint32_t n_swa;                 /* a sliding window: token t sees positions (pos[t] - n_swa, pos[t]]; 0: all */
     float softcap;                  /* scores soft-capped: cap tanh(s / cap) (gemma2); 0: none */
     const float *sinks;             /* gpt-oss: n_head sink logits (host memory, copied), or NULL */
+    uint32_t vd;                    /* values of vd elements (<= 512); 0: hd (then hd <= 512) */
+    size_t os;                      /* floats between tokens in o; 0: qs (then o's heads are vd apart) */
 };
-/* o[t] = softmax(q[t] K^T * scale) V over positions 0 .. pos[t] of token t's sequence, whose
+/* o[t] = softmax(q[t] K^T * scale) V over positions 0 .. pos[t] of token t's sequence (head h's
+ * output at o + t * os + h * vd), whose
  * position j is in block blocks[tab_start[t] + j / bs], row j % bs.  pos, tab_start and
  * blocks are host memory (checked against the cache's size, then copied). */
 enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, const struct dj_vk_buf *q,
@@ -129,10 +132,11 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
  * (forward.c geglu, the CPU's f16 table). */
 enum dj_status dj_vk_geglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u, size_t u_off,
                            int64_t n, const struct dj_vk_buf *tab);
-/* Row r of y (from y_off, rows of w floats, packed) = row idx[r] of x (from x_off, rows xs
- * floats apart), for n_rows rows: a copy of the bits.  idx: host memory (checked, copied). */
-enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
-                            size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows);
+/* Row r of y (from y_off, rows ys floats apart) = row idx[r] of x (from x_off, rows xs floats
+ * apart), w floats each, for n_rows rows: a copy of the bits.  idx: host memory (checked,
+ * copied). */
+enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, size_t ys, const struct dj_vk_buf *x,
+                            size_t x_off, size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows);
 /* The MoE layer's weighted sum into the residual: x[t] += w[t,0] o[rows[t,0]] + ... +
  * w[t,k-1] o[rows[t,k-1]] (rows of n floats; the k products added in that order, then x);
  * with sh (n_tok rows of n floats, or NULL) x[t] += (that sum + sh[t]).

@@ -102,9 +102,9 @@ enum dj_status dj_vk_geglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, 
     (void)vk, (void)g, (void)g_off, (void)u, (void)u_off, (void)n, (void)tab;
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
 }
-enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *x, size_t x_off,
-                            size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows) {
-    (void)vk, (void)y, (void)y_off, (void)x, (void)x_off, (void)xs, (void)w, (void)idx, (void)n_rows;
+enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, size_t ys, const struct dj_vk_buf *x,
+                            size_t x_off, size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows) {
+    (void)vk, (void)y, (void)y_off, (void)ys, (void)x, (void)x_off, (void)xs, (void)w, (void)idx, (void)n_rows;
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
 }
 enum dj_status dj_vk_moe_sum(struct dj_vk *vk, struct dj_vk_buf *x, const struct dj_vk_buf *o, int64_t n, int64_t n_tok,

@@ -11,7 +11,8 @@
  * shared between tokens: in a chunk, thread i scores position c + i (a dot in dimension
  * order); the chunk's max and its sum of exps meet in fixed trees; the running max M, sum
  * S and outputs are rescaled by exp(M_old - M_new); output dimension d (hd <= 256) is
- * summed by thread d % 64 over the chunk's positions in order.  A sink (gpt-oss) is a logit
+ * summed by thread d % 64 over the chunk's positions in order.  Keys are hd long, values vd
+ * (<= 512; MLA: the value is the first vd elements of the K row itself, v_off = k_off).  A sink (gpt-oss) is a logit
  * with no value joining the softmax: the running max starts at it and the sum at 1.  So a token's output is the
  * same bits alone or batched, and whichever blocks hold its rows; any context length. */
 #extension GL_EXT_control_flow_attributes : enable
@@ -38,12 +39,14 @@ layout(push_constant) uniform P {
     uint k_off;     /* elements from a block's start to this layer's K rows */
     uint v_off;     /* ... to its V rows */
     uint row_stride; /* elements a K (V) row: n_kv_head * hd */
-    uint qs;        /* floats between tokens in Q (and O) */
+    uint qs;        /* floats between tokens in Q */
     float scale;
     uint tab0;      /* TAB's first word for this dispatch */
     uint n_swa;     /* a sliding window of this many keys; 0: every key */
     float cap;      /* soft-capping of the scores; 0: none */
     uint sink0;     /* gpt-oss: head h's sink logit is TAB[sink0 + h] (float bits); 0: none */
+    uint vd;        /* elements a value (head h's output at O[t * os + h * vd]) */
+    uint os;        /* floats between tokens in O */
 } p;
 
 shared float sc[64];
@@ -53,13 +56,13 @@ void main() {
     const uint t = gl_WorkGroupID.y, h = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
     const uint n = TAB[p.tab0 + 2u * t] + 1u, tab = p.tab0 + TAB[p.tab0 + 2u * t + 1u];
     const uint kvh = h / (p.n_head / p.n_kv_head);
-    const uint qb = t * p.qs + h * p.hd;
+    const uint qb = t * p.qs + h * p.hd, ob = t * p.os + h * p.vd;
     float M = -1.0 / 0.0, S = 0.0;
     if (p.sink0 != 0u) { /* exp(sink - M) = 1 with M = sink; an empty window keeps it */
         M = uintBitsToFloat(TAB[p.sink0 + h]);
         S = 1.0;
     }
-    float o[4] = float[4](0.0, 0.0, 0.0, 0.0);
+    float o[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     const uint first = p.n_swa != 0u && n > p.n_swa ? n - p.n_swa : 0u; /* forward.c swa_first_key */
     for (uint c0 = first; c0 < n; c0 += 64u) {
         const uint j = c0 + tid;
@@ -90,9 +93,9 @@ void main() {
         const float alpha = exp(M - mn); /* 0 at the first chunk (M = -inf) */
         S = S * alpha + red[0];
         const uint nc = min(64u, n - c0);
-        [[unroll]] for (uint q = 0; q < 4; q++) {
+        [[unroll]] for (uint q = 0; q < 8; q++) {
             const uint d = tid + 64u * q;
-            if (d < p.hd) {
+            if (d < p.vd) {
                 float a = o[q] * alpha;
                 for (uint jj = 0; jj < nc; jj++) {
                     const uint jp = c0 + jj;
@@ -105,8 +108,8 @@ void main() {
         M = mn;
         barrier(); /* sc and red are rewritten by the next chunk */
     }
-    [[unroll]] for (uint q = 0; q < 4; q++) {
+    [[unroll]] for (uint q = 0; q < 8; q++) {
         const uint d = tid + 64u * q;
-        if (d < p.hd) O[qb + d] = o[q] / S;
+        if (d < p.vd) O[ob + d] = o[q] / S;
     }
 }

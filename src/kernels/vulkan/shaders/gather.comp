@@ -1,5 +1,5 @@
 #version 450
-/* gather.comp — row i of Y is row I[i] of X (w words each): a copy, the source's bits (words,
+/* gather.comp — row i of Y (ys words apart) is row I[i] of X (w words each): a copy, the source's bits (words,
  * not floats, so nothing is converted).  The MoE layer's rows of each expert's tokens; the
  * rows whose logits are wanted. */
 layout(local_size_x = 256) in;
@@ -13,11 +13,12 @@ layout(push_constant) uniform P {
     uint x_off;
     uint y_off;
     uint idx0;  /* the first index in I */
+    uint ys;    /* words between rows of Y */
 } p;
 
 void main() {
     const uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 256u;
     if (i >= p.n) return;
     const uint r = i / p.w, j = i - r * p.w;
-    Y[p.y_off + i] = X[p.x_off + I[p.idx0 + r] * p.xs + j];
+    Y[p.y_off + r * p.ys + j] = X[p.x_off + I[p.idx0 + r] * p.xs + j];
 }
