@@ -19,6 +19,10 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
                                   struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
                                   float *logits);
 
+/* Tests: the blocks whose device mirror (of the generation it holds) differs from the pool's
+ * host bytes; *n_checked: how many were compared.  0 when every mirrored block is the pool's. */
+size_t gpu_mirror_diff(struct dj_context *c, size_t *n_checked);
+
 /* forward.c: the embedding row of tok (n_embd floats, gemma's scale applied); the [cos | sin]
  * row of position pos (n_rot floats) of the main rope setting or, local, of the second
  * (hp.rope_local: gemma's sliding layers) — the CPU path's values. */

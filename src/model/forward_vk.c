@@ -14,15 +14,16 @@
  * blocks keep their host bytes, which the persistent store, copy on write and the dedup
  * index use as before.  The device holds a mirror of every block, in the pool's own block
  * layout (K[layer][row][n_embd_kv] | V[...], f32 or f16), addressed by block id:
- *   - a layer's new K/V rows are read back after its projections, converted on the host
- *     exactly as the CPU path stores them (kv_row_from_f32), written to the pool and
- *     uploaded to the mirror — so the host and device bytes are the same;
+ *   - a layer's new K/V rows are stored by the device into the mirror in the pool's format
+ *     (kv_store.comp: f16 rounded in integers as kv_row_from_f32 rounds), right after its
+ *     projections, and packed for the host, which copies them into the pool's blocks once a
+ *     ubatch (flush_rows) — so the host and device bytes are the same, with no sync per layer;
  *   - a block whose pool generation differs from the mirror's (allocated since: a copy on
  *     write, a block restored from disk, a recycled id) is uploaded whole before its first
  *     use.  Nothing else writes a block's rows in place while it keeps its generation:
  *     the context refuses the CPU paths that would (probes, resumed layers, MTP).
- * The readback costs a sync per layer; a shader that stores the rows in place is the
- * next step (docs/ARCHITECTURE.md, GPU).
+ * What still syncs inside a ubatch: an MoE layer reads its router's logits back (routing runs
+ * on the host).
  *
  * Exactness within the backend: every operation gives each output element one reduction
  * order that depends on its own row, token and position only (vk.h), and the host work
@@ -124,7 +125,12 @@ struct dj_gpu {
     uint32_t *kv_gen;         /* per block: the pool generation the mirror holds + 1 (0: none) */
     uint32_t max_blocks;
     size_t block_bytes;
-    float *h_k, *h_v;         /* (n_ubatch, n_embd_kv) the new rows read back */
+    /* the new K/V rows for the host's copy of the pool (store_rows, flush_rows) */
+    struct dj_vk_buf *kv_out; /* out_words words: layers [out_l0, out_l1)'s rows, packed */
+    uint32_t *h_kvout;        /* its copy on the host */
+    size_t out_words, row_w;  /* row_w: words a K (V) row */
+    uint32_t out_l0, out_l1;
+    uint32_t *row_word;       /* (n_ubatch) where each token's row starts in the mirror, in words */
     float *h_x;               /* (n_ubatch, n_embd) embedding rows; (n_ubatch, n_rot) cos/sin rows */
     float *h_cs, *h_cs_local;
     uint32_t *tab_start, *blocks, *rows_pos; /* the attention's per-token tables; the rope rows */
@@ -248,14 +254,14 @@ void gpu_ctx_free(struct dj_context *c) {
         weight_free(vk, &g->output);
         struct dj_vk_buf *acts[] = {g->x,      g->xn, g->q, g->k,   g->v,   g->att, g->g,  g->u,
                                     g->cs,     g->xo, g->logits, g->kv, g->z, g->xin, g->ge, g->ue, g->eo,
-                                    g->cs_local, g->gelu, g->sh, g->qa};
+                                    g->cs_local, g->gelu, g->sh, g->qa, g->kv_out};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) dj_vk_buf_free(vk, acts[i]);
         dj_vk_close(vk);
     }
     free(g->layers);
     free(g->kv_gen);
-    free(g->h_k);
-    free(g->h_v);
+    free(g->h_kvout);
+    free(g->row_word);
     free(g->h_x);
     free(g->h_cs);
     free(g->h_cs_local);
@@ -343,8 +349,25 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
         goto fail;
     }
     g->kv_gen = calloc(g->max_blocks, sizeof *g->kv_gen);
-    g->h_k = malloc((size_t)(UB * KV) * sizeof(float));
-    g->h_v = malloc((size_t)(UB * KV) * sizeof(float));
+    /* the packed rows of as many layers as one buffer holds (all of them, mostly) */
+    g->row_w = kv_row_bytes(c->p.type_k, (size_t)KV) / 4;
+    if (kv_row_bytes(c->p.type_k, (size_t)KV) % 4) {
+        st = dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: K/V rows of %lld %s elements are not whole 32-bit words",
+                     (long long)KV, dj_type_name(c->p.type_k));
+        goto fail;
+    }
+    const size_t per_layer = (size_t)UB * (hp->mla ? 1 : 2) * g->row_w;
+    size_t fit = (size_t)(dj_vk_info(g->vk)->max_storage_buffer_range / 4) / per_layer;
+    if (fit > hp->n_layer) fit = hp->n_layer;
+    if (!fit) {
+        st = dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: one layer's K/V rows of a %lld-token ubatch exceed a storage buffer",
+                     (long long)UB);
+        goto fail;
+    }
+    g->out_words = fit * per_layer;
+    if ((st = dj_vk_buf_new(g->vk, g->out_words * 4, true, &g->kv_out)) != DJ_OK) goto fail;
+    g->h_kvout = malloc(g->out_words * 4);
+    g->row_word = malloc((size_t)UB * sizeof(uint32_t));
     g->h_x = malloc((size_t)(UB * E) * sizeof(float));
     g->h_cs = malloc((size_t)(UB * hp->n_rot) * sizeof(float));
     g->h_cs_local = hp->rope_local ? malloc((size_t)(UB * hp->n_rot) * sizeof(float)) : NULL;
@@ -358,7 +381,8 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     g->ident = malloc((size_t)(UB * hp->n_head) * sizeof(uint32_t));
     for (int64_t i = 0; g->ident && i < UB * (int64_t)hp->n_head; i++) g->ident[i] = (uint32_t)i;
     if (hp->q_lora && (st = act_buf(g, (size_t)(UB * hp->q_lora), &g->qa)) != DJ_OK) goto fail;
-    if ((hp->rope_local && !g->h_cs_local) || !g->h_temp || !g->ident || !g->gidx || !g->kv_gen || !g->h_k || !g->h_v || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
+    if ((hp->rope_local && !g->h_cs_local) || !g->h_temp || !g->ident || !g->gidx || !g->kv_gen || !g->h_kvout ||
+        !g->row_word || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
         !g->dseq || !g->dpos || !g->rows_seq) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
@@ -367,6 +391,22 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
 fail:
     gpu_ctx_free(c);
     return st;
+}
+
+size_t gpu_mirror_diff(struct dj_context *c, size_t *n_checked) {
+    struct dj_gpu *g = c->gpu;
+    size_t bad = 0, n = 0;
+    uint8_t *buf = g ? malloc(g->block_bytes) : NULL;
+    for (uint32_t id = 0; buf && id < g->max_blocks; id++) {
+        if (g->kv_gen[id] != kv_pool_gen(c->pool, id) + 1) continue; /* not mirrored, or stale */
+        n++;
+        if (dj_vk_read(g->vk, g->kv, (size_t)id * g->block_bytes, buf, g->block_bytes) != DJ_OK ||
+            memcmp(buf, kv_pool_data(c->pool, id), g->block_bytes))
+            bad++;
+    }
+    free(buf);
+    if (n_checked) *n_checked = n;
+    return bad;
 }
 
 /* ---- one ubatch ------------------------------------------------------------------------ */
@@ -453,29 +493,52 @@ static enum dj_status mm_expert(struct dj_gpu *g, const struct gpu_weight *w, ui
                    n_tok);
 }
 
-/* Layer il's new K (and V) rows, in g->k / g->v on the device: read back, converted as the CPU
- * path stores them (kv_row_from_f32) into the pool, and uploaded to the mirror (one sync). */
+/* The host's copy of the pool: the rows kv_store packed into g->kv_out since the last flush
+ * (layers [g->out_l0, g->out_l1) of the ubatch's n tokens, K then V slices of n rows each),
+ * read back at once and copied into the pool's blocks — the mirror's own bytes. */
+static enum dj_status flush_rows(struct dj_context *c, const uint32_t *pos, struct kv_seq *const *seq, int64_t n) {
+    struct dj_gpu *g = c->gpu;
+    const uint32_t n_lay = g->out_l1 - g->out_l0, bs = c->block_size;
+    if (!n_lay) return DJ_OK;
+    const int kinds = c->model->hp.mla ? 1 : 2; /* MLA's pool: one K row, no V */
+    const size_t words = (size_t)n_lay * (size_t)kinds * (size_t)n * g->row_w;
+    TRY(dj_vk_read(g->vk, g->kv_out, 0, g->h_kvout, words * 4)); /* waits for the work recorded */
+    for (uint32_t l = 0; l < n_lay; l++) {
+        const uint32_t kil = c->model->layers[g->out_l0 + l].kv_il;
+        for (int kv = 0; kv < kinds; kv++)
+            for (int64_t t = 0; t < n; t++) {
+                void *row = kv ? kv_seq_v(seq[t], kil, pos[t], bs) : kv_seq_k(seq[t], kil, pos[t], bs);
+                memcpy(row, g->h_kvout + (((size_t)l * kinds + kv) * (size_t)n + (size_t)t) * g->row_w, g->row_w * 4);
+            }
+    }
+    g->out_l0 = g->out_l1;
+    return DJ_OK;
+}
+
+/* Layer il's new K (and V) rows, f32 in g->k / g->v on the device: stored in the pool's format
+ * into the mirror where their blocks are (kv_store.comp), no readback before the attention that
+ * reads them; and packed into g->kv_out for the host's copy (flush_rows: once a ubatch, or
+ * when kv_out is full). */
 static enum dj_status store_rows(struct dj_context *c, uint32_t il, const uint32_t *pos, struct kv_seq *const *seq,
                                  int64_t n) {
     struct dj_gpu *g = c->gpu;
     const struct dj_hparams *hp = &c->model->hp;
     const int64_t KV = (int64_t)hp->n_head_kv * hp->head_dim;
     const uint32_t bs = c->block_size, NL = hp->n_layer, kil = c->model->layers[il].kv_il;
-    const bool k_only = hp->mla; /* MLA's pool: one K row, no V */
-    const size_t row_b = kv_row_bytes(c->p.type_k, (size_t)KV);
-    TRY(dj_vk_read(g->vk, g->k, 0, g->h_k, (size_t)(n * KV) * sizeof(float)));
-    if (!k_only) TRY(dj_vk_read(g->vk, g->v, 0, g->h_v, (size_t)(n * KV) * sizeof(float)));
-    for (int64_t t = 0; t < n; t++) {
-        const uint32_t id = seq[t]->table[pos[t] / bs], r = pos[t] % bs;
-        void *kr = kv_seq_k(seq[t], kil, pos[t], bs);
-        kv_row_from_f32(c->p.type_k, g->h_k + t * KV, kr, (size_t)KV);
-        const size_t base = (size_t)id * g->block_bytes;
-        TRY(dj_vk_write(g->vk, g->kv, base + ((size_t)kil * bs + r) * row_b, kr, row_b));
-        if (k_only) continue;
-        void *vr = kv_seq_v(seq[t], kil, pos[t], bs);
-        kv_row_from_f32(c->p.type_v, g->h_v + t * KV, vr, (size_t)KV);
-        TRY(dj_vk_write(g->vk, g->kv, base + ((size_t)(NL + kil) * bs + r) * row_b, vr, row_b));
+    const int kinds = hp->mla ? 1 : 2;
+    const bool f16 = c->p.type_k == DJ_TYPE_F16;
+    const size_t slice = (size_t)n * g->row_w; /* words of one layer's K (or V) rows */
+    if ((size_t)(g->out_l1 - g->out_l0 + 1) * (size_t)kinds * slice > g->out_words) TRY(flush_rows(c, pos, seq, n));
+    for (int kv = 0; kv < kinds; kv++) {
+        for (int64_t t = 0; t < n; t++) {
+            const uint32_t id = seq[t]->table[pos[t] / bs], r = pos[t] % bs;
+            g->row_word[t] = (uint32_t)(((size_t)id * g->block_bytes + ((size_t)(kv ? NL + kil : kil) * bs + r) *
+                                         g->row_w * 4) / 4);
+        }
+        const size_t at = ((size_t)(g->out_l1 - g->out_l0) * (size_t)kinds + (size_t)kv) * slice;
+        TRY(dj_vk_kv_store(g->vk, g->kv, kv ? g->v : g->k, (size_t)KV, n, KV, f16, g->row_word, g->kv_out, at));
     }
+    g->out_l1 = il + 1;
     return DJ_OK;
 }
 
@@ -607,6 +670,7 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     if (hp->rope_local) TRY(dj_vk_write(vk, g->cs_local, 0, g->h_cs_local, (size_t)(n * R) * sizeof(float)));
     size_t n_blocks = 0;
     TRY(tables(c, pos, seq, n, &n_blocks));
+    g->out_l0 = g->out_l1 = 0; /* no rows pending for the host */
     const bool f16 = c->p.type_k == DJ_TYPE_F16;
     const size_t esz = f16 ? 2 : 4, row_e = (size_t)KV;
     for (uint32_t il = 0; il < NL; il++) {
@@ -662,7 +726,8 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
             TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->ffn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
         TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
     }
-    if (!logits || !n_out) return dj_vk_sync(vk);
+    TRY(flush_rows(c, pos, seq, n)); /* the pool's host copy, as the CPU path leaves it */
+    if (!logits || !n_out) return DJ_OK;
     TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, g->output_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
     for (int64_t r0 = 0; r0 < n_out; r0 += GPU_LOGIT_ROWS) { /* the wanted rows, gathered: one product */
         const int64_t nr = n_out - r0 < GPU_LOGIT_ROWS ? n_out - r0 : GPU_LOGIT_ROWS;

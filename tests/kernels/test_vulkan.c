@@ -36,6 +36,9 @@
  *     (cap tanh(s / cap)) and sink logits (gpt-oss: a logit without a value in each
  *     head's softmax), against the same reference with the window, the cap and the sinks;
  *   - gpt-oss's clamped SwiGLU within 2e-6, bias rows and per-row factors bitwise;
+ *   - kv_store: new K/V rows stored into the cache mirror at their words and packed for the
+ *     host, f32 as the bits and f16 bitwise the CPU's rounding (dj_f32_to_fp16) over random
+ *     values and the edges (ties, subnormals, overflow, infinities, NaN);
  *   - GELU through the f16 table (geglu) bitwise the CPU's geglu: the table's value at x
  *     rounded to f16 (the shader rounds in integers as core/fp16.h) times u, 0 from -10 down,
  *     x u from 10 up — over random x, the edges, and every f16 step near 1 and -3;
@@ -705,6 +708,48 @@ static void test_bias_oai(struct dj_vk *vk) {
     dj_vk_buf_free(vk, bb);
 }
 
+/* kv_store: rows of 24 f32 elements (stride 30) into a mirror at given words and packed into
+ * out; f16 as the CPU's kv_row_from_f32 (dj_f32_to_fp16) over random values and the edges
+ * (ties between f16 steps, subnormals, overflow, infinities, NaN), f32 as the bits. */
+static void test_kv_store(struct dj_vk *vk) {
+    enum { NT = 6, NE = 24, SS = 30, MW = 400 };
+    float src[NT * SS];
+    for (int i = 0; i < NT * SS; i++) src[i] = frand() * 3.0f;
+    const float edge[] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 0x1p-20f, 3 * 0x1p-25f, 0x1p-25f, 65519.0f, 65520.0f,
+                          1e9f, -1e9f, INFINITY, -INFINITY, NAN, -0.0f, 5.9604645e-08f, 6.1035156e-05f, -2.5f};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) src[SS + i] = edge[i];
+    const uint32_t word[NT] = {7, 100, 40, 250, 300, 160};
+    for (int f16 = 0; f16 < 2; f16++) {
+        const int rw = f16 ? NE / 2 : NE;
+        uint32_t zero[MW] = {0}, m[MW], o[NT * NE + 3];
+        struct dj_vk_buf *mb = upload(vk, zero, sizeof zero, false), *sb = upload(vk, src, sizeof src, true), *ob = NULL;
+        CHECK(dj_vk_buf_new(vk, sizeof o, true, &ob) == DJ_OK);
+        CHECK(mb && sb && ob && dj_vk_kv_store(vk, mb, sb, SS, NT, NE, f16, word, ob, 3) == DJ_OK &&
+              dj_vk_read(vk, mb, 0, m, sizeof m) == DJ_OK && dj_vk_read(vk, ob, 0, o, sizeof o) == DJ_OK);
+        int bad = 0;
+        uint32_t want[MW] = {0};
+        for (int t = 0; t < NT; t++) {
+            uint8_t row[NE * 4];
+            if (f16)
+                for (int i = 0; i < NE; i++) {
+                    const uint16_t h = dj_f32_to_fp16(src[t * SS + i]);
+                    memcpy(row + 2 * i, &h, 2);
+                }
+            else
+                memcpy(row, src + t * SS, NE * 4);
+            memcpy(want + word[t], row, (size_t)rw * 4);
+            bad += memcmp(o + 3 + t * rw, row, (size_t)rw * 4) != 0;
+        }
+        bad += memcmp(m, want, sizeof m) != 0;
+        CHECKF(bad == 0, "kv_store %s: %d rows differ from the CPU's", f16 ? "f16" : "f32", bad);
+        const uint32_t far[1] = {MW - rw + 1};
+        CHECK(mb && sb && ob && dj_vk_kv_store(vk, mb, sb, SS, 1, NE, f16, far, ob, 0) == DJ_ERR_INVALID);
+        dj_vk_buf_free(vk, mb);
+        dj_vk_buf_free(vk, sb);
+        dj_vk_buf_free(vk, ob);
+    }
+}
+
 static void test_errors(struct dj_vk *vk) {
     struct dj_vk *none = NULL;
     CHECK(dj_vk_open(99, &none) == DJ_ERR_NOT_FOUND && !none);
@@ -766,6 +811,7 @@ int main(int argc, char **argv) {
     test_moe_ops(vk);
     test_geglu(vk);
     test_bias_oai(vk);
+    test_kv_store(vk);
     test_errors(vk);
     dj_vk_close(vk);
     TEST_END();

@@ -26,7 +26,9 @@
  * CI) every context runs its forward pass on that device (ctx_params.gpu) and the same
  * schedules check the GPU backend's invariance on stories260K (2 schedules) and qwen3moe-tiny
  * (1: experts routed on the host, q/k head norms) — the models lavapipe runs fast enough for
- * make test (gemma's GPU invariance is test_gemma_golden's); without a Vulkan device the test exits 77 (SKIP).  There
+ * make test (gemma's GPU invariance is test_gemma_golden's), and after each schedule every
+ * block the device mirrors holds the pool's host bytes (the rows the device stored itself);
+ * without a Vulkan device the test exits 77 (SKIP).  There
  * the GPU's logits are also compared with the CPU's (F32 K/V in both): the largest
  * |difference| over every position of 4 sequences must stay below 2e-3 of the largest
  * |logit| (the two sum in different orders and the CPU rounds some sums in double; what
@@ -239,6 +241,12 @@ static void check_model(const char *path, int n_schedules) {
                         (!pp.k_only && memcmp(kv_seq_v(&seq[s], il, p, bs), kv_seq_v(&ref_seq[s], il, p, bs),
                                               kv_pool_v_row_bytes(pool))))
                         n_kv_bad++;
+        if (g_gpu) { /* the device's mirror of every block = the pool's host bytes */
+            size_t n_chk = 0;
+            const size_t n_diff = gpu_mirror_diff(c, &n_chk);
+            CHECKF(n_diff == 0 && n_chk > 0, "%s: %zu of %zu mirrored blocks differ from the pool's bytes", path, n_diff,
+                   n_chk);
+        }
         free(lg);
         for (int s = 0; s < N_SEQ; s++) kv_seq_free(&seq[s]);
         ctx_free(c);

@@ -229,6 +229,7 @@ enum {
     PIPE_MM_IQ1_M,
     PIPE_MM_TQ1_0,
     PIPE_MM_TQ2_0,
+    PIPE_KV_STORE,
     PIPE_MM_NVFP4,
     PIPE_MM_Q1_0,
     PIPE_MM_Q2_0,
@@ -237,7 +238,7 @@ enum {
 static const char *const pipe_shader[PIPE_COUNT] = {
     "mm_f32",  "mm_f16",  "mm_bf16", "mm_q8_0",   "mm_q4_0",  "mm_q4_k", "mm_q6_k",  "mm_q4_1",  "mm_q5_0",
     "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum", "geglu", "swiglu_oai", "bias",
-    "mm_iq2_xxs", "mm_iq2_xs", "mm_iq2_s", "mm_iq3_xxs", "mm_iq3_s", "mm_iq1_s", "mm_iq1_m", "mm_tq1_0", "mm_tq2_0", "mm_nvfp4", "mm_q1_0", "mm_q2_0"};
+    "mm_iq2_xxs", "mm_iq2_xs", "mm_iq2_s", "mm_iq3_xxs", "mm_iq3_s", "mm_iq1_s", "mm_iq1_m", "mm_tq1_0", "mm_tq2_0", "kv_store", "mm_nvfp4", "mm_q1_0", "mm_q2_0"};
 
 #define DJ_VK_SETS 1024        /* descriptor sets recorded between two syncs */
 #define DJ_VK_PUSH_BYTES 64    /* the push-constant block of every shader fits */
@@ -1001,6 +1002,29 @@ enum dj_status dj_vk_geglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, 
     const uint32_t push[3] = {(uint32_t)n, (uint32_t)g_off, (uint32_t)u_off};
     const struct dj_vk_buf *bufs[3] = {g, u, tab};
     return dispatch(vk, PIPE_GEGLU, bufs, 3, push, sizeof push, gx, gy);
+}
+
+enum dj_status dj_vk_kv_store(struct dj_vk *vk, struct dj_vk_buf *mirror, const struct dj_vk_buf *src, size_t ss,
+                              int64_t n_tok, int64_t n_el, bool f16, const uint32_t *word, struct dj_vk_buf *out,
+                              size_t out_word) {
+    if (n_tok < 0 || n_el <= 0 || (f16 && n_el % 2) || ss < (size_t)n_el)
+        return dj_fail(DJ_ERR_INVALID, "vulkan: kv_store: bad shape (%lld elements%s)", (long long)n_el,
+                       f16 ? ", f16" : "");
+    if (!n_tok) return DJ_OK;
+    const size_t rw = f16 ? (size_t)n_el / 2 : (size_t)n_el, mw = mirror->bytes / 4;
+    for (int64_t t = 0; t < n_tok; t++)
+        if (word[t] > mw || rw > mw - word[t])
+            return dj_fail(DJ_ERR_INVALID, "vulkan: kv_store: a row at word %u is past the cache's %zu words", word[t], mw);
+    if (!floats_fit(src, 0, ss, n_tok, n_el) || out->bytes / 4 < out_word || (size_t)n_tok * rw > out->bytes / 4 - out_word ||
+        mw > UINT32_MAX || src->bytes / 4 > UINT32_MAX || out->bytes / 4 > UINT32_MAX)
+        return dj_fail(DJ_ERR_INVALID, "vulkan: kv_store: %lld rows do not fit their buffers", (long long)n_tok);
+    uint32_t tab0, gx = 0, gy = 0;
+    enum dj_status st = grid256(vk, n_tok * (int64_t)rw, &gx, &gy);
+    if (st == DJ_OK) st = arena_put(vk, word, (size_t)n_tok, &tab0);
+    if (st != DJ_OK) return st;
+    const uint32_t push[6] = {(uint32_t)((size_t)n_tok * rw), (uint32_t)rw, (uint32_t)ss, f16, (uint32_t)out_word, tab0};
+    const struct dj_vk_buf *bufs[4] = {mirror, src, out, vk->arena};
+    return dispatch(vk, PIPE_KV_STORE, bufs, 4, push, sizeof push, gx, gy);
 }
 
 enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, size_t ys, const struct dj_vk_buf *x,

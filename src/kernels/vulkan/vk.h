@@ -132,6 +132,13 @@ enum dj_status dj_vk_attn(struct dj_vk *vk, const struct dj_vk_attn_shape *a, co
  * (forward.c geglu, the CPU's f16 table). */
 enum dj_status dj_vk_geglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u, size_t u_off,
                            int64_t n, const struct dj_vk_buf *tab);
+/* A layer's new K (or V) rows, n_tok of n_el f32 elements in src (ss floats apart), stored in
+ * the pool's row format — f32, or f16 (n_el even) rounded as the CPU's kv_row_from_f32 — at
+ * word word[t] of mirror (host memory, checked, copied), and packed into out from word
+ * out_word (n_tok rows of n_el (f16: n_el / 2) words) for the host's copy. */
+enum dj_status dj_vk_kv_store(struct dj_vk *vk, struct dj_vk_buf *mirror, const struct dj_vk_buf *src, size_t ss,
+                              int64_t n_tok, int64_t n_el, bool f16, const uint32_t *word, struct dj_vk_buf *out,
+                              size_t out_word);
 /* Row r of y (from y_off, rows ys floats apart) = row idx[r] of x (from x_off, rows xs floats
  * apart), w floats each, for n_rows rows: a copy of the bits.  idx: host memory (checked,
  * copied). */

@@ -102,6 +102,12 @@ enum dj_status dj_vk_geglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, 
     (void)vk, (void)g, (void)g_off, (void)u, (void)u_off, (void)n, (void)tab;
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
 }
+enum dj_status dj_vk_kv_store(struct dj_vk *vk, struct dj_vk_buf *mirror, const struct dj_vk_buf *src, size_t ss,
+                              int64_t n_tok, int64_t n_el, bool f16, const uint32_t *word, struct dj_vk_buf *out,
+                              size_t out_word) {
+    (void)vk, (void)mirror, (void)src, (void)ss, (void)n_tok, (void)n_el, (void)f16, (void)word, (void)out, (void)out_word;
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
+}
 enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, size_t ys, const struct dj_vk_buf *x,
                             size_t x_off, size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows) {
     (void)vk, (void)y, (void)y_off, (void)ys, (void)x, (void)x_off, (void)xs, (void)w, (void)idx, (void)n_rows;

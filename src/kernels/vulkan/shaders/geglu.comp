@@ -11,24 +11,7 @@ layout(std430, binding = 1) readonly buffer Ub { float U[]; };
 layout(std430, binding = 2) readonly buffer Tb { float TAB[]; };
 layout(push_constant) uniform P { uint n; uint g_off; uint u_off; } p;
 
-/* core/fp16.h dj_f32_to_fp16, the same integer steps */
-uint f16_bits(float f) {
-    const uint x = floatBitsToUint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u);
-    if (ax >= 0x477ff000u) return sign | 0x7c00u;
-    if (ax < 0x38800000u) {
-        if (ax < 0x33000000u) return sign;
-        const uint e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126u - e;
-        uint r = m >> shift;
-        const uint rem = m & ((1u << shift) - 1u), half_ = 1u << (shift - 1u);
-        if (rem > half_ || (rem == half_ && (r & 1u) != 0u)) r++;
-        return sign | r;
-    }
-    uint r = (ax >> 13) - (112u << 10);
-    const uint rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u) != 0u)) r++;
-    return sign | r;
-}
+#include "f16.glsl"
 
 void main() {
     const uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 256u;
