@@ -1134,30 +1134,17 @@ static int dn_group(struct dj_context *c, struct kv_seq *const *seq, int64_t n) 
     return n_seq;
 }
 
-/* The recurrent half of a hybrid layer on c->xn (attn-normed rows): advances each
- * sequence's state in kv_seq.rs (rs_off) over its tokens and adds ssm_out's output to
- * c->x.  snap: NULL, or per row the state to copy after that token (dj_batch.rs_snap). */
-static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struct kv_seq *const *seq, int64_t n,
-                           float *const *snap) {
+/* The projections of a recurrent layer's n rows of c->xn into the host buffers, in the layout
+ * each weight set gives: ssm_in -> dn_in; ssm_qkv, ssm_z -> dn_qkv, dn_z; ssm_ba -> dn_bg;
+ * ssm_beta, ssm_alpha -> dn_o (n beta rows, then n alpha rows).  The GPU path fills the same
+ * buffers from its own products (forward_vk.c), then both run ctx_dn_recur. */
+static void dn_project(struct dj_context *c, const struct dj_layer *L, int64_t n) {
     const struct dj_hparams *hp = &c->model->hp;
-    const int64_t E = hp->n_embd, S = hp->ssm_d_state, NK = hp->ssm_n_k_heads, NV = hp->ssm_n_v_heads, KD = NK * S,
-                  VD = NV * S, CD = 2 * KD + VD, R = NV / NK;
-    const int64_t t_layer = dj_time_us();
-    /* projections: qkv (conv input), z, and beta / alpha */
-    if (L->ssm_in.data) { /* qwen3next's older layout: per k head [q | k | v (R S) | z (R S)] */
+    const int64_t NV = hp->ssm_n_v_heads;
+    if (L->ssm_in.data) { /* qwen3next's older layout */
         const struct dj_weight *ws[2] = {&L->ssm_in, &L->ssm_ba};
         float *const ys[2] = {c->dn_in, c->dn_bg};
         ctx_matmul_n(c, ws, ys, 2, c->xn, n);
-        const int64_t G = 2 * S + 2 * R * S;
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t g = 0; g < NK; g++) {
-                const float *src = c->dn_in + (size_t)t * (2 * KD + 2 * VD) + g * G;
-                float *qkv = c->dn_qkv + (size_t)t * CD;
-                memcpy(qkv + g * S, src, (size_t)S * sizeof(float));
-                memcpy(qkv + KD + g * S, src + S, (size_t)S * sizeof(float));
-                memcpy(qkv + 2 * KD + g * R * S, src + 2 * S, (size_t)(R * S) * sizeof(float));
-                memcpy(c->dn_z + (size_t)t * VD + g * R * S, src + 2 * S + R * S, (size_t)(R * S) * sizeof(float));
-            }
     } else if (L->ssm_ba.data) {
         const struct dj_weight *ws[3] = {&L->ssm_qkv, &L->ssm_z, &L->ssm_ba};
         float *const ys[3] = {c->dn_qkv, c->dn_z, c->dn_bg};
@@ -1169,6 +1156,26 @@ static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struc
         const struct dj_weight *wb[2] = {&L->ssm_beta, &L->ssm_alpha};
         float *const yb[2] = {c->dn_o, c->dn_o + (size_t)n * NV}; /* dn_o: free until the recurrence */
         ctx_matmul_n(c, wb, yb, 2, c->xn, n);
+    }
+}
+
+void ctx_dn_recur(struct dj_context *c, const struct dj_layer *L, struct kv_seq *const *seq, int64_t n,
+                  float *const *snap) {
+    const struct dj_hparams *hp = &c->model->hp;
+    const int64_t S = hp->ssm_d_state, NK = hp->ssm_n_k_heads, NV = hp->ssm_n_v_heads, KD = NK * S, VD = NV * S,
+                  CD = 2 * KD + VD, R = NV / NK;
+    if (L->ssm_in.data) { /* per k head [q | k | v (R S) | z (R S)] -> dn_qkv, dn_z */
+        const int64_t G = 2 * S + 2 * R * S;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t g = 0; g < NK; g++) {
+                const float *src = c->dn_in + (size_t)t * (2 * KD + 2 * VD) + g * G;
+                float *qkv = c->dn_qkv + (size_t)t * CD;
+                memcpy(qkv + g * S, src, (size_t)S * sizeof(float));
+                memcpy(qkv + KD + g * S, src + S, (size_t)S * sizeof(float));
+                memcpy(qkv + 2 * KD + g * R * S, src + 2 * S, (size_t)(R * S) * sizeof(float));
+                memcpy(c->dn_z + (size_t)t * VD + g * R * S, src + 2 * S + R * S, (size_t)(R * S) * sizeof(float));
+            }
+    } else if (!L->ssm_ba.data) { /* beta, alpha rows from dn_o into dn_bg */
         for (int64_t t = 0; t < n; t++) {
             memcpy(c->dn_bg + (size_t)t * 2 * NV, c->dn_o + (size_t)t * NV, (size_t)NV * sizeof(float));
             memcpy(c->dn_bg + (size_t)t * 2 * NV + NV, c->dn_o + (size_t)(n + t) * NV, (size_t)NV * sizeof(float));
@@ -1204,7 +1211,7 @@ static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struc
     }
     threadpool_run_n(c->tpool, dn_delta_task, &j, n_seq * (int)NV);
     c->dn_us[0] += dj_time_us() - t_rec;
-    /* o = rmsnorm(o) * ssm_norm * silu(z) per head, then ssm_out */
+    /* o = rmsnorm(o) * ssm_norm * silu(z) per head (ssm_out follows) */
     for (int64_t t = 0; t < n; t++)
         for (int64_t h = 0; h < NV; h++) {
             float *o = c->dn_o + (size_t)t * VD + h * S;
@@ -1212,6 +1219,17 @@ static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struc
             rmsnorm(o, o, L->ssm_norm.data, S, hp->rms_eps);
             for (int64_t e = 0; e < S; e++) o[e] *= z[e] / (1.0f + expf(-z[e]));
         }
+}
+
+/* The recurrent half of a hybrid layer on c->xn (attn-normed rows): advances each
+ * sequence's state in kv_seq.rs (rs_off) over its tokens and adds ssm_out's output to
+ * c->x.  snap: NULL, or per row the state to copy after that token (dj_batch.rs_snap). */
+static void deltanet_layer(struct dj_context *c, const struct dj_layer *L, struct kv_seq *const *seq, int64_t n,
+                           float *const *snap) {
+    const int64_t E = c->model->hp.n_embd;
+    const int64_t t_layer = dj_time_us();
+    dn_project(c, L, n);
+    ctx_dn_recur(c, L, seq, n, snap);
     ctx_matmul(c, &L->ssm_out, c->dn_o, n, c->xn);
     for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     c->dn_us[1] += dj_time_us() - t_layer;
@@ -1558,10 +1576,10 @@ static enum dj_status run_ubatch(struct dj_context *c, const dj_token *toks, con
         forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits, pr, sp, snap);
         return DJ_OK;
     }
-    if (pr || sp || snap)
+    if (pr || sp)
         return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: %s does not run on the GPU yet",
-                       pr ? "a K probe" : snap ? "a recurrent-state snapshot" : "a resumed or early-exited pass");
-    const enum dj_status st = gpu_forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits);
+                       pr ? "a K probe" : "a resumed or early-exited pass");
+    const enum dj_status st = gpu_forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits, snap);
     const float cap = c->model->hp.final_softcap;
     if (st == DJ_OK && logits && n_out && cap != 0) /* on the host, as the CPU path */
         softcap_row(logits, n_out * (int64_t)c->model->hp.n_vocab, cap);

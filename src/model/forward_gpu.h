@@ -14,10 +14,11 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
  * pool and the activation buffers (c->gpu); on failure c->gpu stays NULL. */
 enum dj_status gpu_ctx_create(struct dj_context *c, int device);
 void gpu_ctx_free(struct dj_context *c); /* accepts c->gpu NULL */
-/* One ubatch as forward.c's forward_ubatch (every layer, from the embeddings), on the device. */
+/* One ubatch as forward.c's forward_ubatch (every layer, from the embeddings), on the device;
+ * snap: NULL, or per row the recurrent state to copy after that token (dj_batch.rs_snap). */
 enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
                                   struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
-                                  float *logits);
+                                  float *logits, float *const *snap);
 
 /* Tests: the blocks whose device mirror (of the generation it holds) differs from the pool's
  * host bytes; *n_checked: how many were compared.  0 when every mirrored block is the pool's. */
@@ -34,6 +35,13 @@ void gpu_rope_cs(struct dj_context *c, uint32_t pos, bool local, float *dst);
  * moe_ids / moe_off / moe_cnt): the experts used, *n_rows the pairs. */
 void ctx_moe_route(struct dj_context *c, uint32_t il, const struct dj_layer *L, int64_t n);
 int ctx_moe_group(struct dj_context *c, int64_t n, int64_t *n_rows);
+/* forward.c: a hybrid's recurrent layer after its projections (in c->dn_in / dn_qkv / dn_z /
+ * dn_bg / dn_o as forward.c's dn_project leaves them): the conv and the delta rule over each
+ * sequence's state (kv_seq.rs; snap as dj_batch.rs_snap), the gated norm — the rows for
+ * ssm_out in c->dn_o.  The CPU's own code, so the GPU path's states are the CPU's given the
+ * same projections. */
+void ctx_dn_recur(struct dj_context *c, const struct dj_layer *L, struct kv_seq *const *seq, int64_t n,
+                  float *const *snap);
 /* forward.c: mistral3's query temperature factor at position pos (hp.attn_temp_scale set). */
 float ctx_attn_temp(const struct dj_hparams *hp, uint32_t pos);
 

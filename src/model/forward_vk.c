@@ -76,6 +76,10 @@ struct gpu_layer {
     struct gpu_weight gate_shexp, up_shexp, down_shexp;  /* shared experts: one dense SwiGLU */
     struct gpu_weight gate_exps_b, up_exps_b, down_exps_b; /* gpt-oss: each expert's bias row, f32, one buffer */
     struct gpu_weight gate_exps, up_exps, down_exps;     /* the experts' slabs, one matrix each */
+    struct gpu_weight gate_inp_shexp;                    /* hybrids: the shared expert's gate (one row) */
+    /* hybrids' Gated DeltaNet: the projections (one of three layouts) and ssm_out; the conv,
+     * the state and the norm stay on the host (ctx_dn_recur) */
+    struct gpu_weight ssm_in, ssm_ba, ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
 };
 
 /* How a slot is uploaded: a vector; a matrix in parts of any rows; a table in one buffer (the
@@ -86,7 +90,7 @@ struct slot {
     const struct dj_weight *src; /* NULL when only dst is wanted (gpu_ctx_free) */
     enum slot_kind kind;
 };
-#define GPU_LAYER_W 34 /* the weights of a gpu_layer */
+#define GPU_LAYER_W 42 /* the weights of a gpu_layer */
 /* The device copies of a layer's weights and, with L, the model's weights they copy — the one
  * list gpu_ctx_create uploads and gpu_ctx_free frees. */
 static void layer_slots(struct gpu_layer *G, const struct dj_layer *L, struct slot out[GPU_LAYER_W]) {
@@ -104,7 +108,10 @@ static void layer_slots(struct gpu_layer *G, const struct dj_layer *L, struct sl
     S_(27, down_shexp, ffn_down_shexp, SLOT_MAT), S_(28, gate_exps_b, ffn_gate_exps_b, SLOT_ONE);
     S_(29, up_exps_b, ffn_up_exps_b, SLOT_ONE), S_(30, down_exps_b, ffn_down_exps_b, SLOT_ONE);
     S_(31, gate_exps, ffn_gate_exps, SLOT_EXPERTS), S_(32, up_exps, ffn_up_exps, SLOT_EXPERTS);
-    S_(33, down_exps, ffn_down_exps, SLOT_EXPERTS);
+    S_(33, down_exps, ffn_down_exps, SLOT_EXPERTS), S_(34, gate_inp_shexp, ffn_gate_inp_shexp, SLOT_MAT);
+    S_(35, ssm_in, ssm_in, SLOT_MAT), S_(36, ssm_ba, ssm_ba, SLOT_MAT), S_(37, ssm_qkv, ssm_qkv, SLOT_MAT);
+    S_(38, ssm_z, ssm_z, SLOT_MAT), S_(39, ssm_beta, ssm_beta, SLOT_MAT), S_(40, ssm_alpha, ssm_alpha, SLOT_MAT);
+    S_(41, ssm_out, ssm_out, SLOT_MAT);
 #undef S_
 }
 
@@ -119,6 +126,8 @@ struct dj_gpu {
     struct dj_vk_buf *z, *xin, *ge, *ue, *eo, *sh; /* sh: the shared experts' rows (n_ubatch, n_embd) */
     float *h_temp;            /* (n_ubatch) mistral3's query temperature factors */
     struct dj_vk_buf *qa;     /* MLA: the q LoRA's rows (n_ubatch, q_lora) */
+    struct dj_vk_buf *qg, *gate; /* gated attention: per head [q | gate] rows; the gates */
+    struct dj_vk_buf *dna, *dnb, *dnc, *dno; /* DeltaNet: the projections' rows; ssm_out's input */
     uint32_t *ident;          /* MLA: 0, 1, ... (n_ubatch * n_head): the rows of a strided copy */
     uint32_t *gidx;           /* (n_ubatch * n_expert_used) the token of each expert row; the wanted rows */
     struct dj_vk_buf *kv;     /* the pool's blocks, max_blocks of block_bytes */
@@ -126,10 +135,10 @@ struct dj_gpu {
     uint32_t max_blocks;
     size_t block_bytes;
     /* the new K/V rows for the host's copy of the pool (store_rows, flush_rows) */
-    struct dj_vk_buf *kv_out; /* out_words words: layers [out_l0, out_l1)'s rows, packed */
+    struct dj_vk_buf *kv_out; /* out_words words: the pending layers' rows, packed */
     uint32_t *h_kvout;        /* its copy on the host */
     size_t out_words, row_w;  /* row_w: words a K (V) row */
-    uint32_t out_l0, out_l1;
+    uint32_t *pend_kil, n_pend; /* the pool layers whose rows kv_out holds, in order */
     uint32_t *row_word;       /* (n_ubatch) where each token's row starts in the mirror, in words */
     float *h_x;               /* (n_ubatch, n_embd) embedding rows; (n_ubatch, n_rot) cos/sin rows */
     float *h_cs, *h_cs_local;
@@ -144,24 +153,24 @@ struct dj_gpu {
 enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32_t type_v) {
     const struct dj_hparams *hp = &m->hp;
     const char *why = NULL;
-    if (hp->rs_floats) why = "recurrent layers";
-    else if (hp->attn_gated) why = "gated attention";
-    else if (hp->head_dim > 256) why = "heads wider than 256";
+    if (hp->head_dim > 256) why = "heads wider than 256";
     else if (hp->n_rot > hp->head_dim) why = "a rope dimension past the head";
     if (!why)
         for (uint32_t il = 0; il < hp->n_layer && !why; il++) {
             const struct dj_layer *L = &m->layers[il];
             const bool moe = L->ffn_gate_inp.data != NULL;
-            if (moe && L->ffn_gate_inp_shexp.data) why = "a gated shared expert";
-            else if (moe && !L->ffn_gate_exps.data) why = "experts without a gate";
+            if (moe && !L->ffn_gate_exps.data) why = "experts without a gate";
             else if (moe && (L->ffn_gate_exps_b.data != NULL) != (L->ffn_up_exps_b.data != NULL)) why = "one expert bias";
             else if (!moe && !L->w_gate.data) why = "an FFN without a gate";
-            const struct dj_weight *w[18] = {&L->wq,           &L->wk,          &L->wv,          &L->wo,
+            else if (L->recurrent && !L->ssm_out.data) why = "a recurrent layer without ssm_out";
+            const struct dj_weight *w[26] = {&L->wq,           &L->wk,          &L->wv,          &L->wo,
                                              &L->w_gate,       &L->w_up,        &L->w_down,      &L->ffn_gate_inp,
                                              &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, &L->ffn_gate_shexp,
                                              &L->ffn_down_shexp, &L->wq_a,      &L->wq_b,        &L->wkv_a,
-                                             &L->wk_b,         &L->wv_b};
-            for (int i = 0; i < 18 && !why; i++)
+                                             &L->wk_b,         &L->wv_b,        &L->ffn_gate_inp_shexp, &L->ssm_in,
+                                             &L->ssm_ba,       &L->ssm_qkv,     &L->ssm_z,       &L->ssm_beta,
+                                             &L->ssm_alpha,    &L->ssm_out};
+            for (int i = 0; i < 26 && !why; i++)
                 if (w[i]->data && !dj_vk_matmul_supports(w[i]->type)) why = "a weight type without a Vulkan matmul shader";
             if (!why && L->ffn_up_shexp.data && !dj_vk_matmul_supports(L->ffn_up_shexp.type))
                 why = "a weight type without a Vulkan matmul shader";
@@ -254,7 +263,8 @@ void gpu_ctx_free(struct dj_context *c) {
         weight_free(vk, &g->output);
         struct dj_vk_buf *acts[] = {g->x,      g->xn, g->q, g->k,   g->v,   g->att, g->g,  g->u,
                                     g->cs,     g->xo, g->logits, g->kv, g->z, g->xin, g->ge, g->ue, g->eo,
-                                    g->cs_local, g->gelu, g->sh, g->qa, g->kv_out};
+                                    g->cs_local, g->gelu, g->sh, g->qa, g->kv_out, g->qg, g->gate,
+                                    g->dna, g->dnb, g->dnc, g->dno};
         for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) dj_vk_buf_free(vk, acts[i]);
         dj_vk_close(vk);
     }
@@ -262,6 +272,7 @@ void gpu_ctx_free(struct dj_context *c) {
     free(g->kv_gen);
     free(g->h_kvout);
     free(g->row_word);
+    free(g->pend_kil);
     free(g->h_x);
     free(g->h_cs);
     free(g->h_cs_local);
@@ -285,9 +296,12 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     if (st != DJ_OK) return st;
     if (c->p.mtp) return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: MTP drafts do not run on the GPU yet");
     const struct kv_pool_params *pp = kv_pool_params(c->pool);
-    if (pp->k_only != hp->mla || pp->n_layer != hp->n_layer)
-        return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: a pool of %u layers (K only: %d) for a %u-layer model", pp->n_layer,
-                       (int)pp->k_only, hp->n_layer);
+    uint32_t n_layer_kv;
+    size_t rs_floats;
+    model_pool_shape(m, false, &n_layer_kv, &rs_floats);
+    if (pp->k_only != hp->mla || pp->n_layer != n_layer_kv)
+        return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: a pool of %u layers (K only: %d) for a model with %u K/V layers",
+                       pp->n_layer, (int)pp->k_only, n_layer_kv);
     struct dj_gpu *g = calloc(1, sizeof *g);
     if (!g) return dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
     c->gpu = g;
@@ -368,6 +382,7 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     if ((st = dj_vk_buf_new(g->vk, g->out_words * 4, true, &g->kv_out)) != DJ_OK) goto fail;
     g->h_kvout = malloc(g->out_words * 4);
     g->row_word = malloc((size_t)UB * sizeof(uint32_t));
+    g->pend_kil = malloc((size_t)hp->n_layer * sizeof(uint32_t));
     g->h_x = malloc((size_t)(UB * E) * sizeof(float));
     g->h_cs = malloc((size_t)(UB * hp->n_rot) * sizeof(float));
     g->h_cs_local = hp->rope_local ? malloc((size_t)(UB * hp->n_rot) * sizeof(float)) : NULL;
@@ -381,8 +396,16 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     g->ident = malloc((size_t)(UB * hp->n_head) * sizeof(uint32_t));
     for (int64_t i = 0; g->ident && i < UB * (int64_t)hp->n_head; i++) g->ident[i] = (uint32_t)i;
     if (hp->q_lora && (st = act_buf(g, (size_t)(UB * hp->q_lora), &g->qa)) != DJ_OK) goto fail;
+    if (hp->attn_gated && ((st = act_buf(g, (size_t)(2 * UB * Q), &g->qg)) || (st = act_buf(g, (size_t)(UB * Q), &g->gate))))
+        goto fail;
+    if (hp->rs_floats) {
+        const int64_t S = hp->ssm_d_state, KD = (int64_t)hp->ssm_n_k_heads * S, VD = (int64_t)hp->ssm_n_v_heads * S;
+        if ((st = act_buf(g, (size_t)(UB * (2 * KD + 2 * VD)), &g->dna)) || (st = act_buf(g, (size_t)(UB * VD), &g->dnb)) ||
+            (st = act_buf(g, (size_t)(UB * 2 * hp->ssm_n_v_heads), &g->dnc)) || (st = act_buf(g, (size_t)(UB * VD), &g->dno)))
+            goto fail;
+    }
     if ((hp->rope_local && !g->h_cs_local) || !g->h_temp || !g->ident || !g->gidx || !g->kv_gen || !g->h_kvout ||
-        !g->row_word || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
+        !g->row_word || !g->pend_kil || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
         !g->dseq || !g->dpos || !g->rows_seq) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
@@ -494,24 +517,24 @@ static enum dj_status mm_expert(struct dj_gpu *g, const struct gpu_weight *w, ui
 }
 
 /* The host's copy of the pool: the rows kv_store packed into g->kv_out since the last flush
- * (layers [g->out_l0, g->out_l1) of the ubatch's n tokens, K then V slices of n rows each),
- * read back at once and copied into the pool's blocks — the mirror's own bytes. */
+ * (the pending pool layers g->pend_kil of the ubatch's n tokens, K then V slices of n rows
+ * each), read back at once and copied into the pool's blocks — the mirror's own bytes. */
 static enum dj_status flush_rows(struct dj_context *c, const uint32_t *pos, struct kv_seq *const *seq, int64_t n) {
     struct dj_gpu *g = c->gpu;
-    const uint32_t n_lay = g->out_l1 - g->out_l0, bs = c->block_size;
+    const uint32_t n_lay = g->n_pend, bs = c->block_size;
     if (!n_lay) return DJ_OK;
     const int kinds = c->model->hp.mla ? 1 : 2; /* MLA's pool: one K row, no V */
     const size_t words = (size_t)n_lay * (size_t)kinds * (size_t)n * g->row_w;
     TRY(dj_vk_read(g->vk, g->kv_out, 0, g->h_kvout, words * 4)); /* waits for the work recorded */
     for (uint32_t l = 0; l < n_lay; l++) {
-        const uint32_t kil = c->model->layers[g->out_l0 + l].kv_il;
+        const uint32_t kil = g->pend_kil[l];
         for (int kv = 0; kv < kinds; kv++)
             for (int64_t t = 0; t < n; t++) {
                 void *row = kv ? kv_seq_v(seq[t], kil, pos[t], bs) : kv_seq_k(seq[t], kil, pos[t], bs);
                 memcpy(row, g->h_kvout + (((size_t)l * kinds + kv) * (size_t)n + (size_t)t) * g->row_w, g->row_w * 4);
             }
     }
-    g->out_l0 = g->out_l1;
+    g->n_pend = 0;
     return DJ_OK;
 }
 
@@ -524,21 +547,21 @@ static enum dj_status store_rows(struct dj_context *c, uint32_t il, const uint32
     struct dj_gpu *g = c->gpu;
     const struct dj_hparams *hp = &c->model->hp;
     const int64_t KV = (int64_t)hp->n_head_kv * hp->head_dim;
-    const uint32_t bs = c->block_size, NL = hp->n_layer, kil = c->model->layers[il].kv_il;
+    const uint32_t bs = c->block_size, NL = kv_pool_params(c->pool)->n_layer, kil = c->model->layers[il].kv_il;
     const int kinds = hp->mla ? 1 : 2;
     const bool f16 = c->p.type_k == DJ_TYPE_F16;
     const size_t slice = (size_t)n * g->row_w; /* words of one layer's K (or V) rows */
-    if ((size_t)(g->out_l1 - g->out_l0 + 1) * (size_t)kinds * slice > g->out_words) TRY(flush_rows(c, pos, seq, n));
+    if ((size_t)(g->n_pend + 1) * (size_t)kinds * slice > g->out_words) TRY(flush_rows(c, pos, seq, n));
     for (int kv = 0; kv < kinds; kv++) {
         for (int64_t t = 0; t < n; t++) {
             const uint32_t id = seq[t]->table[pos[t] / bs], r = pos[t] % bs;
             g->row_word[t] = (uint32_t)(((size_t)id * g->block_bytes + ((size_t)(kv ? NL + kil : kil) * bs + r) *
                                          g->row_w * 4) / 4);
         }
-        const size_t at = ((size_t)(g->out_l1 - g->out_l0) * (size_t)kinds + (size_t)kv) * slice;
+        const size_t at = ((size_t)g->n_pend * (size_t)kinds + (size_t)kv) * slice;
         TRY(dj_vk_kv_store(g->vk, g->kv, kv ? g->v : g->k, (size_t)KV, n, KV, f16, g->row_word, g->kv_out, at));
     }
-    g->out_l1 = il + 1;
+    g->pend_kil[g->n_pend++] = kil;
     return DJ_OK;
 }
 
@@ -646,19 +669,74 @@ static enum dj_status moe_ffn(struct dj_context *c, uint32_t il, int64_t n) {
     /* shared experts (deepseek2, glm4moe): a dense SwiGLU of the same rows, joined before the residual */
     const bool shexp = G->up_shexp.buf != NULL;
     if (shexp) TRY(dense_ffn(g, &G->gate_shexp, &G->up_shexp, &G->down_shexp, n, g->sh));
+    if (shexp && G->gate_inp_shexp.buf) { /* hybrids: the shared expert times sigmoid(gate . xn), on the host */
+        TRY(mm(g, &G->gate_inp_shexp, g->xn, g->z, n));
+        TRY(dj_vk_read(g->vk, g->z, 0, c->moe_z, (size_t)n * sizeof(float)));
+        for (int64_t t = 0; t < n; t++) c->moe_z[t] = 1.0f / (1.0f + expf(-c->moe_z[t]));
+        TRY(dj_vk_scale_rows(g->vk, g->sh, E, n, c->moe_z));
+    }
     return dj_vk_moe_sum(g->vk, g->x, g->eo, E, n, (int)K, c->moe_pos, c->moe_w, shexp ? g->sh : NULL);
+}
+
+/* out (rows of w's rows a token) from float c_off = W a for n tokens (mm at an offset). */
+static enum dj_status mm_at(struct dj_gpu *g, const struct gpu_weight *w, struct dj_vk_buf *a, struct dj_vk_buf *out,
+                            size_t c_off, int64_t n) {
+    for (int p = 0; p < w->n_parts; p++) {
+        const int64_t r0 = p * w->part_rows, nr = w->rows - r0 < w->part_rows ? w->rows - r0 : w->part_rows;
+        TRY(dj_vk_matmul(g->vk, w->type, w->k, part_buf(w, p), 0, w->ws, a, 0, (size_t)w->k, out, c_off + (size_t)r0,
+                         (size_t)w->rows, 0, nr, n));
+    }
+    return DJ_OK;
+}
+
+/* A hybrid's recurrent layer (Gated DeltaNet) on g->xn, its output added to g->x: the
+ * projections on the device, read back into the host buffers in the layouts forward.c's
+ * dn_project leaves (one sync); the conv, the delta rule over each sequence's state and the
+ * gated norm on the host with the CPU's own code (ctx_dn_recur; snapshots as on the CPU); the
+ * rows uploaded for ssm_out on the device.  The state stays in kv_seq.rs on the host. */
+static enum dj_status deltanet(struct dj_context *c, uint32_t il, struct kv_seq *const *seq, int64_t n,
+                               float *const *snap) {
+    struct dj_gpu *g = c->gpu;
+    struct dj_vk *vk = g->vk;
+    const struct dj_hparams *hp = &c->model->hp;
+    const struct dj_layer *L = &c->model->layers[il];
+    const struct gpu_layer *G = &g->layers[il];
+    const int64_t S = hp->ssm_d_state, NV = hp->ssm_n_v_heads, KD = (int64_t)hp->ssm_n_k_heads * S, VD = NV * S;
+    const size_t fl = sizeof(float);
+    if (G->ssm_in.buf) { /* qwen3next's older layout */
+        TRY(mm(g, &G->ssm_in, g->xn, g->dna, n));
+        TRY(mm(g, &G->ssm_ba, g->xn, g->dnc, n));
+        TRY(dj_vk_read(vk, g->dna, 0, c->dn_in, (size_t)(n * (2 * KD + 2 * VD)) * fl));
+        TRY(dj_vk_read(vk, g->dnc, 0, c->dn_bg, (size_t)(n * 2 * NV) * fl));
+    } else {
+        TRY(mm(g, &G->ssm_qkv, g->xn, g->dna, n));
+        TRY(mm(g, &G->ssm_z, g->xn, g->dnb, n));
+        if (G->ssm_ba.buf) {
+            TRY(mm(g, &G->ssm_ba, g->xn, g->dnc, n));
+        } else { /* beta rows, then alpha rows (forward.c's dn_o layout) */
+            TRY(mm(g, &G->ssm_beta, g->xn, g->dnc, n));
+            TRY(mm_at(g, &G->ssm_alpha, g->xn, g->dnc, (size_t)(n * NV), n));
+        }
+        TRY(dj_vk_read(vk, g->dna, 0, c->dn_qkv, (size_t)(n * (2 * KD + VD)) * fl));
+        TRY(dj_vk_read(vk, g->dnb, 0, c->dn_z, (size_t)(n * VD) * fl));
+        TRY(dj_vk_read(vk, g->dnc, 0, G->ssm_ba.buf ? c->dn_bg : c->dn_o, (size_t)(n * 2 * NV) * fl));
+    }
+    ctx_dn_recur(c, L, seq, n, snap);
+    TRY(dj_vk_write(vk, g->dno, 0, c->dn_o, (size_t)(n * VD) * fl));
+    TRY(mm(g, &G->ssm_out, g->dno, g->xn, n));
+    return dj_vk_add(vk, g->x, 0, g->xn, 0, n * hp->n_embd);
 }
 
 enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
                                   struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
-                                  float *logits) {
+                                  float *logits, float *const *snap) {
     const struct dj_model *m = c->model;
     const struct dj_hparams *hp = &m->hp;
     struct dj_gpu *g = c->gpu;
     struct dj_vk *vk = g->vk;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
     const int64_t V = hp->n_vocab, R = hp->n_rot;
-    const uint32_t bs = c->block_size, NL = hp->n_layer;
+    const uint32_t bs = c->block_size, NL = hp->n_layer, NLP = kv_pool_params(c->pool)->n_layer; /* NLP: the pool's */
     for (int64_t t = 0; t < n; t++) {
         gpu_embed_row(c, toks[t], g->h_x + t * E);
         gpu_rope_cs(c, pos[t], false, g->h_cs + t * R);
@@ -670,7 +748,7 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     if (hp->rope_local) TRY(dj_vk_write(vk, g->cs_local, 0, g->h_cs_local, (size_t)(n * R) * sizeof(float)));
     size_t n_blocks = 0;
     TRY(tables(c, pos, seq, n, &n_blocks));
-    g->out_l0 = g->out_l1 = 0; /* no rows pending for the host */
+    g->n_pend = 0; /* no rows pending for the host */
     const bool f16 = c->p.type_k == DJ_TYPE_F16;
     const size_t esz = f16 ? 2 : 4, row_e = (size_t)KV;
     for (uint32_t il = 0; il < NL; il++) {
@@ -680,7 +758,17 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
             TRY(mla_attn(c, il, pos, seq, n, n_blocks));
             goto ffn;
         }
-        TRY(mm(g, &G->wq, g->xn, g->q, n));
+        if (m->layers[il].recurrent) {
+            TRY(deltanet(c, il, seq, n, snap));
+            goto ffn;
+        }
+        if (hp->attn_gated) { /* per head [q | gate] (forward.c): split into q and the gates */
+            TRY(mm(g, &G->wq, g->xn, g->qg, n));
+            TRY(dj_vk_gather(vk, g->q, 0, (size_t)hd, g->qg, 0, 2 * (size_t)hd, hd, g->ident, n * hp->n_head));
+            TRY(dj_vk_gather(vk, g->gate, 0, (size_t)hd, g->qg, (size_t)hd, 2 * (size_t)hd, hd, g->ident, n * hp->n_head));
+        } else {
+            TRY(mm(g, &G->wq, g->xn, g->q, n));
+        }
         TRY(mm(g, &G->wk, g->xn, g->k, n));
         TRY(mm(g, &G->wv, g->xn, g->v, n));
         if (G->bq.buf) TRY(dj_vk_add_bias(vk, g->q, 0, G->bq.buf, 0, Q, n)); /* qwen2, gpt-oss, glm4moe */
@@ -703,13 +791,14 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
         const size_t kil = m->layers[il].kv_il;
         const struct dj_vk_attn_shape sh = {hp->n_head, hp->n_head_kv, (uint32_t)hd,
                                             bs, g->block_bytes / esz, kil * bs * row_e,
-                                            (NL + kil) * bs * row_e, row_e, (size_t)Q,
+                                            (NLP + kil) * bs * row_e, row_e, (size_t)Q,
                                             /* gemma scales the query after rope by attn_q_scale and the
                                                scores by 1: here the scores, by the same factor */
                                             hp->attn_q_scale != 0 ? hp->attn_q_scale : 1.0f / sqrtf((float)hd),
                                             f16, m->layers[il].n_swa, hp->attn_softcap,
                                             (const float *)m->layers[il].attn_sinks.data};
         TRY(dj_vk_attn(vk, &sh, g->q, g->kv, g->att, n, pos, g->tab_start, g->blocks, n_blocks));
+        if (hp->attn_gated) TRY(dj_vk_sigmoid_mul(vk, g->att, 0, g->gate, 0, n * Q)); /* times sigmoid(gate) */
         TRY(mm(g, &G->wo, g->att, g->xn, n));
         if (G->bo.buf) TRY(dj_vk_add_bias(vk, g->xn, 0, G->bo.buf, 0, E, n));
         if (G->attn_post_norm.buf) /* gemma: the attention output's own RMSNorm before the residual */

@@ -23,6 +23,12 @@
  * (dj_context.dn_us) for a 256-token prefill and 16 decode steps on one thread; with
  * DJ_HYBRID_TIMING=FILE also for that model (512 tokens, 1 and 2 threads), e.g. the
  * 35b-a3b preset cut to 4 layers (docs/ARCHITECTURE.md).
+ *
+ * With DJ_TEST_GPU=N (CTest's model/test_hybrid_forward_vulkan_f32: Vulkan device 0, lavapipe
+ * in CI) every context runs on that device — the projections, attention and FFN there, the
+ * conv and the delta rule on the host with the CPU's code — and the same checks run with 2
+ * schedules (ubatch 1 and 7) on models with stories260K's 512-token vocabulary (lavapipe's
+ * cost is the output product); exit 77 (SKIP) without a device.
  */
 #include <stdint.h>
 #include <unistd.h>
@@ -31,9 +37,12 @@
 #include "core/timer.h"
 #include "model/context.h"
 #include "test.h"
+#include "test_gpu.h"
 #include "test_run.h"
 
 enum { N_SEQ = 5, MAX_LEN = 80, MAX_CHUNK = 40 };
+
+static uint32_t g_gpu; /* DJ_TEST_GPU: 0 the CPU, N Vulkan device N - 1 */
 
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 static uint32_t rnd(uint32_t n) {
@@ -117,6 +126,7 @@ static void check_model(const char *path, const char *what) {
         struct dj_ctx_params cp = ctx_default_params();
         cp.n_ctx = 256;
         cp.pool = pool;
+        cp.gpu = g_gpu;
         struct dj_context *c = NULL;
         CHECK(ctx_create(m, cp, &c) == DJ_OK);
         for (int s = 0; c && s < N_SEQ; s++) {
@@ -155,12 +165,13 @@ static void check_model(const char *path, const char *what) {
     }
 
 #ifdef DJ_SANITIZE_BUILD /* the sanitizer build: ubatch 7 on one thread and 512 on two only */
-    const uint32_t ubatches[] = {7, 512};
-    const int n_sched = 2;
+    static const uint32_t ubatches[] = {7, 512};
+    int n_sched = 2;
 #else
-    const uint32_t ubatches[] = {1, 7, 512, 1, 7, 512};
-    const int n_sched = 6;
+    static const uint32_t ubatches[] = {1, 7, 512, 1, 7, 512};
+    int n_sched = 6;
 #endif
+    if (g_gpu) n_sched = 2; /* lavapipe: ubatches of 1 and 7 (the GPU ignores the thread count) */
     size_t n_rows = 0, n_bad = 0, n_snap = 0, n_snap_bad = 0, n_state_bad = 0, n_kv_bad = 0, n_mixed = 0;
     for (int sch = 0; sch < n_sched; sch++) {
         struct dj_ctx_params cp = ctx_default_params();
@@ -168,6 +179,7 @@ static void check_model(const char *path, const char *what) {
         cp.n_ubatch = ubatches[sch];
         cp.n_threads = 1 + sch * 2 / n_sched;
         cp.pool = pool;
+        cp.gpu = g_gpu;
         struct dj_context *c = NULL;
         CHECK(ctx_create(m, cp, &c) == DJ_OK);
         if (!c) break;
@@ -240,14 +252,15 @@ static void check_model(const char *path, const char *what) {
     CHECKF(n_kv_bad == 0, "%s: %zu K/V rows differ", what, n_kv_bad);
     CHECKF(n_mixed > (size_t)n_sched && n_snap > 10 * (size_t)n_sched, "%s: only %zu mixed batches, %zu snapshots",
            what, n_mixed, n_snap);
-    printf("%s: %d schedules (ubatch %s, 1-2 threads), %zu logits rows, %zu snapshots, %zu multi-sequence batches: all "
-           "bitwise equal to each sequence alone\n", what, n_sched, n_sched == 6 ? "1/7/512" : "7/512", n_rows, n_snap,
-           n_mixed);
+    printf("%s%s: %d schedules (ubatch %u, %u%s, 1-2 threads), %zu logits rows, %zu snapshots, %zu multi-sequence "
+           "batches: all bitwise equal to each sequence alone\n", g_gpu ? "GPU " : "", what, n_sched, ubatches[0],
+           ubatches[1], n_sched > 2 ? ", 512" : "", n_rows, n_snap, n_mixed);
 
     { /* refusals, and a restart from 0 */
         struct dj_ctx_params cp = ctx_default_params();
         cp.n_ctx = 256;
         cp.pool = pool;
+        cp.gpu = g_gpu;
         struct dj_context *c = NULL;
         CHECK(ctx_create(m, cp, &c) == DJ_OK);
         struct kv_seq a;
@@ -284,7 +297,7 @@ static void check_model(const char *path, const char *what) {
 #ifdef DJ_SANITIZE_BUILD
     timing(m, what, 1, 32);
 #else
-    timing(m, what, 1, 256);
+    if (!g_gpu) timing(m, what, 1, 256); /* the CPU's recurrences */
 #endif
     for (int s = 0; s < N_SEQ; s++) {
         kv_seq_free(&ref_seq[s]);
@@ -299,6 +312,8 @@ static void check_model(const char *path, const char *what) {
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
+    const int grc = test_gpu_begin(&g_gpu);
+    if (grc) return grc;
     char dir[] = "/tmp/deja_test_hybrid_forward_XXXXXX";
     if (!mkdtemp(dir)) return 2;
     const char *tm = getenv("DJ_HYBRID_TIMING"); /* a hybrid model file to time as well (1 and 2 threads, 512 tokens) */
@@ -312,8 +327,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
         char path[600], *out = NULL;
         snprintf(path, sizeof path, "%s/%s-tiny.gguf", dir, archs[i]);
+        /* on the GPU stories260K's 512-token vocabulary: lavapipe's output product is the cost */
         int rc = RUN(&out, "synth", "--arch", (char *)archs[i], "--preset", "tiny", "--vocab-from",
-                     (char *)test_shared_path(argv[1], "vocab/ggml-vocab-llama-spm.gguf"), "-o", path, "-t", "2");
+                     (char *)test_shared_path(argv[1], g_gpu ? "models/stories260K.gguf" : "vocab/ggml-vocab-llama-spm.gguf"),
+                     "-o", path, "-t", "2");
         CHECKF(rc == 0, "synth %s: %s", archs[i], out);
         free(out);
         if (rc == 0) check_model(path, archs[i]);

@@ -219,6 +219,7 @@ enum {
     PIPE_MOE_SUM,
     PIPE_GEGLU,
     PIPE_SWIGLU_OAI,
+    PIPE_SWIGLU_SIGMUL,
     PIPE_BIAS,
     PIPE_MM_IQ2_XXS,
     PIPE_MM_IQ2_XS,
@@ -237,7 +238,7 @@ enum {
 };
 static const char *const pipe_shader[PIPE_COUNT] = {
     "mm_f32",  "mm_f16",  "mm_bf16", "mm_q8_0",   "mm_q4_0",  "mm_q4_k", "mm_q6_k",  "mm_q4_1",  "mm_q5_0",
-    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum", "geglu", "swiglu_oai", "bias",
+    "mm_q5_1", "mm_q5_k", "mm_iq4_nl", "mm_mxfp4", "mm_q2_k", "mm_q3_k", "mm_iq4_xs", "rmsnorm", "rope",    "swiglu",   "add",      "attn_f32", "attn_f16", "gather", "moe_sum", "geglu", "swiglu_oai", "swiglu_sigmul", "bias",
     "mm_iq2_xxs", "mm_iq2_xs", "mm_iq2_s", "mm_iq3_xxs", "mm_iq3_s", "mm_iq1_s", "mm_iq1_m", "mm_tq1_0", "mm_tq2_0", "kv_store", "mm_nvfp4", "mm_q1_0", "mm_q2_0"};
 
 #define DJ_VK_SETS 1024        /* descriptor sets recorded between two syncs */
@@ -881,6 +882,11 @@ enum dj_status dj_vk_swiglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off,
 enum dj_status dj_vk_swiglu_oai(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u,
                                 size_t u_off, int64_t n) {
     return elementwise(vk, PIPE_SWIGLU_OAI, "swiglu_oai", g, g_off, u, u_off, n);
+}
+
+enum dj_status dj_vk_sigmoid_mul(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *g,
+                                 size_t g_off, int64_t n) {
+    return elementwise(vk, PIPE_SWIGLU_SIGMUL, "sigmoid_mul", y, y_off, g, g_off, n);
 }
 
 /* bias.comp over n_rows rows of n floats of y from y_off: + b's row at b_off, or (scale) x b[b_off + r] */

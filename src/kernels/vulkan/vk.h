@@ -95,6 +95,9 @@ enum dj_status dj_vk_swiglu(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off,
                             size_t u_off, int64_t n);
 enum dj_status dj_vk_swiglu_oai(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_off, const struct dj_vk_buf *u,
                                 size_t u_off, int64_t n);
+/* y[i] = y[i] * sigmoid(g[i]) for n floats (the hybrids' gated attention). */
+enum dj_status dj_vk_sigmoid_mul(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *g,
+                                 size_t g_off, int64_t n);
 /* y[y_off + r n + i] += b[b_off + i] for n_rows rows of n floats (a bias row on every row). */
 enum dj_status dj_vk_add_bias(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *b,
                               size_t b_off, int64_t n, int64_t n_rows);

@@ -76,6 +76,11 @@ enum dj_status dj_vk_swiglu_oai(struct dj_vk *vk, struct dj_vk_buf *g, size_t g_
     (void)vk, (void)g, (void)g_off, (void)u, (void)u_off, (void)n;
     return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
 }
+enum dj_status dj_vk_sigmoid_mul(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *g,
+                                 size_t g_off, int64_t n) {
+    (void)vk, (void)y, (void)y_off, (void)g, (void)g_off, (void)n;
+    return dj_fail(DJ_ERR_UNSUPPORTED, "%s", why);
+}
 enum dj_status dj_vk_add_bias(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, const struct dj_vk_buf *b,
                               size_t b_off, int64_t n, int64_t n_rows) {
     (void)vk, (void)y, (void)y_off, (void)b, (void)b_off, (void)n, (void)n_rows;
