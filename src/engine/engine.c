@@ -199,9 +199,9 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
         if (max_blocks > 1073741824u) max_blocks = 1073741824u;
     }
     if (p->gpu) { /* the GPU forward pass: what it does not run yet, and a budget its K/V mirror holds */
-        if (p->spec.sources & (DJ_SPEC_BIT(DJ_SPEC_EXIT) | DJ_SPEC_BIT(DJ_SPEC_MTP)))
-            return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: early-exit and MTP drafts do not run on the GPU yet "
-                                               "(--spec-sources without exit and mtp)");
+        if (p->spec.sources & DJ_SPEC_BIT(DJ_SPEC_MTP))
+            return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: MTP drafts do not run on the GPU yet "
+                                               "(--spec-sources without mtp)");
         if (cfg->diff_enabled && cfg->diff_mode == LLAMA_OPT_DIFF_APPROX)
             return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: LLAMA_OPT_DIFF_MODE=approx does not run on the GPU yet");
         uint64_t cap = 0;

@@ -1576,10 +1576,21 @@ static enum dj_status run_ubatch(struct dj_context *c, const dj_token *toks, con
         forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits, pr, sp, snap);
         return DJ_OK;
     }
-    if (pr || sp)
-        return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: %s does not run on the GPU yet",
-                       pr ? "a K probe" : "a resumed or early-exited pass");
-    const enum dj_status st = gpu_forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits, snap);
+    if (pr) return dj_fail(DJ_ERR_UNSUPPORTED, "vulkan: a K probe does not run on the GPU yet");
+    struct gpu_span gs = {NULL, NULL, NULL, NULL, c->model->hp.n_layer, NULL};
+    if (sp) { /* the rows ordered by start layer, as forward_ubatch orders them */
+        gs.start = sp->start;
+        gs.hidden = sp->hidden;
+        gs.n_run = sp->n_run;
+        gs.hidden_out = sp->hidden_out;
+        if (sp->start && !ubatch_order(c, sp->start, pos, seq, n_ub)) {
+            pos = c->ppos;
+            seq = c->pseq;
+            gs.perm = c->perm;
+            gs.inv = c->inv;
+        }
+    }
+    const enum dj_status st = gpu_forward_ubatch(c, toks, pos, seq, n_ub, out, n_out, logits, snap, sp ? &gs : NULL);
     const float cap = c->model->hp.final_softcap;
     if (st == DJ_OK && logits && n_out && cap != 0) /* on the host, as the CPU path */
         softcap_row(logits, n_out * (int64_t)c->model->hp.n_vocab, cap);

@@ -14,11 +14,23 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
  * pool and the activation buffers (c->gpu); on failure c->gpu stays NULL. */
 enum dj_status gpu_ctx_create(struct dj_context *c, int device);
 void gpu_ctx_free(struct dj_context *c); /* accepts c->gpu NULL */
-/* One ubatch as forward.c's forward_ubatch (every layer, from the embeddings), on the device;
- * snap: NULL, or per row the recurrent state to copy after that token (dj_batch.rs_snap). */
+/* A ubatch that does not run every layer from the embeddings (early exit, resumed tokens:
+ * forward.c's ub_span), its rows ordered by start layer as forward.c's ubatch_order leaves them. */
+struct gpu_span {
+    const uint32_t *perm;  /* row -> token (rows sorted by start layer), or NULL: the identity */
+    const uint32_t *inv;   /* token -> row, or NULL */
+    const uint32_t *start; /* (n) per token: its first layer, or NULL: all 0 */
+    const float *hidden;   /* (n, n_embd) per token: the residual stream entering its start layer */
+    uint32_t n_run;        /* layers [0, n_run) run */
+    float *hidden_out;     /* (n, n_embd) per token, or NULL: the residual stream after layer n_run - 1 */
+};
+
+/* One ubatch as forward.c's forward_ubatch, on the device: every layer from the embeddings, or
+ * sp's layers (pos and seq then in row order); snap: NULL, or per row the recurrent state to
+ * copy after that token (dj_batch.rs_snap). */
 enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
                                   struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
-                                  float *logits, float *const *snap);
+                                  float *logits, float *const *snap, const struct gpu_span *sp);
 
 /* Tests: the blocks whose device mirror (of the generation it holds) differs from the pool's
  * host bytes; *n_checked: how many were compared.  0 when every mirrored block is the pool's. */

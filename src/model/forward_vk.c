@@ -138,7 +138,8 @@ struct dj_gpu {
     struct dj_vk_buf *kv_out; /* out_words words: the pending layers' rows, packed */
     uint32_t *h_kvout;        /* its copy on the host */
     size_t out_words, row_w;  /* row_w: words a K (V) row */
-    uint32_t *pend_kil, n_pend; /* the pool layers whose rows kv_out holds, in order */
+    uint32_t *pend_kil, *pend_n, n_pend; /* the pool layers whose rows kv_out holds, in order; their rows */
+    size_t *pend_at;          /* where each one's slices start in kv_out, in words */
     uint32_t *row_word;       /* (n_ubatch) where each token's row starts in the mirror, in words */
     float *h_x;               /* (n_ubatch, n_embd) embedding rows; (n_ubatch, n_rot) cos/sin rows */
     float *h_cs, *h_cs_local;
@@ -273,6 +274,8 @@ void gpu_ctx_free(struct dj_context *c) {
     free(g->h_kvout);
     free(g->row_word);
     free(g->pend_kil);
+    free(g->pend_n);
+    free(g->pend_at);
     free(g->h_x);
     free(g->h_cs);
     free(g->h_cs_local);
@@ -383,6 +386,8 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     g->h_kvout = malloc(g->out_words * 4);
     g->row_word = malloc((size_t)UB * sizeof(uint32_t));
     g->pend_kil = malloc((size_t)hp->n_layer * sizeof(uint32_t));
+    g->pend_n = malloc((size_t)hp->n_layer * sizeof(uint32_t));
+    g->pend_at = malloc((size_t)hp->n_layer * sizeof(size_t));
     g->h_x = malloc((size_t)(UB * E) * sizeof(float));
     g->h_cs = malloc((size_t)(UB * hp->n_rot) * sizeof(float));
     g->h_cs_local = hp->rope_local ? malloc((size_t)(UB * hp->n_rot) * sizeof(float)) : NULL;
@@ -405,7 +410,7 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
             goto fail;
     }
     if ((hp->rope_local && !g->h_cs_local) || !g->h_temp || !g->ident || !g->gidx || !g->kv_gen || !g->h_kvout ||
-        !g->row_word || !g->pend_kil || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
+        !g->row_word || !g->pend_kil || !g->pend_n || !g->pend_at || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
         !g->dseq || !g->dpos || !g->rows_seq) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
         goto fail;
@@ -517,31 +522,33 @@ static enum dj_status mm_expert(struct dj_gpu *g, const struct gpu_weight *w, ui
 }
 
 /* The host's copy of the pool: the rows kv_store packed into g->kv_out since the last flush
- * (the pending pool layers g->pend_kil of the ubatch's n tokens, K then V slices of n rows
- * each), read back at once and copied into the pool's blocks — the mirror's own bytes. */
-static enum dj_status flush_rows(struct dj_context *c, const uint32_t *pos, struct kv_seq *const *seq, int64_t n) {
+ * (per pending pool layer g->pend_kil[l]: its K then V slice of the first g->pend_n[l] rows of
+ * the ubatch, from word g->pend_at[l]), read back at once and copied into the pool's blocks —
+ * the mirror's own bytes. */
+static enum dj_status flush_rows(struct dj_context *c, const uint32_t *pos, struct kv_seq *const *seq) {
     struct dj_gpu *g = c->gpu;
     const uint32_t n_lay = g->n_pend, bs = c->block_size;
     if (!n_lay) return DJ_OK;
     const int kinds = c->model->hp.mla ? 1 : 2; /* MLA's pool: one K row, no V */
-    const size_t words = (size_t)n_lay * (size_t)kinds * (size_t)n * g->row_w;
+    const size_t words = g->pend_at[n_lay - 1] + (size_t)kinds * g->pend_n[n_lay - 1] * g->row_w;
     TRY(dj_vk_read(g->vk, g->kv_out, 0, g->h_kvout, words * 4)); /* waits for the work recorded */
     for (uint32_t l = 0; l < n_lay; l++) {
         const uint32_t kil = g->pend_kil[l];
+        const size_t nr = g->pend_n[l];
         for (int kv = 0; kv < kinds; kv++)
-            for (int64_t t = 0; t < n; t++) {
+            for (size_t t = 0; t < nr; t++) {
                 void *row = kv ? kv_seq_v(seq[t], kil, pos[t], bs) : kv_seq_k(seq[t], kil, pos[t], bs);
-                memcpy(row, g->h_kvout + (((size_t)l * kinds + kv) * (size_t)n + (size_t)t) * g->row_w, g->row_w * 4);
+                memcpy(row, g->h_kvout + g->pend_at[l] + ((size_t)kv * nr + t) * g->row_w, g->row_w * 4);
             }
     }
     g->n_pend = 0;
     return DJ_OK;
 }
 
-/* Layer il's new K (and V) rows, f32 in g->k / g->v on the device: stored in the pool's format
- * into the mirror where their blocks are (kv_store.comp), no readback before the attention that
- * reads them; and packed into g->kv_out for the host's copy (flush_rows: once a ubatch, or
- * when kv_out is full). */
+/* Layer il's new K (and V) rows (of the ubatch's first n rows), f32 in g->k / g->v on the
+ * device: stored in the pool's format into the mirror where their blocks are (kv_store.comp),
+ * no readback before the attention that reads them; and packed into g->kv_out for the host's
+ * copy (flush_rows: once a ubatch, or when kv_out is full). */
 static enum dj_status store_rows(struct dj_context *c, uint32_t il, const uint32_t *pos, struct kv_seq *const *seq,
                                  int64_t n) {
     struct dj_gpu *g = c->gpu;
@@ -550,18 +557,24 @@ static enum dj_status store_rows(struct dj_context *c, uint32_t il, const uint32
     const uint32_t bs = c->block_size, NL = kv_pool_params(c->pool)->n_layer, kil = c->model->layers[il].kv_il;
     const int kinds = hp->mla ? 1 : 2;
     const bool f16 = c->p.type_k == DJ_TYPE_F16;
-    const size_t slice = (size_t)n * g->row_w; /* words of one layer's K (or V) rows */
-    if ((size_t)(g->n_pend + 1) * (size_t)kinds * slice > g->out_words) TRY(flush_rows(c, pos, seq, n));
+    const size_t slice = (size_t)n * g->row_w; /* words of this layer's K (or V) rows */
+    size_t at = g->n_pend ? g->pend_at[g->n_pend - 1] + (size_t)kinds * g->pend_n[g->n_pend - 1] * g->row_w : 0;
+    if (at + (size_t)kinds * slice > g->out_words) {
+        TRY(flush_rows(c, pos, seq));
+        at = 0;
+    }
     for (int kv = 0; kv < kinds; kv++) {
         for (int64_t t = 0; t < n; t++) {
             const uint32_t id = seq[t]->table[pos[t] / bs], r = pos[t] % bs;
             g->row_word[t] = (uint32_t)(((size_t)id * g->block_bytes + ((size_t)(kv ? NL + kil : kil) * bs + r) *
                                          g->row_w * 4) / 4);
         }
-        const size_t at = ((size_t)g->n_pend * (size_t)kinds + (size_t)kv) * slice;
-        TRY(dj_vk_kv_store(g->vk, g->kv, kv ? g->v : g->k, (size_t)KV, n, KV, f16, g->row_word, g->kv_out, at));
+        TRY(dj_vk_kv_store(g->vk, g->kv, kv ? g->v : g->k, (size_t)KV, n, KV, f16, g->row_word, g->kv_out,
+                           at + (size_t)kv * slice));
     }
-    g->pend_kil[g->n_pend++] = kil;
+    g->pend_kil[g->n_pend] = kil;
+    g->pend_n[g->n_pend] = (uint32_t)n;
+    g->pend_at[g->n_pend++] = at;
     return DJ_OK;
 }
 
@@ -592,6 +605,7 @@ static enum dj_status mla_attn(struct dj_context *c, uint32_t il, const uint32_t
     TRY(dj_vk_rope(vk, g->k, (size_t)R, (size_t)D, n, 1, (int)P, (int)P, neox, g->cs, (size_t)P, g->rows_pos));
     TRY(dj_vk_rope(vk, g->att, (size_t)N, (size_t)(H * QW), n, (int)H, (int)QW, (int)P, neox, g->cs, (size_t)P,
                    g->rows_pos));
+    c->rope_hits += 2 * (uint64_t)n;
     TRY(store_rows(c, il, pos, seq, n));
     for (int64_t h = 0; h < H; h++) /* q~_h = K_b[h]^T q_nope_h into q's first kv_lora of head h */
         TRY(mm_slab(g, &G->wk_b, (uint32_t)h, R, g->att, (size_t)(h * QW), (size_t)(H * QW), g->q, (size_t)(h * D),
@@ -727,21 +741,99 @@ static enum dj_status deltanet(struct dj_context *c, uint32_t il, struct kv_seq 
     return dj_vk_add(vk, g->x, 0, g->xn, 0, n * hp->n_embd);
 }
 
-enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
-                                  struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
-                                  float *logits, float *const *snap) {
+/* Layer il over rows [0, n) of the ubatch (g->x), row t at pos[t] of seq[t]: its input norm,
+ * attention (MLA, recurrent or plain), FFN and residuals, as forward.c's layer_run. */
+static enum dj_status layer(struct dj_context *c, uint32_t il, const uint32_t *pos, struct kv_seq *const *seq, int64_t n,
+                            size_t n_blocks, float *const *snap) {
     const struct dj_model *m = c->model;
     const struct dj_hparams *hp = &m->hp;
     struct dj_gpu *g = c->gpu;
     struct dj_vk *vk = g->vk;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
-    const int64_t V = hp->n_vocab, R = hp->n_rot;
-    const uint32_t bs = c->block_size, NL = hp->n_layer, NLP = kv_pool_params(c->pool)->n_layer; /* NLP: the pool's */
-    for (int64_t t = 0; t < n; t++) {
-        gpu_embed_row(c, toks[t], g->h_x + t * E);
-        gpu_rope_cs(c, pos[t], false, g->h_cs + t * R);
-        if (hp->rope_local) gpu_rope_cs(c, pos[t], true, g->h_cs_local + t * R);
-        g->rows_pos[t] = (uint32_t)t;
+    const int64_t R = hp->n_rot;
+    const uint32_t bs = c->block_size, NLP = kv_pool_params(c->pool)->n_layer; /* the pool's layers */
+    const bool f16 = c->p.type_k == DJ_TYPE_F16;
+    const size_t esz = f16 ? 2 : 4, row_e = (size_t)KV;
+    const struct gpu_layer *G = &g->layers[il];
+    TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->attn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
+    if (hp->mla) {
+        TRY(mla_attn(c, il, pos, seq, n, n_blocks));
+        goto ffn;
+    }
+    if (m->layers[il].recurrent) {
+        TRY(deltanet(c, il, seq, n, snap));
+        goto ffn;
+    }
+    if (hp->attn_gated) { /* per head [q | gate] (forward.c): split into q and the gates */
+        TRY(mm(g, &G->wq, g->xn, g->qg, n));
+        TRY(dj_vk_gather(vk, g->q, 0, (size_t)hd, g->qg, 0, 2 * (size_t)hd, hd, g->ident, n * hp->n_head));
+        TRY(dj_vk_gather(vk, g->gate, 0, (size_t)hd, g->qg, (size_t)hd, 2 * (size_t)hd, hd, g->ident, n * hp->n_head));
+    } else {
+        TRY(mm(g, &G->wq, g->xn, g->q, n));
+    }
+    TRY(mm(g, &G->wk, g->xn, g->k, n));
+    TRY(mm(g, &G->wv, g->xn, g->v, n));
+    if (G->bq.buf) TRY(dj_vk_add_bias(vk, g->q, 0, G->bq.buf, 0, Q, n)); /* qwen2, gpt-oss, glm4moe */
+    if (G->bk.buf) TRY(dj_vk_add_bias(vk, g->k, 0, G->bk.buf, 0, KV, n));
+    if (G->bv.buf) TRY(dj_vk_add_bias(vk, g->v, 0, G->bv.buf, 0, KV, n));
+    if (G->q_norm.buf) /* qwen3: each head's RMSNorm before rope, in place (one head a "token") */
+        TRY(dj_vk_rmsnorm(vk, g->q, (size_t)hd, G->q_norm.buf, g->q, (size_t)hd, hd, n * hp->n_head, hp->rms_eps));
+    if (G->k_norm.buf)
+        TRY(dj_vk_rmsnorm(vk, g->k, (size_t)hd, G->k_norm.buf, g->k, (size_t)hd, hd, n * hp->n_head_kv, hp->rms_eps));
+    const struct dj_vk_buf *cs = m->layers[il].rope_local ? g->cs_local : g->cs;
+    TRY(dj_vk_rope(vk, g->q, 0, (size_t)Q, n, (int)hp->n_head, (int)hd, (int)R, hp->rope_type == DJ_ROPE_NEOX,
+                   cs, (size_t)R, g->rows_pos));
+    TRY(dj_vk_rope(vk, g->k, 0, (size_t)KV, n, (int)hp->n_head_kv, (int)hd, (int)R,
+                   hp->rope_type == DJ_ROPE_NEOX, cs, (size_t)R, g->rows_pos));
+    c->rope_hits += 2 * (uint64_t)n; /* rotations from the host's table, q and k, as the CPU counts them */
+    if (hp->attn_temp_scale != 0) { /* mistral3: each query row times its position's factor */
+        for (int64_t t = 0; t < n; t++) g->h_temp[t] = ctx_attn_temp(hp, pos[t]);
+        TRY(dj_vk_scale_rows(vk, g->q, Q, n, g->h_temp));
+    }
+    TRY(store_rows(c, il, pos, seq, n)); /* to the pool as the CPU path stores them, and the mirror */
+    const size_t kil = m->layers[il].kv_il;
+    const struct dj_vk_attn_shape sh = {hp->n_head, hp->n_head_kv, (uint32_t)hd,
+                                        bs, g->block_bytes / esz, kil * bs * row_e,
+                                        (NLP + kil) * bs * row_e, row_e, (size_t)Q,
+                                        /* gemma scales the query after rope by attn_q_scale and the
+                                           scores by 1: here the scores, by the same factor */
+                                        hp->attn_q_scale != 0 ? hp->attn_q_scale : 1.0f / sqrtf((float)hd),
+                                        f16, m->layers[il].n_swa, hp->attn_softcap,
+                                        (const float *)m->layers[il].attn_sinks.data};
+    TRY(dj_vk_attn(vk, &sh, g->q, g->kv, g->att, n, pos, g->tab_start, g->blocks, n_blocks));
+    if (hp->attn_gated) TRY(dj_vk_sigmoid_mul(vk, g->att, 0, g->gate, 0, n * Q)); /* times sigmoid(gate) */
+    TRY(mm(g, &G->wo, g->att, g->xn, n));
+    if (G->bo.buf) TRY(dj_vk_add_bias(vk, g->xn, 0, G->bo.buf, 0, E, n));
+    if (G->attn_post_norm.buf) /* gemma: the attention output's own RMSNorm before the residual */
+        TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->attn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
+    TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
+ffn:
+    TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->ffn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
+    if (G->ffn_gate_inp.buf) return moe_ffn(c, il, n);
+    TRY(dense_ffn(g, &G->w_gate, &G->w_up, &G->w_down, n, g->xn));
+    if (G->ffn_post_norm.buf)
+        TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->ffn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
+    TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
+    return DJ_OK;
+}
+
+enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, const uint32_t *pos,
+                                  struct kv_seq *const *seq, int64_t n, const uint32_t *out, int64_t n_out,
+                                  float *logits, float *const *snap, const struct gpu_span *sp) {
+    const struct dj_model *m = c->model;
+    const struct dj_hparams *hp = &m->hp;
+    struct dj_gpu *g = c->gpu;
+    struct dj_vk *vk = g->vk;
+    const int64_t E = hp->n_embd, V = hp->n_vocab, R = hp->n_rot;
+    const uint32_t *perm = sp ? sp->perm : NULL, *inv = sp ? sp->inv : NULL, *start = sp ? sp->start : NULL;
+    const uint32_t n_run = sp ? sp->n_run : hp->n_layer;
+    for (int64_t j = 0; j < n; j++) { /* row j: token perm[j]; a token starting later enters with its hidden row */
+        const uint32_t t = perm ? perm[j] : (uint32_t)j;
+        if (start && start[t] > 0) memcpy(g->h_x + j * E, sp->hidden + (size_t)t * E, (size_t)E * sizeof(float));
+        else gpu_embed_row(c, toks[t], g->h_x + j * E);
+        gpu_rope_cs(c, pos[j], false, g->h_cs + j * R);
+        if (hp->rope_local) gpu_rope_cs(c, pos[j], true, g->h_cs_local + j * R);
+        g->rows_pos[j] = (uint32_t)j;
     }
     TRY(dj_vk_write(vk, g->x, 0, g->h_x, (size_t)(n * E) * sizeof(float)));
     TRY(dj_vk_write(vk, g->cs, 0, g->h_cs, (size_t)(n * R) * sizeof(float)));
@@ -749,78 +841,23 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
     size_t n_blocks = 0;
     TRY(tables(c, pos, seq, n, &n_blocks));
     g->n_pend = 0; /* no rows pending for the host */
-    const bool f16 = c->p.type_k == DJ_TYPE_F16;
-    const size_t esz = f16 ? 2 : 4, row_e = (size_t)KV;
-    for (uint32_t il = 0; il < NL; il++) {
-        const struct gpu_layer *G = &g->layers[il];
-        TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->attn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
-        if (hp->mla) {
-            TRY(mla_attn(c, il, pos, seq, n, n_blocks));
-            goto ffn;
-        }
-        if (m->layers[il].recurrent) {
-            TRY(deltanet(c, il, seq, n, snap));
-            goto ffn;
-        }
-        if (hp->attn_gated) { /* per head [q | gate] (forward.c): split into q and the gates */
-            TRY(mm(g, &G->wq, g->xn, g->qg, n));
-            TRY(dj_vk_gather(vk, g->q, 0, (size_t)hd, g->qg, 0, 2 * (size_t)hd, hd, g->ident, n * hp->n_head));
-            TRY(dj_vk_gather(vk, g->gate, 0, (size_t)hd, g->qg, (size_t)hd, 2 * (size_t)hd, hd, g->ident, n * hp->n_head));
-        } else {
-            TRY(mm(g, &G->wq, g->xn, g->q, n));
-        }
-        TRY(mm(g, &G->wk, g->xn, g->k, n));
-        TRY(mm(g, &G->wv, g->xn, g->v, n));
-        if (G->bq.buf) TRY(dj_vk_add_bias(vk, g->q, 0, G->bq.buf, 0, Q, n)); /* qwen2, gpt-oss, glm4moe */
-        if (G->bk.buf) TRY(dj_vk_add_bias(vk, g->k, 0, G->bk.buf, 0, KV, n));
-        if (G->bv.buf) TRY(dj_vk_add_bias(vk, g->v, 0, G->bv.buf, 0, KV, n));
-        if (G->q_norm.buf) /* qwen3: each head's RMSNorm before rope, in place (one head a "token") */
-            TRY(dj_vk_rmsnorm(vk, g->q, (size_t)hd, G->q_norm.buf, g->q, (size_t)hd, hd, n * hp->n_head, hp->rms_eps));
-        if (G->k_norm.buf)
-            TRY(dj_vk_rmsnorm(vk, g->k, (size_t)hd, G->k_norm.buf, g->k, (size_t)hd, hd, n * hp->n_head_kv, hp->rms_eps));
-        const struct dj_vk_buf *cs = m->layers[il].rope_local ? g->cs_local : g->cs;
-        TRY(dj_vk_rope(vk, g->q, 0, (size_t)Q, n, (int)hp->n_head, (int)hd, (int)R, hp->rope_type == DJ_ROPE_NEOX,
-                       cs, (size_t)R, g->rows_pos));
-        TRY(dj_vk_rope(vk, g->k, 0, (size_t)KV, n, (int)hp->n_head_kv, (int)hd, (int)R,
-                       hp->rope_type == DJ_ROPE_NEOX, cs, (size_t)R, g->rows_pos));
-        if (hp->attn_temp_scale != 0) { /* mistral3: each query row times its position's factor */
-            for (int64_t t = 0; t < n; t++) g->h_temp[t] = ctx_attn_temp(hp, pos[t]);
-            TRY(dj_vk_scale_rows(vk, g->q, Q, n, g->h_temp));
-        }
-        TRY(store_rows(c, il, pos, seq, n)); /* to the pool as the CPU path stores them, and the mirror */
-        const size_t kil = m->layers[il].kv_il;
-        const struct dj_vk_attn_shape sh = {hp->n_head, hp->n_head_kv, (uint32_t)hd,
-                                            bs, g->block_bytes / esz, kil * bs * row_e,
-                                            (NLP + kil) * bs * row_e, row_e, (size_t)Q,
-                                            /* gemma scales the query after rope by attn_q_scale and the
-                                               scores by 1: here the scores, by the same factor */
-                                            hp->attn_q_scale != 0 ? hp->attn_q_scale : 1.0f / sqrtf((float)hd),
-                                            f16, m->layers[il].n_swa, hp->attn_softcap,
-                                            (const float *)m->layers[il].attn_sinks.data};
-        TRY(dj_vk_attn(vk, &sh, g->q, g->kv, g->att, n, pos, g->tab_start, g->blocks, n_blocks));
-        if (hp->attn_gated) TRY(dj_vk_sigmoid_mul(vk, g->att, 0, g->gate, 0, n * Q)); /* times sigmoid(gate) */
-        TRY(mm(g, &G->wo, g->att, g->xn, n));
-        if (G->bo.buf) TRY(dj_vk_add_bias(vk, g->xn, 0, G->bo.buf, 0, E, n));
-        if (G->attn_post_norm.buf) /* gemma: the attention output's own RMSNorm before the residual */
-            TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->attn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
-        TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
-    ffn:
-        TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, G->ffn_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
-        if (G->ffn_gate_inp.buf) {
-            TRY(moe_ffn(c, il, n));
-            continue;
-        }
-        TRY(dense_ffn(g, &G->w_gate, &G->w_up, &G->w_down, n, g->xn));
-        if (G->ffn_post_norm.buf)
-            TRY(dj_vk_rmsnorm(vk, g->xn, (size_t)E, G->ffn_post_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
-        TRY(dj_vk_add(vk, g->x, 0, g->xn, 0, n * E));
+    int64_t n_act = start ? 0 : n; /* rows [0, n_act) run the layer: the rows are sorted by start layer */
+    for (uint32_t il = 0; il < n_run; il++) {
+        while (n_act < n && start[perm ? perm[n_act] : (uint32_t)n_act] <= il) n_act++;
+        if (n_act) TRY(layer(c, il, pos, seq, n_act, n_blocks, snap));
     }
-    TRY(flush_rows(c, pos, seq, n)); /* the pool's host copy, as the CPU path leaves it */
+    TRY(flush_rows(c, pos, seq)); /* the pool's host copy, as the CPU path leaves it */
+    if (sp && sp->hidden_out) { /* each token's residual stream after layer n_run - 1 */
+        TRY(dj_vk_read(vk, g->x, 0, g->h_x, (size_t)(n * E) * sizeof(float)));
+        for (int64_t t = 0; t < n; t++)
+            memcpy(sp->hidden_out + t * E, g->h_x + (inv ? inv[t] : (uint32_t)t) * E, (size_t)E * sizeof(float));
+    }
     if (!logits || !n_out) return DJ_OK;
     TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, g->output_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
     for (int64_t r0 = 0; r0 < n_out; r0 += GPU_LOGIT_ROWS) { /* the wanted rows, gathered: one product */
         const int64_t nr = n_out - r0 < GPU_LOGIT_ROWS ? n_out - r0 : GPU_LOGIT_ROWS;
-        TRY(dj_vk_gather(vk, g->xo, 0, (size_t)E, g->xn, 0, (size_t)E, E, out + r0, nr));
+        for (int64_t r = 0; r < nr; r++) g->gidx[r] = inv ? inv[out[r0 + r]] : out[r0 + r];
+        TRY(dj_vk_gather(vk, g->xo, 0, (size_t)E, g->xn, 0, (size_t)E, E, g->gidx, nr));
         TRY(mm(g, &g->output, g->xo, g->logits, nr));
         TRY(dj_vk_read(vk, g->logits, 0, logits + r0 * V, (size_t)(nr * V) * sizeof(float)));
     }

@@ -23,6 +23,11 @@
  * per layer run); bad n_exit and bad start layers give DJ_ERR_INVALID.
  * Last, `deja perplexity --exit-scan --json` (the measurement for choosing L)
  * runs and reports every exit layer, and its perplexity is unchanged by it.
+ *
+ * With DJ_TEST_GPU=N (CTest's model/test_early_exit_vulkan_f16: Vulkan device 0, lavapipe in
+ * CI) the same cases run on that device for stories260K (its K/V type and f32): drafts that
+ * exit early, verification batches mixing start layers in one ubatch (rows ordered by start
+ * layer, as on the CPU), bitwise the GPU's plain run; exit 77 (SKIP) without a device.
  */
 #include <stdint.h>
 
@@ -30,9 +35,12 @@
 #include "core/hash.h"
 #include "model/context.h"
 #include "test.h"
+#include "test_gpu.h"
 #include "test_run.h"
 
 enum { N_SEQ = 3, PRE = 21, K = 4, MAX_LEN = PRE + 2 * (K + 2) + 2, N_CTX = 128 };
+
+static uint32_t g_gpu; /* DJ_TEST_GPU: 0 the CPU, N Vulkan device N - 1 */
 
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 static uint32_t rnd(uint32_t n) {
@@ -123,6 +131,7 @@ static void check_model(const char *path, uint32_t kv_type) {
     struct dj_ctx_params cp = ctx_default_params();
     cp.n_ctx = N_CTX;
     cp.pool = pool;
+    cp.gpu = g_gpu;
     cp.rope_table_max = N_CTX; /* every rotation a table hit: counts the layers run */
     float *lg = malloc(MAX_LEN * 2 * V * sizeof(float));
     float *hid = malloc(MAX_LEN * E * sizeof(float));
@@ -319,8 +328,15 @@ static void check_exit_scan_cli(const char *shared) {
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
+    const int grc = test_gpu_begin(&g_gpu);
+    if (grc) return grc;
     const char *models[2] = {test_shared_path(argv[1], "models/stories260K.gguf"),
                              test_shared_path(argv[1], "models/codelm-15m-f16.gguf")};
+    if (g_gpu) { /* lavapipe: stories260K; the CLI's scan runs on the CPU */
+        check_model(models[0], kv_type_default());
+        if (kv_type_default() != DJ_TYPE_F32) check_model(models[0], DJ_TYPE_F32);
+        TEST_END();
+    }
     for (int i = 0; i < 2; i++) {
         check_model(models[i], kv_type_default());
         if (kv_type_default() != DJ_TYPE_F32) check_model(models[i], DJ_TYPE_F32);

@@ -333,6 +333,12 @@ int main(int argc, char **argv) {
         const unsigned LM = DJ_SPEC_BIT(DJ_SPEC_LOOKUP) | DJ_SPEC_BIT(DJ_SPEC_MEMO);
         for (int adaptive = 0; adaptive < 2; adaptive++)
             for (int batched = 0; batched < 2; batched++) run_spec(m, gq, 3, gref, gpasses, LM, adaptive, batched);
+        /* early-exit drafts on the GPU: at layer 3 of 5 (fixed: some must be accepted), and with
+         * lookup and memo, adaptive, the exit layer calibrated, batched */
+        exit_layer = 3;
+        run_spec(m, gq, 3, gref, gpasses, DJ_SPEC_BIT(DJ_SPEC_EXIT), false, false);
+        exit_layer = 0;
+        run_spec(m, gq, 3, gref, gpasses, LM | DJ_SPEC_BIT(DJ_SPEC_EXIT), true, true);
         free(ts);
         model_free(m);
         TEST_END();
