@@ -8,15 +8,17 @@
  * embedded in the binary (src/kernels/vulkan/shaders); a build without glslc or the
  * Vulkan headers compiles vk_none.c instead, which reports that and lists nothing.
  *
- * What exists (issue 32, first part): device enumeration, a compute context per device,
- * buffers (device-local weights uploaded through a staging buffer; host-visible
- * activations), and the matmul and RMSNorm shaders with their invariance contract.  The
- * model's forward pass does not run on the GPU yet (docs/ARCHITECTURE.md, "GPU").
+ * What it has: device enumeration, a compute context per device, buffers (device-local
+ * weights uploaded through a staging buffer; host-visible activations), and the operations
+ * of every layer deja runs — matmul for every weight type, norms, rope, attention over the
+ * paged cache (windows, caps, sinks, MLA's latent rows), the FFN activations, the MoE
+ * gather and sum, biases, the K/V store — each with its invariance contract.  The model's
+ * forward pass over them is src/model/forward_vk.c (docs/ARCHITECTURE.md, "GPU").
  *
  * Exactness: a GPU result need not equal the CPU's bits, but every output element has
- * one fixed reduction order that depends only on its own row and token (mm.comp), so
- * on one device and driver a token's result is the same bits alone or batched, in any
- * tile or row range.
+ * one fixed reduction order that depends only on its own row, token and position, so on
+ * one device and driver a token's result is the same bits alone or batched, in any tile or
+ * row range.
  *
  * Errors: every function that can fail returns an enum dj_status and leaves the message
  * in dj_last_error() (core/status.h).
