@@ -1,13 +1,15 @@
 /*
  * forward_vk.c — a context's forward pass on a Vulkan device (ctx_params.gpu; the backend
- * is src/kernels/vulkan/vk.h).  Issue 32: the llama family's decoders, dense or with gated
- * routed experts, q/k head norms (llama, Mixtral, qwen2 without biases, qwen3, qwen3moe: what
- * model_gpu_check accepts), weights of any type with a matmul shader, an f32 or f16 K/V cache.
+ * is src/kernels/vulkan/vk.h).  Issue 32: every architecture deja loads (what model_gpu_check
+ * accepts: llama, Mixtral, qwen2/3, qwen3moe, Gemma 2/3, gpt-oss, glm4moe, mistral3, deepseek2's
+ * MLA, the qwen35/qwen3next hybrids), every weight type, an f32 or f16 K/V cache; plain
+ * ubatches, early exit and resumed tokens (struct gpu_span).
  *
  * Per ubatch: the embedding rows are dequantized on the host and uploaded; every layer
  * runs on the device (RMSNorm, the q/k/v products, RoPE from host-computed cos/sin rows,
- * attention over the paged cache, the output product and residual add, the SwiGLU FFN or
- * the experts: moe_ffn below);
+ * attention over the paged cache, the output product and residual add, the FFN or the
+ * experts: moe_ffn below), except what the host does with the CPU's own code — MoE routing
+ * (the router's logits read back) and the hybrids' conv and delta rule (deltanet below);
  * the final norm and the output product give the wanted rows' logits, read back.
  *
  * The K/V cache.  The pool (src/kv) stays the source of truth and device-agnostic: its
