@@ -686,7 +686,7 @@ static void test_bias_oai(struct dj_vk *vk) {
     }
     CHECKF(bad == 0, "swiglu_oai: %d elements outside 2e-6", bad);
     /* rows [3, 3 + R) of W floats (from float 3 * W + 5) get bias row 2 of b; then each row times its factor */
-    float y[5 + 20 * W], b[4 * W], f[R], want[5 + 20 * W];
+    float y[5 + 20 * W], b[4 * W], f[R], want[5 + 20 * W], ry[5 + 20 * W];
     for (int i = 0; i < 5 + 20 * W; i++) y[i] = frand();
     for (int i = 0; i < 4 * W; i++) b[i] = frand();
     for (int i = 0; i < R; i++) f[i] = frand() * 3.0f;
@@ -695,12 +695,12 @@ static void test_bias_oai(struct dj_vk *vk) {
     memcpy(want, y, sizeof y);
     for (int rr = 0; rr < R; rr++)
         for (int i = 0; i < W; i++) want[5 + (3 + rr) * W + i] = y[5 + (3 + rr) * W + i] + b[2 * W + i];
-    CHECK(yb && dj_vk_read(vk, yb, 0, r, sizeof y) == DJ_OK);
-    CHECKF(!memcmp(r, want, sizeof y), "add_bias differs from the CPU's add");
-    CHECK(yb && dj_vk_scale_rows(vk, yb, W, R, f) == DJ_OK && dj_vk_read(vk, yb, 0, r, sizeof y) == DJ_OK);
+    CHECK(yb && dj_vk_read(vk, yb, 0, ry, sizeof y) == DJ_OK);
+    CHECKF(!memcmp(ry, want, sizeof y), "add_bias differs from the CPU's add");
+    CHECK(yb && dj_vk_scale_rows(vk, yb, W, R, f) == DJ_OK && dj_vk_read(vk, yb, 0, ry, sizeof y) == DJ_OK);
     for (int rr = 0; rr < R; rr++)
         for (int i = 0; i < W; i++) want[rr * W + i] *= f[rr];
-    CHECKF(!memcmp(r, want, sizeof y), "scale_rows differs from the CPU's product");
+    CHECKF(!memcmp(ry, want, sizeof y), "scale_rows differs from the CPU's product");
     CHECK(yb && bb && dj_vk_add_bias(vk, yb, 0, bb, 3 * W + 1, W, 1) == DJ_ERR_INVALID); /* past b's end */
     dj_vk_buf_free(vk, gb);
     dj_vk_buf_free(vk, ub);
