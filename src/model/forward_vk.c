@@ -130,7 +130,6 @@ struct dj_gpu {
     struct dj_vk_buf *qa;     /* MLA: the q LoRA's rows (n_ubatch, q_lora) */
     struct dj_vk_buf *qg, *gate; /* gated attention: per head [q | gate] rows; the gates */
     struct dj_vk_buf *dna, *dnb, *dnc, *dno; /* DeltaNet: the projections' rows; ssm_out's input */
-    uint32_t *ident;          /* MLA: 0, 1, ... (n_ubatch * n_head): the rows of a strided copy */
     uint32_t *gidx;           /* (n_ubatch * n_expert_used) the token of each expert row; the wanted rows */
     struct dj_vk_buf *kv;     /* the pool's blocks, max_blocks of block_bytes */
     uint32_t *kv_gen;         /* per block: the pool generation the mirror holds + 1 (0: none) */
@@ -166,17 +165,15 @@ enum dj_status model_gpu_check(const struct dj_model *m, uint32_t type_k, uint32
             else if (moe && (L->ffn_gate_exps_b.data != NULL) != (L->ffn_up_exps_b.data != NULL)) why = "one expert bias";
             else if (!moe && !L->w_gate.data) why = "an FFN without a gate";
             else if (L->recurrent && !L->ssm_out.data) why = "a recurrent layer without ssm_out";
-            const struct dj_weight *w[26] = {&L->wq,           &L->wk,          &L->wv,          &L->wo,
+            const struct dj_weight *w[27] = {&L->wq,           &L->wk,          &L->wv,          &L->wo,
                                              &L->w_gate,       &L->w_up,        &L->w_down,      &L->ffn_gate_inp,
                                              &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, &L->ffn_gate_shexp,
-                                             &L->ffn_down_shexp, &L->wq_a,      &L->wq_b,        &L->wkv_a,
-                                             &L->wk_b,         &L->wv_b,        &L->ffn_gate_inp_shexp, &L->ssm_in,
-                                             &L->ssm_ba,       &L->ssm_qkv,     &L->ssm_z,       &L->ssm_beta,
-                                             &L->ssm_alpha,    &L->ssm_out};
-            for (int i = 0; i < 26 && !why; i++)
+                                             &L->ffn_up_shexp, &L->ffn_down_shexp, &L->wq_a,     &L->wq_b,
+                                             &L->wkv_a,        &L->wk_b,        &L->wv_b,        &L->ffn_gate_inp_shexp,
+                                             &L->ssm_in,       &L->ssm_ba,      &L->ssm_qkv,     &L->ssm_z,
+                                             &L->ssm_beta,     &L->ssm_alpha,   &L->ssm_out};
+            for (int i = 0; i < 27 && !why; i++)
                 if (w[i]->data && !dj_vk_matmul_supports(w[i]->type)) why = "a weight type without a Vulkan matmul shader";
-            if (!why && L->ffn_up_shexp.data && !dj_vk_matmul_supports(L->ffn_up_shexp.type))
-                why = "a weight type without a Vulkan matmul shader";
         }
     if (!why && !dj_vk_matmul_supports(m->output.type)) why = "a weight type without a Vulkan matmul shader";
     if (why)
@@ -289,7 +286,6 @@ void gpu_ctx_free(struct dj_context *c) {
     free(g->rows_seq);
     free(g->gidx);
     free(g->h_temp);
-    free(g->ident);
     free(g);
     c->gpu = NULL;
 }
@@ -400,8 +396,6 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
     g->rows_seq = malloc((size_t)UB * sizeof(uint32_t));
     g->gidx = malloc((size_t)(KR > UB ? KR : UB) * sizeof(uint32_t));
     g->h_temp = malloc((size_t)UB * sizeof(float));
-    g->ident = malloc((size_t)(UB * hp->n_head) * sizeof(uint32_t));
-    for (int64_t i = 0; g->ident && i < UB * (int64_t)hp->n_head; i++) g->ident[i] = (uint32_t)i;
     if (hp->q_lora && (st = act_buf(g, (size_t)(UB * hp->q_lora), &g->qa)) != DJ_OK) goto fail;
     if (hp->attn_gated && ((st = act_buf(g, (size_t)(2 * UB * Q), &g->qg)) || (st = act_buf(g, (size_t)(UB * Q), &g->gate))))
         goto fail;
@@ -411,7 +405,7 @@ enum dj_status gpu_ctx_create(struct dj_context *c, int device) {
             (st = act_buf(g, (size_t)(UB * 2 * hp->ssm_n_v_heads), &g->dnc)) || (st = act_buf(g, (size_t)(UB * VD), &g->dno)))
             goto fail;
     }
-    if ((hp->rope_local && !g->h_cs_local) || !g->h_temp || !g->ident || !g->gidx || !g->kv_gen || !g->h_kvout ||
+    if ((hp->rope_local && !g->h_cs_local) || !g->h_temp || !g->gidx || !g->kv_gen || !g->h_kvout ||
         !g->row_word || !g->pend_kil || !g->pend_n || !g->pend_at || !g->h_x || !g->h_cs || !g->tab_start || !g->rows_pos ||
         !g->dseq || !g->dpos || !g->rows_seq) {
         st = dj_fail(DJ_ERR_NOMEM, "vulkan: out of memory");
@@ -447,16 +441,21 @@ size_t gpu_mirror_diff(struct dj_context *c, size_t *n_checked) {
         if (st_ != DJ_OK) return st_;                                                                              \
     } while (0)
 
-/* out (rows w->rows a token) = W a for n tokens, a part at a time: part p's rows land at
- * columns p * part_rows of out.  A row's result does not depend on which part holds it. */
-static enum dj_status mm(struct dj_gpu *g, const struct gpu_weight *w, struct dj_vk_buf *a, struct dj_vk_buf *out,
-                         int64_t n) {
+/* out (rows of w->rows a token, from float c_off) = W a for n tokens, a part at a time: part p's
+ * rows land at columns p * part_rows.  A row's result does not depend on which part holds it. */
+static enum dj_status mm_at(struct dj_gpu *g, const struct gpu_weight *w, struct dj_vk_buf *a, struct dj_vk_buf *out,
+                            size_t c_off, int64_t n) {
     for (int p = 0; p < w->n_parts; p++) {
         const int64_t r0 = p * w->part_rows, nr = w->rows - r0 < w->part_rows ? w->rows - r0 : w->part_rows;
-        TRY(dj_vk_matmul(g->vk, w->type, w->k, part_buf(w, p), 0, w->ws, a, 0, (size_t)w->k, out, (size_t)r0,
+        TRY(dj_vk_matmul(g->vk, w->type, w->k, part_buf(w, p), 0, w->ws, a, 0, (size_t)w->k, out, c_off + (size_t)r0,
                          (size_t)w->rows, 0, nr, n));
     }
     return DJ_OK;
+}
+
+static enum dj_status mm(struct dj_gpu *g, const struct gpu_weight *w, struct dj_vk_buf *a, struct dj_vk_buf *out,
+                         int64_t n) {
+    return mm_at(g, w, a, out, 0, n);
 }
 
 /* The ubatch's block tables: one per distinct sequence, up to the block of its last position in
@@ -505,8 +504,6 @@ static enum dj_status tables(struct dj_context *c, const uint32_t *pos, struct k
     return DJ_OK;
 }
 
-/* Expert e's slab of an experts matrix (ne1 = n_expert slabs of `rows` rows) over n_tok rows of
- * a (from row a_row, k floats each) into c (from row c_row, `rows` floats each). */
 /* Slab e (rows `rows` of a matrix stored as slabs: experts, MLA's heads) over n_tok rows of a
  * (from float a_off, as apart) into c (from c_off, ldc apart). */
 static enum dj_status mm_slab(struct dj_gpu *g, const struct gpu_weight *w, uint32_t e, int64_t rows,
@@ -517,6 +514,8 @@ static enum dj_status mm_slab(struct dj_gpu *g, const struct gpu_weight *w, uint
                         a_off, as, out, c_off, ldc, 0, rows, n_tok);
 }
 
+/* Expert e's slab of an experts matrix (ne1 = n_expert slabs of `rows` rows) over n_tok rows of
+ * a (from row a_row, k floats each) into c (from row c_row, `rows` floats each). */
 static enum dj_status mm_expert(struct dj_gpu *g, const struct gpu_weight *w, uint32_t e, int64_t rows,
                                 struct dj_vk_buf *a, int64_t a_row, struct dj_vk_buf *out, int64_t c_row, int64_t n_tok) {
     return mm_slab(g, w, e, rows, a, (size_t)(a_row * w->k), (size_t)w->k, out, (size_t)(c_row * rows), (size_t)rows,
@@ -613,7 +612,7 @@ static enum dj_status mla_attn(struct dj_context *c, uint32_t il, const uint32_t
         TRY(mm_slab(g, &G->wk_b, (uint32_t)h, R, g->att, (size_t)(h * QW), (size_t)(H * QW), g->q, (size_t)(h * D),
                     (size_t)(H * D), n));
     /* q_pe after it: rows (t, h) of P floats, QW apart from N in att, D apart from R in q */
-    TRY(dj_vk_gather(vk, g->q, (size_t)R, (size_t)D, g->att, (size_t)N, (size_t)QW, P, g->ident, n * H));
+    TRY(dj_vk_gather(vk, g->q, (size_t)R, (size_t)D, g->att, (size_t)N, (size_t)QW, P, NULL, n * H));
     const bool f16 = c->p.type_k == DJ_TYPE_F16;
     const size_t k_off = (size_t)c->model->layers[il].kv_il * c->block_size * (size_t)D;
     const struct dj_vk_attn_shape sh = {(uint32_t)H, 1, (uint32_t)D, c->block_size, g->block_bytes / (f16 ? 2 : 4),
@@ -627,13 +626,6 @@ static enum dj_status mla_attn(struct dj_context *c, uint32_t il, const uint32_t
     return dj_vk_add(vk, g->x, 0, g->xn, 0, n * E);
 }
 
-/* x += MoE(xn) for the ubatch's n rows (forward.c moe_ffn's equations): the router's logits
- * are read back and routed on the host by forward.c's own code (ctx_moe_route), so a token
- * picks its experts as on the CPU for the same logits; each used expert then runs over the
- * rows of the tokens that chose it (gathered into one block per expert, in ubatch order) and
- * each token sums its experts' outputs in its selection order (moe_sum.comp).  An expert row's
- * result is mm.comp's, whatever other tokens share its block, so a token's bits do not depend
- * on the batch. */
 /* The dense FFN of the n rows of g->xn into out (rows of n_embd): down(act(gate x) * up x), act
  * SiLU or the model's GELU (forward.c ffn_swiglu). */
 static enum dj_status dense_ffn(struct dj_gpu *g, const struct gpu_weight *gate, const struct gpu_weight *up,
@@ -654,6 +646,13 @@ static enum dj_status experts_bias(struct dj_context *c, int n_used, const struc
     return DJ_OK;
 }
 
+/* x += MoE(xn) for the ubatch's n rows (forward.c moe_ffn's equations): the router's logits
+ * are read back and routed on the host by forward.c's own code (ctx_moe_route), so a token
+ * picks its experts as on the CPU for the same logits; each used expert then runs over the
+ * rows of the tokens that chose it (gathered into one block per expert, in ubatch order) and
+ * each token sums its experts' outputs in its selection order (moe_sum.comp).  An expert row's
+ * result is mm.comp's, whatever other tokens share its block, so a token's bits do not depend
+ * on the batch. */
 static enum dj_status moe_ffn(struct dj_context *c, uint32_t il, int64_t n) {
     struct dj_gpu *g = c->gpu;
     const struct dj_hparams *hp = &c->model->hp;
@@ -692,17 +691,6 @@ static enum dj_status moe_ffn(struct dj_context *c, uint32_t il, int64_t n) {
         TRY(dj_vk_scale_rows(g->vk, g->sh, E, n, c->moe_z));
     }
     return dj_vk_moe_sum(g->vk, g->x, g->eo, E, n, (int)K, c->moe_pos, c->moe_w, shexp ? g->sh : NULL);
-}
-
-/* out (rows of w's rows a token) from float c_off = W a for n tokens (mm at an offset). */
-static enum dj_status mm_at(struct dj_gpu *g, const struct gpu_weight *w, struct dj_vk_buf *a, struct dj_vk_buf *out,
-                            size_t c_off, int64_t n) {
-    for (int p = 0; p < w->n_parts; p++) {
-        const int64_t r0 = p * w->part_rows, nr = w->rows - r0 < w->part_rows ? w->rows - r0 : w->part_rows;
-        TRY(dj_vk_matmul(g->vk, w->type, w->k, part_buf(w, p), 0, w->ws, a, 0, (size_t)w->k, out, c_off + (size_t)r0,
-                         (size_t)w->rows, 0, nr, n));
-    }
-    return DJ_OK;
 }
 
 /* A hybrid's recurrent layer (Gated DeltaNet) on g->xn, its output added to g->x: the
@@ -768,8 +756,8 @@ static enum dj_status layer(struct dj_context *c, uint32_t il, const uint32_t *p
     }
     if (hp->attn_gated) { /* per head [q | gate] (forward.c): split into q and the gates */
         TRY(mm(g, &G->wq, g->xn, g->qg, n));
-        TRY(dj_vk_gather(vk, g->q, 0, (size_t)hd, g->qg, 0, 2 * (size_t)hd, hd, g->ident, n * hp->n_head));
-        TRY(dj_vk_gather(vk, g->gate, 0, (size_t)hd, g->qg, (size_t)hd, 2 * (size_t)hd, hd, g->ident, n * hp->n_head));
+        TRY(dj_vk_gather(vk, g->q, 0, (size_t)hd, g->qg, 0, 2 * (size_t)hd, hd, NULL, n * hp->n_head));
+        TRY(dj_vk_gather(vk, g->gate, 0, (size_t)hd, g->qg, (size_t)hd, 2 * (size_t)hd, hd, NULL, n * hp->n_head));
     } else {
         TRY(mm(g, &G->wq, g->xn, g->q, n));
     }
@@ -855,11 +843,11 @@ enum dj_status gpu_forward_ubatch(struct dj_context *c, const dj_token *toks, co
             memcpy(sp->hidden_out + t * E, g->h_x + (inv ? inv[t] : (uint32_t)t) * E, (size_t)E * sizeof(float));
     }
     if (!logits || !n_out) return DJ_OK;
-    TRY(dj_vk_rmsnorm(vk, g->x, (size_t)E, g->output_norm.buf, g->xn, (size_t)E, E, n, hp->rms_eps));
-    for (int64_t r0 = 0; r0 < n_out; r0 += GPU_LOGIT_ROWS) { /* the wanted rows, gathered: one product */
+    for (int64_t r0 = 0; r0 < n_out; r0 += GPU_LOGIT_ROWS) { /* the wanted rows, gathered, normed: one product */
         const int64_t nr = n_out - r0 < GPU_LOGIT_ROWS ? n_out - r0 : GPU_LOGIT_ROWS;
         for (int64_t r = 0; r < nr; r++) g->gidx[r] = inv ? inv[out[r0 + r]] : out[r0 + r];
-        TRY(dj_vk_gather(vk, g->xo, 0, (size_t)E, g->xn, 0, (size_t)E, E, g->gidx, nr));
+        TRY(dj_vk_gather(vk, g->xo, 0, (size_t)E, g->x, 0, (size_t)E, E, g->gidx, nr));
+        TRY(dj_vk_rmsnorm(vk, g->xo, (size_t)E, g->output_norm.buf, g->xo, (size_t)E, E, nr, hp->rms_eps));
         TRY(mm(g, &g->output, g->xo, g->logits, nr));
         TRY(dj_vk_read(vk, g->logits, 0, logits + r0 * V, (size_t)(nr * V) * sizeof(float)));
     }

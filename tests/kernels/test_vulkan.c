@@ -45,7 +45,8 @@
  *   - MLA's attention (one K row of kv_lora + rope a position for all heads, its first kv_lora
  *     the value; DeepSeek's 576 / 512 and a small shape) against the double reference within
  *     1e-5, alone = batched, values past 512 refused;
- *   - the MoE layer's pieces: gather copies rows by index bitwise (NaN payloads included),
+ *   - the MoE layer's pieces: gather copies rows by index (or, without indices, row r to row
+ *     r) bitwise (NaN payloads included),
  *     the weighted sum of a token's expert rows equals the CPU's order (w_0 o_0 + w_1 o_1
  *     + ..., then the residual; no contraction; with shared experts' rows, x + (sum + sh))
  *     bitwise, a token alone = batched, and rows
@@ -590,6 +591,13 @@ static void test_moe_ops(struct dj_vk *vk) {
             bad2 += got[r * (N + 3) + N] != 0 || got[r * (N + 3) + N + 1] != 0 || got[r * (N + 3) + N + 2] != 0;
         }
         CHECKF(bad2 == 0, "gather into strided rows: %d rows wrong", bad2);
+        /* no index table: row r of x to row r of y (the strided copies of MLA and gated attention) */
+        CHECK(zb && xb && dj_vk_gather(vk, zb, 0, N + 3, xb, 4, 80, N, NULL, NX) == DJ_OK &&
+              dj_vk_read(vk, zb, 0, got, NX * (N + 3) * 4) == DJ_OK);
+        bad2 = 0;
+        for (int r = 0; r < NX; r++) bad2 += memcmp(got + r * (N + 3), x + 4 + r * 80, N * 4) != 0;
+        CHECKF(bad2 == 0, "gather without indices: %d rows wrong", bad2);
+        CHECK(zb && xb && dj_vk_gather(vk, zb, 0, N, xb, 4, 80, N, NULL, NX + 1) == DJ_ERR_INVALID);
         dj_vk_buf_free(vk, zb);
         free(z);
         free(got);

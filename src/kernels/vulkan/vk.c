@@ -806,7 +806,7 @@ enum dj_status dj_vk_rmsnorm(struct dj_vk *vk, const struct dj_vk_buf *x, size_t
 
 /* n words into the arena for the dispatches recorded next: *word = their first word.  A full
  * arena runs what is recorded (a sync) and starts again. */
-static enum dj_status arena_put(struct dj_vk *vk, const uint32_t *w, size_t n, uint32_t *word) {
+static enum dj_status arena_put(struct dj_vk *vk, const void *w, size_t n, uint32_t *word) {
     const enum dj_status ast = host_buf_lazy(vk, DJ_VK_ARENA, &vk->arena);
     if (ast != DJ_OK) return ast;
     const size_t cap = vk->arena->bytes / 4;
@@ -913,12 +913,8 @@ enum dj_status dj_vk_add_bias(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_of
 
 enum dj_status dj_vk_scale_rows(struct dj_vk *vk, struct dj_vk_buf *y, int64_t n, int64_t n_rows, const float *f) {
     if (n_rows <= 0) return n_rows ? dj_fail(DJ_ERR_INVALID, "vulkan: scale_rows: bad size") : DJ_OK;
-    uint32_t f0;
-    uint32_t *w = malloc((size_t)n_rows * 4);
-    if (!w) return dj_fail(DJ_ERR_NOMEM, "vulkan: scale_rows: out of memory");
-    memcpy(w, f, (size_t)n_rows * 4);
-    enum dj_status st = arena_put(vk, w, (size_t)n_rows, &f0);
-    free(w);
+    uint32_t f0; /* the factors' bits into the arena as they are */
+    const enum dj_status st = arena_put(vk, f, (size_t)n_rows, &f0);
     if (st != DJ_OK) return st;
     return bias_rows(vk, "scale_rows", y, 0, vk->arena, f0, n, n_rows, true);
 }
@@ -1039,20 +1035,23 @@ enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off,
     if (!n_rows) return DJ_OK;
     const size_t xw = x->bytes / 4; /* rows of x: those whose w words fit */
     const size_t x_rows = x_off > xw || (size_t)w > xw - x_off ? 0 : (xw - x_off - (size_t)w) / xs + 1;
-    for (int64_t r = 0; r < n_rows; r++)
+    if (!idx && (uint64_t)n_rows > x_rows) /* the identity: rows 0 .. n_rows - 1 */
+        return dj_fail(DJ_ERR_INVALID, "vulkan: gather: row %lld past the source's %zu rows", (long long)n_rows - 1,
+                       x_rows);
+    for (int64_t r = 0; idx && r < n_rows; r++)
         if (idx[r] >= x_rows)
             return dj_fail(DJ_ERR_INVALID, "vulkan: gather: row %u past the source's %zu rows", idx[r], x_rows);
     if (!floats_fit(y, y_off, ys, n_rows, w) || y->bytes / 4 > UINT32_MAX || x->bytes / 4 > UINT32_MAX ||
         (uint64_t)n_rows * (uint64_t)w > UINT32_MAX)
         return dj_fail(DJ_ERR_INVALID, "vulkan: gather: %lld rows of %lld do not fit their buffers", (long long)n_rows,
                        (long long)w);
-    uint32_t idx0, gx = 0, gy = 0;
+    uint32_t idx0 = UINT32_MAX, gx = 0, gy = 0; /* UINT32_MAX: the identity, no indices (gather.comp) */
     enum dj_status st = grid256(vk, n_rows * w, &gx, &gy);
-    if (st == DJ_OK) st = arena_put(vk, idx, (size_t)n_rows, &idx0);
+    if (st == DJ_OK && idx) st = arena_put(vk, idx, (size_t)n_rows, &idx0);
     if (st != DJ_OK) return st;
     const uint32_t push[7] = {(uint32_t)(n_rows * w), (uint32_t)w, (uint32_t)xs, (uint32_t)x_off, (uint32_t)y_off, idx0,
                               (uint32_t)ys};
-    const struct dj_vk_buf *bufs[3] = {y, x, vk->arena};
+    const struct dj_vk_buf *bufs[3] = {y, x, idx ? vk->arena : x};
     return dispatch(vk, PIPE_GATHER, bufs, 3, push, sizeof push, gx, gy);
 }
 

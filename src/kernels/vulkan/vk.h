@@ -146,7 +146,7 @@ enum dj_status dj_vk_kv_store(struct dj_vk *vk, struct dj_vk_buf *mirror, const 
                               size_t out_word);
 /* Row r of y (from y_off, rows ys floats apart) = row idx[r] of x (from x_off, rows xs floats
  * apart), w floats each, for n_rows rows: a copy of the bits.  idx: host memory (checked,
- * copied). */
+ * copied), or NULL for row r of x (a strided copy: no index table). */
 enum dj_status dj_vk_gather(struct dj_vk *vk, struct dj_vk_buf *y, size_t y_off, size_t ys, const struct dj_vk_buf *x,
                             size_t x_off, size_t xs, int64_t w, const uint32_t *idx, int64_t n_rows);
 /* The MoE layer's weighted sum into the residual: x[t] += w[t,0] o[rows[t,0]] + ... +

@@ -12,7 +12,7 @@ layout(push_constant) uniform P {
     uint xs;    /* words between rows of X */
     uint x_off;
     uint y_off;
-    uint idx0;  /* the first index in I */
+    uint idx0;  /* the first index in I; 0xFFFFFFFF: no indices, row i is row i of X */
     uint ys;    /* words between rows of Y */
 } p;
 
@@ -20,5 +20,6 @@ void main() {
     const uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 256u;
     if (i >= p.n) return;
     const uint r = i / p.w, j = i - r * p.w;
-    Y[p.y_off + r * p.ys + j] = X[p.x_off + I[p.idx0 + r] * p.xs + j];
+    const uint src = p.idx0 == 0xFFFFFFFFu ? r : I[p.idx0 + r];
+    Y[p.y_off + r * p.ys + j] = X[p.x_off + src * p.xs + j];
 }
