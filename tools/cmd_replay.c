@@ -94,8 +94,9 @@ static void replay_usage(FILE *f) {
             "                    simulation of a model that writes what the recorded agent wrote, to measure\n"
             "                    speculative drafts against real outputs (turns without a response generate 1 token)\n"
             "  --json            one JSON object instead of the per-turn lines\n"
-            "  --compare-exact   (with LLAMA_OPT_DIFF_MODE=approx) also run exact reuse and report the\n"
-            "                    KL divergence and top-1 agreement of every generated step\n"
+            "  --compare-exact   (with LLAMA_OPT_DIFF_MODE=approx or LLAMA_OPT_ATTN_PRUNE_ENABLED=1) also run\n"
+            "                    the exact engine and report the KL divergence and top-1 agreement of every\n"
+            "                    generated step\n"
             "Reuse is configured by LLAMA_OPT_DIFF_ENABLED, LLAMA_OPT_DEDUP_ENABLED, LLAMA_OPT_BLOCK_SIZE,\n"
             "LLAMA_OPT_PERSIST_ENABLED, LLAMA_OPT_PERSIST_DIR (docs/CONFIG.md); LLAMA_OPT_STATS=1 prints\n"
             "opt-stats lines on stderr.\n");
@@ -230,6 +231,7 @@ struct turn_row {
     size_t n_top1, n_steps;
     double t_exact_prefill_ms;
     uint64_t logits_hash; /* this turn's */
+    char *attn;           /* attention statistics: each block's weight after the turn ("-" prefix: skipped) */
 };
 
 struct logits_acc {
@@ -261,6 +263,22 @@ static void par_on_done(void *ud, const struct dj_turn_result *res) {
     struct rsess *r = ud;
     r->res = *res;
     r->done = true;
+}
+
+/* The session's per-block attention weights as a JSON array (a skipped block's weight
+ * negated), or NULL without statistics (or memory). */
+static char *attn_json(const struct dj_session *s) {
+    const float *w;
+    const uint8_t *sk;
+    const size_t nb = s ? engine_session_attn(s, &w, &sk) : 0;
+    if (!nb) return NULL;
+    char *out = malloc(nb * 16 + 3), *p = out;
+    if (!out) return NULL;
+    *p++ = '[';
+    for (size_t b = 0; b < nb; b++) p += sprintf(p, "%s%.3g", b ? "," : "", sk[b] ? -(double)w[b] : (double)w[b]);
+    *p++ = ']';
+    *p = '\0';
+    return out;
 }
 
 /* --compare-exact: the exact engine's logits of one turn, then the approximate
@@ -356,7 +374,8 @@ static int finish_turn(struct rsess *r, size_t i, const dj_token *fed, size_t G,
                                              cmp ? cmp->n_top1 : 0,
                                              cmp ? cmp->n_steps : 0,
                                              trx ? trx->t_prefill_ms : 0.0,
-                                             r->turn_lhash};
+                                             r->turn_lhash,
+                                             attn_json(r->s)};
     if (!json) {
         printf("%-5zu %-44.44s %8zu %8zu %8zu %8zu %8zu %8zu %8zu %10.1f %10.1f", r->n_turns,
                r->tr->session ? r->tr->session : r->tr->path, n, tr->n_reused_own, tr->n_reused_pool,
@@ -524,13 +543,15 @@ int cmd_replay(int argc, char **argv) {
         goto done;
     }
     if (compare) {
-        if (ep.opt.diff_mode != LLAMA_OPT_DIFF_APPROX || !ep.opt.diff_enabled) {
-            cli_error("replay", "--compare-exact compares approximate reuse with exact reuse: set "
-                      "LLAMA_OPT_DIFF_MODE=approx (and leave LLAMA_OPT_DIFF_ENABLED on)");
+        if ((ep.opt.diff_mode != LLAMA_OPT_DIFF_APPROX || !ep.opt.diff_enabled) && !ep.opt.attn_prune_enabled) {
+            cli_error("replay", "--compare-exact compares a Tier-2 option with the exact engine: set "
+                      "LLAMA_OPT_DIFF_MODE=approx (and leave LLAMA_OPT_DIFF_ENABLED on) or LLAMA_OPT_ATTN_PRUNE_ENABLED=1");
             goto done;
         }
         struct dj_engine_params xp = ep;
         xp.opt.diff_mode = LLAMA_OPT_DIFF_EXACT;
+        xp.opt.attn_prune_enabled = false;
+        xp.opt.attn_stats_enabled = false;
         xp.opt.stats_enabled = false;
         ref = malloc((size_t)n_gen * m->hp.n_vocab * sizeof *ref);
         ids_x = malloc((size_t)n_gen * sizeof *ids_x);
@@ -718,7 +739,7 @@ int cmd_replay(int argc, char **argv) {
 
     /* ---- totals ---- */
     size_t tot_prompt = 0, tot_own = 0, tot_pool = 0, tot_disk = 0, tot_ckpt = 0, tot_ckpt_disk = 0, tot_kv_re = 0, tot_comp = 0, tot_min = 0, tot_gen = 0, tot_parked = 0;
-    size_t tot_approx = 0, tot_blend = 0, tot_probed = 0;
+    size_t tot_approx = 0, tot_blend = 0, tot_probed = 0, tot_skipped = 0;
     double tot_prefill = 0, tot_decode = 0, tot_prefill_x = 0;
     struct dj_spec_counts tot_spec = {0};
     /* --compare-exact: [0] every turn, [1] the turns that reused something approximately */
@@ -746,11 +767,12 @@ int cmd_replay(int argc, char **argv) {
         tot_prefill += t->t_prefill_ms;
         tot_decode += t->t_decode_ms;
         tot_approx += t->n_reused_approx;
+        tot_skipped += t->n_attn_skipped;
         tot_blend += t->n_blend;
         tot_probed += t->n_probed;
         tot_prefill_x += rows[k].t_exact_prefill_ms;
         for (int g = 0; g < 2; g++) {
-            if (g == 1 && t->n_reused_approx == 0) continue;
+            if (g == 1 && t->n_reused_approx == 0 && t->n_attn_skipped == 0) continue;
             q_kl[g] += rows[k].kl_sum;
             if (rows[k].kl_max > q_kl_max[g]) q_kl_max[g] = rows[k].kl_max;
             q_top1[g] += rows[k].n_top1;
@@ -795,6 +817,10 @@ int cmd_replay(int argc, char **argv) {
                        t->n_reused_ckpt, t->n_reused_ckpt_disk, t->n_kv_recomputed);
             if (spec.sources || t->n_drafted)
                 printf(", \"n_drafted\": %zu, \"n_draft_accepted\": %zu", t->n_drafted, t->n_draft_accepted);
+            if (rows[k].attn)
+                printf(", \"n_attn_skipped\": %zu, \"n_attn_pruned\": %zu, \"n_attn_restored\": %zu, "
+                       "\"attn_weight\": %s",
+                       t->n_attn_skipped, t->n_attn_pruned, t->n_attn_restored, rows[k].attn);
             if (ex)
                 printf(", \"exact_prefill_ms\": %.3f, \"kl_mean\": %.6e, \"kl_max\": %.6e, \"top1_agree\": %zu",
                        rows[k].t_exact_prefill_ms, rows[k].n_steps ? rows[k].kl_sum / (double)rows[k].n_steps : 0.0,
@@ -824,6 +850,8 @@ int cmd_replay(int argc, char **argv) {
                ", \"restart_each_turn\": %s, \"restarts\": %zu, \"t_restart_ms\": %.3f",
                persist_on ? "true" : "false", os.persist_loads, os.persist_saves, restart_each ? "true" : "false",
                n_restarts, (double)t_restart_us / 1000.0);
+        printf(",\n \"n_attn_skipped\": %zu, \"attn_blocks_pruned\": %" PRIu64 ", \"attn_blocks_restored\": %" PRIu64,
+               tot_skipped, os.attn_blocks_pruned, os.attn_blocks_restored);
         printf(",\n \"teacher_force\": %s, \"spec\": ", teacher ? "true" : "false");
         cli_spec_json(stdout, &spec, &tot_spec, spec_n_gen, etot.n_forward - n_prefill_passes);
         printf(",\n \"parallel\": %zu, \"n_forward_passes\": %llu, \"n_decode_passes\": %llu, \"sessions\": [",
@@ -893,6 +921,7 @@ done:
             free(rs[i].resp);
         }
     free(rs);
+    for (size_t k = 0; k < n_rows; k++) free(rows[k].attn);
     free(rows);
     free(chains.v);
     free(ref);

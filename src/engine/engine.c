@@ -204,6 +204,9 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
                                                "(--spec-sources without mtp)");
         if (cfg->diff_enabled && cfg->diff_mode == LLAMA_OPT_DIFF_APPROX)
             return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: LLAMA_OPT_DIFF_MODE=approx does not run on the GPU yet");
+        if (cfg->attn_prune_enabled || cfg->attn_stats_enabled)
+            return dj_fail(DJ_ERR_UNSUPPORTED, "--device vulkan: attention statistics and pruning (LLAMA_OPT_ATTN_%s) do "
+                           "not run on the GPU yet", cfg->attn_prune_enabled ? "PRUNE_ENABLED" : "STATS_ENABLED");
         uint64_t cap = 0;
         if ((st = ctx_gpu_blocks_max(p->gpu, block_bytes, &cap))) return st;
         if (cap < one_ctx)
@@ -288,6 +291,20 @@ enum dj_status engine_create(const struct dj_model *m, const struct dj_engine_pa
         /* a draft of k tokens needs k rollback states: at most RS_SNAP_BUDGET of them per completion */
         e->rs_draft_max = RS_SNAP_BUDGET / state_bytes;
         if (e->rs_draft_max < 1) e->rs_draft_max = 1;
+    }
+    if (cfg->attn_prune_enabled || cfg->attn_stats_enabled) {
+        if (hp->mla)
+            dj_log(DJ_LOG_WARN, "LLAMA_OPT_ATTN_%s: MLA attention (%s) keeps no statistics yet: off",
+                   cfg->attn_prune_enabled ? "PRUNE_ENABLED" : "STATS_ENABLED", m->arch_name);
+        else {
+            e->attn_on = true;
+            e->prune = (struct kv_prune_params){cfg->attn_prune_enabled,
+                                                cfg->attn_prune_policy == LLAMA_OPT_PRUNE_H2O ? KV_PRUNE_H2O
+                                                                                              : KV_PRUNE_THRESHOLD,
+                                                cfg->attn_prune_threshold, cfg->attn_prune_window,
+                                                cfg->attn_prune_keep_first, cfg->attn_prune_keep_last,
+                                                cfg->attn_prune_budget};
+        }
     }
     if (e->cfg.persist_enabled) engine_open_store(e);
     if (e->p.spec.draft_max > DJ_FEED_MAX - 1) e->p.spec.draft_max = DJ_FEED_MAX - 1;
@@ -392,6 +409,8 @@ void engine_session_destroy(struct dj_session *s) {
     if (s->next) s->next->prev = s->prev;
     kv_seq_free(&s->seq);
     kv_history_free(&s->hist);
+    if (s->attn) kv_attn_free(s->attn);
+    free(s->attn);
     free(s);
 }
 
@@ -401,6 +420,11 @@ const dj_token *engine_session_tokens(const struct dj_session *s, size_t *n) {
 }
 
 size_t engine_session_n_blocks(const struct dj_session *s) { return s->seq.n_blocks; }
+size_t engine_session_attn(const struct dj_session *s, const float **weight, const uint8_t **skip) {
+    *weight = s->attn ? s->attn->weight : NULL;
+    *skip = s->attn ? s->attn->skip : NULL;
+    return s->attn ? s->attn->n_known : 0;
+}
 const struct llama_opt_config *engine_config(const struct dj_engine *e) { return &e->cfg; }
 void engine_get_stats(const struct dj_engine *e, struct llama_opt_stats *out) {
     *out = e->stats;
@@ -463,8 +487,54 @@ void session_truncate(struct dj_session *s, size_t n) {
     kv_seq_truncate(&s->seq, n);
     kv_history_truncate(&s->hist, n);
     if (s->n_exact > n) s->n_exact = n;
+    if (s->attn) kv_attn_truncate(s->attn, n);
     const size_t nb = n / s->e->block_size;
     if (s->n_sealed > nb) s->n_sealed = nb;
+}
+
+/* ---- attention statistics and pruning (Tier 2) --------------------------------- */
+
+static enum dj_status session_attn(struct dj_engine *e, struct dj_session *s) {
+    if (s->attn) return DJ_OK;
+    struct kv_attn *a = malloc(sizeof *a);
+    if (!a) return dj_fail(DJ_ERR_NOMEM, "out of memory for attention statistics");
+    const size_t cap = e->ctx->p.n_ctx / e->block_size + 2;
+    enum dj_status st = kv_attn_init(a, e->model->hp.n_head, e->block_size, cap);
+    if (st) {
+        free(a);
+        return st;
+    }
+    s->attn = a;
+    return DJ_OK;
+}
+
+enum dj_status engine_attn_begin(struct dj_engine *e, struct dj_session *s, size_t n_prompt) {
+    enum dj_status st = session_attn(e, s);
+    if (st) return st;
+    kv_attn_turn_begin(s->attn, n_prompt ? n_prompt - 1 : KV_ATTN_NO_PROBE);
+    s->seq.attn = s->attn;
+    return DJ_OK;
+}
+
+void engine_attn_end(struct dj_engine *e, struct dj_session *s, struct dj_turn_result *r) {
+    struct kv_prune_delta d;
+    kv_attn_turn_end(s->attn, s->seq.n_pos, &e->prune, &d);
+    s->attn->probe_pos = KV_ATTN_NO_PROBE;
+    e->stats.attn_blocks_pruned += d.n_pruned;
+    e->stats.attn_tokens_pruned += d.n_pruned * e->block_size;
+    e->stats.attn_blocks_restored += d.n_restored;
+    r->n_attn_pruned = d.n_pruned * e->block_size;
+    r->n_attn_restored = d.n_restored * e->block_size;
+}
+
+enum dj_status engine_attn_fork(struct dj_engine *e, const struct dj_session *s0, struct dj_session *s) {
+    if (!s0->attn) return DJ_OK;
+    enum dj_status st = session_attn(e, s);
+    if (st) return st;
+    kv_attn_copy(s->attn, s0->attn);
+    s->attn->probe_pos = KV_ATTN_NO_PROBE;
+    s->seq.attn = s->attn;
+    return DJ_OK;
 }
 
 /* Drops the pins of the least recently used idle session other than keep

@@ -192,6 +192,9 @@ struct dj_turn_result {
     size_t n_reused_approx; /* Tier 2: positions after an edit reused with RoPE-corrected K */
     size_t n_blend;        /* Tier 2: candidates recomputed after the probe (in n_computed) */
     size_t n_probed;       /* Tier 2: candidates run through the probe (layer 0, layer-1 K/V) */
+    size_t n_attn_skipped; /* Tier 2 (LLAMA_OPT_ATTN_PRUNE): tokens outside the attention set during the turn */
+    size_t n_attn_pruned;  /* Tier 2: tokens that left the attention set at the turn's end */
+    size_t n_attn_restored; /* Tier 2: tokens the probe brought back at the turn's end */
     size_t n_gen;          /* tokens generated (sampled + forced, the end token included) */
     size_t n_forced;       /* emitted without a forward pass for their position (the processor forced them) */
     size_t n_drafted;      /* draft tokens fed for verification (every source) */
@@ -298,6 +301,11 @@ enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_t
 /* Tokens whose K/V the session holds (valid until its next request). */
 const dj_token *engine_session_tokens(const struct dj_session *s, size_t *n);
 size_t engine_session_n_blocks(const struct dj_session *s);
+/* Attention statistics of s (LLAMA_OPT_ATTN_STATS_ENABLED / _PRUNE_ENABLED): the number of
+ * full blocks with a weight after its last turn; *weight: each block's weight (its largest
+ * share of a head's attention mass in that turn), *skip: 1 where the block is outside the
+ * attention set (Tier 2).  0 (pointers NULL) without statistics. */
+size_t engine_session_attn(const struct dj_session *s, const float **weight, const uint8_t **skip);
 
 const struct llama_opt_config *engine_config(const struct dj_engine *e);
 /* Running totals of every request so far. */

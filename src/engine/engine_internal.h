@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/stop.h"
+#include "kv/attn_prune.h"
 #include "kv/history.h"
 #include "model/context.h"
 #include "sample/sampler.h"
@@ -48,6 +49,7 @@ struct dj_session {
     uint64_t last_used;  /* engine step of its last use: parking goes oldest first */
     bool anon;           /* engine-owned: matched by prefix; destroyed when parked */
     struct dj_req *busy; /* the request running on it, or NULL (idle) */
+    struct kv_attn *attn; /* attention statistics and skip set (engine.attn_on), or NULL; seq.attn points here */
     struct dj_session *prev, *next;
 };
 
@@ -115,6 +117,8 @@ struct dj_engine {
     struct llama_opt_config cfg;
     struct dj_engine_params p;
     struct llama_opt_stats stats, stats_last;
+    bool attn_on;                  /* attention statistics on (LLAMA_OPT_ATTN_STATS / _PRUNE) */
+    struct kv_prune_params prune;  /* their policy (prune.prune: Tier 2 pruning) */
     FILE *stats_out;
     float *logits;      /* n_vocab (single-sequence paths: Tier 2) */
     float *work;        /* n_vocab: a processor's masked copy */
@@ -248,5 +252,12 @@ void seal_blocks(struct dj_engine *e, struct dj_session *s);
  * last position's logits are in e->logits).  Fills r's reuse counters. */
 enum dj_status engine_reuse_prompt(struct dj_engine *e, struct dj_session *s, const dj_token *prompt, size_t n,
                                    struct dj_turn_result *r, bool *prefilled);
+
+/* Attention statistics and pruning (kv/attn_prune.h; engine.c), with e->attn_on:
+ * a turn of s begins (its prompt of n tokens: the probe is its last), ends (the
+ * policy decides; r gets the tokens pruned and restored), a fork copies s0's set. */
+enum dj_status engine_attn_begin(struct dj_engine *e, struct dj_session *s, size_t n_prompt);
+void engine_attn_end(struct dj_engine *e, struct dj_session *s, struct dj_turn_result *r);
+enum dj_status engine_attn_fork(struct dj_engine *e, const struct dj_session *s0, struct dj_session *s);
 
 #endif

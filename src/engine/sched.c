@@ -281,6 +281,10 @@ static void req_finish(struct dj_engine *e, struct dj_req *q) {
         DJ_ASSERT(e->reserved >= q->reserve);
         e->reserved -= q->reserve;
     }
+    /* the turn's attention statistics: the policy decides on completion 0's sequence */
+    if (q->n_comp && q->comp[0].s && q->comp[0].s->attn && q->comp[0].finish != DJ_FINISH_NONE &&
+        q->comp[0].finish != DJ_FINISH_CANCELLED && q->comp[0].finish != DJ_FINISH_ERROR && q->state == REQ_DECODE)
+        engine_attn_end(e, q->comp[0].s, &q->r);
     for (uint32_t i = 0; i < q->n_comp; i++) {
         struct dj_comp *c = &q->comp[i];
         if (c->finish == DJ_FINISH_NONE) {
@@ -591,6 +595,7 @@ static void prompt_done(struct dj_engine *e, struct dj_req *q, const float *logi
         enum dj_status st = engine_new_session(e, true, &s);
         if (!st) kv_history_set_root(&s->hist, s0->hist.root);
         if (!st && (st = kv_seq_clone(&s->seq, &s0->seq)) != DJ_OK) kv_seq_init(&s->seq, e->pool);
+        if (!st) st = engine_attn_fork(e, s0, s);
         if (!st) st = kv_history_append(&s->hist, s0->hist.tok, s0->hist.n_tok);
         if (st) {
             if (s) engine_session_destroy(s);
@@ -669,10 +674,15 @@ static bool admit(struct dj_engine *e, struct dj_req *q) {
     q->comp[0].s = s;
     kv_pool_next_turn(e->pool);
     bool prefilled = false;
-    enum dj_status st = engine_reuse_prompt(e, s, q->prompt, q->p.n_prompt, &q->r, &prefilled);
+    enum dj_status st = e->attn_on ? engine_attn_begin(e, s, q->p.n_prompt) : DJ_OK;
+    if (!st) st = engine_reuse_prompt(e, s, q->prompt, q->p.n_prompt, &q->r, &prefilled);
     if (st) {
         req_fail(q, st, dj_last_error());
         return true;
+    }
+    if (s->attn) { /* what this turn does not attend to (the prefix kept its skip set) */
+        q->r.n_attn_skipped = s->attn->n_skip * e->block_size;
+        e->stats.attn_tokens_skipped += q->r.n_attn_skipped;
     }
     if (prefilled) prompt_done(e, q, e->logits);
     return true;
@@ -954,7 +964,8 @@ size_t engine_step(struct dj_engine *e) {
                 req_fail(q, hs, dj_last_error());
                 continue;
             }
-            if (s->n_exact == base) s->n_exact = base + en->n; /* computed after exact rows only */
+            /* computed after exact rows only, and with every row in the attention set */
+            if (s->n_exact == base && !(s->attn && s->attn->n_skip)) s->n_exact = base + en->n;
             if (en->prefill && en->out >= 0 && e->model->hp.rs_floats) engine_rs_checkpoint(e, s); /* the prompt's end */
         }
         for (size_t i = 0; !st && i < e->n_rs_puts; i++) { /* checkpoints inside prompts */

@@ -142,6 +142,8 @@ uint32_t kv_pool_evict_stale(struct kv_pool *pool, uint64_t min_turn);
  * and sets rs_pos after the positions it ran. */
 #define KV_RS_NONE SIZE_MAX
 
+struct kv_attn;
+
 struct kv_seq {
     struct kv_pool *pool;
     uint32_t *table;  /* physical block of each logical block */
@@ -150,6 +152,7 @@ struct kv_seq {
     size_t n_pos;     /* positions filled */
     float *rs;        /* (pool rs_floats) owned, allocated (zeros) by kv_seq_prepare; NULL before */
     size_t rs_pos;    /* positions rs has absorbed, or KV_RS_NONE */
+    struct kv_attn *attn; /* attention statistics and skip set (kv/attn_prune.h), not owned; NULL: none */
 };
 
 void kv_seq_init(struct kv_seq *s, struct kv_pool *pool);

@@ -120,6 +120,7 @@ struct dj_context {
     int32_t *moe_trace; /* tests: NULL, or (n_layer, n_ubatch, n_expert_used) set by the caller; each
                            MoE layer writes the experts of ubatch row t there (the last ubatch's) */
     float *scores; /* (n_threads, att_tile, GQA group, n_ctx) attention scores per thread */
+    float *att_probe; /* (n_threads, GQA group, n_ctx) the probe query's every score (kv/attn_prune.h) */
     size_t k_head, v_head;    /* bytes of one head's part of a K (V) row (types: p.type_k/v) */
     float *kvt;    /* (n_threads, 2, block_size, head_dim): one block of one head's K and V rows
                       as floats, for K/V types other than f32 */

@@ -42,6 +42,7 @@
 #include "core/timer.h"
 #include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
+#include "kv/attn_prune.h"
 #include "model/context.h"
 #include "model/forward_gpu.h"
 #include "model/route.h"
@@ -469,6 +470,29 @@ static void softcap_row(float *s, int64_t n, float cap) {
     for (int64_t i = 0; i < n; i++) s[i] = tanhf(s[i] * inv) * cap;
 }
 
+/* Attention statistics (kv/attn_prune.h): each block's share of the softmax row w added
+ * to acc[block][h] in fixed point.  With skip, w holds the attention set only (the
+ * skipped blocks' weights are not in the row: see attn_task); n: the row's length.
+ * A block's sum runs in 8 lanes, combined in a fixed order. */
+static void attn_mass_add(_Atomic uint64_t *acc, const struct kv_attn *a, bool skip, const float *w, int64_t n,
+                          size_t h) {
+    const int64_t bs = (int64_t)a->block_size;
+    for (int64_t o = 0, b = 0; o < n; b++) {
+        if (skip && kv_attn_skipped(a, (size_t)b)) continue;
+        const int64_t e = o + bs < n ? o + bs : n;
+        float l[8] = {0};
+        int64_t p = o;
+        for (; p + 8 <= e; p += 8)
+            for (int k = 0; k < 8; k++) l[k] += w[p + k];
+        for (int k = 0; p < e; p++, k++) l[k] += w[p];
+        const float m = ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+        if (m > 0.0f) /* not NaN either (a NaN key row: statistics skip it) */
+            atomic_fetch_add_explicit(&acc[(size_t)b * a->n_head + h], (uint64_t)((double)m * KV_ATTN_ONE + 0.5),
+                                      memory_order_relaxed);
+        o = e;
+    }
+}
+
 static void attn_task(void *arg, int ith, int nth) {
     const struct attn_job *j = arg;
     struct dj_context *c = j->c;
@@ -482,6 +506,7 @@ static void attn_task(void *arg, int ith, int nth) {
     const float *sinks = c->model->layers[j->il].attn_sinks.data; /* gpt-oss: (n_head), else NULL */
     float *sc = c->scores + (size_t)ith * (size_t)tile * (size_t)group * n_ctx; /* (tile, group) rows of n_ctx */
     float *kt = c->kvt ? c->kvt + (size_t)ith * 2 * bs * (size_t)hd : NULL, *vt = kt ? kt + bs * (size_t)hd : NULL;
+    float *pr = c->att_probe + (size_t)ith * (size_t)group * n_ctx; /* (group) rows: the probe's every score */
     const long n_items = (long)j->n_tiles * n_kv;
     for (long item = ith; item < n_items; item += nth) {
         const int64_t t0 = j->tiles[item / n_kv].t0, t1 = j->tiles[item / n_kv].t1;
@@ -491,7 +516,27 @@ static void attn_task(void *arg, int ith, int nth) {
         /* a sliding window: blocks before the first one the tile's earliest window touches
          * are not read; each query's keys start at its own first key (lo) */
         const int64_t p_first = swa_first_key(j->pos[t0], n_swa) / (int64_t)bs * (int64_t)bs;
+        /* Tier 2 (kv/attn_prune.h), layers without a window: statistics and the skip set.  A
+         * skipped block is a full one before every query of the sequence; score rows hold the
+         * attention set only (block p0's scores at p0 - bs * (skipped blocks before it)), so
+         * the softmax and the values never see the skipped keys.  The probe query also scores
+         * every block into pr (full positions) for its statistics. */
+        struct kv_attn *A = n_swa == 0 ? j->seq[t0]->attn : NULL;
+        const bool any_skip = A && A->n_skip;
+        const size_t probe = A ? A->probe_pos : KV_ATTN_NO_PROBE;
+        int64_t t_probe = -1;
+        for (int64_t t = t0; A && t < t1; t++)
+            if (j->pos[t] == probe) t_probe = t;
+        int64_t first_kept = p_first; /* the first block values are read from */
+        while (any_skip && first_kept < max_keys && kv_attn_skipped(A, (size_t)(first_kept / (int64_t)bs)))
+            first_kept += (int64_t)bs;
+        int64_t gap = 0; /* positions skipped before p0 */
         for (int64_t p0 = p_first; p0 < max_keys; p0 += (int64_t)bs) { /* block by block, in position order */
+            const bool bskip = any_skip && kv_attn_skipped(A, (size_t)(p0 / (int64_t)bs));
+            if (bskip && t_probe < 0) {
+                gap += (int64_t)bs;
+                continue;
+            }
             const uint8_t *kraw = kv_pool_k(c->pool, table[p0 / (int64_t)bs], j->kv_il);
             const float *kb = (const float *)kraw + (size_t)hk * hd;
             size_t kstride = stride;
@@ -501,27 +546,43 @@ static void attn_task(void *arg, int ith, int nth) {
                 kb = kt;
                 kstride = (size_t)hd;
             }
-            for (int64_t t = t0; t < t1; t++) {
+            for (int64_t t = bskip ? t_probe : t0; t < (bskip ? t_probe + 1 : t1); t++) {
                 const int64_t n_keys = (int64_t)j->pos[t] + 1, lo = swa_first_key(j->pos[t], n_swa);
                 if (p0 >= n_keys || p0 + (int64_t)bs <= lo) continue;
                 const int64_t nb = n_keys - p0 < (int64_t)bs ? n_keys - p0 : (int64_t)bs;
                 const int64_t off = lo > p0 ? lo - p0 : 0; /* keys of the block before the window */
                 const float *q = c->q + (size_t)t * n_head * hd + (size_t)hk * group * hd; /* the group's first head */
                 for (int g = 0; g < group; g++) {
-                    float *row = att_scores_row(sc, t - t0, g, group, n_ctx) + p0 + off;
+                    float *row = bskip ? pr + (size_t)g * n_ctx + p0 : att_scores_row(sc, t - t0, g, group, n_ctx) + p0 - gap + off;
                     c->kern->attn_scores(hd, q + (size_t)g * hd, kb + (size_t)off * kstride, kstride, nb - off, scale,
                                          row);
                     if (cap != 0) softcap_row(row, nb - off, cap);
+                    if (t == t_probe && !bskip) memcpy(pr + (size_t)g * n_ctx + p0, row, (size_t)nb * sizeof *row);
                 }
             }
+            if (bskip) gap += (int64_t)bs;
         }
+        const int64_t n_gap = gap; /* every query's: the skipped blocks are before all of them */
         for (int64_t t = t0; t < t1; t++) {
-            const int64_t lo = swa_first_key(j->pos[t], n_swa);
-            for (int g = 0; g < group; g++)
-                c->kern->attn_softmax(att_scores_row(sc, t - t0, g, group, n_ctx) + lo, (int64_t)j->pos[t] + 1 - lo,
-                                      sinks ? sinks[hk * group + g] : -INFINITY);
+            const int64_t lo = swa_first_key(j->pos[t], n_swa), n = (int64_t)j->pos[t] + 1 - lo;
+            for (int g = 0; g < group; g++) {
+                float *row = att_scores_row(sc, t - t0, g, group, n_ctx) + lo;
+                const float sink = sinks ? sinks[hk * group + g] : -INFINITY;
+                const size_t h = (size_t)hk * group + (size_t)g;
+                if (t == t_probe) { /* every block's share of the probe's attention */
+                    c->kern->attn_softmax(pr + (size_t)g * n_ctx, n, sink);
+                    attn_mass_add(A->probe, A, false, pr + (size_t)g * n_ctx, n, h);
+                }
+                c->kern->attn_softmax(row, n - n_gap, sink);
+                if (A) attn_mass_add(A->mass, A, any_skip, row, n - n_gap, h);
+            }
         }
+        gap = 0;
         for (int64_t p0 = p_first; p0 < max_keys; p0 += (int64_t)bs) {
+            if (any_skip && kv_attn_skipped(A, (size_t)(p0 / (int64_t)bs))) {
+                gap += (int64_t)bs;
+                continue;
+            }
             const uint8_t *vraw = kv_pool_v(c->pool, table[p0 / (int64_t)bs], j->kv_il);
             const float *vb = (const float *)vraw + (size_t)hk * hd;
             size_t vstride = stride;
@@ -539,8 +600,8 @@ static void attn_task(void *arg, int ith, int nth) {
                 const int64_t off = lo > p0 ? lo - p0 : 0;
                 /* without a window: off 0 and acc p0 > 0, the calls of full attention */
                 for (int g = 0; g < group; g++)
-                    vrows_add_at(&vr, vb + (size_t)off * vstride, p0 > lo, nb - off,
-                                 att_scores_row(sc, t - t0, g, group, n_ctx) + p0 + off,
+                    vrows_add_at(&vr, vb + (size_t)off * vstride, p0 > lo && p0 > first_kept, nb - off,
+                                 att_scores_row(sc, t - t0, g, group, n_ctx) + p0 - gap + off,
                                  c->att + (size_t)t * n_head * hd + ((size_t)hk * group + (size_t)g) * hd);
             }
             vrows_flush(&vr);
@@ -1956,6 +2017,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     if (c->att_tile > ATT_TILE_MAX) c->att_tile = ATT_TILE_MAX;
     if (c->att_tile < 1) c->att_tile = 1;
     c->scores = malloc((size_t)p.n_threads * (size_t)c->att_tile * row_bytes);
+    c->att_probe = malloc((size_t)p.n_threads * row_bytes);
     const bool f32_kv = p.type_k == DJ_TYPE_F32 && p.type_v == DJ_TYPE_F32;
     if (!f32_kv)
         c->kvt = malloc((size_t)p.n_threads * 2 * p.block_size * hd * sizeof(float));
@@ -2000,7 +2062,7 @@ enum dj_status ctx_create(const struct dj_model *m, struct dj_ctx_params p, stru
     c->rope_cap = p.rope_table_max < p.n_ctx ? p.rope_table_max : p.n_ctx; /* the table itself grows in rope_row */
     c->tpool = threadpool_create(p.n_threads);
     if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->ff_g || !c->ff_u ||
-        !c->scores || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->perm ||
+        !c->scores || !c->att_probe || (!c->kvt && !f32_kv) || !c->krow || !c->act || !c->pos || !c->out || !c->tseq || !c->tiles || !c->perm ||
         !c->inv || !c->ppos || !c->pseq || !c->tpool || !hyb_ok ||
         (hp->mla && (!c->mla_a || !c->mla_g || !c->mla_act || !c->mla_y)) ||
         ((moe || hp->mla) && (!c->grp_w || !c->grp_a || !c->grp_nt || !c->grp_y || !c->grp_first)) || (moe && (!c->moe_z || !c->moe_sel || !c->moe_w || !c->moe_pos || !c->moe_xin || !c->moe_y || !c->moe_o ||
@@ -2055,6 +2117,7 @@ void ctx_free(struct dj_context *c) {
     free(c->moe_y);
     free(c->moe_o);
     free(c->scores);
+    free(c->att_probe);
     free(c->kvt);
     free(c->krow);
     free(c->act);

@@ -20,6 +20,7 @@
 #include "core/status.h"
 
 static const char *const diff_mode_names[] = {"exact", "approx", NULL};
+static const char *const prune_policy_names[] = {"threshold", "h2o", NULL};
 
 #define F(field) offsetof(struct llama_opt_config, field), sizeof(((struct llama_opt_config *)0)->field)
 #define U32MAX 4294967295.0
@@ -69,11 +70,26 @@ static const struct llama_opt_var vars[] = {
     {"LLAMA_OPT_MEMO_TRIE_MAX", LLAMA_OPT_VAR_UINT, F(memo_trie_max), 0, 1073741824.0, NULL, 1, NULL,
      "memo_trie_max", "max nodes of the memoization trie", true},
     {"LLAMA_OPT_ATTN_PRUNE_ENABLED", LLAMA_OPT_VAR_BOOL, F(attn_prune_enabled), 0, 1, NULL, 2,
-     "LLAMA_OPT_ATTN_PRUNE", "attn_prune_enabled", "evict KV blocks that received little attention for a while", false},
+     "LLAMA_OPT_ATTN_PRUNE", "attn_prune_enabled",
+     "take KV blocks that receive little attention out of the attention set (kept, restorable)", true},
     {"LLAMA_OPT_ATTN_PRUNE_WINDOW", LLAMA_OPT_VAR_UINT, F(attn_prune_window), 1, 1048576, NULL, 2, NULL,
-     "attn_prune_window", "turns of inactivity before a block is evicted", false},
+     "attn_prune_window", "threshold policy: consecutive turns below the threshold before a block is pruned", true},
     {"LLAMA_OPT_ATTN_PRUNE_THRESHOLD", LLAMA_OPT_VAR_FLOAT, F(attn_prune_threshold), 0, 1, NULL, 2, NULL,
-     "attn_prune_threshold", "attention weight under which a block counts as inactive", false},
+     "attn_prune_threshold",
+     "threshold policy: a block's weight (its share of a head's attention mass, max over heads) under which a turn "
+     "counts as inactive, and over which the probe restores a pruned block", true},
+    {"LLAMA_OPT_ATTN_PRUNE_POLICY", LLAMA_OPT_VAR_ENUM, F(attn_prune_policy), 0, 1, prune_policy_names, 2, NULL,
+     "attn_prune_policy", "threshold (spec 4.1: inactive for WINDOW turns) or h2o (heavy hitters within BUDGET tokens)",
+     true},
+    {"LLAMA_OPT_ATTN_PRUNE_BUDGET", LLAMA_OPT_VAR_UINT, F(attn_prune_budget), 1, 1073741824.0, NULL, 2, NULL,
+     "attn_prune_budget", "h2o policy: tokens in the attention set at most (protected ones included)", true},
+    {"LLAMA_OPT_ATTN_PRUNE_KEEP_FIRST", LLAMA_OPT_VAR_UINT, F(attn_prune_keep_first), 0, 1073741824.0, NULL, 2, NULL,
+     "attn_prune_keep_first", "tokens at the start of a sequence never pruned (attention sinks, system prompt)", true},
+    {"LLAMA_OPT_ATTN_PRUNE_KEEP_LAST", LLAMA_OPT_VAR_UINT, F(attn_prune_keep_last), 0, 1073741824.0, NULL, 2, NULL,
+     "attn_prune_keep_last", "tokens at the end of a sequence never pruned (the recent turns)", true},
+    {"LLAMA_OPT_ATTN_STATS_ENABLED", LLAMA_OPT_VAR_BOOL, F(attn_stats_enabled), 0, 1, NULL, 0, NULL,
+     "attn_stats_enabled",
+     "collect per-block attention statistics (exact: results unchanged); pruning collects them anyway", true},
     {"LLAMA_OPT_SPARSE_ATTN_ENABLED", LLAMA_OPT_VAR_BOOL, F(sparse_attn_enabled), 0, 1, NULL, 2,
      "LLAMA_OPT_SPARSE_ATTN", "sparse_attn_enabled", "attend only to the relevant parts of tool results", false},
     {"LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", LLAMA_OPT_VAR_FLOAT, F(sparse_relevance_threshold), 0, 1, NULL, 2, NULL,
@@ -123,6 +139,11 @@ struct llama_opt_config llama_opt_config_default(void) {
     c.attn_prune_enabled = LLAMA_OPT_ATTN_PRUNE != 0;
     c.attn_prune_window = 10;
     c.attn_prune_threshold = 0.001f;
+    c.attn_stats_enabled = false;
+    c.attn_prune_policy = LLAMA_OPT_PRUNE_THRESHOLD;
+    c.attn_prune_budget = 4096;
+    c.attn_prune_keep_first = 256;
+    c.attn_prune_keep_last = 1024;
     c.sparse_attn_enabled = LLAMA_OPT_SPARSE_ATTN != 0;
     c.sparse_relevance_threshold = 0.1f;
     c.act_dedup_enabled = LLAMA_OPT_ACT_DEDUP != 0;
@@ -215,9 +236,9 @@ static enum dj_status set_var(struct llama_opt_config *c, const struct llama_opt
     case LLAMA_OPT_VAR_ENUM: {
         for (size_t i = 0; v->choices[i]; i++) {
             if (strcasecmp(s, v->choices[i]) == 0) {
-                /* The only enum field is diff_mode; the table's size check keeps it honest. */
-                DJ_ASSERT(v->size == sizeof(enum llama_opt_diff_mode));
-                enum llama_opt_diff_mode m = (enum llama_opt_diff_mode)i;
+                /* enum fields (diff_mode, attn_prune_policy) have int's size; the assert keeps it honest */
+                DJ_ASSERT(v->size == sizeof(int));
+                const int m = (int)i;
                 memcpy(field, &m, sizeof m);
                 return DJ_OK;
             }
@@ -302,11 +323,11 @@ size_t llama_opt_config_format_value(const struct llama_opt_config *cfg, const s
     }
     case LLAMA_OPT_VAR_STRING: n = snprintf(buf, cap, "%.*s", (int)strnlen(field, v->size), field); break;
     case LLAMA_OPT_VAR_ENUM: {
-        enum llama_opt_diff_mode m;
+        int m;
         memcpy(&m, field, sizeof m);
         size_t nc = 0;
         while (v->choices[nc]) nc++;
-        n = snprintf(buf, cap, "%s", (size_t)m < nc ? v->choices[m] : "?");
+        n = snprintf(buf, cap, "%s", m >= 0 && (size_t)m < nc ? v->choices[m] : "?");
         break;
     }
     }

@@ -18,7 +18,7 @@
  *
  * Every variable is described once, in a table (llama_opt_config_var): name,
  * type, range, tier, CMake option, one line of documentation, and whether
- * anything reads it yet (8 of the 24 are parsed ahead of their features; a
+ * anything reads it yet (5 of the 31 are parsed ahead of their features; a
  * non-default value of one of them is warned about, docs/CONFIG.md lists them).  The loader, the
  * tests and docs/CONFIG.md are checked against that table.  An invalid value
  * (not a bool/number, out of range, unknown enum name, too long) is rejected
@@ -90,6 +90,12 @@ enum llama_opt_diff_mode {
                                  with CacheBlend-style recompute of diff_recompute of them) */
 };
 
+/* LLAMA_OPT_ATTN_PRUNE_POLICY (DESIGN.md addition): which blocks leave the attention set. */
+enum llama_opt_prune_policy {
+    LLAMA_OPT_PRUNE_THRESHOLD = 0, /* §4.1: below the threshold for attn_prune_window turns */
+    LLAMA_OPT_PRUNE_H2O,           /* heavy hitters within attn_prune_budget tokens */
+};
+
 struct llama_opt_config {
     /* Block hashing */
     uint32_t block_size;          /* tokens per KV block / hash block (64) */
@@ -131,6 +137,12 @@ struct llama_opt_config {
     bool     attn_prune_enabled;  /* (false) */
     uint32_t attn_prune_window;   /* turns of inactivity before eviction (10) */
     float    attn_prune_threshold;/* attention weight threshold (0.001) */
+    /* DESIGN.md additions (kv/attn_prune.h) */
+    bool     attn_stats_enabled;  /* per-block attention statistics without pruning (false; exact) */
+    enum llama_opt_prune_policy attn_prune_policy; /* threshold (§4.1) or h2o (threshold) */
+    uint32_t attn_prune_budget;   /* h2o: tokens attended at most (4096) */
+    uint32_t attn_prune_keep_first; /* tokens at the start never pruned (256) */
+    uint32_t attn_prune_keep_last;  /* tokens at the end never pruned (1024) */
 
     /* Phase 4 — sparse attention over tool results (Tier 2) */
     bool     sparse_attn_enabled; /* (false) */
@@ -264,8 +276,11 @@ struct llama_opt_stats {
     uint64_t memo_tokens_skipped;
 
     /* Phase 4 — attention pruning */
-    uint64_t attn_blocks_pruned;
-    uint64_t attn_tokens_pruned;
+    uint64_t attn_blocks_pruned;   /* blocks that left a sequence's attention set */
+    uint64_t attn_tokens_pruned;   /* their tokens */
+    /* DESIGN.md additions */
+    uint64_t attn_blocks_restored; /* skipped blocks the probe brought back */
+    uint64_t attn_tokens_skipped;  /* per turn, tokens outside the attention set, summed */
 
     /* Phase 5 — activation dedup */
     uint64_t act_lookups;

@@ -31,7 +31,8 @@ static const struct {
     S(rs_ckpt_saves),        S(rs_ckpt_hits),           S(rs_tokens_restored),
     S(rs_tokens_recomputed),
     S(memo_lookups),         S(memo_hits),              S(memo_tokens_skipped),
-    S(attn_blocks_pruned),   S(attn_tokens_pruned),
+    S(attn_blocks_pruned),   S(attn_tokens_pruned),    S(attn_blocks_restored),
+    S(attn_tokens_skipped),
     S(act_lookups),          S(act_hits),
     S(noop_ops_elided),
 #undef S

@@ -104,7 +104,7 @@ static void test_table(void) {
             if (llama_opt_config_var(j)->offset == v->offset) bad++;
     }
     CHECKF(bad == 0, "%d bad table entries", bad);
-    CHECK(n == 26); /* 24 + LLAMA_OPT_RS_CKPT_INTERVAL and LLAMA_OPT_RS_CKPT_MAX_MB */
+    CHECK(n == 31); /* 24 + LLAMA_OPT_RS_CKPT_INTERVAL, _MAX_MB + the 5 of attention statistics and pruning */
     CHECK(llama_opt_config_find_var("LLAMA_OPT_NOPE") == NULL);
     /* The spec's table: every variable is present. */
     static const char *const spec[] = {
@@ -165,7 +165,7 @@ static void test_load_valid(void) {
                           : v->type == LLAMA_OPT_VAR_UINT   ? "10"
                           : v->type == LLAMA_OPT_VAR_FLOAT  ? "0.5"
                           : v->type == LLAMA_OPT_VAR_STRING ? "x"
-                                                            : "approx";
+                                                            : v->choices[1]; /* approx, h2o */
         struct llama_opt_config d = llama_opt_config_default();
         if (load1(&d, v->name, val) != DJ_OK) { bad++; fprintf(stderr, "%s=%s: %s\n", v->name, val, dj_last_error()); }
         const char *field = (const char *)&d + v->offset;
@@ -175,7 +175,7 @@ static void test_load_valid(void) {
         case LLAMA_OPT_VAR_UINT: memcpy(&u, field, sizeof u); bad += u != 10; break;
         case LLAMA_OPT_VAR_FLOAT: memcpy(&fl, field, sizeof fl); bad += fl != 0.5f; break;
         case LLAMA_OPT_VAR_STRING: bad += strcmp(field, "x") != 0; break;
-        case LLAMA_OPT_VAR_ENUM: memcpy(&m, field, sizeof m); bad += m != LLAMA_OPT_DIFF_APPROX; break;
+        case LLAMA_OPT_VAR_ENUM: memcpy(&m, field, sizeof m); bad += (int)m != 1; break; /* approx, h2o */
         }
     }
     CHECK(bad == 0);
@@ -260,12 +260,13 @@ static void test_stats(void) {
     struct llama_opt_stats last, now;
     llama_opt_stats_reset(&last);
     llama_opt_stats_reset(&now);
-    CHECK(llama_opt_stats_n_fields() == 33); /* the spec's 26 + 3 Tier-2 diff counters + 4 recurrent-state ones */
+    CHECK(llama_opt_stats_n_fields() == 35); /* the spec's 26 + 3 Tier-2 diff counters + 4 recurrent-state ones
+                                                + attn_blocks_restored, attn_tokens_skipped */
     CHECK(strcmp(llama_opt_stats_field_name(0), "dedup_blocks_total") == 0);
     CHECK(strcmp(llama_opt_stats_field_name(6), "diff_tokens_approx") == 0);
     CHECK(strcmp(llama_opt_stats_field_name(21), "rs_ckpt_saves") == 0);
-    CHECK(strcmp(llama_opt_stats_field_name(32), "noop_ops_elided") == 0);
-    CHECK(llama_opt_stats_field_name(33) == NULL);
+    CHECK(strcmp(llama_opt_stats_field_name(34), "noop_ops_elided") == 0);
+    CHECK(llama_opt_stats_field_name(35) == NULL);
 
     now.dedup_blocks_total = 10;
     now.dedup_blocks_hit = 7;
@@ -319,8 +320,7 @@ static void test_stats(void) {
 
 /* The 10 that src/ does not read yet (grep for the fields: only src/opt touches them). */
 static const char *const not_impl[] = {
-    "LLAMA_OPT_ATTN_PRUNE_ENABLED",
-    "LLAMA_OPT_ATTN_PRUNE_WINDOW",   "LLAMA_OPT_ATTN_PRUNE_THRESHOLD", "LLAMA_OPT_SPARSE_ATTN_ENABLED",
+    "LLAMA_OPT_SPARSE_ATTN_ENABLED",
     "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_NOOP_ENABLED",
     "LLAMA_OPT_ALGEBRAIC_ENABLED"};
 #define N_NOT_IMPL (sizeof not_impl / sizeof not_impl[0])
@@ -366,7 +366,7 @@ static size_t count_lines(const char *s, const char *needle) {
 }
 
 static void test_not_implemented(void) {
-    /* the table says exactly these 8 are not implemented */
+    /* the table says exactly these 5 are not implemented */
     size_t n_false = 0;
     for (size_t i = 0; llama_opt_config_var(i); i++) {
         const struct llama_opt_var *v = llama_opt_config_var(i);
@@ -375,7 +375,7 @@ static void test_not_implemented(void) {
         CHECKF(listed == !v->implemented, "%s: implemented = %d", v->name, v->implemented);
         n_false += !v->implemented;
     }
-    CHECK(n_false == 8 && N_NOT_IMPL == 8);
+    CHECK(n_false == 5 && N_NOT_IMPL == 5);
 
     /* defaults: nothing to warn about */
     struct llama_opt_config c = llama_opt_config_default();
@@ -392,10 +392,10 @@ static void test_not_implemented(void) {
     }
     /* implemented variables and default values are never listed; the list is in table order */
     struct fake_env e = {{"LLAMA_OPT_BLOCK_SIZE", "LLAMA_OPT_DEDUP_ENABLED", "LLAMA_OPT_DIFF_MODE", "LLAMA_OPT_STATS",
-                          "LLAMA_OPT_NOOP_ENABLED", "LLAMA_OPT_CANON_ENABLED", "LLAMA_OPT_ATTN_PRUNE_THRESHOLD",
-                          "LLAMA_OPT_ATTN_PRUNE_ENABLED", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_SPARSE_ATTN_ENABLED"},
+                          "LLAMA_OPT_NOOP_ENABLED", "LLAMA_OPT_CANON_ENABLED", "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD",
+                          "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_SPARSE_ATTN_ENABLED"},
                          {"32", "0", "approx", "1", LLAMA_OPT_NOOP ? "on" : "off", LLAMA_OPT_KV_CANON ? "0" : "1",
-                          "0.001", LLAMA_OPT_ATTN_PRUNE ? "0" : "1", "/tmp/kv", LLAMA_OPT_SPARSE_ATTN ? "0" : "1"},
+                          "0.1", LLAMA_OPT_ACT_DEDUP ? "0" : "1", "/tmp/kv", LLAMA_OPT_SPARSE_ATTN ? "0" : "1"},
                          10};
     c = llama_opt_config_default();
     CHECK(llama_opt_config_load(&c, fake_get, &e) == DJ_OK);
@@ -403,8 +403,8 @@ static void test_not_implemented(void) {
     const size_t n = llama_opt_config_not_implemented(&c, out, 8);
     CHECKF(n == 2, "%zu listed", n);
     if (n == 2) {
-        CHECK(strcmp(out[0]->name, "LLAMA_OPT_ATTN_PRUNE_ENABLED") == 0);
-        CHECK(strcmp(out[1]->name, "LLAMA_OPT_SPARSE_ATTN_ENABLED") == 0);
+        CHECK(strcmp(out[0]->name, "LLAMA_OPT_SPARSE_ATTN_ENABLED") == 0);
+        CHECK(strcmp(out[1]->name, "LLAMA_OPT_ACT_DEDUP_ENABLED") == 0);
     }
     CHECK(llama_opt_config_not_implemented(&c, out, 1) == 2); /* the count, whatever the room */
 
@@ -412,20 +412,20 @@ static void test_not_implemented(void) {
     char buf[64];
     CHECK(llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_PERSIST_DIR"), buf, sizeof buf) == 7 &&
           strcmp(buf, "/tmp/kv") == 0);
-    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_ATTN_PRUNE_ENABLED"), buf, sizeof buf);
-    CHECK(strcmp(buf, LLAMA_OPT_ATTN_PRUNE ? "0" : "1") == 0);
+    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_ACT_DEDUP_ENABLED"), buf, sizeof buf);
+    CHECK(strcmp(buf, LLAMA_OPT_ACT_DEDUP ? "0" : "1") == 0);
     llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_DIFF_MODE"), buf, sizeof buf);
     CHECK(strcmp(buf, "approx") == 0);
     llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_BLOCK_SIZE"), buf, sizeof buf);
     CHECK(strcmp(buf, "32") == 0);
-    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_ATTN_PRUNE_THRESHOLD"), buf, sizeof buf);
-    CHECK(strcmp(buf, "0.001") == 0);
+    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD"), buf, sizeof buf);
+    CHECK(strcmp(buf, "0.1") == 0);
 
     /* the warning: one line per variable, once per process */
     size_t printed = 0;
     char *err = capture_stderr(llama_opt_config_warn_not_implemented, &c, &printed);
     CHECKF(printed == 2 && count_lines(err, "not implemented yet, has no effect") == 2, "first warning: %s", err);
-    CHECKF(strstr(err, "LLAMA_OPT_ATTN_PRUNE_ENABLED=") && strstr(err, "LLAMA_OPT_SPARSE_ATTN_ENABLED=") &&
+    CHECKF(strstr(err, "LLAMA_OPT_ACT_DEDUP_ENABLED=") && strstr(err, "LLAMA_OPT_SPARSE_ATTN_ENABLED=") &&
                !strstr(err, "LLAMA_OPT_PERSIST_DIR"),
            "first warning: %s", err);
     free(err);
@@ -464,16 +464,16 @@ static void test_commands(void) {
     snprintf(model, sizeof model, "%s", test_shared_path(shared, "models/stories260K.gguf"));
     snprintf(text, sizeof text, "%s", test_shared_path(shared, "vocab/ggml-vocab-llama-spm.gguf.inp"));
     char *out = NULL;
-    setenv("LLAMA_OPT_ATTN_PRUNE_WINDOW", "7", 1);
+    setenv("LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", "0.7", 1);
     int rc = RUN(&out, "bench", "-m", model, "-p", "8", "-n", "2", "-r", "1");
-    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_ATTN_PRUNE_WINDOW=7: not implemented yet, has no effect") == 1,
+    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD=0.7: not implemented yet, has no effect") == 1,
            "bench: rc %d: %s", rc, out);
     free(out);
     rc = RUN(&out, "perplexity", "-m", model, "-f", text, "-c", "32", "--chunks", "1");
-    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_ATTN_PRUNE_WINDOW=7: not implemented yet, has no effect") == 1,
+    CHECKF(rc == 0 && count_lines(out, "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD=0.7: not implemented yet, has no effect") == 1,
            "perplexity: rc %d: %s", rc, out);
     free(out);
-    unsetenv("LLAMA_OPT_ATTN_PRUNE_WINDOW");
+    unsetenv("LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD");
     setenv("LLAMA_OPT_DEDUP_POOL_MAX", "lots", 1);
     rc = RUN(&out, "bench", "-m", model, "-p", "8", "-n", "2", "-r", "1");
     CHECKF(rc == 1 && strstr(out, "LLAMA_OPT_DEDUP_POOL_MAX='lots'"), "bench: rc %d: %s", rc, out);
