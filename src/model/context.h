@@ -73,6 +73,18 @@ struct dj_batch {
                                    layout) is copied there: checkpoints inside a batch, draft rollback */
 };
 
+/* The Phase-5 census (spec §5.1-5.3; bench/census.c): what exact activation dedup and no-op
+ * elision could skip, counted by the forward pass when ctx.census is set (dense attention
+ * layers; nothing is skipped). */
+struct ctx_census {
+    uint64_t rows[2], dup_rows[2];       /* layer inputs of the ubatch, and those equal to an earlier
+                                            row of it, bitwise: [0] layer 0, [1] deeper layers */
+    uint64_t attn_rows, attn_zero_rows;  /* attention branch outputs (after wo), all exactly zero */
+    uint64_t ffn_rows, ffn_zero_rows;    /* FFN branch outputs, all exactly zero */
+    uint64_t act_elems, act_zero;        /* activated FFN gate elements (input of the down projection), exactly 0 */
+    _Atomic uint64_t sm_rows, sm_onehot; /* softmax rows, rows with a weight of exactly 1 */
+};
+
 struct dj_context {
     const struct dj_model *model;
     struct dj_ctx_params p;
@@ -117,6 +129,7 @@ struct dj_context {
     int64_t *grp_nt;
     float **grp_y;
     int *grp_first;
+    struct ctx_census *census; /* bench/census.c: NULL, or exact duplicates and no-ops counted (spec §5) */
     int32_t *moe_trace; /* tests: NULL, or (n_layer, n_ubatch, n_expert_used) set by the caller; each
                            MoE layer writes the experts of ubatch row t there (the last ubatch's) */
     float *scores; /* (n_threads, att_tile, GQA group, n_ctx) attention scores per thread */

@@ -575,6 +575,12 @@ static void attn_task(void *arg, int ith, int nth) {
                 }
                 c->kern->attn_softmax(row, n - n_gap, sink);
                 if (A) attn_mass_add(A->mass, A, any_skip, row, n - n_gap, h);
+                if (c->census) {
+                    bool one = false;
+                    for (int64_t i = 0; i < n - n_gap && !one; i++) one = row[i] == 1.0f;
+                    atomic_fetch_add_explicit(&c->census->sm_rows, 1, memory_order_relaxed);
+                    atomic_fetch_add_explicit(&c->census->sm_onehot, one, memory_order_relaxed);
+                }
             }
         }
         gap = 0;
@@ -727,7 +733,33 @@ static void ffn_swiglu(struct dj_context *c, const struct dj_weight *gate, const
     ctx_matmul_n(c, gate_up, gate_up_out, 2, c->xn, n);
     if (c->model->hp.ffn_gelu) geglu(c->model->gelu_tab, c->ff_g, c->ff_u, n * up->ne1);
     else swiglu(c->ff_g, c->ff_u, n * up->ne1);
+    if (c->census) {
+        c->census->act_elems += (uint64_t)(n * up->ne1);
+        for (int64_t i = 0; i < n * up->ne1; i++) c->census->act_zero += c->ff_g[i] == 0.0f;
+    }
     ctx_matmul(c, down, c->ff_g, n, y);
+}
+
+/* The census (ctx_census): rows of x (n rows of E) equal to an earlier row, bitwise. */
+static uint64_t census_dups(const float *x, int64_t n, int64_t E) {
+    uint64_t d = 0;
+    for (int64_t t = 1; t < n; t++)
+        for (int64_t u = 0; u < t; u++)
+            if (memcmp(x + t * E, x + u * E, (size_t)E * sizeof *x) == 0) {
+                d++;
+                break;
+            }
+    return d;
+}
+
+static uint64_t census_zero_rows(const float *x, int64_t n, int64_t E) {
+    uint64_t z = 0;
+    for (int64_t t = 0; t < n; t++) {
+        int64_t i = 0;
+        while (i < E && x[t * E + i] == 0.0f) i++;
+        z += i == E;
+    }
+    return z;
 }
 
 /* Slots [at, at + n_used) of a grouped run: tensor w's slab of each used expert
@@ -1364,6 +1396,10 @@ static bool layer_run(struct dj_context *c, uint32_t il, const uint32_t *pos, st
     const struct dj_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, hd = hp->head_dim, Q = (int64_t)hp->n_head * hd, KV = (int64_t)hp->n_head_kv * hd;
     const struct dj_layer *L = &m->layers[il];
+    if (c->census) {
+        c->census->rows[il > 0] += (uint64_t)n;
+        c->census->dup_rows[il > 0] += census_dups(c->x, n, E);
+    }
     for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm.data, E, hp->rms_eps);
     if (L->recurrent) { /* hybrids: no start layers, probes or early exits (refused before) */
         deltanet_layer(c, L, seq, n, snap);
@@ -1419,6 +1455,10 @@ static bool layer_run(struct dj_context *c, uint32_t il, const uint32_t *pos, st
         ctx_matmul(c, &L->wo, c->att, n, c->xn);
         add_bias(c->xn, &L->bo, n, E);
         post_norm(c->xn, &L->attn_post_norm, n, E, hp->rms_eps);
+        if (c->census) {
+            c->census->attn_rows += (uint64_t)n;
+            c->census->attn_zero_rows += census_zero_rows(c->xn, n, E);
+        }
         for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     }
     for (int64_t t = 0; t < n; t++) rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
@@ -1428,6 +1468,10 @@ static bool layer_run(struct dj_context *c, uint32_t il, const uint32_t *pos, st
     }
     ffn_swiglu(c, &L->w_gate, &L->w_up, &L->w_down, n, c->xn);
     post_norm(c->xn, &L->ffn_post_norm, n, E, hp->rms_eps);
+    if (c->census) {
+        c->census->ffn_rows += (uint64_t)n;
+        c->census->ffn_zero_rows += census_zero_rows(c->xn, n, E);
+    }
     for (int64_t i = 0; i < n * E; i++) c->x[i] += c->xn[i];
     return true;
 }

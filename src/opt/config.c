@@ -94,12 +94,6 @@ static const struct llama_opt_var vars[] = {
      "LLAMA_OPT_SPARSE_ATTN", "sparse_attn_enabled", "attend only to the relevant parts of tool results", false},
     {"LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", LLAMA_OPT_VAR_FLOAT, F(sparse_relevance_threshold), 0, 1, NULL, 2, NULL,
      "sparse_relevance_threshold", "min relevance score of a tool-result block to be attended", false},
-    {"LLAMA_OPT_ACT_DEDUP_ENABLED", LLAMA_OPT_VAR_BOOL, F(act_dedup_enabled), 0, 1, NULL, 1, "LLAMA_OPT_ACT_DEDUP",
-     "act_dedup_enabled", "reuse results of identical activation rows (CSE)", false},
-    {"LLAMA_OPT_NOOP_ENABLED", LLAMA_OPT_VAR_BOOL, F(noop_enabled), 0, 1, NULL, 1, "LLAMA_OPT_NOOP", "noop_enabled",
-     "skip operations that provably do nothing (scale by 1, add 0)", false},
-    {"LLAMA_OPT_ALGEBRAIC_ENABLED", LLAMA_OPT_VAR_BOOL, F(algebraic_enabled), 0, 1, NULL, 1, "LLAMA_OPT_ALGEBRAIC",
-     "algebraic_enabled", "bitwise-exact algebraic rewrites", false},
     {"LLAMA_OPT_STATS", LLAMA_OPT_VAR_BOOL, F(stats_enabled), 0, 1, NULL, 0, NULL, "stats_enabled",
      "print one line `opt-stats {json}` of per-turn counter deltas on stderr after every turn", true},
 };
@@ -113,6 +107,25 @@ const struct llama_opt_var *llama_opt_config_var(size_t i) { return i < N_VARS ?
 const struct llama_opt_var *llama_opt_config_find_var(const char *name) {
     for (size_t i = 0; i < N_VARS; i++)
         if (strcmp(vars[i].name, name) == 0) return &vars[i];
+    return NULL;
+}
+
+/* Removed after the census (bench/census.c; docs/BENCHMARKS.md "Phase 5 census"). */
+static const char *const removed[][2] = {
+    {"LLAMA_OPT_ACT_DEDUP_ENABLED",
+     "activation dedup (spec 5.1): the census found no duplicate row past layer 0 on real models; layer 0's "
+     "(repeated tokens) would spare 0.3-1.3% of prefill's matrix work"},
+    {"LLAMA_OPT_NOOP_ENABLED",
+     "no-op elision (spec 5.2): the census found no all-ones norm, all-zero bias, zero branch output or zero "
+     "matrix row; exact zeros in <= 0.05% of FFN activations, one-hot softmax rows in <= 0.07%"},
+    {"LLAMA_OPT_ALGEBRAIC_ENABLED",
+     "algebraic rewriting (spec 5.3): the census found no equal heads; q/k/v and gate/up already share one "
+     "activation pass"},
+};
+
+const char *llama_opt_config_removed(const char *name) {
+    for (size_t i = 0; i < sizeof removed / sizeof removed[0]; i++)
+        if (strcmp(name, removed[i][0]) == 0) return removed[i][1];
     return NULL;
 }
 
@@ -146,9 +159,6 @@ struct llama_opt_config llama_opt_config_default(void) {
     c.attn_prune_keep_last = 1024;
     c.sparse_attn_enabled = LLAMA_OPT_SPARSE_ATTN != 0;
     c.sparse_relevance_threshold = 0.1f;
-    c.act_dedup_enabled = LLAMA_OPT_ACT_DEDUP != 0;
-    c.noop_enabled = LLAMA_OPT_NOOP != 0;
-    c.algebraic_enabled = LLAMA_OPT_ALGEBRAIC != 0;
     c.stats_enabled = false;
     return c;
 }
@@ -370,7 +380,11 @@ enum dj_status llama_opt_config_from_env(struct llama_opt_config *cfg) {
         bool known = false;
         for (size_t i = 0; i < N_VARS && !known; i++)
             known = strlen(vars[i].name) == n && memcmp(vars[i].name, *e, n) == 0;
-        if (!known) dj_log(DJ_LOG_WARN, "unknown variable %.*s ignored (see docs/CONFIG.md)", (int)(n > 80 ? 80 : n), *e);
+        char name[96];
+        snprintf(name, sizeof name, "%.*s", (int)(n > 80 ? 80 : n), *e);
+        const char *why = known ? NULL : llama_opt_config_removed(name);
+        if (why) dj_log(DJ_LOG_WARN, "%s was removed: %s; ignored (docs/CONFIG.md)", name, why);
+        else if (!known) dj_log(DJ_LOG_WARN, "unknown variable %s ignored (see docs/CONFIG.md)", name);
     }
     llama_opt_config_warn_not_implemented(&c);
     *cfg = c;

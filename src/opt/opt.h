@@ -18,7 +18,7 @@
  *
  * Every variable is described once, in a table (llama_opt_config_var): name,
  * type, range, tier, CMake option, one line of documentation, and whether
- * anything reads it yet (5 of the 31 are parsed ahead of their features; a
+ * anything reads it yet (2 of the 28 are parsed ahead of their features; a
  * non-default value of one of them is warned about, docs/CONFIG.md lists them).  The loader, the
  * tests and docs/CONFIG.md are checked against that table.  An invalid value
  * (not a bool/number, out of range, unknown enum name, too long) is rejected
@@ -70,15 +70,6 @@
 #endif
 #ifndef LLAMA_OPT_SPARSE_ATTN
 #define LLAMA_OPT_SPARSE_ATTN 0
-#endif
-#ifndef LLAMA_OPT_ACT_DEDUP
-#define LLAMA_OPT_ACT_DEDUP 0
-#endif
-#ifndef LLAMA_OPT_NOOP
-#define LLAMA_OPT_NOOP 1
-#endif
-#ifndef LLAMA_OPT_ALGEBRAIC
-#define LLAMA_OPT_ALGEBRAIC 0
 #endif
 
 #define LLAMA_OPT_PERSIST_DIR_MAX 4096 /* bytes, including the terminating NUL */
@@ -148,10 +139,8 @@ struct llama_opt_config {
     bool     sparse_attn_enabled; /* (false) */
     float    sparse_relevance_threshold; /* min relevance score (0.1) */
 
-    /* Phase 5 */
-    bool     act_dedup_enabled;   /* activation CSE (false) */
-    bool     noop_enabled;        /* no-op elision (true) */
-    bool     algebraic_enabled;   /* algebraic rewriting (false) */
+    /* Phase 5 (activation dedup, no-op elision, algebraic rewriting): removed, decided by the
+     * census (bench/census.c, docs/BENCHMARKS.md "Phase 5 census"); llama_opt_config_removed. */
 
     /* Statistics */
     bool     stats_enabled;       /* print "opt-stats {json}" after every turn (false) */
@@ -219,6 +208,10 @@ size_t llama_opt_config_not_implemented(const struct llama_opt_config *cfg, cons
  * Returns the number of lines printed by this call. */
 size_t llama_opt_config_warn_not_implemented(const struct llama_opt_config *cfg);
 
+/* The spec's variables deja removed after measuring (the Phase-5 switches): the reason, or
+ * NULL when name is not one of them.  Setting one warns and is otherwise ignored. */
+const char *llama_opt_config_removed(const char *name);
+
 /* Variable v's value in cfg as the environment spells it ("0", "64", "0.25", "approx",
  * "/tmp/kv"): into buf, snprintf-style (returns the length it needed). */
 size_t llama_opt_config_format_value(const struct llama_opt_config *cfg, const struct llama_opt_var *v, char *buf,
@@ -281,13 +274,6 @@ struct llama_opt_stats {
     /* DESIGN.md additions */
     uint64_t attn_blocks_restored; /* skipped blocks the probe brought back */
     uint64_t attn_tokens_skipped;  /* per turn, tokens outside the attention set, summed */
-
-    /* Phase 5 — activation dedup */
-    uint64_t act_lookups;
-    uint64_t act_hits;
-
-    /* Phase 5 — no-op elision */
-    uint64_t noop_ops_elided;
 };
 
 void llama_opt_stats_reset(struct llama_opt_stats *s);

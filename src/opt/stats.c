@@ -33,8 +33,6 @@ static const struct {
     S(memo_lookups),         S(memo_hits),              S(memo_tokens_skipped),
     S(attn_blocks_pruned),   S(attn_tokens_pruned),    S(attn_blocks_restored),
     S(attn_tokens_skipped),
-    S(act_lookups),          S(act_hits),
-    S(noop_ops_elided),
 #undef S
 };
 

@@ -67,12 +67,8 @@ static void test_defaults(void) {
     CHECK(c.memo_enabled == (LLAMA_OPT_MEMO != 0));
     CHECK(c.attn_prune_enabled == (LLAMA_OPT_ATTN_PRUNE != 0));
     CHECK(c.sparse_attn_enabled == (LLAMA_OPT_SPARSE_ATTN != 0));
-    CHECK(c.act_dedup_enabled == (LLAMA_OPT_ACT_DEDUP != 0));
-    CHECK(c.noop_enabled == (LLAMA_OPT_NOOP != 0));
-    CHECK(c.algebraic_enabled == (LLAMA_OPT_ALGEBRAIC != 0));
 #if LLAMA_OPT_DEDUP && LLAMA_OPT_KV_DIFF && LLAMA_OPT_SCHEMA_SKIP && LLAMA_OPT_KV_CANON && LLAMA_OPT_PRECOMPUTE && \
-    !LLAMA_OPT_KV_PERSIST && LLAMA_OPT_MEMO && !LLAMA_OPT_ATTN_PRUNE && !LLAMA_OPT_SPARSE_ATTN && \
-    !LLAMA_OPT_ACT_DEDUP && LLAMA_OPT_NOOP && !LLAMA_OPT_ALGEBRAIC
+    !LLAMA_OPT_KV_PERSIST && LLAMA_OPT_MEMO && !LLAMA_OPT_ATTN_PRUNE && !LLAMA_OPT_SPARSE_ATTN
     printf("compile-time defaults: the spec's\n");
 #else
     printf("compile-time defaults: changed by CMake options\n");
@@ -104,7 +100,8 @@ static void test_table(void) {
             if (llama_opt_config_var(j)->offset == v->offset) bad++;
     }
     CHECKF(bad == 0, "%d bad table entries", bad);
-    CHECK(n == 31); /* 24 + LLAMA_OPT_RS_CKPT_INTERVAL, _MAX_MB + the 5 of attention statistics and pruning */
+    CHECK(n == 28); /* the spec's 24 - the 3 of Phase 5 + LLAMA_OPT_RS_CKPT_INTERVAL, _MAX_MB + the 5 of attention
+                       statistics and pruning */
     CHECK(llama_opt_config_find_var("LLAMA_OPT_NOPE") == NULL);
     /* The spec's table: every variable is present. */
     static const char *const spec[] = {
@@ -112,10 +109,17 @@ static void test_table(void) {
         "LLAMA_OPT_DIFF_MIN_UNCHANGED", "LLAMA_OPT_SCHEMA_SKIP_ENABLED", "LLAMA_OPT_CANON_ENABLED",
         "LLAMA_OPT_PRECOMPUTE_ENABLED", "LLAMA_OPT_PERSIST_ENABLED", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_MEMO_ENABLED",
         "LLAMA_OPT_ATTN_PRUNE_ENABLED", "LLAMA_OPT_ATTN_PRUNE_WINDOW", "LLAMA_OPT_ATTN_PRUNE_THRESHOLD",
-        "LLAMA_OPT_SPARSE_ATTN_ENABLED", "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_NOOP_ENABLED",
-        "LLAMA_OPT_ALGEBRAIC_ENABLED", "LLAMA_OPT_STATS", "LLAMA_OPT_DIFF_MODE", "LLAMA_OPT_DIFF_RECOMPUTE"};
+        "LLAMA_OPT_SPARSE_ATTN_ENABLED", "LLAMA_OPT_STATS", "LLAMA_OPT_DIFF_MODE", "LLAMA_OPT_DIFF_RECOMPUTE"};
     for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++)
         CHECKF(llama_opt_config_find_var(spec[i]) != NULL, "%s missing", spec[i]);
+    /* the spec's Phase-5 switches: removed after the census, each with its reason */
+    static const char *const gone[] = {"LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_NOOP_ENABLED",
+                                       "LLAMA_OPT_ALGEBRAIC_ENABLED"};
+    for (size_t i = 0; i < 3; i++)
+        CHECKF(llama_opt_config_find_var(gone[i]) == NULL && llama_opt_config_removed(gone[i]) &&
+                   strstr(llama_opt_config_removed(gone[i]), "found"),
+               "%s", gone[i]);
+    CHECK(llama_opt_config_removed("LLAMA_OPT_DEDUP_ENABLED") == NULL);
 }
 
 static void test_load_valid(void) {
@@ -140,12 +144,12 @@ static void test_load_valid(void) {
     /* every boolean spelling */
     static const char *const yes[] = {"1", "true", "TRUE", "on", "Yes"}, *const no[] = {"0", "false", "Off", "NO"};
     for (size_t i = 0; i < 5; i++) {
-        c.noop_enabled = false;
-        CHECK(load1(&c, "LLAMA_OPT_NOOP_ENABLED", yes[i]) == DJ_OK && c.noop_enabled);
+        c.attn_stats_enabled = false;
+        CHECK(load1(&c, "LLAMA_OPT_ATTN_STATS_ENABLED", yes[i]) == DJ_OK && c.attn_stats_enabled);
     }
     for (size_t i = 0; i < 4; i++) {
-        c.noop_enabled = true;
-        CHECK(load1(&c, "LLAMA_OPT_NOOP_ENABLED", no[i]) == DJ_OK && !c.noop_enabled);
+        c.attn_stats_enabled = true;
+        CHECK(load1(&c, "LLAMA_OPT_ATTN_STATS_ENABLED", no[i]) == DJ_OK && !c.attn_stats_enabled);
     }
     /* "" counts as unset */
     c.block_size = 64;
@@ -260,18 +264,18 @@ static void test_stats(void) {
     struct llama_opt_stats last, now;
     llama_opt_stats_reset(&last);
     llama_opt_stats_reset(&now);
-    CHECK(llama_opt_stats_n_fields() == 35); /* the spec's 26 + 3 Tier-2 diff counters + 4 recurrent-state ones
-                                                + attn_blocks_restored, attn_tokens_skipped */
+    CHECK(llama_opt_stats_n_fields() == 32); /* the spec's 26 + 3 Tier-2 diff counters + 4 recurrent-state ones
+                                                + attn_blocks_restored, attn_tokens_skipped - the 3 of Phase 5 */
     CHECK(strcmp(llama_opt_stats_field_name(0), "dedup_blocks_total") == 0);
     CHECK(strcmp(llama_opt_stats_field_name(6), "diff_tokens_approx") == 0);
     CHECK(strcmp(llama_opt_stats_field_name(21), "rs_ckpt_saves") == 0);
-    CHECK(strcmp(llama_opt_stats_field_name(34), "noop_ops_elided") == 0);
-    CHECK(llama_opt_stats_field_name(35) == NULL);
+    CHECK(strcmp(llama_opt_stats_field_name(31), "attn_tokens_skipped") == 0);
+    CHECK(llama_opt_stats_field_name(32) == NULL);
 
     now.dedup_blocks_total = 10;
     now.dedup_blocks_hit = 7;
     now.diff_tokens_total = 5000;
-    now.noop_ops_elided = UINT64_MAX; /* the largest value prints in full */
+    now.attn_tokens_skipped = UINT64_MAX; /* the largest value prints in full */
     FILE *f = tmpfile();
     CHECK(f != NULL);
     CHECK(llama_opt_stats_print_turn(f, &last, &now) == 0);
@@ -286,9 +290,9 @@ static void test_stats(void) {
     const char *want1 = "opt-stats {\"dedup_blocks_total\":10,\"dedup_blocks_hit\":7,\"dedup_tokens_saved\":0,"
                         "\"diff_tokens_total\":5000,";
     CHECK(strncmp(line1, want1, strlen(want1)) == 0);
-    CHECK(strstr(line1, ",\"noop_ops_elided\":18446744073709551615}\n") != NULL);
+    CHECK(strstr(line1, ",\"attn_tokens_skipped\":18446744073709551615}\n") != NULL);
     CHECK(strstr(line2, "\"dedup_blocks_total\":3,\"dedup_blocks_hit\":0,") != NULL);
-    CHECK(strstr(line2, "\"noop_ops_elided\":0}\n") != NULL);
+    CHECK(strstr(line2, "\"attn_tokens_skipped\":0}\n") != NULL);
     /* every counter appears exactly once, in declaration order */
     const char *p = line1;
     int bad = 0;
@@ -321,8 +325,7 @@ static void test_stats(void) {
 /* The 10 that src/ does not read yet (grep for the fields: only src/opt touches them). */
 static const char *const not_impl[] = {
     "LLAMA_OPT_SPARSE_ATTN_ENABLED",
-    "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD", "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_NOOP_ENABLED",
-    "LLAMA_OPT_ALGEBRAIC_ENABLED"};
+    "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD"};
 #define N_NOT_IMPL (sizeof not_impl / sizeof not_impl[0])
 
 /* A value of v's type that differs from its default. */
@@ -366,7 +369,7 @@ static size_t count_lines(const char *s, const char *needle) {
 }
 
 static void test_not_implemented(void) {
-    /* the table says exactly these 5 are not implemented */
+    /* the table says exactly these 2 are not implemented */
     size_t n_false = 0;
     for (size_t i = 0; llama_opt_config_var(i); i++) {
         const struct llama_opt_var *v = llama_opt_config_var(i);
@@ -375,7 +378,7 @@ static void test_not_implemented(void) {
         CHECKF(listed == !v->implemented, "%s: implemented = %d", v->name, v->implemented);
         n_false += !v->implemented;
     }
-    CHECK(n_false == 5 && N_NOT_IMPL == 5);
+    CHECK(n_false == 2 && N_NOT_IMPL == 2);
 
     /* defaults: nothing to warn about */
     struct llama_opt_config c = llama_opt_config_default();
@@ -392,10 +395,10 @@ static void test_not_implemented(void) {
     }
     /* implemented variables and default values are never listed; the list is in table order */
     struct fake_env e = {{"LLAMA_OPT_BLOCK_SIZE", "LLAMA_OPT_DEDUP_ENABLED", "LLAMA_OPT_DIFF_MODE", "LLAMA_OPT_STATS",
-                          "LLAMA_OPT_NOOP_ENABLED", "LLAMA_OPT_CANON_ENABLED", "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD",
-                          "LLAMA_OPT_ACT_DEDUP_ENABLED", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_SPARSE_ATTN_ENABLED"},
-                         {"32", "0", "approx", "1", LLAMA_OPT_NOOP ? "on" : "off", LLAMA_OPT_KV_CANON ? "0" : "1",
-                          "0.1", LLAMA_OPT_ACT_DEDUP ? "0" : "1", "/tmp/kv", LLAMA_OPT_SPARSE_ATTN ? "0" : "1"},
+                          "LLAMA_OPT_MEMO_ENABLED", "LLAMA_OPT_CANON_ENABLED", "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD",
+                          "LLAMA_OPT_ATTN_STATS_ENABLED", "LLAMA_OPT_PERSIST_DIR", "LLAMA_OPT_SPARSE_ATTN_ENABLED"},
+                         {"32", "0", "approx", "1", LLAMA_OPT_MEMO ? "on" : "off", LLAMA_OPT_KV_CANON ? "0" : "1",
+                          "0.7", "1", "/tmp/kv", LLAMA_OPT_SPARSE_ATTN ? "0" : "1"},
                          10};
     c = llama_opt_config_default();
     CHECK(llama_opt_config_load(&c, fake_get, &e) == DJ_OK);
@@ -404,7 +407,7 @@ static void test_not_implemented(void) {
     CHECKF(n == 2, "%zu listed", n);
     if (n == 2) {
         CHECK(strcmp(out[0]->name, "LLAMA_OPT_SPARSE_ATTN_ENABLED") == 0);
-        CHECK(strcmp(out[1]->name, "LLAMA_OPT_ACT_DEDUP_ENABLED") == 0);
+        CHECK(strcmp(out[1]->name, "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD") == 0);
     }
     CHECK(llama_opt_config_not_implemented(&c, out, 1) == 2); /* the count, whatever the room */
 
@@ -412,20 +415,20 @@ static void test_not_implemented(void) {
     char buf[64];
     CHECK(llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_PERSIST_DIR"), buf, sizeof buf) == 7 &&
           strcmp(buf, "/tmp/kv") == 0);
-    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_ACT_DEDUP_ENABLED"), buf, sizeof buf);
-    CHECK(strcmp(buf, LLAMA_OPT_ACT_DEDUP ? "0" : "1") == 0);
+    llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_ATTN_STATS_ENABLED"), buf, sizeof buf);
+    CHECK(strcmp(buf, "1") == 0);
     llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_DIFF_MODE"), buf, sizeof buf);
     CHECK(strcmp(buf, "approx") == 0);
     llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_BLOCK_SIZE"), buf, sizeof buf);
     CHECK(strcmp(buf, "32") == 0);
     llama_opt_config_format_value(&c, llama_opt_config_find_var("LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD"), buf, sizeof buf);
-    CHECK(strcmp(buf, "0.1") == 0);
+    CHECK(strcmp(buf, "0.7") == 0);
 
     /* the warning: one line per variable, once per process */
     size_t printed = 0;
     char *err = capture_stderr(llama_opt_config_warn_not_implemented, &c, &printed);
     CHECKF(printed == 2 && count_lines(err, "not implemented yet, has no effect") == 2, "first warning: %s", err);
-    CHECKF(strstr(err, "LLAMA_OPT_ACT_DEDUP_ENABLED=") && strstr(err, "LLAMA_OPT_SPARSE_ATTN_ENABLED=") &&
+    CHECKF(strstr(err, "LLAMA_OPT_SPARSE_RELEVANCE_THRESHOLD=") && strstr(err, "LLAMA_OPT_SPARSE_ATTN_ENABLED=") &&
                !strstr(err, "LLAMA_OPT_PERSIST_DIR"),
            "first warning: %s", err);
     free(err);
@@ -433,13 +436,12 @@ static void test_not_implemented(void) {
     CHECKF(printed == 0 && err[0] == '\0', "warned again: %s", err);
     free(err);
 
-    /* llama_opt_config_from_env warns too (a variable not warned about before) */
-    setenv("LLAMA_OPT_ALGEBRAIC_ENABLED", LLAMA_OPT_ALGEBRAIC ? "0" : "1", 1);
+    /* llama_opt_config_from_env: a removed variable is named with its reason, each call */
+    setenv("LLAMA_OPT_NOOP_ENABLED", "1", 1);
     fflush(stderr);
     const int saved = dup(2);
     FILE *tmp = tmpfile();
     dup2(fileno(tmp), 2);
-    CHECK(llama_opt_config_from_env(&c) == DJ_OK);
     CHECK(llama_opt_config_from_env(&c) == DJ_OK);
     fflush(stderr);
     dup2(saved, 2);
@@ -449,8 +451,9 @@ static void test_not_implemented(void) {
     size_t got = fread(text, 1, sizeof text - 1, tmp);
     text[got] = '\0';
     fclose(tmp);
-    CHECKF(count_lines(text, "LLAMA_OPT_ALGEBRAIC_ENABLED=") == 1, "from_env twice: %s", text);
-    unsetenv("LLAMA_OPT_ALGEBRAIC_ENABLED");
+    CHECKF(count_lines(text, "LLAMA_OPT_NOOP_ENABLED was removed: no-op elision") == 1 && !strstr(text, "unknown"),
+           "from_env: %s", text);
+    unsetenv("LLAMA_OPT_NOOP_ENABLED");
 }
 
 /* deja bench and deja perplexity read the environment: a setting without behaviour is
