@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "core/status.h"
+#include "engine/engine.h"
 
 struct llama_opt_config;
 struct dj_spec_params;
@@ -42,6 +43,13 @@ bool cli_kv_type_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *k
 /* --device cpu|vulkan|vulkan:N: true if argv[*i] is it, then *ok tells whether the value was
  * read into *gpu (0 the CPU, N + 1 Vulkan device N: ctx_params.gpu / engine_params.gpu). */
 bool cli_device_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *gpu, bool *ok);
+/* --context-overflow error|prune|sparse: true if argv[*i] is it, then *ok tells whether the
+ * value was read into *out (sparse: not implemented yet, refused with a message). */
+bool cli_overflow_opt(const char *cmd, int argc, char **argv, int *i, enum dj_ctx_overflow *out, bool *ok);
+#define CLI_OVERFLOW_HELP                                                                             \
+    "  --context-overflow P  a prompt that does not fit -c: error (default; the API's 400) or prune\n" \
+    "                    (whole blocks of its middle dropped, the least attended first: Tier 2;\n"     \
+    "                    docs/CONFIG.md); sparse is not implemented yet\n"
 #define CLI_DEVICE_HELP                                                                               \
     "  --device D        cpu (default) or vulkan[:N]: the forward pass on Vulkan device N (deja inspect\n" \
     "                    --devices; llama-family dense models, f32/f16 K/V: docs/ARCHITECTURE.md, GPU)\n"

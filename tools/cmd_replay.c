@@ -85,6 +85,7 @@ static void replay_usage(FILE *f) {
             "  --no-chunked-prefill  an admitted prompt is prefilled whole in one step\n"
             CLI_KV_TYPE_HELP
             CLI_DEVICE_HELP
+            CLI_OVERFLOW_HELP
             CLI_KV_DIR_USAGE
             "  --restart-each-turn  destroy and re-create the engine and the model before every turn (but\n"
             "                    the first): nothing in memory survives, only what --kv-dir holds (round-robin only)\n"
@@ -426,12 +427,14 @@ int cmd_replay(int argc, char **argv) {
     paths = calloc((size_t)argc, sizeof *paths);
     if (!paths) return cli_error("replay", "out of memory");
     uint32_t ctk = kv_type_default(), ctv = kv_type_default(), gpu = 0;
+    enum dj_ctx_overflow overflow = DJ_OVERFLOW_ERROR;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v;
         bool ok;
         if (cli_kv_type_opt("replay", argc, argv, &i, &ctk, &ctv, &ok) ||
-            cli_spec_opt("replay", argc, argv, &i, &spec, &ok) || cli_device_opt("replay", argc, argv, &i, &gpu, &ok)) {
+            cli_spec_opt("replay", argc, argv, &i, &spec, &ok) || cli_device_opt("replay", argc, argv, &i, &gpu, &ok) ||
+            cli_overflow_opt("replay", argc, argv, &i, &overflow, &ok)) {
             if (!ok) goto out_args;
             continue;
         }
@@ -503,6 +506,7 @@ int cmd_replay(int argc, char **argv) {
     struct dj_engine_params ep = engine_default_params();
     ep.kv_type_k = ctk;
     ep.gpu = gpu;
+    ep.overflow = overflow;
     ep.kv_type_v = ctv;
     ep.spec = spec;
     cli_spec_check("replay", &spec);
@@ -817,6 +821,7 @@ int cmd_replay(int argc, char **argv) {
                        t->n_reused_ckpt, t->n_reused_ckpt_disk, t->n_kv_recomputed);
             if (spec.sources || t->n_drafted)
                 printf(", \"n_drafted\": %zu, \"n_draft_accepted\": %zu", t->n_drafted, t->n_draft_accepted);
+            if (t->n_ctx_dropped) printf(", \"n_ctx_dropped\": %zu", t->n_ctx_dropped);
             if (rows[k].attn)
                 printf(", \"n_attn_skipped\": %zu, \"n_attn_pruned\": %zu, \"n_attn_restored\": %zu, "
                        "\"attn_weight\": %s",

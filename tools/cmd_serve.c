@@ -34,6 +34,7 @@ static void serve_usage(FILE *f) {
             "  --kv-budget MIB     KV cache memory (default: half the available memory)\n"
             CLI_KV_TYPE_HELP
             CLI_DEVICE_HELP
+            CLI_OVERFLOW_HELP
             CLI_KV_DIR_USAGE
             CLI_SPEC_HELP
             "                      (serve: --spec is the default; --no-spec turns it off)\n"
@@ -90,7 +91,8 @@ int cmd_serve(int argc, char **argv) {
         bool ok;
         if (cli_kv_type_opt("serve", argc, argv, &i, &p.engine.kv_type_k, &p.engine.kv_type_v, &ok) ||
             cli_spec_opt("serve", argc, argv, &i, &p.engine.spec, &ok) ||
-            cli_device_opt("serve", argc, argv, &i, &p.engine.gpu, &ok)) {
+            cli_device_opt("serve", argc, argv, &i, &p.engine.gpu, &ok) ||
+            cli_overflow_opt("serve", argc, argv, &i, &p.engine.overflow, &ok)) {
             if (!ok) {
                 free(tmpl);
                 return 1;

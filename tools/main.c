@@ -95,6 +95,24 @@ bool cli_device_opt(const char *cmd, int argc, char **argv, int *i, uint32_t *gp
     return true;
 }
 
+bool cli_overflow_opt(const char *cmd, int argc, char **argv, int *i, enum dj_ctx_overflow *out, bool *ok) {
+    if (strcmp(argv[*i], "--context-overflow")) return false;
+    *ok = false;
+    const char *v = cli_value(cmd, argc, argv, i);
+    if (!v) return true;
+    if (!strcmp(v, "error")) *out = DJ_OVERFLOW_ERROR;
+    else if (!strcmp(v, "prune")) *out = DJ_OVERFLOW_PRUNE;
+    else if (!strcmp(v, "sparse")) {
+        cli_error(cmd, "--context-overflow sparse: not implemented yet (sparse prefill of tool results; docs/CONFIG.md)");
+        return true;
+    } else {
+        cli_error(cmd, "--context-overflow: '%s' is not error, prune or sparse", v);
+        return true;
+    }
+    *ok = true;
+    return true;
+}
+
 char *cli_read_file(const char *cmd, const char *path, size_t *len) {
     char *buf = NULL;
     if (dj_read_file(path, &buf, len) != DJ_OK) {

@@ -411,6 +411,7 @@ void engine_session_destroy(struct dj_session *s) {
     kv_history_free(&s->hist);
     if (s->attn) kv_attn_free(s->attn);
     free(s->attn);
+    ovf_free(&s->ovf);
     free(s);
 }
 
@@ -420,6 +421,7 @@ const dj_token *engine_session_tokens(const struct dj_session *s, size_t *n) {
 }
 
 size_t engine_session_n_blocks(const struct dj_session *s) { return s->seq.n_blocks; }
+enum dj_ctx_overflow engine_overflow(const struct dj_engine *e) { return e->p.overflow; }
 size_t engine_session_attn(const struct dj_session *s, const float **weight, const uint8_t **skip) {
     *weight = s->attn ? s->attn->weight : NULL;
     *skip = s->attn ? s->attn->skip : NULL;
@@ -488,6 +490,7 @@ void session_truncate(struct dj_session *s, size_t n) {
     kv_history_truncate(&s->hist, n);
     if (s->n_exact > n) s->n_exact = n;
     if (s->attn) kv_attn_truncate(s->attn, n);
+    if (n == 0) ovf_free(&s->ovf);
     const size_t nb = n / s->e->block_size;
     if (s->n_sealed > nb) s->n_sealed = nb;
 }

@@ -108,6 +108,12 @@
 #include "sample/sampler.h"
 #include "spec/spec.h"
 
+/* What a prompt that does not fit the context gets (--context-overflow; issue 33). */
+enum dj_ctx_overflow {
+    DJ_OVERFLOW_ERROR = 0, /* refused, as the APIs do (the agent compacts its history) */
+    DJ_OVERFLOW_PRUNE,     /* whole blocks of its middle dropped (engine/overflow.c; Tier 2) */
+};
+
 struct dj_engine_params {
     uint32_t n_ctx;       /* most positions of one sequence; 0 = the model's training context */
     uint32_t n_ubatch;    /* tokens per forward pass; 0 = 512 */
@@ -134,6 +140,7 @@ struct dj_engine_params {
                                     The memo source also needs opt.memo_enabled (bounded by
                                     opt.memo_trie_max nodes) */
     FILE *stats_out;      /* where opt-stats lines go when opt.stats_enabled; NULL = stderr */
+    enum dj_ctx_overflow overflow; /* a prompt that does not fit: refused (default) or shortened */
 };
 
 /* n_ctx 0, n_ubatch 512, n_batch 0, chunked prefill on, 1 thread, no MiB
@@ -192,6 +199,7 @@ struct dj_turn_result {
     size_t n_reused_approx; /* Tier 2: positions after an edit reused with RoPE-corrected K */
     size_t n_blend;        /* Tier 2: candidates recomputed after the probe (in n_computed) */
     size_t n_probed;       /* Tier 2: candidates run through the probe (layer 0, layer-1 K/V) */
+    size_t n_ctx_dropped;  /* Tier 2 (--context-overflow prune): prompt tokens dropped so that it fits */
     size_t n_attn_skipped; /* Tier 2 (LLAMA_OPT_ATTN_PRUNE): tokens outside the attention set during the turn */
     size_t n_attn_pruned;  /* Tier 2: tokens that left the attention set at the turn's end */
     size_t n_attn_restored; /* Tier 2: tokens the probe brought back at the turn's end */
@@ -301,6 +309,7 @@ enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_t
 /* Tokens whose K/V the session holds (valid until its next request). */
 const dj_token *engine_session_tokens(const struct dj_session *s, size_t *n);
 size_t engine_session_n_blocks(const struct dj_session *s);
+enum dj_ctx_overflow engine_overflow(const struct dj_engine *e);
 /* Attention statistics of s (LLAMA_OPT_ATTN_STATS_ENABLED / _PRUNE_ENABLED): the number of
  * full blocks with a weight after its last turn; *weight: each block's weight (its largest
  * share of a head's attention mass in that turn), *skip: 1 where the block is outside the

@@ -30,6 +30,16 @@ enum { DJ_FEED_MAX = 64 }; /* tokens one completion feeds in one step (sampled +
 
 struct dj_req;
 
+/* The context-overflow policy's memory (overflow.c): the original prompt a session was
+ * last given and the original blocks dropped from it (increasing). */
+struct ovf_state {
+    dj_token *orig;
+    size_t n_orig;
+    uint32_t *drop;
+    size_t n_drop;
+};
+void ovf_free(struct ovf_state *o);
+
 /* A proposal that was not drafted, compared with the tokens generated after
  * it (the policy learns the source's acceptance without paying for it). */
 struct spec_shadow {
@@ -50,6 +60,7 @@ struct dj_session {
     bool anon;           /* engine-owned: matched by prefix; destroyed when parked */
     struct dj_req *busy; /* the request running on it, or NULL (idle) */
     struct kv_attn *attn; /* attention statistics and skip set (engine.attn_on), or NULL; seq.attn points here */
+    struct ovf_state ovf; /* --context-overflow prune: what its last prompt dropped (empty: nothing) */
     struct dj_session *prev, *next;
 };
 
@@ -104,6 +115,7 @@ struct dj_req {
     enum dj_status err;        /* a request-wide failure */
     char errmsg[256];
     struct dj_turn_result r;   /* the shared counters (reuse, timings) */
+    struct ovf_state ovf;      /* --context-overflow prune: the original prompt and its dropped blocks */
     uint64_t root;             /* the chain root of its cache namespace (KV_CHAIN_ROOT: shared) */
     int64_t t_submit, t_admit, t_first;
     struct dj_req *next;
@@ -259,5 +271,12 @@ enum dj_status engine_reuse_prompt(struct dj_engine *e, struct dj_session *s, co
 enum dj_status engine_attn_begin(struct dj_engine *e, struct dj_session *s, size_t n_prompt);
 void engine_attn_end(struct dj_engine *e, struct dj_session *s, struct dj_turn_result *r);
 enum dj_status engine_attn_fork(struct dj_engine *e, const struct dj_session *s0, struct dj_session *s);
+
+/* --context-overflow prune (overflow.c): when p's prompt and room to generate do not fit,
+ * *short_prompt (malloc'd) = the prompt without whole blocks of its middle, *out = what was
+ * dropped (for the session that runs it); else *short_prompt NULL.  DJ_ERR_INVALID when even
+ * that cannot fit. */
+enum dj_status engine_overflow_shorten(struct dj_engine *e, const struct dj_request_params *p, uint64_t root,
+                                       struct ovf_state *out, dj_token **short_prompt, size_t *n_short);
 
 #endif

@@ -88,6 +88,7 @@ static void req_free(struct dj_engine *e, struct dj_req *q) {
     free(q->stop);
     free(q->prompt);
     free(q->bias);
+    ovf_free(&q->ovf);
     free(q);
     (void)e;
 }
@@ -98,7 +99,7 @@ static enum dj_status req_create(struct dj_engine *e, const struct dj_request_pa
     const struct dj_hparams *hp = &e->model->hp;
     const size_t n_ctx = e->ctx->p.n_ctx;
     if (p->n_prompt == 0 || !p->prompt) return dj_fail(DJ_ERR_INVALID, "request: empty prompt");
-    if (p->n_prompt >= n_ctx)
+    if (p->n_prompt >= n_ctx && e->p.overflow != DJ_OVERFLOW_PRUNE)
         return dj_fail(DJ_ERR_INVALID, "request: prompt of %zu tokens does not fit the context size %zu (it must leave room for one generated token)",
                        p->n_prompt, n_ctx);
     for (size_t i = 0; i < p->n_prompt; i++)
@@ -121,19 +122,42 @@ static enum dj_status req_create(struct dj_engine *e, const struct dj_request_pa
                            hp->n_vocab);
     }
 
+    /* --context-overflow prune: the prompt without whole blocks of its middle (overflow.c) */
+    const uint64_t root = p->cache_salt ? kv_hash_salt_root(p->cache_salt, strlen(p->cache_salt)) : KV_CHAIN_ROOT;
+    struct ovf_state ov = {0};
+    dj_token *shortp = NULL;
+    size_t n_short = p->n_prompt;
+    struct dj_request_params ps;
+    if (e->p.overflow == DJ_OVERFLOW_PRUNE) {
+        if (p->force) return dj_fail(DJ_ERR_INVALID, "request: forced tokens with --context-overflow prune");
+        enum dj_status st = engine_overflow_shorten(e, p, root, &ov, &shortp, &n_short);
+        if (st) return st;
+        if (shortp) {
+            ps = *p;
+            ps.prompt = shortp;
+            ps.n_prompt = n_short;
+            p = &ps;
+        }
+    }
     struct dj_req *q = calloc(1, sizeof *q);
-    if (!q) return dj_fail(DJ_ERR_NOMEM, "out of memory queuing a request");
+    if (!q) {
+        free(shortp);
+        ovf_free(&ov);
+        return dj_fail(DJ_ERR_NOMEM, "out of memory queuing a request");
+    }
+    q->ovf = ov;
+    q->r.n_ctx_dropped = ov.n_orig ? ov.n_orig - n_short : 0;
     q->p = *p;
     q->p.n = n;
-    q->root = p->cache_salt ? kv_hash_salt_root(p->cache_salt, strlen(p->cache_salt)) : KV_CHAIN_ROOT;
+    q->root = root;
     q->p.cache_salt = NULL; /* the caller's string is not kept */
     q->n_comp = n;
     q->max_gen = p->max_tokens;
     if (q->max_gen > n_ctx - p->n_prompt + 1) q->max_gen = n_ctx - p->n_prompt + 1; /* the last token is not fed */
-    q->prompt = malloc(p->n_prompt * sizeof *q->prompt);
+    q->prompt = shortp ? shortp : malloc(p->n_prompt * sizeof *q->prompt); /* the shortened one: taken */
     q->comp = calloc(n, sizeof *q->comp);
     if (!q->prompt || !q->comp) goto oom;
-    memcpy(q->prompt, p->prompt, p->n_prompt * sizeof *q->prompt);
+    if (!shortp) memcpy(q->prompt, p->prompt, p->n_prompt * sizeof *q->prompt);
     q->p.prompt = q->prompt;
     if (p->n_stop) {
         if (!(q->stop = calloc(p->n_stop, sizeof *q->stop))) goto oom;
@@ -680,6 +704,10 @@ static bool admit(struct dj_engine *e, struct dj_req *q) {
         req_fail(q, st, dj_last_error());
         return true;
     }
+    ovf_free(&s->ovf); /* what this prompt dropped (nothing: it fit) is the session's memory now */
+    s->ovf = q->ovf;
+    memset(&q->ovf, 0, sizeof q->ovf);
+    e->stats.ctx_tokens_dropped += q->r.n_ctx_dropped;
     if (s->attn) { /* what this turn does not attend to (the prefix kept its skip set) */
         q->r.n_attn_skipped = s->attn->n_skip * e->block_size;
         e->stats.attn_tokens_skipped += q->r.n_attn_skipped;
@@ -1046,7 +1074,7 @@ enum dj_status engine_turn(struct dj_engine *e, struct dj_session *s, const dj_t
     const size_t n_ctx = e->ctx->p.n_ctx;
     if (n == 0) return dj_fail(DJ_ERR_INVALID, "turn: empty prompt");
     if (tp->n_gen == 0) return dj_fail(DJ_ERR_INVALID, "turn: n_gen must be at least 1");
-    if (n > n_ctx || tp->n_gen - 1 > n_ctx - n)
+    if ((n > n_ctx || tp->n_gen - 1 > n_ctx - n) && e->p.overflow != DJ_OVERFLOW_PRUNE)
         return dj_fail(DJ_ERR_INVALID, "turn: prompt of %zu tokens + %zu generated exceed the context size %zu", n,
                        tp->n_gen, n_ctx);
     if (s->busy) return dj_fail(DJ_ERR_INVALID, "turn: the session is running a request");

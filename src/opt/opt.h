@@ -274,6 +274,7 @@ struct llama_opt_stats {
     /* DESIGN.md additions */
     uint64_t attn_blocks_restored; /* skipped blocks the probe brought back */
     uint64_t attn_tokens_skipped;  /* per turn, tokens outside the attention set, summed */
+    uint64_t ctx_tokens_dropped;   /* --context-overflow prune: prompt tokens dropped to fit */
 };
 
 void llama_opt_stats_reset(struct llama_opt_stats *s);

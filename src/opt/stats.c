@@ -32,7 +32,7 @@ static const struct {
     S(rs_tokens_recomputed),
     S(memo_lookups),         S(memo_hits),              S(memo_tokens_skipped),
     S(attn_blocks_pruned),   S(attn_tokens_pruned),    S(attn_blocks_restored),
-    S(attn_tokens_skipped),
+    S(attn_tokens_skipped),  S(ctx_tokens_dropped),
 #undef S
 };
 

@@ -102,11 +102,12 @@ json_t *jstr(const char *s, size_t n) {
 /* deja's extension: where the prompt's tokens came from. */
 json_t *xdeja_json(const struct sreq *r) {
     const struct dj_turn_result *r0 = &r->res[0];
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "reused_own", (json_int_t)r0->n_reused_own,
-                     "reused_pool", (json_int_t)r0->n_reused_pool, "reused_disk", (json_int_t)r0->n_reused_disk,
-                     "reused_checkpoint", (json_int_t)r0->n_reused_ckpt, "kv_recomputed",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f}", "reused_own",
+                     (json_int_t)r0->n_reused_own, "reused_pool", (json_int_t)r0->n_reused_pool, "reused_disk",
+                     (json_int_t)r0->n_reused_disk, "reused_checkpoint", (json_int_t)r0->n_reused_ckpt, "kv_recomputed",
                      (json_int_t)r0->n_kv_recomputed, "computed", (json_int_t)r0->n_computed, "forced",
-                     (json_int_t)r0->n_forced, "ttft_ms", r0->t_ttft_ms, "queue_ms", r0->t_queue_ms);
+                     (json_int_t)r0->n_forced, "ctx_dropped", (json_int_t)r0->n_ctx_dropped, "attn_skipped",
+                     (json_int_t)r0->n_attn_skipped, "ttft_ms", r0->t_ttft_ms, "queue_ms", r0->t_queue_ms);
 }
 
 void server_note_token(struct sreq *r, uint32_t i) {
@@ -276,7 +277,8 @@ uint64_t server_fresh_seed(struct dj_server *s) {
 size_t server_gen_cap(const struct dj_server *s, size_t n_prompt, size_t max_tokens) {
     const size_t n_ctx = s->p.engine.n_ctx ? s->p.engine.n_ctx : s->m->hp.n_ctx_train;
     size_t gen = max_tokens ? max_tokens : s->p.n_predict;
-    if (gen == 0) gen = n_ctx > n_prompt ? n_ctx - n_prompt : 1;
+    /* a prompt that does not fit (--context-overflow prune shortens it): a quarter of the context */
+    if (gen == 0) gen = n_ctx > n_prompt ? n_ctx - n_prompt : n_ctx / 4 ? n_ctx / 4 : 1;
     return gen;
 }
 

@@ -522,7 +522,7 @@ bool chat_endpoint(struct dj_server *s, struct http_req *c, enum dj_api api, con
         return send_json(c, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n_toks));
     }
     const size_t n_ctx = engine_n_ctx(s->e);
-    if (n_toks >= n_ctx) {
+    if (n_toks >= n_ctx && engine_overflow(s->e) != DJ_OVERFLOW_PRUNE) { /* prune: the engine drops its middle */
         api_chat_req_free(&cr);
         free(toks);
         return send_too_long(c, api, n_toks, n_ctx);

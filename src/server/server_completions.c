@@ -437,7 +437,7 @@ static bool run_completion(struct dj_server *s, struct http_req *c, struct dj_co
             return send_error(c, 400, infill ? NULL : "suffix", "%s", dj_last_error());
         }
     }
-    if (cr->n_prompt >= n_ctx) {
+    if (cr->n_prompt >= n_ctx && engine_overflow(s->e) != DJ_OVERFLOW_PRUNE) { /* prune: the engine drops its middle */
         const size_t np = cr->n_prompt;
         server_completion_req_free(cr);
         return send_context_error(c, n_ctx, np);

@@ -724,6 +724,54 @@ static void test_context(void) {
     free(b);
 }
 
+/* --context-overflow prune: a prompt past -c runs with whole blocks of its middle dropped, says
+ * how many in x_deja.ctx_dropped, drops the same ones when the conversation goes on (its KV
+ * reused); protected ends that alone do not fit still get the 400. */
+static void test_overflow_prune(const char *model) {
+    struct srv s;
+    const char *extra[] = {"-c", "256", "--context-overflow", "prune", NULL};
+    setenv("LLAMA_OPT_ATTN_PRUNE_KEEP_FIRST", "32", 1);
+    setenv("LLAMA_OPT_ATTN_PRUNE_KEEP_LAST", "64", 1);
+    const bool up = srv_start(&s, model, extra);
+    unsetenv("LLAMA_OPT_ATTN_PRUNE_KEEP_FIRST");
+    unsetenv("LLAMA_OPT_ATTN_PRUNE_KEEP_LAST");
+    if (!up) return;
+    char *b = malloc(64 * 1024), *out = NULL;
+    size_t len = (size_t)sprintf(b, "{\"prompt\": [");
+    for (int i = 0; i < 400; i++) len += (size_t)sprintf(b + len, "%s%d", i ? ", " : "", 3 + (i * 37) % 400);
+    strcpy(b + len, "], \"max_tokens\": 8, \"temperature\": 0}");
+    CHECK(http(s.port, "POST", "/v1/completions", b, NULL, &out) == 200);
+    json_t *j = body_json(out), *x = json_object_get(j, "x_deja");
+    /* 400 + 8 in 256, blocks of 64: down to 256 - 8 - 64 = 184: blocks 1..4 dropped (the first is
+     * kept, the last 64 tokens too): 144 tokens seen, and counted */
+    CHECKF(iget(x, "ctx_dropped") == 256 && iget(json_object_get(j, "usage"), "prompt_tokens") == 144,
+           "first: %s", out ? out : "");
+    json_decref(j);
+    free(out);
+    /* the conversation goes on: 30 more tokens, the same blocks dropped, the rest reused */
+    strcpy(b + len, "");
+    for (int i = 0; i < 30; i++) len += (size_t)sprintf(b + len, ", %d", 7 + i);
+    strcpy(b + len, "], \"max_tokens\": 8, \"temperature\": 0}");
+    CHECK(http(s.port, "POST", "/v1/completions", b, NULL, &out) == 200);
+    j = body_json(out);
+    x = json_object_get(j, "x_deja");
+    CHECKF(iget(x, "ctx_dropped") == 256 && iget(x, "computed") == 30 && iget(x, "reused_own") == 144,
+           "second: %s", out ? out : "");
+    json_decref(j);
+    free(out);
+    free(b);
+    CHECK(srv_stop(&s) == 0);
+    /* the default keeps the first 256 tokens: nothing in the middle to drop, the 400 */
+    const char *extra2[] = {"-c", "256", "--context-overflow", "prune", NULL};
+    if (!srv_start(&s, model, extra2)) return;
+    b = ids_body(400, ", \"max_tokens\": 8");
+    CHECKF(http(s.port, "POST", "/v1/completions", b, NULL, &out) == 400 && out && strstr(out, "even with its middle"),
+           "protected: %s", out ? out : "");
+    free(out);
+    free(b);
+    CHECK(srv_stop(&s) == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     deja_bin = argv[2];
@@ -740,6 +788,7 @@ int main(int argc, char **argv) {
     test_context();
     CHECK(srv_stop(&s) == 0);
     test_no_fim(test_shared_path(argv[1], "models/stories260K.gguf"));
+    test_overflow_prune(test_shared_path(argv[1], "models/stories260K.gguf"));
     test_gpu_serve(test_shared_path(argv[1], "models/stories260K.gguf"));
     TEST_END();
 }

@@ -264,18 +264,19 @@ static void test_stats(void) {
     struct llama_opt_stats last, now;
     llama_opt_stats_reset(&last);
     llama_opt_stats_reset(&now);
-    CHECK(llama_opt_stats_n_fields() == 32); /* the spec's 26 + 3 Tier-2 diff counters + 4 recurrent-state ones
-                                                + attn_blocks_restored, attn_tokens_skipped - the 3 of Phase 5 */
+    CHECK(llama_opt_stats_n_fields() == 33); /* the spec's 26 + 3 Tier-2 diff counters + 4 recurrent-state ones
+                                                + attn_blocks_restored, attn_tokens_skipped, ctx_tokens_dropped
+                                                - the 3 of Phase 5 */
     CHECK(strcmp(llama_opt_stats_field_name(0), "dedup_blocks_total") == 0);
     CHECK(strcmp(llama_opt_stats_field_name(6), "diff_tokens_approx") == 0);
     CHECK(strcmp(llama_opt_stats_field_name(21), "rs_ckpt_saves") == 0);
-    CHECK(strcmp(llama_opt_stats_field_name(31), "attn_tokens_skipped") == 0);
-    CHECK(llama_opt_stats_field_name(32) == NULL);
+    CHECK(strcmp(llama_opt_stats_field_name(32), "ctx_tokens_dropped") == 0);
+    CHECK(llama_opt_stats_field_name(33) == NULL);
 
     now.dedup_blocks_total = 10;
     now.dedup_blocks_hit = 7;
     now.diff_tokens_total = 5000;
-    now.attn_tokens_skipped = UINT64_MAX; /* the largest value prints in full */
+    now.ctx_tokens_dropped = UINT64_MAX; /* the largest value prints in full */
     FILE *f = tmpfile();
     CHECK(f != NULL);
     CHECK(llama_opt_stats_print_turn(f, &last, &now) == 0);
@@ -290,9 +291,9 @@ static void test_stats(void) {
     const char *want1 = "opt-stats {\"dedup_blocks_total\":10,\"dedup_blocks_hit\":7,\"dedup_tokens_saved\":0,"
                         "\"diff_tokens_total\":5000,";
     CHECK(strncmp(line1, want1, strlen(want1)) == 0);
-    CHECK(strstr(line1, ",\"attn_tokens_skipped\":18446744073709551615}\n") != NULL);
+    CHECK(strstr(line1, ",\"ctx_tokens_dropped\":18446744073709551615}\n") != NULL);
     CHECK(strstr(line2, "\"dedup_blocks_total\":3,\"dedup_blocks_hit\":0,") != NULL);
-    CHECK(strstr(line2, "\"attn_tokens_skipped\":0}\n") != NULL);
+    CHECK(strstr(line2, "\"ctx_tokens_dropped\":0}\n") != NULL);
     /* every counter appears exactly once, in declaration order */
     const char *p = line1;
     int bad = 0;
