@@ -102,11 +102,15 @@ run: build
 bench: build
 	./bench/tokenize.sh $(BUILD)/bin/deja $(SHARED)
 
-# Long-running checks, not part of `make test`: SOAK_ITER kill -9s of `deja serve --kv-dir`
-# mid-request, every restart's answers compared with the cold run (tests/soak/).
+# Long-running checks, not part of `make test` (tests/soak/): SOAK_ITER kill -9s of `deja serve
+# --kv-dir` mid-request, every restart's answers compared with the cold run; then a SOAK_TURNS-turn
+# agent session through `deja serve` (RSS flat, every 100th turn bitwise a cold server's, no
+# block left held; then every Tier-2 policy together against the exact server).
 SOAK_ITER ?= 200
+SOAK_TURNS ?= 1000
 soak: build
 	./tests/soak/kill9_kvdir.sh $(BUILD)/bin/deja $(SHARED)/models/codelm-15m-f16.gguf $(SOAK_ITER)
+	python3 tests/soak/long_session.py $(BUILD)/bin/deja $(SHARED)/models/codelm-15m-f16.gguf $(SOAK_TURNS) 2048
 
 # A normal client's latency while 2,000 slow connections trickle request heads (the
 # server's connection budget and deadlines, docs/SERVER.md); phases interleaved.
