@@ -527,7 +527,7 @@ void engine_attn_end(struct dj_engine *e, struct dj_session *s, struct dj_turn_r
     e->stats.attn_tokens_pruned += d.n_pruned * e->block_size;
     e->stats.attn_blocks_restored += d.n_restored;
     r->n_attn_pruned = d.n_pruned * e->block_size;
-    r->n_attn_restored = d.n_restored * e->block_size;
+    r->n_attn_restored += d.n_restored * e->block_size; /* after those the probe restored at once */
 }
 
 enum dj_status engine_attn_fork(struct dj_engine *e, const struct dj_session *s0, struct dj_session *s) {

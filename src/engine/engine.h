@@ -202,7 +202,7 @@ struct dj_turn_result {
     size_t n_ctx_dropped;  /* Tier 2 (--context-overflow prune): prompt tokens dropped so that it fits */
     size_t n_attn_skipped; /* Tier 2 (LLAMA_OPT_ATTN_PRUNE): tokens outside the attention set during the turn */
     size_t n_attn_pruned;  /* Tier 2: tokens that left the attention set at the turn's end */
-    size_t n_attn_restored; /* Tier 2: tokens the probe brought back at the turn's end */
+    size_t n_attn_restored; /* Tier 2: tokens the probe brought back (at once, and at the turn's end) */
     size_t n_gen;          /* tokens generated (sampled + forced, the end token included) */
     size_t n_forced;       /* emitted without a forward pass for their position (the processor forced them) */
     size_t n_drafted;      /* draft tokens fed for verification (every source) */

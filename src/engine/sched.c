@@ -613,6 +613,23 @@ static void prompt_done(struct dj_engine *e, struct dj_req *q, const float *logi
     q->r.t_prefill_ms = ms_between(q->t_admit, dj_time_us());
     q->state = REQ_DECODE;
     struct dj_session *s0 = q->comp[0].s;
+    /* Tier 2: skipped blocks the probe found this prompt needs come back now, and the prompt's
+     * last position is computed again with them: its logits choose the first token (not on
+     * hybrid models: their recurrent state has absorbed the position already) */
+    if (s0 && s0->attn && e->prune.prune && s0->attn->n_skip && !e->model->hp.rs_floats &&
+        s0->seq.n_pos == q->p.n_prompt) {
+        const size_t nr = kv_attn_probe_restore(s0->attn, e->prune.threshold);
+        if (nr) {
+            e->stats.attn_blocks_restored += nr;
+            q->r.n_attn_restored += nr * e->block_size;
+            s0->attn->probe_pos = KV_ATTN_NO_PROBE; /* its statistics are in */
+            const dj_token tok = q->prompt[q->p.n_prompt - 1];
+            const uint32_t pos = (uint32_t)(q->p.n_prompt - 1);
+            ctx_set_seq(e->ctx, &s0->seq);
+            if (ctx_decode_at(e->ctx, &tok, &pos, 1, e->logits) == DJ_OK) logits = e->logits;
+            ctx_set_seq(e->ctx, NULL);
+        }
+    }
     for (uint32_t i = 1; i < q->n_comp; i++) {
         struct dj_comp *c = &q->comp[i];
         struct dj_session *s = NULL;

@@ -83,6 +83,32 @@ static int cmp_desc(const void *x, const void *y) {
     return i > j ? -1 : (i < j);
 }
 
+size_t kv_attn_probe_restore(struct kv_attn *a, float threshold) {
+    const size_t H = a->n_head;
+    uint64_t *ptot = a->tot;
+    memset(ptot, 0, H * sizeof *ptot);
+    for (size_t b = 0; b < a->cap; b++)
+        for (size_t h = 0; h < H; h++) ptot[h] += atomic_load_explicit(&a->probe[b * H + h], memory_order_relaxed);
+    size_t n = 0;
+    for (size_t b = 0; b < a->n_mask; b++) {
+        if (!a->skip[b]) continue;
+        float w = 0.0f;
+        for (size_t h = 0; h < H; h++) {
+            if (!ptot[h]) continue;
+            const float f = (float)((double)atomic_load_explicit(&a->probe[b * H + h], memory_order_relaxed) /
+                                    (double)ptot[h]);
+            if (f > w) w = f;
+        }
+        if (w >= threshold && w > 0.0f) {
+            a->skip[b] = 0;
+            a->dead[b] = 0;
+            n++;
+        }
+    }
+    recount(a);
+    return n;
+}
+
 void kv_attn_turn_end(struct kv_attn *a, size_t n_pos, const struct kv_prune_params *p, struct kv_prune_delta *d) {
     const size_t H = a->n_head, bs = a->block_size;
     size_t nb = n_pos / bs;

@@ -90,6 +90,11 @@ static inline bool kv_attn_skipped(const struct kv_attn *a, size_t block) {
     return a && block < a->n_mask && a->skip[block];
 }
 
+/* Within a turn, once its probe ran: skipped blocks whose probe weight (the largest over heads
+ * of the block's share of the probe's full softmax) reaches threshold come back into the
+ * attention set at once.  Returns how many. */
+size_t kv_attn_probe_restore(struct kv_attn *a, float threshold);
+
 /* What one turn's end changed. */
 struct kv_prune_delta {
     size_t n_pruned;   /* blocks that left the attention set */

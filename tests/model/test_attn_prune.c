@@ -109,6 +109,8 @@ out:
 
 /* ---- the engine ------------------------------------------------------------ */
 
+static float g_threshold = 0.001f;
+
 static struct dj_engine *make_engine(bool stats, bool prune, int threads) {
     struct dj_engine_params p = engine_default_params();
     p.n_ctx = 1024;
@@ -121,6 +123,7 @@ static struct dj_engine *make_engine(bool stats, bool prune, int threads) {
     p.opt.attn_prune_budget = 128;
     p.opt.attn_prune_keep_first = BS;
     p.opt.attn_prune_keep_last = 2 * BS;
+    p.opt.attn_prune_threshold = g_threshold;
     struct dj_engine *e = NULL;
     CHECKF(engine_create(model, &p, &e) == DJ_OK, "%s", dj_last_error());
     return e;
@@ -255,6 +258,24 @@ static void test_engine(void) {
         CHECKF(ps.pinned == 0, "%u blocks pinned", ps.pinned);
         engine_destroy(pr);
     }
+    /* the probe restores at once: with threshold 0 every skipped block it gave any weight comes
+     * back before the first token (the last prompt position computed again); deterministic */
+    g_threshold = 0.0f;
+    uint64_t hr[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        struct dj_engine *e2 = make_engine(false, true, 2);
+        if (!e2) break;
+        struct dj_turn_result rr[3];
+        hr[k] = session(e2, rr, NULL, NULL);
+        CHECKF(rr[1].n_attn_skipped > 0 && rr[1].n_attn_restored >= rr[1].n_attn_skipped,
+               "skipped %zu restored %zu", rr[1].n_attn_skipped, rr[1].n_attn_restored);
+        struct kv_pool_stats ps;
+        engine_pool_stats(e2, &ps);
+        CHECK(ps.pinned == 0);
+        engine_destroy(e2);
+    }
+    CHECK(hr[0] == hr[1]);
+    g_threshold = 0.001f;
 out:
     engine_destroy(off);
     engine_destroy(st);

@@ -108,7 +108,25 @@ static void test_h2o(void) {
     CHECK(kv_attn_init(&a, 0, BS, CAP) == DJ_ERR_INVALID);
 }
 
+/* Within a turn: skipped blocks whose probe share reaches the threshold come back at once. */
+static void test_probe_restore(void) {
+    struct kv_attn a;
+    CHECK(kv_attn_init(&a, H, BS, CAP) == DJ_OK);
+    a.skip[2] = a.skip[3] = a.skip[5] = 1;
+    a.n_mask = 8;
+    a.n_skip = 3;
+    a.dead[3] = 7;
+    kv_attn_turn_begin(&a, 31);
+    for (size_t b = 0; b < 8; b++) atomic_store(&a.probe[b * H + 0], (uint64_t)(KV_ATTN_ONE / 16)); /* 1/8 each */
+    atomic_store(&a.probe[3 * H + 1], (uint64_t)KV_ATTN_ONE); /* head 1: all on block 3 */
+    CHECK(kv_attn_probe_restore(&a, 0.5f) == 1 && !a.skip[3] && a.skip[2] && a.skip[5] && a.n_skip == 2 &&
+          a.dead[3] == 0);
+    CHECK(kv_attn_probe_restore(&a, 0.1f) == 2 && a.n_skip == 0); /* 1/8 >= 0.1: the others too */
+    kv_attn_free(&a);
+}
+
 int main(void) {
+    test_probe_restore();
     test_threshold();
     test_h2o();
     TEST_END();
