@@ -36,11 +36,6 @@ void ovf_free(struct ovf_state *o) {
     memset(o, 0, sizeof *o);
 }
 
-static bool dropped(const struct ovf_state *o, size_t k) {
-    for (size_t i = 0; i < o->n_drop; i++)
-        if (o->drop[i] == k) return true;
-    return false;
-}
 
 /* The idle session whose remembered prompt shares the longest prefix with prompt. */
 static const struct dj_session *find_state(const struct dj_engine *e, const struct dj_request_params *p,
@@ -75,7 +70,10 @@ enum dj_status engine_overflow_shorten(struct dj_engine *e, const struct dj_requ
     out->orig = malloc(n * sizeof *out->orig);
     out->drop = malloc((nb ? nb : 1) * sizeof *out->drop);
     float *w = malloc((nb ? nb : 1) * sizeof *w);
-    if (!out->orig || !out->drop || !w) {
+    uint8_t *gone = calloc(nb ? nb : 1, 1), *was = calloc(nb ? nb : 1, 1); /* dropped now / last time */
+    if (!out->orig || !out->drop || !w || !gone || !was) {
+        free(gone);
+        free(was);
         free(w);
         ovf_free(out);
         return dj_fail(DJ_ERR_NOMEM, "out of memory shortening a prompt");
@@ -90,14 +88,18 @@ enum dj_status engine_overflow_shorten(struct dj_engine *e, const struct dj_requ
     if (!s || !s->ovf.n_orig) s = p->session ? p->session : NULL;
     size_t cp = old && old->n_orig ? diff_common_prefix(old->orig, old->n_orig, p->prompt, n)
                 : s ? diff_common_prefix(s->hist.tok, s->hist.n_tok, p->prompt, n) : 0;
-    for (size_t i = 0; old && i < old->n_drop; i++)
-        if ((old->drop[i] + 1) * bs <= cp && old->drop[i] >= first && old->drop[i] < limit)
+    for (size_t i = 0; old && i < old->n_drop; i++) {
+        if (old->drop[i] < nb) was[old->drop[i]] = 1;
+        if ((old->drop[i] + 1) * bs <= cp && old->drop[i] >= first && old->drop[i] < limit) {
             out->drop[out->n_drop++] = old->drop[i];
+            gone[old->drop[i]] = 1;
+        }
+    }
     /* weights of the original blocks: the session's rolling weight of the block that held
      * them in its last turn (the j-th block it kept), +inf where unknown (kept longest) */
     for (size_t k = 0, j = 0; k < nb; k++) {
         w[k] = INFINITY;
-        if (old && old->n_orig && dropped(old, k)) continue;
+        if (was[k]) continue;
         if (s && s->attn && (k + 1) * bs <= cp && j < s->attn->n_known) w[k] = s->attn->avg[j];
         j++;
     }
@@ -109,11 +111,13 @@ enum dj_status engine_overflow_shorten(struct dj_engine *e, const struct dj_requ
     while (len > goal) {
         size_t best = SIZE_MAX;
         for (size_t k = first; k < limit; k++) {
-            if (dropped(out, k)) continue;
+            if (gone[k]) continue;
             if (best == SIZE_MAX || w[k] < w[best]) best = k; /* equal: the older (the first found) */
         }
         if (best == SIZE_MAX && len <= target) break; /* the goal's slack is not there: the target is enough */
         if (best == SIZE_MAX) {
+            free(gone);
+            free(was);
             free(w);
             ovf_free(out);
             return dj_fail(DJ_ERR_INVALID,
@@ -122,8 +126,11 @@ enum dj_status engine_overflow_shorten(struct dj_engine *e, const struct dj_requ
                            n, n_ctx, e->cfg.attn_prune_keep_first, keep_last);
         }
         out->drop[out->n_drop++] = (uint32_t)best;
+        gone[best] = 1;
         len -= bs;
     }
+    free(gone);
+    free(was);
     free(w);
     /* increasing order, then the shortened prompt */
     for (size_t i = 1; i < out->n_drop; i++)
