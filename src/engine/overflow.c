@@ -80,19 +80,19 @@ enum dj_status engine_overflow_shorten(struct dj_engine *e, const struct dj_requ
     }
     memcpy(out->orig, p->prompt, n * sizeof *out->orig);
     out->n_orig = n;
-    /* the blocks the session dropped before, where the prompt still extends what it was given */
+    /* the blocks the session dropped before, where the prompt still extends what it was given;
+     * cp: the prompt's common prefix with that (with a named session's history when it dropped
+     * nothing: find_state finds anon sessions by what they dropped only) */
     const struct dj_session *s = find_state(e, p, root);
     const struct ovf_state *old = s ? &s->ovf : NULL;
-    /* the prompt's common prefix with what the session was given last (its history when it
-     * dropped nothing: a named session, or an anon one matched by its history) */
-    if (!s || !s->ovf.n_orig) s = p->session ? p->session : NULL;
-    size_t cp = old && old->n_orig ? diff_common_prefix(old->orig, old->n_orig, p->prompt, n)
-                : s ? diff_common_prefix(s->hist.tok, s->hist.n_tok, p->prompt, n) : 0;
+    const size_t cp = old && old->n_orig ? diff_common_prefix(old->orig, old->n_orig, p->prompt, n)
+                      : s ? diff_common_prefix(s->hist.tok, s->hist.n_tok, p->prompt, n) : 0;
+    size_t n_gone = 0;
     for (size_t i = 0; old && i < old->n_drop; i++) {
         if (old->drop[i] < nb) was[old->drop[i]] = 1;
         if ((old->drop[i] + 1) * bs <= cp && old->drop[i] >= first && old->drop[i] < limit) {
-            out->drop[out->n_drop++] = old->drop[i];
             gone[old->drop[i]] = 1;
+            n_gone++;
         }
     }
     /* weights of the original blocks: the session's rolling weight of the block that held
@@ -103,7 +103,7 @@ enum dj_status engine_overflow_shorten(struct dj_engine *e, const struct dj_requ
         if (s && s->attn && (k + 1) * bs <= cp && j < s->attn->n_known) w[k] = s->attn->avg[j];
         j++;
     }
-    size_t len = n - out->n_drop * bs;
+    size_t len = n - n_gone * bs;
     /* new drops go down to a quarter of the context under the target (when the protected
      * tokens allow), so that the next turns fit without dropping again: each new drop
      * changes the prompt from its block on, and what follows is computed again */
@@ -125,35 +125,29 @@ enum dj_status engine_overflow_shorten(struct dj_engine *e, const struct dj_requ
                            "dropped (--context-overflow prune keeps the first %u and last %zu tokens)",
                            n, n_ctx, e->cfg.attn_prune_keep_first, keep_last);
         }
-        out->drop[out->n_drop++] = (uint32_t)best;
         gone[best] = 1;
         len -= bs;
     }
-    free(gone);
     free(was);
     free(w);
-    /* increasing order, then the shortened prompt */
-    for (size_t i = 1; i < out->n_drop; i++)
-        for (size_t j = i; j > 0 && out->drop[j - 1] > out->drop[j]; j--) {
-            const uint32_t t = out->drop[j];
-            out->drop[j] = out->drop[j - 1];
-            out->drop[j - 1] = t;
-        }
+    /* the dropped blocks in increasing order, and the shortened prompt */
     dj_token *sp = malloc(len * sizeof *sp);
     if (!sp) {
+        free(gone);
         ovf_free(out);
         return dj_fail(DJ_ERR_NOMEM, "out of memory shortening a prompt");
     }
     size_t m = 0;
-    for (size_t k = 0, d = 0; k * bs < n; k++) {
-        if (d < out->n_drop && out->drop[d] == k) {
-            d++;
+    for (size_t k = 0; k < nb; k++) {
+        if (gone[k]) {
+            out->drop[out->n_drop++] = (uint32_t)k;
             continue;
         }
         const size_t e0 = (k + 1) * bs < n ? (k + 1) * bs : n;
         memcpy(sp + m, p->prompt + k * bs, (e0 - k * bs) * sizeof *sp);
         m += e0 - k * bs;
     }
+    free(gone);
     DJ_ASSERT(m == len);
     *short_prompt = sp;
     *n_short = len;

@@ -83,22 +83,38 @@ static int cmp_desc(const void *x, const void *y) {
     return i > j ? -1 : (i < j);
 }
 
-size_t kv_attn_probe_restore(struct kv_attn *a, float threshold) {
+/* tot[h] = the mass of head h over blocks [0, nb) of src (the denominators of the shares). */
+static void head_totals(const struct kv_attn *a, const _Atomic uint64_t *src, size_t nb, uint64_t *tot) {
     const size_t H = a->n_head;
+    memset(tot, 0, H * sizeof *tot);
+    for (size_t b = 0; b < nb; b++)
+        for (size_t h = 0; h < H; h++) tot[h] += atomic_load_explicit(&src[b * H + h], memory_order_relaxed);
+}
+
+/* Block b's weight in src: the largest, over heads with any mass, of its share of the head's
+ * total; *seen false (weight 0) when no head has any. */
+static float block_weight(const struct kv_attn *a, const _Atomic uint64_t *src, const uint64_t *tot, size_t b,
+                          bool *seen) {
+    float w = 0.0f;
+    *seen = false;
+    for (size_t h = 0; h < a->n_head; h++) {
+        if (!tot[h]) continue;
+        *seen = true;
+        const float f = (float)((double)atomic_load_explicit(&src[b * a->n_head + h], memory_order_relaxed) /
+                                (double)tot[h]);
+        if (f > w) w = f;
+    }
+    return w;
+}
+
+size_t kv_attn_probe_restore(struct kv_attn *a, float threshold) {
     uint64_t *ptot = a->tot;
-    memset(ptot, 0, H * sizeof *ptot);
-    for (size_t b = 0; b < a->cap; b++)
-        for (size_t h = 0; h < H; h++) ptot[h] += atomic_load_explicit(&a->probe[b * H + h], memory_order_relaxed);
+    head_totals(a, a->probe, a->cap, ptot);
     size_t n = 0;
     for (size_t b = 0; b < a->n_mask; b++) {
         if (!a->skip[b]) continue;
-        float w = 0.0f;
-        for (size_t h = 0; h < H; h++) {
-            if (!ptot[h]) continue;
-            const float f = (float)((double)atomic_load_explicit(&a->probe[b * H + h], memory_order_relaxed) /
-                                    (double)ptot[h]);
-            if (f > w) w = f;
-        }
+        bool seen;
+        const float w = block_weight(a, a->probe, ptot, b, &seen);
         if (w >= threshold && w > 0.0f) {
             a->skip[b] = 0;
             a->dead[b] = 0;
@@ -110,31 +126,18 @@ size_t kv_attn_probe_restore(struct kv_attn *a, float threshold) {
 }
 
 void kv_attn_turn_end(struct kv_attn *a, size_t n_pos, const struct kv_prune_params *p, struct kv_prune_delta *d) {
-    const size_t H = a->n_head, bs = a->block_size;
+    const size_t bs = a->block_size;
     size_t nb = n_pos / bs;
     if (nb > a->cap) nb = a->cap;
     const size_t nall = (n_pos + bs - 1) / bs < a->cap ? (n_pos + bs - 1) / bs : a->cap;
     d->n_pruned = d->n_restored = 0;
-    /* each head's total mass: the denominators of the shares */
-    uint64_t *tot = a->tot, *ptot = a->tot + H;
-    memset(a->tot, 0, 2 * H * sizeof *a->tot);
-    for (size_t b = 0; b < nall; b++)
-        for (size_t h = 0; h < H; h++) {
-            tot[h] += atomic_load_explicit(&a->mass[b * H + h], memory_order_relaxed);
-            ptot[h] += atomic_load_explicit(&a->probe[b * H + h], memory_order_relaxed);
-        }
+    uint64_t *tot = a->tot, *ptot = a->tot + a->n_head;
+    head_totals(a, a->mass, nall, tot);
+    head_totals(a, a->probe, nall, ptot);
     for (size_t b = 0; b < nb; b++) {
         const bool sk = kv_attn_skipped(a, b);
-        const _Atomic uint64_t *src = sk ? a->probe : a->mass;
-        const uint64_t *t = sk ? ptot : tot;
-        float w = 0.0f;
-        bool seen = false;
-        for (size_t h = 0; h < H; h++) {
-            if (!t[h]) continue;
-            seen = true;
-            const float f = (float)((double)atomic_load_explicit(&src[b * H + h], memory_order_relaxed) / (double)t[h]);
-            if (f > w) w = f;
-        }
+        bool seen;
+        const float w = block_weight(a, sk ? a->probe : a->mass, sk ? ptot : tot, b, &seen);
         if (!seen) { /* no query looked at it this turn (a skipped block without a probe): unchanged */
             if (b >= a->n_known) a->weight[b] = a->avg[b] = 0.0f, a->dead[b] = 0;
             continue;
