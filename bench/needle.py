@@ -19,10 +19,11 @@ env: FILLER (6)  POLICY (h2o)  BUDGET (1024)  THRESHOLD (0.001)  WINDOW (10)  CT
 import json
 import os
 import random
-import subprocess
 import sys
-import threading
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "soak"))
+import deja_serve  # noqa: E402
 
 deja, model = sys.argv[1], sys.argv[2]
 trials = int(sys.argv[3]) if len(sys.argv) > 3 else 20
@@ -31,19 +32,7 @@ CTX = os.environ.get("CTX", "8192")
 
 
 def start(env_extra):
-    env = dict(os.environ)
-    env.update(env_extra)
-    p = subprocess.Popen([deja, "serve", "-m", model, "--port", "0", "-c", CTX, "-t", "2", "--no-spec"],
-                         stderr=subprocess.PIPE, text=True, env=env)
-    port = None
-    for line in p.stderr:
-        if "ready on http://127.0.0.1:" in line:
-            port = int(line.rsplit(":", 1)[1])
-            break
-    if port is None:
-        sys.exit("needle: the server did not start")
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-    return p, port
+    return deja_serve.start(deja, ["-m", model, "-c", CTX, "-t", "2", "--no-spec"], env_extra, "needle")
 
 
 def chat(port, prompt, n):

@@ -28,10 +28,11 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
 import time
 import urllib.request
+
+import deja_serve
 
 deja, model = sys.argv[1], sys.argv[2]
 turns = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
@@ -43,21 +44,8 @@ failures = []
 
 
 def start(extra, env_extra):
-    env = dict(os.environ)
-    env.update(env_extra)
-    p = subprocess.Popen([deja, "serve", "-m", model, "--port", "0", "-c", str(ctx), "-t", "2", "--kv-budget",
-                          str(KV_MIB)] + extra,
-                         stderr=subprocess.PIPE, text=True, env=env)
-    port = None
-    for line in p.stderr:
-        if "ready on http://127.0.0.1:" in line:
-            port = int(line.rsplit(":", 1)[1])
-            break
-    if port is None:
-        sys.exit("long_session: the server did not start")
-    import threading
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()  # drain the log
-    return p, port
+    return deja_serve.start(deja, ["-m", model, "-c", str(ctx), "-t", "2", "--kv-budget", str(KV_MIB)] + extra,
+                            env_extra, "long_session")
 
 
 def post(port, body):

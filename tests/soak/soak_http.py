@@ -16,10 +16,11 @@ import os
 import resource
 import selectors
 import socket
-import subprocess
 import sys
 import threading
 import time
+
+import deja_serve
 
 deja, model = sys.argv[1], sys.argv[2]
 slow_n = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
@@ -30,17 +31,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 if hard < slow_n + 64:
     sys.exit(f"soak_http: {hard} descriptors allowed, {slow_n + 64} needed")
 
-srv = subprocess.Popen([deja, "serve", "-m", model, "--port", "0", "--kv-budget", "64"],
-                       stderr=subprocess.PIPE, text=True)
-port = None
-for line in srv.stderr:
-    if "ready on http://127.0.0.1:" in line:
-        port = int(line.rsplit(":", 1)[1])
-        break
-if port is None:
-    sys.exit("soak_http: the server did not start")
-# drain the log so the server never blocks on it
-threading.Thread(target=lambda: [None for _ in srv.stderr], daemon=True).start()
+srv, port = deja_serve.start(deja, ["-m", model, "--kv-budget", "64"], who="soak_http")
 
 BODY = json.dumps({"prompt": "Once upon a time", "max_tokens": 8}).encode()
 REQ = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
