@@ -195,7 +195,9 @@ static inline void dj_q4_K_scale_min(int s, const uint8_t *scales, uint8_t *sc, 
 }
 
 /* The activation type paired with weight type `wtype` (an enum dj_ggml_type
- * value), or -1 if deja has no kernel for it:
+ * value) by the generic, avx2 and avx512 tables, or -1 if deja has no kernel for
+ * it (a table may pair differently: struct dj_wtype_kernels.act_type; the
+ * avx512bf16 and amx tables pair BF16 with BF16):
  *   F32, BF16, F16 -> F32 (F16 weights with F32 activations: measured on
  *     codelm-15m-f16, the last-position logits are within 5.7e-6 of
  *     golden/codelm's f32kv reference this way and 4.3e-3 with activations

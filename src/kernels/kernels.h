@@ -25,7 +25,7 @@
  * reproducible per table, not across tables.
  *
  * Table entries never change after start-up, so the pointers can be cached.
- * DJ_ISA=generic|avx2|avx512 in the environment caps the choice (for tests
+ * DJ_ISA=generic|avx2|avx512|avx512bf16|amx in the environment caps the choice (for tests
  * and comparisons); a request the CPU cannot run falls back to the best it
  * can, with a warning.
  */
@@ -43,6 +43,10 @@ enum dj_isa {
     DJ_ISA_GENERIC = 0, /* portable C */
     DJ_ISA_AVX2,        /* AVX2 + FMA + F16C (x86-64-v3) */
     DJ_ISA_AVX512,      /* AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Sapphire Rapids, Zen 4/5) */
+    DJ_ISA_AVX512BF16,  /* the above + AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4/5): BF16 weights
+                           x BF16 activations by vdpbf16ps (kernels_avx512bf16.c) */
+    DJ_ISA_AMX,         /* the above + AMX-TILE/AMX-BF16 (Sapphire Rapids and later Xeons): BF16 weights
+                           by TDPBF16PS tiles (kernels_amx.c) */
     DJ_ISA_COUNT
 };
 
@@ -85,7 +89,8 @@ typedef void (*dj_attn_softmax_fn)(float *s, int64_t n, float sink);
 
 /* The kernels of one weight type; all NULL if the table has none for it. */
 struct dj_wtype_kernels {
-    int act_type;                    /* dj_kernels_act_type(weight type), or -1 */
+    int act_type;                    /* dj_kernels_act_type(weight type) (the avx512bf16 and
+                                        amx tables: BF16 for BF16 weights), or -1 */
     dj_matmul_fn matmul;
     dj_dot_fn dot;                   /* == one element of matmul, bitwise */
     dj_dequantize_fn dequantize_row; /* bitwise equal to dj_ref_dequantize_row */
@@ -106,11 +111,12 @@ struct dj_wtype_kernels {
 static inline size_t dj_packed_bytes(int64_t n_rows, size_t ws) { return (size_t)((n_rows + 15) / 16) * 16 * ws; }
 
 struct dj_kernels {
-    const char *name; /* "generic", "avx2", "avx512-vnni" */
+    const char *name; /* "generic", "avx2", "avx512-vnni", "avx512-vnni-bf16",
+                         "avx512-vnni-amx" */
     enum dj_isa isa;
     struct dj_wtype_kernels w[DJ_TYPE_COUNT];     /* indexed by weight type */
     dj_quantize_fn quantize_act[DJ_TYPE_COUNT];   /* indexed by activation type: F32 (copy),
-                                                     F16, Q8_0, Q8_K; bitwise equal to
+                                                     F16, BF16, Q8_0, Q8_K; bitwise equal to
                                                      dj_ref_quantize_act */
     dj_attn_scores_fn attn_scores;
     dj_attn_values_fn attn_values;
@@ -126,7 +132,7 @@ struct dj_kernels {
 const struct dj_kernels *dj_kernels(void);
 /* The table of one ISA, or NULL if this CPU (or this build) cannot run it. */
 const struct dj_kernels *dj_kernels_for_isa(enum dj_isa isa);
-const char *dj_isa_name(enum dj_isa isa); /* "generic", "avx2", "avx512" */
+const char *dj_isa_name(enum dj_isa isa); /* "generic", "avx2", "avx512", "avx512bf16", "amx" */
 
 /* How table k runs weight type `type`:
  *   DJ_WPATH_FAST       a kernel of k's own ISA (vectorized for that CPU);

@@ -1,16 +1,16 @@
 /*
  * test_kernels.c — every fast kernel against the reference, and the batch
  * invariance of the matrix product, for every kernel table this CPU runs
- * (generic, avx2, avx512).
+ * (generic, avx2, avx512, avx512bf16, amx).
  *
  * Per table, for every weight type the table has a matmul for (all 28 of wtypes
  * in every table: the generic reference path at least; a fast kernel wherever an
  * ISA file sets one — the loops are over the table, so new kernels are tested
  * without a change here):
- *  1. quantize_act (F16, Q8_0, Q8_K) is bitwise equal to dj_ref_quantize_act
+ *  1. quantize_act (F16, Q8_0, Q8_K; BF16 where the table has it) is bitwise equal to dj_ref_quantize_act
  *     on seeded rows of every mode, plus hand-made rows: all zero, two values
  *     of the largest magnitude with opposite signs (q8_K takes the first),
- *     exact .5 ties after scaling.
+ *     exact .5 ties after scaling, bf16's corner cases (ties, subnormals, infinities, NaNs).
  *  2. dequantize_row is bitwise equal to dj_ref_dequantize_row, on quantizer
  *     output (for the types with a reference quantizer) and on random raw blocks
  *     (trng_raw_row: any bits, sane scales).
@@ -95,13 +95,14 @@ static int64_t n_roundings(uint32_t type, int64_t k) {
 /* ---- 1. activation quantizers --------------------------------------------------------- */
 
 static void test_act_quant(const struct dj_kernels *kt) {
-    const int acts[] = {DJ_TYPE_F16, DJ_TYPE_Q8_0, DJ_TYPE_Q8_K};
+    const int acts[] = {DJ_TYPE_F16, DJ_TYPE_Q8_0, DJ_TYPE_Q8_K, DJ_TYPE_BF16};
     const int64_t ks[] = {32, 256, 768, 4096};
     static float x[4096];
     static uint8_t y1[4096 * 2], y2[4096 * 2];
     struct trng r = {11};
-    for (int ia = 0; ia < 3; ia++) {
+    for (int ia = 0; ia < 4; ia++) {
         const int at = acts[ia];
+        if (!kt->quantize_act[at]) continue; /* BF16: the avx512bf16 table only */
         int bad = 0, n = 0;
         for (int ik = 0; ik < 4; ik++) {
             const int64_t k = ks[ik];
@@ -117,8 +118,15 @@ static void test_act_quant(const struct dj_kernels *kt) {
                     for (int64_t i = 0; i < k; i++) x[i] = (float)((int)(i % 255) - 127) + 0.5f;
                     for (int64_t i = 0; i < k; i += 32) x[i] = 127.0f;
                 }
-                if (row == 3 * TROW_MODES + 3)
+                if (row == 3 * TROW_MODES + 3) {
                     for (int64_t i = 0; i < k; i++) x[i] = (float)((i * 7) % 13) - 6.5f;
+                    /* bf16 corner cases (its row only: q8 scales have no meaning for them): ties both ways, a subnormal (rounded, not flushed),
+                     * a carry into the exponent, infinities, NaNs (quieted) */
+                    const uint32_t bits[] = {0x3f808000u, 0x3f818000u, 0x00012345u, 0x807fffffu, 0x3fffffffu,
+                                             0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00000u};
+                    if (at == DJ_TYPE_BF16)
+                        for (size_t j = 0; j < sizeof bits / sizeof bits[0]; j++) memcpy(&x[3 + j], &bits[j], 4);
+                }
                 memset(y1, 0x5a, sizeof y1);
                 memset(y2, 0xa5, sizeof y2);
                 kt->quantize_act[at](x, y1, k);
@@ -187,7 +195,7 @@ static void test_matmul_case(const struct dj_kernels *kt, uint32_t wtype, struct
             const void *wi = w + (size_t)i * wrb, *at_ = a + (size_t)t * arb;
             const float d = wk->dot(k, wi, at_);
             double mag;
-            const double ref = dj_ref_dot(wtype, k, wi, at_, &mag);
+            const double ref = dj_ref_dot_act(wtype, (uint32_t)at, k, wi, at_, &mag);
             const double tol = 2.0 * (double)(n_roundings(wtype, k) + 16) * 0x1p-24 * mag + 1e-30;
             const double err = fabs((double)d - ref);
             if (!(err <= tol)) {
@@ -252,8 +260,8 @@ static void test_matmul(const struct dj_kernels *kt) {
         const int64_t blck = dj_type_info(wtype)->blck;
         int64_t ks[6];
         int nk = 0;
-        if (blck == 1) { /* any k: tails of every length */
-            const int64_t f[] = {1, 7, 16, 33, 100, 1000};
+        if (blck == 1) { /* any k: tails of every length, and multiples of 32 (the amx table's tiles) */
+            const int64_t f[] = {1, 7, 33, 64, 1000, 1024};
             for (int i = 0; i < 6; i++) ks[nk++] = f[i];
         } else if (blck == 32) { /* odd and even numbers of blocks */
             const int64_t q[] = {32, 64, 96, 256, 800, 4096};
@@ -300,7 +308,10 @@ int main(int argc, char **argv) {
         for (uint32_t t = 0; t < DJ_TYPE_COUNT; t++) {
             const struct dj_wtype_kernels *wk = &kt->w[t];
             if (!wk->matmul) continue;
-            CHECKF(wk->dot && wk->dequantize_row && wk->act_type == dj_kernels_act_type(t) && wk->act_type >= 0,
+            /* the pairing: dj_kernels_act_type, or BF16 x BF16 in the avx512bf16 and amx tables */
+            const bool pair_ok = wk->act_type == dj_kernels_act_type(t) ||
+                                 (t == DJ_TYPE_BF16 && wk->act_type == DJ_TYPE_BF16 && kt->isa >= DJ_ISA_AVX512BF16);
+            CHECKF(wk->dot && wk->dequantize_row && pair_ok && wk->act_type >= 0 && kt->quantize_act[wk->act_type],
                    "%s: %s entries incomplete", kt->name, dj_type_name(t));
             const struct dj_type_info *ti = dj_type_info(t);
             const int64_t ab = wk->act_type == DJ_TYPE_Q8_K ? DJ_QK_K : wk->act_type == DJ_TYPE_Q8_0 ? DJ_QK8_0 : 1;

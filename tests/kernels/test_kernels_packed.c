@@ -15,7 +15,8 @@
  * than 16 rows, a partial last group and 1..33 tokens (decode, small batches and
  * the prefill path), and rows past two prefill slabs.  On a CPU with AVX-512 the
  * avx512 and avx2 tables must pack q4_0, q8_0 and q4_K, and the avx2 table q4_1,
- * q5_0, q5_1, iq4_nl and mxfp4 (so the test cannot pass by finding nothing to test);
+ * q5_0, q5_1, iq4_nl and mxfp4, and the amx table bf16 (k = 32 and 320: its tiles; 3 and
+ * 67: the vdpbf16ps path) (so the test cannot pass by finding nothing to test);
  * where both tables run, their q4_0, q8_0 and q4_K dots must agree bitwise (the same
  * scheme in 8 and 16 lanes).
  */
@@ -182,6 +183,7 @@ int main(int argc, char **argv) {
     for (int isa = 0; isa < DJ_ISA_COUNT; isa++) {
         const struct dj_kernels *kt = dj_kernels_for_isa((enum dj_isa)isa);
         if (!kt) continue;
+        if (isa == DJ_ISA_AMX) CHECK(kt->w[DJ_TYPE_BF16].pack != NULL);
         if (isa == DJ_ISA_AVX512)
             CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack && kt->w[DJ_TYPE_Q4_K].pack);
         if (isa == DJ_ISA_AVX2) {
@@ -198,10 +200,12 @@ int main(int argc, char **argv) {
             /* blocks a row: 1, 3 (odd), 8, 67 (odd, past two prefill slabs of 32); for the
              * k-quants 1, 2, 3, 4 super-blocks */
             const int64_t nbs[] = {1, 3, 8, 67}, rows[] = {1, 5, 16, 17, 37, 64}, toks[] = {1, 2, 3, 8, 17, 33};
+            /* float types (blocks of 1): also whole tiles of 32 and 64 (the amx table's BF16) */
+            const int64_t fks[] = {3, 67, 32, 320};
             for (int ib = 0; ib < 4; ib++)
                 for (int ir = 0; ir < 6; ir++)
                     for (int it = 0; it < 6; it++) {
-                        const int64_t k = blck * (blck == 256 ? ib + 1 : nbs[ib]);
+                        const int64_t k = blck == 1 ? fks[ib] : blck * (blck == 256 ? ib + 1 : nbs[ib]);
                         n_cases += case_packed(kt, wtypes[t], k, rows[ir], toks[it], &r);
                     }
         }

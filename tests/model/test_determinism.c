@@ -8,11 +8,11 @@
  * tensors), q4_1, q5_0, q5_1 and iq4_nl, a `deja synth` tiny model in bf16, and a tiny gpt-oss (sliding windows,
  * sinks, MXFP4 experts).  Where the kernel table
  * repacks a type (kernels.h: pack; q8_0, q4_0, q4_K on AVX-512 and AVX2; q4_1, q5_0,
- * q5_1, iq4_nl, mxfp4 on AVX2), the
+ * q5_1, iq4_nl, mxfp4 on AVX2; bf16 in the amx table's tile layout), the
  * model loaded as usual holds the repacked copy and its logits equal those of the
  * same file loaded with DJ_REPACK=0 (the file's layout), in one batch and token
- * by token.  CTest runs it twice: with the default table
- * and with DJ_ISA=avx2 (model/test_determinism_avx2).
+ * by token.  CTest runs it three times: with the default table, with DJ_ISA=avx2
+ * (model/test_determinism_avx2) and with DJ_ISA=avx512bf16 (its vdpbf16ps BF16).
  */
 #include <stdlib.h>
 

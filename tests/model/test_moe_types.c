@@ -40,7 +40,8 @@
  * measured on this seed, the same with the AVX-512, AVX2 and generic tables
  * (DJ_ISA; the test prints them): F16 0 and BF16 0 — those kernels widen the
  * weights to f32 exactly and keep the F32 kernel's order, so they must stay
- * bitwise equal; Q8_0 7.6e-3, Q4_0 7.5e-3 (q8_0 activations) → 2e-2; Q4_K
+ * bitwise equal — except BF16 in the avx512bf16 and amx tables, which round the
+ * activations to bf16 as ggml does (amx: 1.3e-3, avx512bf16: see BF16_ACT_TOL) → 5e-3; Q8_0 7.6e-3, Q4_0 7.5e-3 (q8_0 activations) → 2e-2; Q4_K
  * 2.0e-2, Q6_K 2.2e-2 (q8_K activations) → 5e-2.  The random-block types, same
  * classes and tolerances (generic and AVX2 tables, before the AVX2 kernels of the
  * new types): q8_0-paired Q4_1 1.9e-3, Q5_0 1.3e-3, Q5_1 1.4e-3, IQ4_NL 1.1e-3,
@@ -59,6 +60,7 @@
 
 #include "core/ggml_type.h"
 #include "gguf/gguf.h"
+#include "kernels/kernels.h"
 #include "kernels/ref/ref.h"
 #include "model/context.h"
 #include "test.h"
@@ -66,6 +68,7 @@
 #include "test_run.h"
 #include "../../tools/synth_blocks.h"
 
+#define BF16_ACT_TOL 5e-3f
 enum { E = 256, FE = 256, NE = 8, NL = 2, NH = 4, NKV = 2, HD = 64, V = 512, NTOK = 24, NSAME = 6 };
 #define SIGNAL 8.0f
 
@@ -524,7 +527,11 @@ int main(int argc, char **argv) {
         CHECKF(ok, "%s: quantizing the experts", dj_type_name(cases[i].type));
         if (ok) {
             check_slabs(dir, vocab, &s);
-            check_batch_and_accuracy(dir, vocab, &s, cases[i].tol, &worst[i]);
+            float tol = cases[i].tol;
+            /* the avx512bf16 and amx tables round BF16 activations to bf16 (kernels.h): bitwise no more */
+            if (cases[i].type == DJ_TYPE_BF16 && dj_kernels()->w[DJ_TYPE_BF16].act_type == DJ_TYPE_BF16)
+                tol = BF16_ACT_TOL;
+            check_batch_and_accuracy(dir, vocab, &s, tol, &worst[i]);
         }
         free_experts(&s);
     }

@@ -22,6 +22,14 @@ void dj_kernels_init_generic(struct dj_kernels *k);
 /* Return false when this build has no such kernels (non-x86 targets). */
 bool dj_kernels_init_avx2(struct dj_kernels *k);
 bool dj_kernels_init_avx512(struct dj_kernels *k);
+bool dj_kernels_init_avx512bf16(struct dj_kernels *k);
+/* False also when the CPU or Linux refuses AMX (kernels_amx.c). */
+bool dj_kernels_init_amx(struct dj_kernels *k);
+/* The avx512bf16 table's BF16 x BF16 kernels (vdpbf16ps), which the amx table runs for a
+ * k that is not a multiple of 32. */
+void dj_bf16x_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                     int64_t r0, int64_t r1, int64_t n_tok);
+float dj_bf16x_dot(int64_t k, const void *w, const void *a);
 /* The weight types beyond the seven of kernels_*.c (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
  * IQ*, TQ*, MXFP4, NVFP4, Q1_0, Q2_0): quants_generic.c sets their reference-path
  * kernels in the generic table (called by dj_kernels_init_generic); quants_avx2.c

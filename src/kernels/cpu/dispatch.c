@@ -4,7 +4,9 @@
  * All tables are built once (pthread_once) on first use: the generic one
  * always, the AVX2 one if the CPU and OS support AVX2+FMA+F16C (+BMI2), the
  * AVX-512 one if they also support AVX-512 F/BW/VL/DQ and VNNI with the ZMM
- * state enabled by the OS (XCR0).  dj_kernels() returns the best of them,
+ * state enabled by the OS (XCR0), the avx512bf16 one if they also have
+ * AVX512_BF16, the amx one if they also have AMX-TILE and AMX-BF16 and Linux
+ * lets the process use the tile state (kernels_amx.c).  dj_kernels() returns the best of them,
  * capped by the DJ_ISA environment variable.  Tables are immutable
  * afterwards, so readers need no locking.
  */
@@ -41,7 +43,10 @@ static bool cpu_supports(enum dj_isa isa) {
     const bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31),
                vnni = c & (1u << 11);
     if (!(f && dq && bw && vl && vnni)) return false;
-    return (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM0-15 upper halves, ZMM16-31 */
+    if ((xcr0 & 0xe0) != 0xe0) return false; /* opmask, ZMM0-15 upper halves, ZMM16-31 */
+    if (isa == DJ_ISA_AVX512) return true;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return a & (1u << 5); /* AVX512_BF16 */
 }
 #else
 static bool cpu_supports(enum dj_isa isa) { return isa == DJ_ISA_GENERIC; }
@@ -63,6 +68,14 @@ static void init_tables(void) {
         tables[DJ_ISA_AVX512] = tables[DJ_ISA_AVX2];
         available[DJ_ISA_AVX512] = dj_kernels_init_avx512(&tables[DJ_ISA_AVX512]);
     }
+    if (available[DJ_ISA_AVX512] && cpu_supports(DJ_ISA_AVX512BF16)) {
+        tables[DJ_ISA_AVX512BF16] = tables[DJ_ISA_AVX512];
+        available[DJ_ISA_AVX512BF16] = dj_kernels_init_avx512bf16(&tables[DJ_ISA_AVX512BF16]);
+    }
+    if (available[DJ_ISA_AVX512BF16]) { /* its own CPU, OS and permission checks */
+        tables[DJ_ISA_AMX] = tables[DJ_ISA_AVX512BF16];
+        available[DJ_ISA_AMX] = dj_kernels_init_amx(&tables[DJ_ISA_AMX]);
+    }
     enum dj_isa best = DJ_ISA_GENERIC;
     for (int i = 0; i < DJ_ISA_COUNT; i++)
         if (available[i]) best = (enum dj_isa)i;
@@ -73,7 +86,7 @@ static void init_tables(void) {
         for (int i = 0; i < DJ_ISA_COUNT; i++)
             if (strcasecmp(env, dj_isa_name((enum dj_isa)i)) == 0) want = i;
         if (want < 0) {
-            dj_log(DJ_LOG_WARN, "DJ_ISA=%s: unknown (generic, avx2 or avx512); using %s", env,
+            dj_log(DJ_LOG_WARN, "DJ_ISA=%s: unknown (generic, avx2, avx512, avx512bf16 or amx); using %s", env,
                    tables[best].name);
         } else if (!available[want]) {
             dj_log(DJ_LOG_WARN, "DJ_ISA=%s: not supported by this CPU; using %s", env,
@@ -100,6 +113,8 @@ const char *dj_isa_name(enum dj_isa isa) {
     case DJ_ISA_GENERIC: return "generic";
     case DJ_ISA_AVX2: return "avx2";
     case DJ_ISA_AVX512: return "avx512";
+    case DJ_ISA_AVX512BF16: return "avx512bf16";
+    case DJ_ISA_AMX: return "amx";
     default: return "unknown";
     }
 }

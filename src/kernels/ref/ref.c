@@ -109,21 +109,16 @@ bool dj_ref_dequantize_row(uint32_t type, const void *x, float *y, int64_t n) {
 
 /* ---- dot products ------------------------------------------------------------ */
 
-/* Plain types: each product w_i a_i is exact in double. */
-static double dot_plain(uint32_t wtype, int64_t n, const void *w, const void *a, double *mag) {
+/* Plain types: each product w_i a_i is exact in double.  Activations are F32, or BF16
+ * (the avx512bf16 table's pairing for BF16 weights). */
+static double dot_plain(uint32_t wtype, uint32_t act_type, int64_t n, const void *w, const void *a, double *mag) {
     double sum = 0, m = 0;
     for (int64_t i = 0; i < n; i++) {
-        double wi, ai;
-        if (wtype == DJ_TYPE_F32) {
-            wi = ((const float *)w)[i];
-            ai = ((const float *)a)[i];
-        } else if (wtype == DJ_TYPE_BF16) {
-            wi = dj_bf16_to_f32(((const uint16_t *)w)[i]);
-            ai = ((const float *)a)[i];
-        } else { /* F16 x F32 */
-            wi = dj_fp16_to_f32(((const uint16_t *)w)[i]);
-            ai = ((const float *)a)[i];
-        }
+        double wi;
+        if (wtype == DJ_TYPE_F32) wi = ((const float *)w)[i];
+        else if (wtype == DJ_TYPE_BF16) wi = dj_bf16_to_f32(((const uint16_t *)w)[i]);
+        else wi = dj_fp16_to_f32(((const uint16_t *)w)[i]); /* F16 */
+        const double ai = act_type == DJ_TYPE_BF16 ? dj_bf16_to_f32(((const uint16_t *)a)[i]) : ((const float *)a)[i];
         sum += wi * ai;
         m += fabs(wi * ai);
     }
@@ -214,11 +209,17 @@ static double dot_q6_K(int64_t n, const struct dj_block_q6_K *w, const struct dj
     return sum;
 }
 
+double dj_ref_dot_act(uint32_t wtype, uint32_t act_type, int64_t n, const void *w, const void *a, double *mag) {
+    if (wtype == DJ_TYPE_BF16 && act_type == DJ_TYPE_BF16) return dot_plain(wtype, act_type, n, w, a, mag);
+    DJ_ASSERT((int)act_type == dj_kernels_act_type(wtype) && "dj_ref_dot_act: no such pairing");
+    return dj_ref_dot(wtype, n, w, a, mag);
+}
+
 double dj_ref_dot(uint32_t wtype, int64_t n, const void *w, const void *a, double *mag) {
     switch (wtype) {
     case DJ_TYPE_F32:
     case DJ_TYPE_F16:
-    case DJ_TYPE_BF16: return dot_plain(wtype, n, w, a, mag);
+    case DJ_TYPE_BF16: return dot_plain(wtype, DJ_TYPE_F32, n, w, a, mag);
     case DJ_TYPE_Q8_0: DJ_ASSERT(n % DJ_QK8_0 == 0); return dot_q8_0(n, w, a, mag);
     case DJ_TYPE_Q4_0: DJ_ASSERT(n % DJ_QK4_0 == 0); return dot_q4_0(n, w, a, mag);
     case DJ_TYPE_Q4_K: DJ_ASSERT(n % DJ_QK_K == 0); return dot_q4_K(n, w, a, mag);

@@ -68,7 +68,7 @@ bool dj_ref_quantize_row(uint32_t type, const float *x, void *y, int64_t n);
 /* ---- activation quantizers ------------------------------------------------ */
 void dj_ref_quantize_act_q8_0(const float *x, struct dj_block_q8_0 *y, int64_t n);
 void dj_ref_quantize_act_q8_K(const float *x, struct dj_block_q8_K *y, int64_t n);
-/* F32 -> activation type of `act_type` (F32 copy, F16, Q8_0, Q8_K). */
+/* F32 -> activation type of `act_type` (F32 copy, F16, BF16 (dj_f32_to_bf16), Q8_0, Q8_K). */
 bool dj_ref_quantize_act(uint32_t act_type, const float *x, void *y, int64_t n);
 
 /* ---- dequantizers --------------------------------------------------------- */
@@ -84,6 +84,9 @@ bool dj_ref_dequantize_row(uint32_t type, const void *x, float *y, int64_t n);
  * scale of its rounding error (the other types with a min or an IQ1 delta
  * likewise: ref_quants.c). */
 double dj_ref_dot(uint32_t wtype, int64_t n, const void *w, const void *a, double *mag);
+/* dj_ref_dot with the activation type given: a table's own pairing (kernels.h act_type):
+ * dj_kernels_act_type(wtype), or BF16 for BF16 weights (the avx512bf16 table). */
+double dj_ref_dot_act(uint32_t wtype, uint32_t act_type, int64_t n, const void *w, const void *a, double *mag);
 
 /* ---- the other weight types (ref_quants.c: formulas and provenance there) --------- */
 /* Row dequantizers (n a multiple of the type's block), bitwise ggml's dequantize_row_*;
