@@ -16,7 +16,9 @@
  * the prefill path), and rows past two prefill slabs.  On a CPU with AVX-512 the
  * avx512 and avx2 tables must pack q4_0, q8_0 and q4_K, and the avx2 table q4_1,
  * q5_0, q5_1, iq4_nl and mxfp4, and the amx table bf16 (k = 32 and 320: its tiles; 3 and
- * 67: the vdpbf16ps path) (so the test cannot pass by finding nothing to test);
+ * 67: the vdpbf16ps path) (so the test cannot pass by finding nothing to test); the amx
+ * table's q4_0 / q8_0 batches of more than 16 tokens (AMX-INT8) must equal the avx512
+ * table's dot, which it keeps;
  * where both tables run, their q4_0, q8_0 and q4_K dots must agree bitwise (the same
  * scheme in 8 and 16 lanes).
  */
@@ -184,6 +186,8 @@ int main(int argc, char **argv) {
         const struct dj_kernels *kt = dj_kernels_for_isa((enum dj_isa)isa);
         if (!kt) continue;
         if (isa == DJ_ISA_AMX) CHECK(kt->w[DJ_TYPE_BF16].pack != NULL);
+        /* amx (with AMX-INT8): q4_0 / q8_0 prefill by TDPBSSD, on the avx512 table's packed layout and
+         * with its dot: matmul_packed == dot above covers it for the 17 and 33 token cases */
         if (isa == DJ_ISA_AVX512)
             CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack && kt->w[DJ_TYPE_Q4_K].pack);
         if (isa == DJ_ISA_AVX2) {
