@@ -470,6 +470,7 @@ bool dj_kernels_init_amx(struct dj_kernels *k) {
         q8_0_packed_avx512 = k->w[DJ_TYPE_Q8_0].matmul_packed;
         k->w[DJ_TYPE_Q4_0].matmul_packed = amx_q4_0_matmul_packed;
         k->w[DJ_TYPE_Q8_0].matmul_packed = amx_q8_0_matmul_packed;
+        if (k->w[DJ_TYPE_Q4_K].matmul_packed) k->w[DJ_TYPE_Q4_K].matmul_packed = dj_q4_K_amx_matmul_packed;
     }
     return true;
 }

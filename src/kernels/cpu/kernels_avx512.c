@@ -1041,6 +1041,136 @@ static float q4_K_dot(int64_t k, const void *w, const void *a) {
     return c;
 }
 
+/* ---- q4_K prefill by AMX-INT8 (the amx table: kernels_amx.c) ------------------------
+ *
+ * Here because it runs this file's q4_K pieces (q4k_unpack, q4k_fma) and so its float
+ * operations: the amx table points its packed q4_K matmul at it.  q4k_gemm_body's
+ *
+ *     isum = sum over sub-blocks s of sc_s * (sum over s of q * a)
+ *
+ * is one integer, exact in any order.  Per 16-row group and super-block, the products
+ * sc_s * q (<= 63 * 15 = 945) are made once, split into their low byte and their high
+ * bits (0..3), and laid out as TDPBSUD B tiles (16 rows of 4-byte groups x 16 weight
+ * rows, 64 elements a tile); per 16 tokens, four TDPBSUD of the tokens' signed q8_K
+ * bytes (the A tile, straight from the activation rows) over the low bytes and four over
+ * the high ones give, in int32 and exactly, isum = lo + 256 * hi for 16 tokens x 16
+ * rows; q4k_fma follows as there.  So the bits are this table's.  Compiled for AMX by a
+ * target pragma; called only where the amx table exists (its CPU, OS and permission
+ * checks). */
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-int8")
+struct amx_tilecfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+#define AMX_BARRIER() __asm__ volatile("" ::: "memory") /* see kernels_amx.c */
+static void q4k_amx_config(int rows) {
+    _Alignas(64) struct amx_tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 4; t++) { /* C: tokens x 16 int32 (0, 1: even super-blocks; 2, 3: odd) */
+        c.rows[t] = (uint8_t)rows;
+        c.colsb[t] = 64;
+    }
+    c.rows[4] = (uint8_t)rows; /* A: tokens x 64 bytes */
+    c.colsb[4] = 64;
+    c.rows[6] = c.rows[7] = 16; /* B: 16 rows of 4-byte groups x 16 weight rows (low, high) */
+    c.colsb[6] = c.colsb[7] = 64;
+    AMX_BARRIER();
+    _tile_loadconfig(&c);
+}
+/* A super-block of a group as B tiles: lo[u] / hi[u] (u = 0..3: elements 64u..64u+63) are
+ * the low bytes and the high bits of sc_s * q, vector j of a tile = elements 4j.. of 16 rows. */
+struct q4k_amx_blk { __m512i lo[4][16], hi[4][16]; };
+static void q4k_amx_split(const struct q4k_wblk *wb, struct q4k_amx_blk *o) {
+    const __m512i idx_lo = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1,
+                                            1, 1, 1, 0, 0, 0, 0);
+    const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(8));
+    for (int s = 0; s < 8; s++) {
+        const __m512i sc16 = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(wb->sc[s])); /* word i = row i's scale */
+        const __m512i s_lo = _mm512_permutexvar_epi16(idx_lo, sc16), s_hi = _mm512_permutexvar_epi16(idx_hi, sc16);
+        for (int j = 0; j < 8; j++) {
+            const __m512i v = wb->q[s][j]; /* byte 4i + e: row i, element 4j + e */
+            const __m512i p0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(v)), s_lo);
+            const __m512i p1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, 1)), s_hi);
+            const int u = s / 2, row = 8 * (s % 2) + j;
+            o->lo[u][row] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(p0)),
+                                               _mm512_cvtepi16_epi8(p1), 1);
+            o->hi[u][row] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(p0, 8))),
+                                               _mm512_cvtepi16_epi8(_mm512_srli_epi16(p1, 8)), 1);
+        }
+    }
+}
+enum { Q4K_AMX_MIN = 16 };
+void dj_q4_K_amx_matmul_packed(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok) {
+    const int64_t nb = k / DJ_QK_K;
+    const size_t bl_bytes = (size_t)nb * sizeof(struct q4k_amx_blk), wp_bytes = (size_t)nb * sizeof(struct q4k_wblk);
+    const size_t tp_bytes = (size_t)(n_tok + 15) / 16 * 16 * (size_t)nb * sizeof(struct dj_q8K_tok);
+    uint8_t *scr = n_tok > Q4K_AMX_MIN ? dj_kernel_scratch(bl_bytes + wp_bytes + tp_bytes) : NULL;
+    if (!scr) { /* a small batch, or out of memory: the avx512 kernel, the same bits */
+        q4_K_matmul_packed(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
+    const uint8_t *w = wv, *a = av;
+    const size_t wbs = sizeof(struct dj_block_q4_K), abs_ = sizeof(struct dj_block_q8_K);
+    const size_t qso = offsetof(struct dj_block_q8_K, qs);
+    struct q4k_amx_blk *bl = (struct q4k_amx_blk *)scr;
+    struct q4k_wblk *wp = (struct q4k_wblk *)(scr + bl_bytes);
+    struct dj_q8K_tok *tp = (struct dj_q8K_tok *)(scr + bl_bytes + wp_bytes);
+    for (int64_t t = 0; t < n_tok; t++) dj_q8K_prep_tok(nb, a + (size_t)t * as, tp + t * nb);
+    memset(tp + n_tok * nb, 0, tp_bytes - (size_t)n_tok * (size_t)nb * sizeof *tp);
+    _Alignas(64) int32_t xl[16][16], xh[16][16];
+    _Alignas(64) float accm[16][16];
+    int cur_rows = -1;
+    for (int64_t r = r0; r < r1;) {
+        int64_t g0;
+        __mmask16 m;
+        const uint8_t *wg = q16p_group(w, ws, r, r1, &g0, &m);
+        r = g0 + 16;
+        for (int64_t b = 0; b < nb; b++) {
+            q4k_unpack(1, wg + (size_t)b * 16 * wbs, ws, &wp[b]);
+            q4k_amx_split(&wp[b], &bl[b]);
+        }
+        for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
+            const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
+            if (nt != cur_rows) {
+                q4k_amx_config(nt);
+                cur_rows = nt;
+            }
+            const uint8_t *at = a + (size_t)t0 * as + qso;
+            memset(accm, 0, sizeof accm);
+            AMX_BARRIER();
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *ab = at + (size_t)b * abs_;
+                _tile_zero(0);
+                _tile_zero(1);
+                for (int u = 0; u < 4; u++) {
+                    _tile_loadd(4, ab + 64 * u, (long)as);
+                    _tile_loadd(6, bl[b].lo[u], 64);
+                    _tile_loadd(7, bl[b].hi[u], 64);
+                    _tile_dpbsud(0, 4, 6);
+                    _tile_dpbsud(1, 4, 7);
+                }
+                _tile_stored(0, xl, 64);
+                _tile_stored(1, xh, 64);
+                AMX_BARRIER();
+                const struct q4k_wblk *wb = &wp[b];
+                for (int t = 0; t < 16; t++) {
+                    const __m512i isum = _mm512_add_epi32(_mm512_load_si512(xl[t]),
+                                                          _mm512_slli_epi32(_mm512_load_si512(xh[t]), 8));
+                    _mm512_store_ps(accm[t], q4k_fma(isum, wb->m, wb->d, wb->dmin, &tp[(t0 + t) * nb + b],
+                                                     _mm512_load_ps(accm[t])));
+                }
+            }
+            for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(c + (t0 + t) * ldc + g0, m, _mm512_load_ps(accm[t]));
+        }
+    }
+}
+#pragma GCC pop_options
+
 /* ---- q6_K x q8_K ----------------------------------------------------------------------
  *
  * Per (row, token) pair, super-blocks b = 0 .. nb-1 in order:
