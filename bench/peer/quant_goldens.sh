@@ -30,7 +30,7 @@ mode=${1:-all}
 
 # llama-quantize file types made without an importance matrix (it refuses none of these)
 CODELM_PLAIN="Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K
-              IQ4_NL IQ4_XS IQ3_S IQ3_M TQ1_0 TQ2_0 Q1_0 Q2_0"
+              IQ4_NL IQ4_XS IQ3_S IQ3_M TQ1_0 TQ2_0 Q1_0 Q2_0 BF16"
 # ... and those it refuses without one ("this quantization requires an importance matrix")
 CODELM_IMATRIX="IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS Q2_K_S"
 # deja synth --type: every weight type llama.cpp's CPU backend runs, as random blocks

@@ -109,7 +109,7 @@ static const struct {
     {"IQ4_XS", false},  {"IQ3_S", false},  {"IQ3_M", false},  {"TQ1_0", false},   {"TQ2_0", false},
     {"Q1_0", false},    {"Q2_0", false},   {"IQ1_S", true},   {"IQ1_M", true},    {"IQ2_XXS", true},
     {"IQ2_XS", true},   {"IQ2_S", true},   {"IQ2_M", true},   {"IQ3_XXS", true},  {"IQ3_XS", true},
-    {"Q2_K_S", true},
+    {"Q2_K_S", true},   {"BF16", false},
 };
 
 static char gold_dir[4096];
