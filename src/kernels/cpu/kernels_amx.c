@@ -45,7 +45,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/tile.h"
 
 /* GCC's tile intrinsics are asm statements without a memory clobber: the compiler does
  * not know that _tile_loadd reads memory or that _tile_stored writes it, and drops or
@@ -319,10 +319,14 @@ static void amxq_config(int rows) {
         c.rows[t] = (uint8_t)rows;
         c.colsb[t] = 64;
     }
-    c.rows[4] = (uint8_t)rows; /* A: tokens x 32 bytes (one block) */
-    c.colsb[4] = 32;
-    c.rows[6] = 8; /* B: 8 rows of 4-byte groups x 16 weight rows */
-    c.colsb[6] = 64;
+    for (int t = 4; t < 6; t++) { /* A: tokens x 32 bytes (one block); even blocks 4, odd 5 */
+        c.rows[t] = (uint8_t)rows;
+        c.colsb[t] = 32;
+    }
+    for (int t = 6; t < 8; t++) { /* B: 8 rows of 4-byte groups x 16 weight rows; even 6, odd 7 */
+        c.rows[t] = 8;
+        c.colsb[t] = 64;
+    }
     AMX_BARRIER();
     _tile_loadconfig(&c);
 }
@@ -340,8 +344,9 @@ static inline const uint8_t *amxq_d(int q8, const uint8_t *g, int64_t b, int64_t
 }
 
 /* One block's float step for 16 tokens (lanes: the 16 rows), as q16_fma. */
-static inline void amxq_epilogue(const int32_t isum[16][16], __m512 dw, const float *td, int64_t nb, __m512 acc[16]) {
-    for (int t = 0; t < 16; t++)
+static inline DJ_ALWAYS_INLINE void amxq_epilogue(const int32_t isum[16][16], __m512 dw, const float *td, int64_t nb,
+                                                   __m512 acc[16]) {
+    DJ_UNROLL for (int t = 0; t < 16; t++)
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(isum[t])),
                                  _mm512_mul_ps(dw, _mm512_set1_ps(td[t * nb])), acc[t]);
 }
@@ -399,20 +404,23 @@ static void amxq_matmul(const int q8, int64_t k, const void *wv, size_t ws, cons
             const uint8_t *at = a + (size_t)t * as + 2;
             const float *tt = td + t * nb;
             __m512 acc[16];
-            for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+            DJ_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
             AMX_BARRIER();
-            /* block b's sums into tile b % 2, stored while the next block's are made */
+            /* block b's sums into tile b % 2 (its operands in tiles 4 + b % 2, 6 + b % 2, so the
+             * loads of b + 1 do not wait for b's product), stored while the next block's are made */
             for (int64_t b = 0; b <= nb; b++) {
                 if (b < nb) {
-                    const uint8_t *bq = ub + (size_t)b * 512;
-                    _tile_loadd(4, at + (size_t)b * sizeof(struct dj_block_q8_0), (long)as);
-                    _tile_loadd(6, bq, 64);
+                    const uint8_t *bq = ub + (size_t)b * 512, *aq = at + (size_t)b * sizeof(struct dj_block_q8_0);
                     if (b % 2 == 0) {
+                        _tile_loadd(4, aq, (long)as);
+                        _tile_loadd(6, bq, 64);
                         _tile_zero(0);
                         _tile_dpbssd(0, 4, 6);
                     } else {
+                        _tile_loadd(5, aq, (long)as);
+                        _tile_loadd(7, bq, 64);
                         _tile_zero(1);
-                        _tile_dpbssd(1, 4, 6);
+                        _tile_dpbssd(1, 5, 7);
                     }
                 }
                 if (b > 0) {
