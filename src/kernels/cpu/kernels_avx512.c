@@ -17,7 +17,7 @@
  * 16 x 8 for q4_0, q8_0, q4_K and q6_K (see q16_matmul, q4_K_matmul,
  * q6_K_matmul); up to 2 tokens, 1-row tiles (cpu/tile.h; f16 past
  * k = 4096: 6-row; f16 prefill visits its tiles in its own order, see
- * f16_matmul and f16_matmul_kblocked).  All fused/rounded float operations
+ * f16_matmul and dj_matmul_kblocked in tile.h).  All fused/rounded float operations
  * per pair are the same for every tile shape: that is the batch-invariance
  * contract.  The integer paths never
  * overflow: per lane and super-block at most |q6_K| 8*2*16002*128 and the
@@ -108,16 +108,16 @@ DJ_TILED_KERNEL(f32, 4)
  * dj_matmul_drive's order (256 KiB token chunks, weights re-streamed from DRAM
  * once per chunk, 16 times for 512 tokens) left the in-model 2-thread rate at
  * 115-144 GFLOP/s for the 4096 x 2048 per-thread gate/up products vs 145-173
- * with this order (1.1B F16 pp512, Zen 5, 2 threads).  k > 4096: f16_matmul_kblocked
+ * with this order (1.1B F16 pp512, Zen 5, 2 threads).  k > 4096: dj_matmul_kblocked
  * (k in chunks, the accumulators kept in scratch between them).  Only the order of
  * the tiles and of the chunks changes: every element is still f16_1x1's chain. */
 /* Prefill with k in chunks: the 16-lane accumulators of a tile go to scratch between
  * chunks (a store and reload of the same 16 floats: the pair's chain is unchanged), so a
  * tile reads KC elements of its 6 weight rows (L2) and 4 token rows (L1) per visit. */
-static inline DJ_ALWAYS_INLINE void f16k_body(const int MR, const int NT, int64_t e, int64_t e1, int64_t k,
+static inline DJ_ALWAYS_INLINE void f16_kbody(const int MR, const int NT, int64_t e, int64_t e1, int64_t k,
                                               const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                                              __m512 *accp, int first, float *c, int64_t ldc) {
-    __m512 acc[6][4];
+                                              void *accv, int first, float *c, int64_t ldc) {
+    __m512 *accp = accv, acc[6][4];
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
         acc[i][j] = first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&accp[i * 4 + j]);
     for (; e + 16 <= e1; e += 16) FLOAT_STEP(load16_f16, load16_f32, 16);
@@ -130,56 +130,18 @@ static inline DJ_ALWAYS_INLINE void f16k_body(const int MR, const int NT, int64_
             _mm512_store_ps((float *)&accp[i * 4 + j], acc[i][j]);
     }
 }
-typedef void (*f16k_fn)(int64_t e, int64_t e1, int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                        __m512 *accp, int first, float *c, int64_t ldc);
-#define F16K_SHAPE(M, N)                                                                                       \
-    static void f16k_##M##x##N(int64_t e, int64_t e1, int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, \
-                               size_t as, __m512 *accp, int first, float *c, int64_t ldc) {                    \
-        f16k_body(M, N, e, e1, k, w, ws, a, as, accp, first, c, ldc);                                          \
-    }
-#define F16K_ROW(M) F16K_SHAPE(M, 1) F16K_SHAPE(M, 2) F16K_SHAPE(M, 3) F16K_SHAPE(M, 4)
-F16K_ROW(1) F16K_ROW(2) F16K_ROW(3) F16K_ROW(4) F16K_ROW(5) F16K_ROW(6)
-#define F16K_TAB(M) {f16k_##M##x1, f16k_##M##x2, f16k_##M##x3, f16k_##M##x4}
-static const f16k_fn f16k_tab[6][4] = {F16K_TAB(1), F16K_TAB(2), F16K_TAB(3), F16K_TAB(4), F16K_TAB(5), F16K_TAB(6)};
+DJ_KCHUNK_SHAPES(f16)
 
-/* k > 4096 (the 1.1B model's down product, k = 8192): token blocks of NC = 128, row
- * blocks of MC = 24 (their accumulators, 24 x 128 x 64 B = 192 KiB, in L2), k chunks of
- * KC = 4096.  Two copies of bench_kernels at once (1024 x 8192, 512 tokens, the memory
- * traffic of two threads), GFLOP/s summed, alternated: 249-273 with dj_matmul_drive's
- * order (512 KiB token chunks) vs 317-329; KC = 1024 or 2048 and MC = 48 measured lower
- * (234-313), and so did blocking k <= 4096 as well in the model (pp512 110-126 vs 124-141).
- * In the model (1.1B F16 pp512, 2 threads, -r 3, alternated, quiet machine), this and
- * the 4-chain attn_values together: 136.8, 136.9 -> 159.8, 162.5 t/s (on a loaded VM
- * the difference was within the noise). */
-enum { F16K_KC = 4096, F16K_MC = 24, F16K_NC = 128 };
+/* k > 4096 (the 1.1B model's down product, k = 8192): dj_matmul_kblocked (tile.h), token
+ * blocks of NC = 128, row blocks of MC = 24, k chunks of KC = 4096.  Two copies of
+ * bench_kernels at once (1024 x 8192, 512 tokens, the memory traffic of two threads),
+ * GFLOP/s summed, alternated: 249-273 with dj_matmul_drive's order (512 KiB token chunks)
+ * vs 317-329; KC = 1024 or 2048 and MC = 48 measured lower (234-313), and so did blocking
+ * k <= 4096 as well in the model (pp512 110-126 vs 124-141).  In the model (1.1B F16
+ * pp512, 2 threads, -r 3, alternated, quiet machine), this and the 4-chain attn_values
+ * together: 136.8, 136.9 -> 159.8, 162.5 t/s (on a loaded VM the difference was within
+ * the noise). */
 static float f16_dot(int64_t k, const void *w, const void *a);
-static void f16_matmul_kblocked(int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,
-                                int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
-    const int64_t kc = F16K_KC, mc = F16K_MC, nc = F16K_NC;
-    __m512 *accb = dj_kernel_scratch((size_t)mc * (size_t)nc * sizeof(__m512));
-    if (!accb) { /* out of memory: the same bits, element by element */
-        dj_matmul_by_dot(f16_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
-        return;
-    }
-    for (int64_t tb = 0; tb < n_tok; tb += nc) {
-        const int64_t te = tb + nc < n_tok ? tb + nc : n_tok;
-        for (int64_t rb = r0; rb < r1; rb += mc) {
-            const int64_t re = rb + mc < r1 ? rb + mc : r1;
-            for (int64_t e = 0; e < k; e += kc) {
-                const int64_t e1 = k - e <= kc ? k : e + kc;
-                for (int64_t t = tb; t < te; t += 4) {
-                    const int nt = (int)(te - t < 4 ? te - t : 4);
-                    for (int64_t r = rb; r < re; r += 6) {
-                        const int mr = (int)(re - r < 6 ? re - r : 6);
-                        __m512 *accp = accb + ((r - rb) / 6 * (nc / 4) + (t - tb) / 4) * 24;
-                        f16k_tab[mr - 1][nt - 1](e, e1, k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, accp,
-                                                 e == 0, c + t * ldc + r, ldc);
-                    }
-                }
-            }
-        }
-    }
-}
 
 static void f16_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                        int64_t r0, int64_t r1, int64_t n_tok) {
@@ -204,7 +166,7 @@ static void f16_matmul(int64_t k, const void *w, size_t ws, const void *a, size_
         }
         return;
     }
-    f16_matmul_kblocked(k, wb, ws, ab, as, c, ldc, r0, r1, n_tok);
+    dj_matmul_kblocked(f16_ktab, f16_dot, k, wb, ws, ab, as, c, ldc, r0, r1, n_tok);
 }
 static float f16_dot(int64_t k, const void *w, const void *a) {
     float c;

@@ -81,11 +81,11 @@ static inline DJ_ALWAYS_INLINE void bf16x_body(const int MR, const int NT, int64
 }
 DJ_TILES_6x4(bf16x)
 
-/* k in chunks [e, e1): the accumulators come from and go to accp between chunks. */
-static inline DJ_ALWAYS_INLINE void bf16k_body(const int MR, const int NT, int64_t e, int64_t e1, int64_t k,
-                                               const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                                               __m512 *accp, int first, float *c, int64_t ldc) {
-    __m512 acc[6][4];
+/* k in chunks [e, e1) (tile.h: dj_matmul_kblocked). */
+static inline DJ_ALWAYS_INLINE void bf16x_kbody(const int MR, const int NT, int64_t e, int64_t e1, int64_t k,
+                                                const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                                                void *accv, int first, float *c, int64_t ldc) {
+    __m512 *accp = accv, acc[6][4];
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
         acc[i][j] = first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&accp[i * 4 + j]);
     for (; e + 32 <= e1; e += 32) BF_STEP(32);
@@ -98,53 +98,12 @@ static inline DJ_ALWAYS_INLINE void bf16k_body(const int MR, const int NT, int64
             _mm512_store_ps((float *)&accp[i * 4 + j], acc[i][j]);
     }
 }
-typedef void (*bf16k_fn)(int64_t e, int64_t e1, int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
-                         __m512 *accp, int first, float *c, int64_t ldc);
-#define BF16K_SHAPE(M, N)                                                                                       \
-    static void bf16k_##M##x##N(int64_t e, int64_t e1, int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, \
-                                size_t as, __m512 *accp, int first, float *c, int64_t ldc) {                    \
-        bf16k_body(M, N, e, e1, k, w, ws, a, as, accp, first, c, ldc);                                          \
-    }
-#define BF16K_ROW(M) BF16K_SHAPE(M, 1) BF16K_SHAPE(M, 2) BF16K_SHAPE(M, 3) BF16K_SHAPE(M, 4)
-BF16K_ROW(1) BF16K_ROW(2) BF16K_ROW(3) BF16K_ROW(4) BF16K_ROW(5) BF16K_ROW(6)
-#define BF16K_TAB(M) {bf16k_##M##x1, bf16k_##M##x2, bf16k_##M##x3, bf16k_##M##x4}
-static const bf16k_fn bf16k_tab[6][4] = {BF16K_TAB(1), BF16K_TAB(2), BF16K_TAB(3),
-                                         BF16K_TAB(4), BF16K_TAB(5), BF16K_TAB(6)};
+DJ_KCHUNK_SHAPES(bf16x)
 
 float dj_bf16x_dot(int64_t k, const void *w, const void *a) {
     float c;
     bf16x_1x1(k, w, 0, a, 0, &c, 1);
     return c;
-}
-
-/* k chunks of 4096 (8 KiB of a bf16 row), row blocks of 24, token blocks of 128: the
- * same blocking as the avx512 table's f16_matmul_kblocked. */
-enum { BFK_KC = 4096, BFK_MC = 24, BFK_NC = 128 };
-static void bf16x_matmul_kblocked(int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,
-                                  int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
-    __m512 *accb = dj_kernel_scratch((size_t)BFK_MC * BFK_NC * sizeof(__m512));
-    if (!accb) { /* out of memory: the same bits, element by element */
-        dj_matmul_by_dot(dj_bf16x_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
-        return;
-    }
-    for (int64_t tb = 0; tb < n_tok; tb += BFK_NC) {
-        const int64_t te = tb + BFK_NC < n_tok ? tb + BFK_NC : n_tok;
-        for (int64_t rb = r0; rb < r1; rb += BFK_MC) {
-            const int64_t re = rb + BFK_MC < r1 ? rb + BFK_MC : r1;
-            for (int64_t e = 0; e < k; e += BFK_KC) {
-                const int64_t e1 = k - e <= BFK_KC ? k : e + BFK_KC;
-                for (int64_t t = tb; t < te; t += 4) {
-                    const int nt = (int)(te - t < 4 ? te - t : 4);
-                    for (int64_t r = rb; r < re; r += 6) {
-                        const int mr = (int)(re - r < 6 ? re - r : 6);
-                        __m512 *accp = accb + ((r - rb) / 6 * (BFK_NC / 4) + (t - tb) / 4) * 24;
-                        bf16k_tab[mr - 1][nt - 1](e, e1, k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, accp,
-                                                  e == 0, c + t * ldc + r, ldc);
-                    }
-                }
-            }
-        }
-    }
 }
 
 void dj_bf16x_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
@@ -155,7 +114,7 @@ void dj_bf16x_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_
         return;
     }
     if (k > 4096) {
-        bf16x_matmul_kblocked(k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        dj_matmul_kblocked(bf16x_ktab, dj_bf16x_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
         return;
     }
     int64_t mc = (int64_t)((512u << 10) / ws); /* weight-stationary: ~512 KiB of rows in L2 */

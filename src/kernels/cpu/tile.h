@@ -136,4 +136,61 @@ typedef void (*dj_tile_shape_fn)(int64_t k, const uint8_t *w, size_t ws, const u
         return c;                                                                            \
     }
 
+/* Prefill with k in chunks (the AVX-512 f16 and bf16 kernels past k = 4096): a 6 x 4 tile
+ * body NAME_kbody(MR, NT, e, e1, k, w, ws, a, as, accp, first, c, ldc) computes elements
+ * [e, e1) of k for its 24 pairs, its 16-lane accumulators coming from accp (64 bytes each,
+ * pair (i, j) at accp + 64 * (4 i + j)) unless first, and going back there unless e1 == k,
+ * where it stores the results.  A store and reload of the same lanes leaves each pair's
+ * chain unchanged, so the results are the unchunked tile's.  DJ_KCHUNK_SHAPES(NAME) makes
+ * NAME_ktab[6][4]; dj_matmul_kblocked runs it: token blocks of 128, row blocks of 24 (their
+ * accumulators, 24 x 128 x 64 B = 192 KiB, in L2), k chunks of 4096 (measurements: the f16
+ * kernel in kernels_avx512.c). */
+typedef void (*dj_kchunk_fn)(int64_t e, int64_t e1, int64_t k, const uint8_t *w, size_t ws, const uint8_t *a,
+                             size_t as, void *accp, int first, float *c, int64_t ldc);
+#define DJ_KCHUNK_SHAPE_(name, M, N)                                                                        \
+    static void name##_k##M##x##N(int64_t e, int64_t e1, int64_t k, const uint8_t *w, size_t ws,             \
+                                  const uint8_t *a, size_t as, void *accp, int first, float *c, int64_t ldc) { \
+        name##_kbody(M, N, e, e1, k, w, ws, a, as, accp, first, c, ldc);                                    \
+    }
+#define DJ_KCHUNK_ROW_(name, M)                                                                             \
+    DJ_KCHUNK_SHAPE_(name, M, 1) DJ_KCHUNK_SHAPE_(name, M, 2) DJ_KCHUNK_SHAPE_(name, M, 3)                  \
+    DJ_KCHUNK_SHAPE_(name, M, 4)
+#define DJ_KCHUNK_TAB_(name, M) {name##_k##M##x1, name##_k##M##x2, name##_k##M##x3, name##_k##M##x4}
+#define DJ_KCHUNK_SHAPES(name)                                                                              \
+    DJ_KCHUNK_ROW_(name, 1) DJ_KCHUNK_ROW_(name, 2) DJ_KCHUNK_ROW_(name, 3) DJ_KCHUNK_ROW_(name, 4)          \
+    DJ_KCHUNK_ROW_(name, 5) DJ_KCHUNK_ROW_(name, 6)                                                         \
+    static const dj_kchunk_fn name##_ktab[6][4] = {DJ_KCHUNK_TAB_(name, 1), DJ_KCHUNK_TAB_(name, 2),        \
+                                                   DJ_KCHUNK_TAB_(name, 3), DJ_KCHUNK_TAB_(name, 4),        \
+                                                   DJ_KCHUNK_TAB_(name, 5), DJ_KCHUNK_TAB_(name, 6)};
+enum { DJ_KBLK_KC = 4096, DJ_KBLK_MC = 24, DJ_KBLK_NC = 128 };
+/* The driver; out of scratch memory, dot element by element (the same bits). */
+static inline void dj_matmul_kblocked(const dj_kchunk_fn tab[6][4], dj_dot_fn dot, int64_t k, const uint8_t *w,
+                                      size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc, int64_t r0,
+                                      int64_t r1, int64_t n_tok) {
+    const int64_t kc = DJ_KBLK_KC, mc = DJ_KBLK_MC, nc = DJ_KBLK_NC;
+    uint8_t *accb = dj_kernel_scratch((size_t)mc * (size_t)nc * 64);
+    if (!accb) {
+        dj_matmul_by_dot(dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
+    for (int64_t tb = 0; tb < n_tok; tb += nc) {
+        const int64_t te = tb + nc < n_tok ? tb + nc : n_tok;
+        for (int64_t rb = r0; rb < r1; rb += mc) {
+            const int64_t re = rb + mc < r1 ? rb + mc : r1;
+            for (int64_t e = 0; e < k; e += kc) {
+                const int64_t e1 = k - e <= kc ? k : e + kc;
+                for (int64_t t = tb; t < te; t += 4) {
+                    const int nt = (int)(te - t < 4 ? te - t : 4);
+                    for (int64_t r = rb; r < re; r += 6) {
+                        const int mr = (int)(re - r < 6 ? re - r : 6);
+                        uint8_t *accp = accb + (size_t)((r - rb) / 6 * (nc / 4) + (t - tb) / 4) * 24 * 64;
+                        tab[mr - 1][nt - 1](e, e1, k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, accp, e == 0,
+                                            c + t * ldc + r, ldc);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #endif
