@@ -151,19 +151,7 @@ static void f16_matmul(int64_t k, const void *w, size_t ws, const void *a, size_
     }
     const uint8_t *wb = w, *ab = a;
     if (k <= 4096) {
-        int64_t mc = (int64_t)((512u << 10) / ws);
-        mc -= mc % f16_MR;
-        if (mc < f16_MR) mc = f16_MR;
-        for (int64_t rb = r0; rb < r1; rb += mc) {
-            const int64_t re = rb + mc < r1 ? rb + mc : r1;
-            for (int64_t t = 0; t < n_tok; t += f16_NT) {
-                const int nt = (int)(n_tok - t < f16_NT ? n_tok - t : f16_NT);
-                for (int64_t r = rb; r < re; r += f16_MR) {
-                    const int mr = (int)(re - r < f16_MR ? re - r : f16_MR);
-                    f16_tile(mr, nt, k, wb + (size_t)r * ws, ws, ab + (size_t)t * as, as, c + t * ldc + r, ldc);
-                }
-            }
-        }
+        dj_matmul_wstationary(f16_tile, f16_MR, f16_NT, k, wb, ws, ab, as, c, ldc, r0, r1, n_tok);
         return;
     }
     dj_matmul_kblocked(f16_ktab, f16_dot, k, wb, ws, ab, as, c, ldc, r0, r1, n_tok);

@@ -117,19 +117,7 @@ void dj_bf16x_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_
         dj_matmul_kblocked(bf16x_ktab, dj_bf16x_dot, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
         return;
     }
-    int64_t mc = (int64_t)((512u << 10) / ws); /* weight-stationary: ~512 KiB of rows in L2 */
-    mc -= mc % bf16x_MR;
-    if (mc < bf16x_MR) mc = bf16x_MR;
-    for (int64_t rb = r0; rb < r1; rb += mc) {
-        const int64_t re = rb + mc < r1 ? rb + mc : r1;
-        for (int64_t t = 0; t < n_tok; t += bf16x_NT) {
-            const int nt = (int)(n_tok - t < bf16x_NT ? n_tok - t : bf16x_NT);
-            for (int64_t r = rb; r < re; r += bf16x_MR) {
-                const int mr = (int)(re - r < bf16x_MR ? re - r : bf16x_MR);
-                bf16x_tile(mr, nt, k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, c + t * ldc + r, ldc);
-            }
-        }
-    }
+    dj_matmul_wstationary(bf16x_tile, bf16x_MR, bf16x_NT, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
 }
 
 /* f32 -> bf16, round to nearest even with integer operations (dj_f32_to_bf16, bitwise):

@@ -193,4 +193,25 @@ static inline void dj_matmul_kblocked(const dj_kchunk_fn tab[6][4], dj_dot_fn do
     }
 }
 
+/* Prefill with k <= 4096, weight-stationary: a block of ~512 KiB of weight rows stays in
+ * L2 while every token tile passes over it (the AVX-512 f16 and bf16 kernels; measured in
+ * kernels_avx512.c, f16_matmul).  Only the order of the tiles differs from dj_matmul_drive. */
+static inline void dj_matmul_wstationary(dj_tile_fn tile, int mr_max, int nt_max, int64_t k, const uint8_t *w,
+                                         size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc, int64_t r0,
+                                         int64_t r1, int64_t n_tok) {
+    int64_t mc = (int64_t)((512u << 10) / ws);
+    mc -= mc % mr_max;
+    if (mc < mr_max) mc = mr_max;
+    for (int64_t rb = r0; rb < r1; rb += mc) {
+        const int64_t re = rb + mc < r1 ? rb + mc : r1;
+        for (int64_t t = 0; t < n_tok; t += nt_max) {
+            const int nt = (int)(n_tok - t < nt_max ? n_tok - t : nt_max);
+            for (int64_t r = rb; r < re; r += mr_max) {
+                const int mr = (int)(re - r < mr_max ? re - r : mr_max);
+                tile(mr, nt, k, w + (size_t)r * ws, ws, a + (size_t)t * as, as, c + t * ldc + r, ldc);
+            }
+        }
+    }
+}
+
 #endif
