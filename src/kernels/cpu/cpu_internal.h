@@ -35,6 +35,9 @@ float dj_bf16x_dot(int64_t k, const void *w, const void *a);
  * table whose CPU and OS run AMX (kernels_amx.c). */
 void dj_q4_K_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                                int64_t r0, int64_t r1, int64_t n_tok);
+/* The same for the avx512 table's q6_K matmul (the file's layout: q6_K has no packed one). */
+void dj_q6_K_amx_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok);
 /* The weight types beyond the seven of kernels_*.c (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
  * IQ*, TQ*, MXFP4, NVFP4, Q1_0, Q2_0): quants_generic.c sets their reference-path
  * kernels in the generic table (called by dj_kernels_init_generic); quants_avx2.c

@@ -479,6 +479,7 @@ bool dj_kernels_init_amx(struct dj_kernels *k) {
         k->w[DJ_TYPE_Q4_0].matmul_packed = amx_q4_0_matmul_packed;
         k->w[DJ_TYPE_Q8_0].matmul_packed = amx_q8_0_matmul_packed;
         if (k->w[DJ_TYPE_Q4_K].matmul_packed) k->w[DJ_TYPE_Q4_K].matmul_packed = dj_q4_K_amx_matmul_packed;
+        k->w[DJ_TYPE_Q6_K].matmul = dj_q6_K_amx_matmul;
     }
     return true;
 }

@@ -1348,6 +1348,104 @@ static float q6_K_dot(int64_t k, const void *w, const void *a) {
     return c;
 }
 
+/* q6_K prefill by AMX-INT8 (the amx table), as q4_K's above: tot's sum over the groups of
+ * sc_g * q (sc_g signed, q 0..63: |sc_g * q| <= 8064) is split per 16-row group into its
+ * low byte (unsigned) and the rest (>> 8, signed: -32..31); per 16 tokens, four TDPBSUD
+ * over the low bytes and four TDPBSSD over the high ones give lo + 256 * hi exactly; the
+ * -32 terms and the fma follow as in q6k_gemm_body.  So the bits are this table's. */
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-int8")
+struct q6k_amx_blk { __m512i lo[4][16], hi[4][16]; };
+static void q6k_amx_split(const struct q6k_wblk *wb, struct q6k_amx_blk *o) {
+    const __m512i idx_lo = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1,
+                                            1, 1, 1, 0, 0, 0, 0);
+    const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(8));
+    for (int g = 0; g < 16; g++) {
+        const __m512i sc16 = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(wb->sc[g])); /* word i = row i's scale */
+        const __m512i s_lo = _mm512_permutexvar_epi16(idx_lo, sc16), s_hi = _mm512_permutexvar_epi16(idx_hi, sc16);
+        for (int j = 0; j < 4; j++) {
+            const __m512i v = wb->q[g][j]; /* byte 4i + e: row i, value 16g + 4j + e */
+            const __m512i p0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(v)), s_lo);
+            const __m512i p1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, 1)), s_hi);
+            const int u = g / 4, row = 4 * (g % 4) + j; /* tile u: values 64u .. 64u + 63 */
+            o->lo[u][row] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(p0)),
+                                               _mm512_cvtepi16_epi8(p1), 1);
+            o->hi[u][row] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(p0, 8))),
+                                               _mm512_cvtepi16_epi8(_mm512_srai_epi16(p1, 8)), 1);
+        }
+    }
+}
+enum { Q6K_AMX_MIN = 16 };
+void dj_q6_K_amx_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
+                        int64_t r0, int64_t r1, int64_t n_tok) {
+    const int64_t nb = k / DJ_QK_K;
+    const size_t bl_bytes = (size_t)nb * sizeof(struct q6k_amx_blk), wp_bytes = (size_t)nb * sizeof(struct q6k_wblk);
+    uint8_t *scr = n_tok > Q6K_AMX_MIN && ws <= (size_t)INT32_MAX / 16
+                       ? dj_kernel_scratch(bl_bytes + wp_bytes + ((16 * ws + 63) & ~(size_t)63))
+                       : NULL;
+    if (!scr) { /* a small batch, or out of memory: the avx512 kernel, the same bits */
+        q6_K_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
+    const uint8_t *w = wv, *a = av;
+    const size_t wbs = sizeof(struct dj_block_q6_K), abs_ = sizeof(struct dj_block_q8_K);
+    const size_t qso = offsetof(struct dj_block_q8_K, qs), bso = offsetof(struct dj_block_q8_K, bsums);
+    struct q6k_amx_blk *bl = (struct q6k_amx_blk *)scr;
+    struct q6k_wblk *wp = (struct q6k_wblk *)(scr + bl_bytes);
+    uint8_t *rows = scr + bl_bytes + wp_bytes; /* a matrix of fewer than 16 rows, padded */
+    const __m512i vidx = q16_vidx(ws);
+    _Alignas(64) int32_t xl[16][16], xh[16][16];
+    _Alignas(64) float accm[16][16];
+    int cur_rows = -1;
+    for (int64_t r = r0; r < r1; r += 16) {
+        int64_t g0;
+        __mmask16 m;
+        const uint8_t *wg = q16_group(w, ws, r, r1, rows, &g0, &m);
+        for (int64_t b = 0; b < nb; b++) {
+            q6k_unpack(wg + (size_t)b * wbs, ws, vidx, &wp[b]);
+            q6k_amx_split(&wp[b], &bl[b]);
+        }
+        for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
+            const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
+            if (nt != cur_rows) {
+                q4k_amx_config(nt); /* the same tiles: C 0-1, A 4 (64 bytes), B 6-7 */
+                cur_rows = nt;
+            }
+            const uint8_t *at = a + (size_t)t0 * as;
+            memset(accm, 0, sizeof accm);
+            AMX_BARRIER();
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *ab = at + (size_t)b * abs_;
+                _tile_zero(0);
+                _tile_zero(1);
+                for (int u = 0; u < 4; u++) {
+                    _tile_loadd(4, ab + qso + 64 * u, (long)as);
+                    _tile_loadd(6, bl[b].lo[u], 64);
+                    _tile_loadd(7, bl[b].hi[u], 64);
+                    _tile_dpbsud(0, 4, 6);
+                    _tile_dpbssd(1, 4, 7);
+                }
+                _tile_stored(0, xl, 64);
+                _tile_stored(1, xh, 64);
+                AMX_BARRIER();
+                const struct q6k_wblk *wb = &wp[b];
+                for (int t = 0; t < nt; t++) {
+                    const uint8_t *att = ab + (size_t)t * as;
+                    __m512i isum = _mm512_add_epi32(_mm512_load_si512(xl[t]), _mm512_slli_epi32(_mm512_load_si512(xh[t]), 8));
+                    for (int u = 0; u < 8; u++)
+                        isum = _mm512_dpwssd_epi32(isum, wb->nsc[u], _mm512_set1_epi32((int)dj_load_u32(att + bso + 4 * u)));
+                    float ad;
+                    memcpy(&ad, att, sizeof ad);
+                    _mm512_store_ps(accm[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wb->d, _mm512_set1_ps(ad)),
+                                                             _mm512_load_ps(accm[t])));
+                }
+            }
+            for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(c + (t0 + t) * ldc + g0, m, _mm512_load_ps(accm[t]));
+        }
+    }
+}
+#pragma GCC pop_options
+
 
 /* ---- activation quantizers (bitwise equal to the reference: see ref.h) ---------------- */
 
