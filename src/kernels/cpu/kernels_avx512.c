@@ -1031,25 +1031,57 @@ static void q4k_amx_config(int rows) {
     AMX_BARRIER();
     _tile_loadconfig(&c);
 }
+/* Row i's scale (sc lane i, int32) as words: *s_lo for the 32 bytes of rows 0-7 widened
+ * to words, *s_hi for rows 8-15. */
+static inline DJ_ALWAYS_INLINE void amx_scale_words(__m512i sc, __m512i *s_lo, __m512i *s_hi) {
+    const __m512i idx_lo = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1,
+                                            1, 1, 1, 0, 0, 0, 0);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(sc));
+    *s_lo = _mm512_permutexvar_epi16(idx_lo, sc16);
+    *s_hi = _mm512_permutexvar_epi16(_mm512_add_epi16(idx_lo, _mm512_set1_epi16(8)), sc16);
+}
+/* v's unsigned bytes (byte 4i + e: row i) times their row's scale, exactly in 16 bits,
+ * split into the low byte (*lo) and the rest >> 8 (*hi: logical for q4_K's unsigned
+ * products, arithmetic for q6_K's signed ones). */
+static inline DJ_ALWAYS_INLINE void amx_split_vec(const int sgn, __m512i v, __m512i s_lo, __m512i s_hi, __m512i *lo,
+                                                  __m512i *hi) {
+    const __m512i p0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(v)), s_lo);
+    const __m512i p1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, 1)), s_hi);
+    *lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(p0)), _mm512_cvtepi16_epi8(p1), 1);
+    const __m512i h0 = sgn ? _mm512_srai_epi16(p0, 8) : _mm512_srli_epi16(p0, 8);
+    const __m512i h1 = sgn ? _mm512_srai_epi16(p1, 8) : _mm512_srli_epi16(p1, 8);
+    *hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(h0)), _mm512_cvtepi16_epi8(h1), 1);
+}
+/* One super-block for the configured tokens (A: their q8_K values, as apart): the 16 x 16
+ * int32 sums over the 4 tiles of 64 values of the low bytes (xl, TDPBSUD) and of the high
+ * parts (xh: TDPBSUD, or TDPBSSD when sgn). */
+static inline DJ_ALWAYS_INLINE void amx_lohi_sums(const int sgn, const uint8_t *aq, size_t as,
+                                                  const __m512i lo[4][16], const __m512i hi[4][16], int32_t xl[16][16],
+                                                  int32_t xh[16][16]) {
+    _tile_zero(0);
+    _tile_zero(1);
+    for (int u = 0; u < 4; u++) {
+        _tile_loadd(4, aq + 64 * u, (long)as);
+        _tile_loadd(6, lo[u], 64);
+        _tile_loadd(7, hi[u], 64);
+        _tile_dpbsud(0, 4, 6);
+        if (sgn) _tile_dpbssd(1, 4, 7);
+        else _tile_dpbsud(1, 4, 7);
+    }
+    _tile_stored(0, xl, 64);
+    _tile_stored(1, xh, 64);
+    AMX_BARRIER();
+}
 /* A super-block of a group as B tiles: lo[u] / hi[u] (u = 0..3: elements 64u..64u+63) are
  * the low bytes and the high bits of sc_s * q, vector j of a tile = elements 4j.. of 16 rows. */
 struct q4k_amx_blk { __m512i lo[4][16], hi[4][16]; };
 static void q4k_amx_split(const struct q4k_wblk *wb, struct q4k_amx_blk *o) {
-    const __m512i idx_lo = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1,
-                                            1, 1, 1, 0, 0, 0, 0);
-    const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(8));
-    for (int s = 0; s < 8; s++) {
-        const __m512i sc16 = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(wb->sc[s])); /* word i = row i's scale */
-        const __m512i s_lo = _mm512_permutexvar_epi16(idx_lo, sc16), s_hi = _mm512_permutexvar_epi16(idx_hi, sc16);
-        for (int j = 0; j < 8; j++) {
-            const __m512i v = wb->q[s][j]; /* byte 4i + e: row i, element 4j + e */
-            const __m512i p0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(v)), s_lo);
-            const __m512i p1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, 1)), s_hi);
-            const int u = s / 2, row = 8 * (s % 2) + j;
-            o->lo[u][row] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(p0)),
-                                               _mm512_cvtepi16_epi8(p1), 1);
-            o->hi[u][row] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(p0, 8))),
-                                               _mm512_cvtepi16_epi8(_mm512_srli_epi16(p1, 8)), 1);
+    for (int sb = 0; sb < 8; sb++) {
+        __m512i s_lo, s_hi;
+        amx_scale_words(wb->sc[sb], &s_lo, &s_hi);
+        for (int j = 0; j < 8; j++) { /* byte 4i + e of q[sb][j]: row i, element 4j + e */
+            const int u = sb / 2, row = 8 * (sb % 2) + j;
+            amx_split_vec(0, wb->q[sb][j], s_lo, s_hi, &o->lo[u][row], &o->hi[u][row]);
         }
     }
 }
@@ -1094,19 +1126,8 @@ void dj_q4_K_amx_matmul_packed(int64_t k, const void *wv, size_t ws, const void 
             memset(accm, 0, sizeof accm);
             AMX_BARRIER();
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *ab = at + (size_t)b * abs_;
-                _tile_zero(0);
-                _tile_zero(1);
-                for (int u = 0; u < 4; u++) {
-                    _tile_loadd(4, ab + 64 * u, (long)as);
-                    _tile_loadd(6, bl[b].lo[u], 64);
-                    _tile_loadd(7, bl[b].hi[u], 64);
-                    _tile_dpbsud(0, 4, 6);
-                    _tile_dpbsud(1, 4, 7);
-                }
-                _tile_stored(0, xl, 64);
-                _tile_stored(1, xh, 64);
-                AMX_BARRIER();
+                amx_lohi_sums(0, at + (size_t)b * abs_, as, (const __m512i(*)[16])bl[b].lo,
+                              (const __m512i(*)[16])bl[b].hi, xl, xh);
                 const struct q4k_wblk *wb = &wp[b];
                 for (int t = 0; t < 16; t++) {
                     const __m512i isum = _mm512_add_epi32(_mm512_load_si512(xl[t]),
@@ -1357,21 +1378,12 @@ static float q6_K_dot(int64_t k, const void *w, const void *a) {
 #pragma GCC target("amx-tile,amx-int8")
 struct q6k_amx_blk { __m512i lo[4][16], hi[4][16]; };
 static void q6k_amx_split(const struct q6k_wblk *wb, struct q6k_amx_blk *o) {
-    const __m512i idx_lo = _mm512_set_epi16(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 2, 2, 1,
-                                            1, 1, 1, 0, 0, 0, 0);
-    const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(8));
     for (int g = 0; g < 16; g++) {
-        const __m512i sc16 = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(wb->sc[g])); /* word i = row i's scale */
-        const __m512i s_lo = _mm512_permutexvar_epi16(idx_lo, sc16), s_hi = _mm512_permutexvar_epi16(idx_hi, sc16);
-        for (int j = 0; j < 4; j++) {
-            const __m512i v = wb->q[g][j]; /* byte 4i + e: row i, value 16g + 4j + e */
-            const __m512i p0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(v)), s_lo);
-            const __m512i p1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, 1)), s_hi);
+        __m512i s_lo, s_hi;
+        amx_scale_words(wb->sc[g], &s_lo, &s_hi);
+        for (int j = 0; j < 4; j++) { /* byte 4i + e of q[g][j]: row i, value 16g + 4j + e */
             const int u = g / 4, row = 4 * (g % 4) + j; /* tile u: values 64u .. 64u + 63 */
-            o->lo[u][row] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(p0)),
-                                               _mm512_cvtepi16_epi8(p1), 1);
-            o->hi[u][row] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(p0, 8))),
-                                               _mm512_cvtepi16_epi8(_mm512_srai_epi16(p1, 8)), 1);
+            amx_split_vec(1, wb->q[g][j], s_lo, s_hi, &o->lo[u][row], &o->hi[u][row]);
         }
     }
 }
@@ -1416,18 +1428,7 @@ void dj_q6_K_amx_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
             AMX_BARRIER();
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *ab = at + (size_t)b * abs_;
-                _tile_zero(0);
-                _tile_zero(1);
-                for (int u = 0; u < 4; u++) {
-                    _tile_loadd(4, ab + qso + 64 * u, (long)as);
-                    _tile_loadd(6, bl[b].lo[u], 64);
-                    _tile_loadd(7, bl[b].hi[u], 64);
-                    _tile_dpbsud(0, 4, 6);
-                    _tile_dpbssd(1, 4, 7);
-                }
-                _tile_stored(0, xl, 64);
-                _tile_stored(1, xh, 64);
-                AMX_BARRIER();
+                amx_lohi_sums(1, ab + qso, as, (const __m512i(*)[16])bl[b].lo, (const __m512i(*)[16])bl[b].hi, xl, xh);
                 const struct q6k_wblk *wb = &wp[b];
                 for (int t = 0; t < nt; t++) {
                     const uint8_t *att = ab + (size_t)t * as;
