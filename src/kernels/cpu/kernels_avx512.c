@@ -1074,8 +1074,8 @@ static inline DJ_ALWAYS_INLINE void amx_lohi_sums(const int sgn, const uint8_t *
 }
 /* A super-block of a group as B tiles: lo[u] / hi[u] (u = 0..3: elements 64u..64u+63) are
  * the low bytes and the high bits of sc_s * q, vector j of a tile = elements 4j.. of 16 rows. */
-struct q4k_amx_blk { __m512i lo[4][16], hi[4][16]; };
-static void q4k_amx_split(const struct q4k_wblk *wb, struct q4k_amx_blk *o) {
+struct amx_lohi_blk { __m512i lo[4][16], hi[4][16]; }; /* q4_K and q6_K */
+static void q4k_amx_split(const struct q4k_wblk *wb, struct amx_lohi_blk *o) {
     for (int sb = 0; sb < 8; sb++) {
         __m512i s_lo, s_hi;
         amx_scale_words(wb->sc[sb], &s_lo, &s_hi);
@@ -1089,7 +1089,7 @@ enum { Q4K_AMX_MIN = 16 };
 void dj_q4_K_amx_matmul_packed(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
                                int64_t r0, int64_t r1, int64_t n_tok) {
     const int64_t nb = k / DJ_QK_K;
-    const size_t bl_bytes = (size_t)nb * sizeof(struct q4k_amx_blk), wp_bytes = (size_t)nb * sizeof(struct q4k_wblk);
+    const size_t bl_bytes = (size_t)nb * sizeof(struct amx_lohi_blk), wp_bytes = (size_t)nb * sizeof(struct q4k_wblk);
     const size_t tp_bytes = (size_t)(n_tok + 15) / 16 * 16 * (size_t)nb * sizeof(struct dj_q8K_tok);
     uint8_t *scr = n_tok > Q4K_AMX_MIN ? dj_kernel_scratch(bl_bytes + wp_bytes + tp_bytes) : NULL;
     if (!scr) { /* a small batch, or out of memory: the avx512 kernel, the same bits */
@@ -1099,7 +1099,7 @@ void dj_q4_K_amx_matmul_packed(int64_t k, const void *wv, size_t ws, const void 
     const uint8_t *w = wv, *a = av;
     const size_t wbs = sizeof(struct dj_block_q4_K), abs_ = sizeof(struct dj_block_q8_K);
     const size_t qso = offsetof(struct dj_block_q8_K, qs);
-    struct q4k_amx_blk *bl = (struct q4k_amx_blk *)scr;
+    struct amx_lohi_blk *bl = (struct amx_lohi_blk *)scr;
     struct q4k_wblk *wp = (struct q4k_wblk *)(scr + bl_bytes);
     struct dj_q8K_tok *tp = (struct dj_q8K_tok *)(scr + bl_bytes + wp_bytes);
     for (int64_t t = 0; t < n_tok; t++) dj_q8K_prep_tok(nb, a + (size_t)t * as, tp + t * nb);
@@ -1376,8 +1376,7 @@ static float q6_K_dot(int64_t k, const void *w, const void *a) {
  * -32 terms and the fma follow as in q6k_gemm_body.  So the bits are this table's. */
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-int8")
-struct q6k_amx_blk { __m512i lo[4][16], hi[4][16]; };
-static void q6k_amx_split(const struct q6k_wblk *wb, struct q6k_amx_blk *o) {
+static void q6k_amx_split(const struct q6k_wblk *wb, struct amx_lohi_blk *o) {
     for (int g = 0; g < 16; g++) {
         __m512i s_lo, s_hi;
         amx_scale_words(wb->sc[g], &s_lo, &s_hi);
@@ -1391,7 +1390,7 @@ enum { Q6K_AMX_MIN = 16 };
 void dj_q6_K_amx_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
                         int64_t r0, int64_t r1, int64_t n_tok) {
     const int64_t nb = k / DJ_QK_K;
-    const size_t bl_bytes = (size_t)nb * sizeof(struct q6k_amx_blk), wp_bytes = (size_t)nb * sizeof(struct q6k_wblk);
+    const size_t bl_bytes = (size_t)nb * sizeof(struct amx_lohi_blk), wp_bytes = (size_t)nb * sizeof(struct q6k_wblk);
     uint8_t *scr = n_tok > Q6K_AMX_MIN && ws <= (size_t)INT32_MAX / 16
                        ? dj_kernel_scratch(bl_bytes + wp_bytes + ((16 * ws + 63) & ~(size_t)63))
                        : NULL;
@@ -1402,7 +1401,7 @@ void dj_q6_K_amx_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
     const uint8_t *w = wv, *a = av;
     const size_t wbs = sizeof(struct dj_block_q6_K), abs_ = sizeof(struct dj_block_q8_K);
     const size_t qso = offsetof(struct dj_block_q8_K, qs), bso = offsetof(struct dj_block_q8_K, bsums);
-    struct q6k_amx_blk *bl = (struct q6k_amx_blk *)scr;
+    struct amx_lohi_blk *bl = (struct amx_lohi_blk *)scr;
     struct q6k_wblk *wp = (struct q6k_wblk *)(scr + bl_bytes);
     uint8_t *rows = scr + bl_bytes + wp_bytes; /* a matrix of fewer than 16 rows, padded */
     const __m512i vidx = q16_vidx(ws);
