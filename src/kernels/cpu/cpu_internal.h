@@ -30,6 +30,25 @@ bool dj_kernels_init_amx(struct dj_kernels *k);
 void dj_bf16x_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                      int64_t r0, int64_t r1, int64_t n_tok);
 float dj_bf16x_dot(int64_t k, const void *w, const void *a);
+/* AMX (kernels_amx.c, and the AMX-INT8 prefill in kernels_avx512.c): the tile
+ * configuration ldtilecfg reads (palette 1), and a compiler barrier.  GCC's tile
+ * intrinsics are asm statements without a memory clobber: the compiler does not know that
+ * _tile_loadd reads memory or that _tile_stored writes it, and drops or moves the plain
+ * stores and loads around them; DJ_AMX_BARRIER() goes on each side. */
+struct dj_tilecfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+#define DJ_AMX_BARRIER() __asm__ volatile("" ::: "memory")
+/* The avx512 table's packed q4_0 / q8_0 matmul with batches of more than 16 tokens on
+ * AMX-INT8 (kernels_avx512.c: that file's packed layout and float step, so the same bits);
+ * only for a table whose CPU and OS run AMX (kernels_amx.c). */
+void dj_q4_0_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok);
+void dj_q8_0_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok);
 /* The avx512 table's packed q4_K matmul with batches of more than 16 tokens on AMX-INT8
  * (kernels_avx512.c: it runs that file's q4_K float steps, so the same bits); only for a
  * table whose CPU and OS run AMX (kernels_amx.c). */

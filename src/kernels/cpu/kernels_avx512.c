@@ -991,10 +991,10 @@ static float q4_K_dot(int64_t k, const void *w, const void *a) {
     return c;
 }
 
-/* ---- q4_K prefill by AMX-INT8 (the amx table: kernels_amx.c) ------------------------
+/* ---- q4_0, q8_0, q4_K (and below q6_K) prefill by AMX-INT8 (the amx table: kernels_amx.c)
  *
- * Here because it runs this file's q4_K pieces (q4k_unpack, q4k_fma) and so its float
- * operations: the amx table points its packed q4_K matmul at it.  q4k_gemm_body's
+ * Here because they run this file's packed layouts and float steps (q16p_q, q16_fma;
+ * q4k_unpack, q4k_fma): the amx table points its matmuls at them.  For q4_K, q4k_gemm_body's
  *
  *     isum = sum over sub-blocks s of sc_s * (sum over s of q * a)
  *
@@ -1009,25 +1009,23 @@ static float q4_K_dot(int64_t k, const void *w, const void *a) {
  * checks). */
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-int8")
-struct amx_tilecfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-#define AMX_BARRIER() __asm__ volatile("" ::: "memory") /* see kernels_amx.c */
-static void q4k_amx_config(int rows) {
-    _Alignas(64) struct amx_tilecfg c;
+#define AMX_BARRIER DJ_AMX_BARRIER /* cpu_internal.h */
+/* Batches up to AMX_MIN_TOK tokens stay on the avx512 kernels (decode, small batches). */
+enum { AMX_MIN_TOK = 16 };
+/* The AMX-INT8 kernels' tiles: C 0-1 (tokens x 16 int32), A 4-5 (tokens x a_colsb bytes),
+ * B 6-7 (a_colsb / 4 rows of 4-byte groups x 16 weight rows). */
+static void amx_int8_config(int rows, int a_colsb) {
+    _Alignas(64) struct dj_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    for (int t = 0; t < 4; t++) { /* C: tokens x 16 int32 (0, 1: even super-blocks; 2, 3: odd) */
+    for (int t = 0; t < 2; t++) {
         c.rows[t] = (uint8_t)rows;
         c.colsb[t] = 64;
+        c.rows[4 + t] = (uint8_t)rows;
+        c.colsb[4 + t] = (uint16_t)a_colsb;
+        c.rows[6 + t] = (uint8_t)(a_colsb / 4);
+        c.colsb[6 + t] = 64;
     }
-    c.rows[4] = (uint8_t)rows; /* A: tokens x 64 bytes */
-    c.colsb[4] = 64;
-    c.rows[6] = c.rows[7] = 16; /* B: 16 rows of 4-byte groups x 16 weight rows (low, high) */
-    c.colsb[6] = c.colsb[7] = 64;
     AMX_BARRIER();
     _tile_loadconfig(&c);
 }
@@ -1072,26 +1070,134 @@ static inline DJ_ALWAYS_INLINE void amx_lohi_sums(const int sgn, const uint8_t *
     _tile_stored(1, xh, 64);
     AMX_BARRIER();
 }
+/* q4_0 and q8_0 prefill (batches of more than 16 tokens) by AMX-INT8.  The packed
+ * q4_0 / q8_0 kernels above compute, per (row, token) pair and block b in order,
+ * acc = fma(float(isum_b), d_w[b] * d_a[b], acc), isum_b the block's exact integer dot.
+ * A block's packed quants (q16p_q) are vectors whose vector j holds, in lane i, row i's
+ * elements 4j .. 4j + 3: the B tile layout.  Per 16-row group the blocks are turned back
+ * into signed bytes once (q4_0 nibble - 8, q8_0 ^ 0x80); with the tokens' q8_0 bytes as
+ * the A tile (16 tokens x 32 bytes, straight from the activation rows), one TDPBSSD gives
+ * the 16 x 16 integer dots of a block, exact in int32 whatever the hardware's order; the
+ * float step is q16_fma's.  Block b's operands go to tiles 4 + b % 2 and 6 + b % 2 and its
+ * sums to tile b % 2, stored while the next block's are made. */
+static inline DJ_ALWAYS_INLINE void amxq_epilogue(const int32_t isum[16][16], __m512 dw, const float *td, int64_t nb,
+                                                   __m512 acc[16]) {
+    DJ_UNROLL for (int t = 0; t < 16; t++)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(isum[t])),
+                                 _mm512_mul_ps(dw, _mm512_set1_ps(td[t * nb])), acc[t]);
+}
+static void amxq_matmul(const int q8, int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c,
+                        int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
+    const int64_t nb = k / 32, ntp = (n_tok + 15) / 16 * 16;
+    const size_t td_bytes = ((size_t)ntp * (size_t)nb * sizeof(float) + 63) & ~(size_t)63;
+    uint8_t *scr = n_tok > AMX_MIN_TOK ? dj_kernel_scratch(td_bytes + (size_t)nb * 512) : NULL;
+    if (!scr) { /* a small batch, or out of memory: the avx512 kernel, the same bits */
+        (q8 ? q8_0_matmul_packed : q4_0_matmul_packed)(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
+    const uint8_t *w = wv, *a = av;
+    float *td = (float *)scr;     /* the tokens' block scales (0 past n_tok) */
+    uint8_t *ub = scr + td_bytes; /* a group's blocks as signed bytes, in the B tile layout */
+    for (int64_t t = 0; t < ntp; t++)
+        for (int64_t b = 0; b < nb; b++)
+            td[t * nb + b] = t < n_tok ? _cvtsh_ss(((const struct dj_block_q8_0 *)(a + (size_t)t * as) + b)->d) : 0.0f;
+    _Alignas(64) int32_t isum[2][16][16];
+    int cur_rows = -1;
+    for (int64_t r = r0; r < r1;) {
+        int64_t g0;
+        __mmask16 m;
+        const uint8_t *wg = q16p_group(w, ws, r, r1, &g0, &m);
+        r = g0 + 16;
+        if (q8) {
+            const __m512i x80 = _mm512_set1_epi8((char)0x80);
+            for (int64_t b = 0; b < nb; b++) {
+                const __m512i *v = (const __m512i *)q16p_q(1, wg, b);
+                __m512i *o = (__m512i *)(ub + (size_t)b * 512);
+                for (int j = 0; j < 8; j++) _mm512_store_si512(o + j, _mm512_xor_si512(_mm512_loadu_si512(v + j), x80));
+            }
+        } else {
+            const __m512i m4 = _mm512_set1_epi8(0x0F), e8 = _mm512_set1_epi8(8);
+            for (int64_t b = 0; b < nb; b++) {
+                const __m512i *v = (const __m512i *)q16p_q(0, wg, b);
+                __m512i *o = (__m512i *)(ub + (size_t)b * 512);
+                for (int j = 0; j < 4; j++) {
+                    const __m512i x = _mm512_loadu_si512(v + j);
+                    _mm512_store_si512(o + j, _mm512_sub_epi8(_mm512_and_si512(x, m4), e8));
+                    _mm512_store_si512(o + 4 + j, _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi32(x, 4), m4), e8));
+                }
+            }
+        }
+        for (int64_t t = 0; t < n_tok; t += 16) {
+            const int nt = (int)(n_tok - t < 16 ? n_tok - t : 16);
+            if (nt != cur_rows) {
+                amx_int8_config(nt, 32);
+                cur_rows = nt;
+            }
+            const uint8_t *at = a + (size_t)t * as + 2;
+            const float *tt = td + t * nb;
+            __m512 acc[16];
+            DJ_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+            AMX_BARRIER();
+            for (int64_t b = 0; b <= nb; b++) {
+                if (b < nb) {
+                    const uint8_t *bq = ub + (size_t)b * 512, *aq = at + (size_t)b * sizeof(struct dj_block_q8_0);
+                    if (b % 2 == 0) {
+                        _tile_loadd(4, aq, (long)as);
+                        _tile_loadd(6, bq, 64);
+                        _tile_zero(0);
+                        _tile_dpbssd(0, 4, 6);
+                    } else {
+                        _tile_loadd(5, aq, (long)as);
+                        _tile_loadd(7, bq, 64);
+                        _tile_zero(1);
+                        _tile_dpbssd(1, 5, 7);
+                    }
+                }
+                if (b > 0) {
+                    const int64_t pb = b - 1;
+                    if (pb % 2 == 0) _tile_stored(0, isum[0], 64);
+                    else _tile_stored(1, isum[1], 64);
+                    AMX_BARRIER();
+                    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q16p_d(q8, wg, pb, nb)));
+                    amxq_epilogue((const int32_t(*)[16])isum[pb % 2], dw, tt + pb, nb, acc);
+                }
+            }
+            for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(c + (t + j) * ldc + g0, m, acc[j]);
+        }
+    }
+    _tile_release();
+}
+void dj_q4_0_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok) {
+    amxq_matmul(0, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
+void dj_q8_0_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                               int64_t r0, int64_t r1, int64_t n_tok) {
+    amxq_matmul(1, k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+}
 /* A super-block of a group as B tiles: lo[u] / hi[u] (u = 0..3: elements 64u..64u+63) are
- * the low bytes and the high bits of sc_s * q, vector j of a tile = elements 4j.. of 16 rows. */
+ * the low bytes and the high parts of sc * q, vector j of a tile = elements 4j.. of 16 rows. */
 struct amx_lohi_blk { __m512i lo[4][16], hi[4][16]; }; /* q4_K and q6_K */
-static void q4k_amx_split(const struct q4k_wblk *wb, struct amx_lohi_blk *o) {
-    for (int sb = 0; sb < 8; sb++) {
+/* A super-block's 64 vectors of unsigned values (vector v lane i: row i's values 4v ..
+ * 4v + 3 of the super-block, as bytes), vpg vectors a scale group (sc[g] lane i: row i's
+ * scale), as B tiles: lo[v / 16][v % 16] / hi[...] the low bytes and the high parts of
+ * sc * q (sgn: signed scales, q6_K). */
+static void amx_split_blk(const int sgn, const __m512i *q, const __m512i *sc, int vpg, struct amx_lohi_blk *o) {
+    for (int g = 0; g < 64 / vpg; g++) {
         __m512i s_lo, s_hi;
-        amx_scale_words(wb->sc[sb], &s_lo, &s_hi);
-        for (int j = 0; j < 8; j++) { /* byte 4i + e of q[sb][j]: row i, element 4j + e */
-            const int u = sb / 2, row = 8 * (sb % 2) + j;
-            amx_split_vec(0, wb->q[sb][j], s_lo, s_hi, &o->lo[u][row], &o->hi[u][row]);
+        amx_scale_words(sc[g], &s_lo, &s_hi);
+        for (int j = 0; j < vpg; j++) {
+            const int v = g * vpg + j;
+            amx_split_vec(sgn, q[v], s_lo, s_hi, &o->lo[v / 16][v % 16], &o->hi[v / 16][v % 16]);
         }
     }
 }
-enum { Q4K_AMX_MIN = 16 };
 void dj_q4_K_amx_matmul_packed(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
                                int64_t r0, int64_t r1, int64_t n_tok) {
     const int64_t nb = k / DJ_QK_K;
     const size_t bl_bytes = (size_t)nb * sizeof(struct amx_lohi_blk), wp_bytes = (size_t)nb * sizeof(struct q4k_wblk);
     const size_t tp_bytes = (size_t)(n_tok + 15) / 16 * 16 * (size_t)nb * sizeof(struct dj_q8K_tok);
-    uint8_t *scr = n_tok > Q4K_AMX_MIN ? dj_kernel_scratch(bl_bytes + wp_bytes + tp_bytes) : NULL;
+    uint8_t *scr = n_tok > AMX_MIN_TOK ? dj_kernel_scratch(bl_bytes + wp_bytes + tp_bytes) : NULL;
     if (!scr) { /* a small batch, or out of memory: the avx512 kernel, the same bits */
         q4_K_matmul_packed(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
         return;
@@ -1114,12 +1220,12 @@ void dj_q4_K_amx_matmul_packed(int64_t k, const void *wv, size_t ws, const void 
         r = g0 + 16;
         for (int64_t b = 0; b < nb; b++) {
             q4k_unpack(1, wg + (size_t)b * 16 * wbs, ws, &wp[b]);
-            q4k_amx_split(&wp[b], &bl[b]);
+            amx_split_blk(0, (const __m512i *)wp[b].q, wp[b].sc, 8, &bl[b]);
         }
         for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
             if (nt != cur_rows) {
-                q4k_amx_config(nt);
+                amx_int8_config(nt, 64);
                 cur_rows = nt;
             }
             const uint8_t *at = a + (size_t)t0 * as + qso;
@@ -1139,6 +1245,7 @@ void dj_q4_K_amx_matmul_packed(int64_t k, const void *wv, size_t ws, const void 
             for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(c + (t0 + t) * ldc + g0, m, _mm512_load_ps(accm[t]));
         }
     }
+    _tile_release();
 }
 #pragma GCC pop_options
 
@@ -1376,22 +1483,11 @@ static float q6_K_dot(int64_t k, const void *w, const void *a) {
  * -32 terms and the fma follow as in q6k_gemm_body.  So the bits are this table's. */
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-int8")
-static void q6k_amx_split(const struct q6k_wblk *wb, struct amx_lohi_blk *o) {
-    for (int g = 0; g < 16; g++) {
-        __m512i s_lo, s_hi;
-        amx_scale_words(wb->sc[g], &s_lo, &s_hi);
-        for (int j = 0; j < 4; j++) { /* byte 4i + e of q[g][j]: row i, value 16g + 4j + e */
-            const int u = g / 4, row = 4 * (g % 4) + j; /* tile u: values 64u .. 64u + 63 */
-            amx_split_vec(1, wb->q[g][j], s_lo, s_hi, &o->lo[u][row], &o->hi[u][row]);
-        }
-    }
-}
-enum { Q6K_AMX_MIN = 16 };
 void dj_q6_K_amx_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
                         int64_t r0, int64_t r1, int64_t n_tok) {
     const int64_t nb = k / DJ_QK_K;
     const size_t bl_bytes = (size_t)nb * sizeof(struct amx_lohi_blk), wp_bytes = (size_t)nb * sizeof(struct q6k_wblk);
-    uint8_t *scr = n_tok > Q6K_AMX_MIN && ws <= (size_t)INT32_MAX / 16
+    uint8_t *scr = n_tok > AMX_MIN_TOK && ws <= (size_t)INT32_MAX / 16
                        ? dj_kernel_scratch(bl_bytes + wp_bytes + ((16 * ws + 63) & ~(size_t)63))
                        : NULL;
     if (!scr) { /* a small batch, or out of memory: the avx512 kernel, the same bits */
@@ -1414,12 +1510,12 @@ void dj_q6_K_amx_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
         const uint8_t *wg = q16_group(w, ws, r, r1, rows, &g0, &m);
         for (int64_t b = 0; b < nb; b++) {
             q6k_unpack(wg + (size_t)b * wbs, ws, vidx, &wp[b]);
-            q6k_amx_split(&wp[b], &bl[b]);
+            amx_split_blk(1, (const __m512i *)wp[b].q, wp[b].sc, 4, &bl[b]);
         }
         for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
             if (nt != cur_rows) {
-                q4k_amx_config(nt); /* the same tiles: C 0-1, A 4 (64 bytes), B 6-7 */
+                amx_int8_config(nt, 64);
                 cur_rows = nt;
             }
             const uint8_t *at = a + (size_t)t0 * as;
@@ -1443,6 +1539,7 @@ void dj_q6_K_amx_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
             for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(c + (t0 + t) * ldc + g0, m, _mm512_load_ps(accm[t]));
         }
     }
+    _tile_release();
 }
 #pragma GCC pop_options
 
