@@ -3,7 +3,7 @@
  * per weight type and per kernel table (ISA), in one run so that the ratios
  * are comparable on a noisy shared machine.
  *
- *   bench_kernels [--rows N] [--k K] [--tok T[,T2,..]] [--types q4_0,q8_0,...] [--isa generic,avx2,avx512,avx512bf16]
+ *   bench_kernels [--rows N] [--k K] [--tok T[,T2,..]] [--types q4_0,q8_0,...] [--isa generic,avx2,avx512,avx512bf16,amx]
  *                 [--sec S] [--hot] [--small 2,4,8,16]
  *
  * --types takes any weight type deja has kernels for (q5_K, iq4_xs, mxfp4 …); "all"
@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
     int hot = 0; /* --hot: decode from one copy of the weights (cache-resident if it fits) */
     int64_t small[8];
     int n_small = 0;
-    const char *types_arg = "f32,f16,bf16,q8_0,q4_0,q4_K,q6_K", *isa_arg = "generic,avx2,avx512,avx512bf16";
+    const char *types_arg = "f32,f16,bf16,q8_0,q4_0,q4_K,q6_K", *isa_arg = "generic,avx2,avx512,avx512bf16,amx";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rows") && i + 1 < argc) n_rows = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--k") && i + 1 < argc) k = atoll(argv[++i]);
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
             for (char *save = NULL, *t = strtok_r(argv[++i], ",", &save); t && n_small < 8; t = strtok_r(NULL, ",", &save))
                 if (atoll(t) >= 1) small[n_small++] = atoll(t);
         } else {
-            fprintf(stderr, "usage: %s [--rows N] [--k K] [--tok T[,T2,..]] [--types a,b|all] [--isa generic,avx2,avx512,avx512bf16] [--sec S] [--hot] [--small 2,4,8]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--rows N] [--k K] [--tok T[,T2,..]] [--types a,b|all] [--isa generic,avx2,avx512,avx512bf16,amx] [--sec S] [--hot] [--small 2,4,8]\n", argv[0]);
             return 2;
         }
     }
@@ -226,11 +226,9 @@ int main(int argc, char **argv) {
         uint8_t *w = alloc_weights(wbytes * (size_t)n_copies); /* never unmapped: a benchmark */
         fill_weights((uint32_t)wtype, w, wrb, n_rows, k);
         for (int cp = 1; cp < n_copies; cp++) memcpy(w + wbytes * (size_t)cp, w, wbytes);
-        /* sized for f32 activations, the widest any table pairs with a weight type */
-        const size_t arb_max = dj_kernels_act_row_bytes(at, k) > dj_kernels_act_row_bytes(DJ_TYPE_F32, k)
-                                   ? dj_kernels_act_row_bytes(at, k)
-                                   : dj_kernels_act_row_bytes(DJ_TYPE_F32, k);
-        uint8_t *a = malloc(arb_max * (size_t)max_tok);
+        /* room for the widest pairing any table has for this type (BF16: f32 or bf16) */
+        const size_t arb_at = dj_kernels_act_row_bytes(at, k), arb_f32 = dj_kernels_act_row_bytes(DJ_TYPE_F32, k);
+        uint8_t *a = malloc((arb_at > arb_f32 ? arb_at : arb_f32) * (size_t)max_tok);
         double gemm_generic[4] = {0, 0, 0, 0};
         char ibuf[64];
         snprintf(ibuf, sizeof ibuf, "%s", isa_arg);

@@ -1251,9 +1251,7 @@ bool dj_ref_quantize_act(uint32_t act_type, const float *x, void *y, int64_t n) 
     switch (act_type) {
     case DJ_TYPE_F32: memcpy(y, x, (size_t)n * sizeof(float)); return true;
     case DJ_TYPE_F16: dj_ref_quantize_row_f16(x, y, n); return true;
-    case DJ_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = dj_f32_to_bf16(x[i]);
-        return true;
+    case DJ_TYPE_BF16: dj_ref_quantize_row_bf16(x, y, n); return true;
     case DJ_TYPE_Q8_0:
         if (n % DJ_QK8_0) return false;
         dj_ref_quantize_act_q8_0(x, y, n);

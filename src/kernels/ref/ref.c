@@ -110,7 +110,7 @@ bool dj_ref_dequantize_row(uint32_t type, const void *x, float *y, int64_t n) {
 /* ---- dot products ------------------------------------------------------------ */
 
 /* Plain types: each product w_i a_i is exact in double.  Activations are F32, or BF16
- * (the avx512bf16 table's pairing for BF16 weights). */
+ * (the avx512bf16 and amx tables' pairing for BF16 weights). */
 static double dot_plain(uint32_t wtype, uint32_t act_type, int64_t n, const void *w, const void *a, double *mag) {
     double sum = 0, m = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -85,7 +85,7 @@ bool dj_ref_dequantize_row(uint32_t type, const void *x, float *y, int64_t n);
  * likewise: ref_quants.c). */
 double dj_ref_dot(uint32_t wtype, int64_t n, const void *w, const void *a, double *mag);
 /* dj_ref_dot with the activation type given: a table's own pairing (kernels.h act_type):
- * dj_kernels_act_type(wtype), or BF16 for BF16 weights (the avx512bf16 table). */
+ * dj_kernels_act_type(wtype), or BF16 for BF16 weights (the avx512bf16 and amx tables). */
 double dj_ref_dot_act(uint32_t wtype, uint32_t act_type, int64_t n, const void *w, const void *a, double *mag);
 
 /* ---- the other weight types (ref_quants.c: formulas and provenance there) --------- */
