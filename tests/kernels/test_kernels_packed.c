@@ -14,11 +14,11 @@
  * The shapes cover an odd number of blocks (q4_0/q8_0 pair their blocks), fewer
  * than 16 rows, a partial last group and 1..33 tokens (decode, small batches and
  * the prefill path), and rows past two prefill slabs.  On a CPU with AVX-512 the
- * avx512 and avx2 tables must pack q4_0, q8_0 and q4_K, and the avx2 table q4_1,
+ * avx512 and avx2 tables must pack q4_0, q8_0 and q4_K, every table from avx2 up q4_1,
  * q5_0, q5_1, iq4_nl and mxfp4, and the amx table bf16 (k = 32 and 320: its tiles; 3 and
  * 67: the vdpbf16ps path) (so the test cannot pass by finding nothing to test); the amx
- * table's q4_0 / q8_0 batches of more than 16 tokens (AMX-INT8) must equal the avx512
- * table's dot, which it keeps;
+ * table's q4_0 / q8_0 and 32-block types' batches of more than 16 tokens (AMX-INT8) must
+ * equal the dot it keeps from the avx512 / avx2 table;
  * where both tables run, their q4_0, q8_0 and q4_K dots must agree bitwise (the same
  * scheme in 8 and 16 lanes).
  */
@@ -190,16 +190,32 @@ int main(int argc, char **argv) {
          * with its dot: matmul_packed == dot above covers it for the 17 and 33 token cases */
         if (isa == DJ_ISA_AVX512)
             CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack && kt->w[DJ_TYPE_Q4_K].pack);
-        if (isa == DJ_ISA_AVX2) {
+        if (isa == DJ_ISA_AVX2)
             CHECK(kt->w[DJ_TYPE_Q8_0].pack && kt->w[DJ_TYPE_Q4_0].pack && kt->w[DJ_TYPE_Q4_K].pack);
-            /* the 32-block types (quants32_avx2.c) */
+        /* the 32-block types (quants32_avx2.c), which the tables above avx2 inherit */
+        if (isa >= DJ_ISA_AVX2)
             CHECK(kt->w[DJ_TYPE_Q4_1].pack && kt->w[DJ_TYPE_Q5_0].pack && kt->w[DJ_TYPE_Q5_1].pack &&
                   kt->w[DJ_TYPE_IQ4_NL].pack && kt->w[DJ_TYPE_MXFP4].pack);
+        /* amx with AMX-INT8 (its q4_0 kernel is not the avx512 table's): the 32-block types'
+         * batches of more than 16 tokens by TDPBSSD too, checked below against the dot */
+        const struct dj_kernels *k512t = dj_kernels_for_isa(DJ_ISA_AVX512);
+        if (isa == DJ_ISA_AMX && k512t && kt->w[DJ_TYPE_Q4_0].matmul_packed != k512t->w[DJ_TYPE_Q4_0].matmul_packed) {
+            const uint32_t t32[] = {DJ_TYPE_Q4_1, DJ_TYPE_Q5_0, DJ_TYPE_Q5_1, DJ_TYPE_IQ4_NL, DJ_TYPE_MXFP4};
+            for (int i = 0; i < 5; i++)
+                CHECKF(kt->w[t32[i]].matmul_packed != k512t->w[t32[i]].matmul_packed, "amx: %s has no AMX-INT8 kernel",
+                       dj_type_name(t32[i]));
         }
         for (int t = 0; t < NW; t++) {
             const struct dj_wtype_kernels *wk = &kt->w[wtypes[t]];
             CHECK(!wk->pack == !wk->matmul_packed);
             if (!wk->pack) continue;
+            /* the same pair of functions as a table below (inherited): tested there */
+            int same = 0;
+            for (int lo = 0; lo < isa; lo++) {
+                const struct dj_kernels *kl = dj_kernels_for_isa((enum dj_isa)lo);
+                same |= kl && kl->w[wtypes[t]].pack == wk->pack && kl->w[wtypes[t]].matmul_packed == wk->matmul_packed;
+            }
+            if (same) continue;
             const int64_t blck = dj_type_info(wtypes[t])->blck;
             /* blocks a row: 1, 3 (odd), 8, 67 (odd, past two prefill slabs of 32); for the
              * k-quants 1, 2, 3, 4 super-blocks */

@@ -18,6 +18,8 @@
  *     +-127 against random raw weight blocks (largest levels, scales, every grid
  *     index and sign: trng_raw_row), where an int16 saturation in maddubs or a
  *     wrapped int32 would be off by far more.
+ * The same for the amx table's AMX-INT8 matmul of the super-block types (quants_avx2.c:
+ * batches of more than 16 tokens, 16-row groups), which keeps the avx2 table's dot.
  * The reference is independent code (kernels/ref, itself tied to llama.cpp's
  * dequantizers by test_quant_vectors).  On a CPU without AVX2 it says so and passes.
  */
@@ -122,5 +124,26 @@ int main(void) {
     }
     printf("avx2: %d types of quants_avx2.c checked\n", n_types);
     CHECK(n_types >= 18);
+    /* The amx table's AMX-INT8 matmul of the super-block types (batches of more than 16
+     * tokens): the avx2 table's dot, bitwise, over 16-row groups cut by the row range. */
+    const struct dj_kernels *amx = dj_kernels_for_isa(DJ_ISA_AMX);
+    static const struct shape amx_shapes[] = {
+        {768, 37, 33, 3, 35}, {256, 16, 17, 0, 16}, {2048, 20, 48, 5, 20}, {512, 3, 21, 1, 2},
+    };
+    int n_amx = 0;
+    for (uint32_t t = 0; amx && t < DJ_TYPE_COUNT; t++) {
+        /* (Q4_K and Q6_K: kernels_avx512.c's own, with their own dots: test_kernels) */
+        if (!amx->w[t].matmul || amx->w[t].matmul == avx2->w[t].matmul || amx->w[t].dot != avx2->w[t].dot ||
+            dj_type_info(t)->blck != 256)
+            continue;
+        n_amx++;
+        for (size_t i = 0; i < sizeof amx_shapes / sizeof amx_shapes[0]; i++) {
+            check_case(amx, t, amx_shapes[i], false, &r);
+            check_case(amx, t, amx_shapes[i], true, &r);
+        }
+    }
+    printf("amx: %d super-block types with their own matmul checked\n", n_amx);
+    if (amx && amx->w[DJ_TYPE_Q4_0].matmul_packed != dj_kernels_for_isa(DJ_ISA_AVX512)->w[DJ_TYPE_Q4_0].matmul_packed)
+        CHECK(n_amx == 13); /* AMX-INT8: Q2_K, Q3_K, Q5_K, IQ4_XS, the IQ1/IQ2/IQ3 family, TQ1_0, TQ2_0 */
     TEST_END();
 }

@@ -57,6 +57,41 @@ void dj_q4_K_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *
 /* The same for the avx512 table's q6_K matmul (the file's layout: q6_K has no packed one). */
 void dj_q6_K_amx_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                         int64_t r0, int64_t r1, int64_t n_tok);
+/* Loads the AMX-INT8 kernels' tile configuration (kernels_avx512.c): C tiles 0-1 (rows x
+ * 16 int32), A tiles 4-5 (rows x a_colsb bytes), B tiles 6-7 (a_colsb / 4 rows x 64 bytes). */
+void dj_amx_int8_config(int rows, int a_colsb);
+/* The packed matmul of the 32-element block types (quants32_avx2.c, which the avx512 table
+ * inherits) with batches of more than 16 tokens on AMX-INT8: that file's packed layout and
+ * float steps, so the same bits; only for a table whose CPU and OS run AMX. */
+#define DJ_K32_AMX_DECL(T)                                                                                     \
+    void dj_##T##_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, \
+                                    int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok);
+DJ_K32_AMX_DECL(q4_1)
+DJ_K32_AMX_DECL(q5_1)
+DJ_K32_AMX_DECL(q5_0)
+DJ_K32_AMX_DECL(iq4_nl)
+DJ_K32_AMX_DECL(mxfp4)
+#undef DJ_K32_AMX_DECL
+/* The matmul of the super-block types of quants_avx2.c (which the avx512 table inherits)
+ * with batches of more than 16 tokens on AMX-INT8: that file's decoders, exact integers and
+ * float steps, so the same bits; only for a table whose CPU and OS run AMX. */
+#define DJ_KTX_AMX_DECL(T)                                                                                      \
+    void dj_##T##_amx_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc, \
+                             int64_t r0, int64_t r1, int64_t n_tok);
+DJ_KTX_AMX_DECL(q5_K)
+DJ_KTX_AMX_DECL(q3_K)
+DJ_KTX_AMX_DECL(q2_K)
+DJ_KTX_AMX_DECL(iq4_xs)
+DJ_KTX_AMX_DECL(iq2_xxs)
+DJ_KTX_AMX_DECL(iq2_xs)
+DJ_KTX_AMX_DECL(iq2_s)
+DJ_KTX_AMX_DECL(iq3_xxs)
+DJ_KTX_AMX_DECL(iq3_s)
+DJ_KTX_AMX_DECL(iq1_s)
+DJ_KTX_AMX_DECL(iq1_m)
+DJ_KTX_AMX_DECL(tq1_0)
+DJ_KTX_AMX_DECL(tq2_0)
+#undef DJ_KTX_AMX_DECL
 /* The weight types beyond the seven of kernels_*.c (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
  * IQ*, TQ*, MXFP4, NVFP4, Q1_0, Q2_0): quants_generic.c sets their reference-path
  * kernels in the generic table (called by dj_kernels_init_generic); quants_avx2.c
@@ -108,15 +143,12 @@ void dj_kernels_init_avx2_quants(struct dj_kernels *k);
         }                                                                                     \
     }
 
-/* In an ISA file's init: the repacked layouts (kernels.h: pack) are each table's own, none
- * inherited from the table below; q4_0, q8_0 and q4_K get that file's <type>_pack and
- * <type>_matmul_packed. */
+/* In an ISA file's init: q4_0, q8_0 and q4_K get that file's <type>_pack and
+ * <type>_matmul_packed (each table's own layout).  The other types keep the pair of the
+ * table below, which goes with the matmul and dot they inherit from it too (the avx512
+ * table runs quants32_avx2.c's 32-block types, packed layout included). */
 #define DJ_KERNELS_SET_PACKED(k)                                                              \
     do {                                                                                      \
-        for (int t_ = 0; t_ < DJ_TYPE_COUNT; t_++) {                                          \
-            (k)->w[t_].pack = NULL;                                                           \
-            (k)->w[t_].matmul_packed = NULL;                                                  \
-        }                                                                                     \
         DJ_KERNELS_SET_PACKED_ONE_(k, DJ_TYPE_Q4_0, q4_0);                                    \
         DJ_KERNELS_SET_PACKED_ONE_(k, DJ_TYPE_Q8_0, q8_0);                                    \
         DJ_KERNELS_SET_PACKED_ONE_(k, DJ_TYPE_Q4_K, q4_K);                                    \

@@ -314,6 +314,31 @@ bool dj_kernels_init_amx(struct dj_kernels *k) {
         k->w[DJ_TYPE_Q8_0].matmul_packed = dj_q8_0_amx_matmul_packed;
         k->w[DJ_TYPE_Q4_K].matmul_packed = dj_q4_K_amx_matmul_packed;
         k->w[DJ_TYPE_Q6_K].matmul = dj_q6_K_amx_matmul;
+        /* quants32_avx2.c (inherited by the avx512 table): the same bits */
+        if (k->w[DJ_TYPE_Q4_1].matmul_packed && k->w[DJ_TYPE_Q5_0].matmul_packed && k->w[DJ_TYPE_Q5_1].matmul_packed &&
+            k->w[DJ_TYPE_IQ4_NL].matmul_packed && k->w[DJ_TYPE_MXFP4].matmul_packed) {
+            k->w[DJ_TYPE_Q4_1].matmul_packed = dj_q4_1_amx_matmul_packed;
+            k->w[DJ_TYPE_Q5_1].matmul_packed = dj_q5_1_amx_matmul_packed;
+            k->w[DJ_TYPE_Q5_0].matmul_packed = dj_q5_0_amx_matmul_packed;
+            k->w[DJ_TYPE_IQ4_NL].matmul_packed = dj_iq4_nl_amx_matmul_packed;
+            k->w[DJ_TYPE_MXFP4].matmul_packed = dj_mxfp4_amx_matmul_packed;
+        }
+        /* quants_avx2.c's super-block types (inherited by the avx512 table): the same bits */
+        if (k->w[DJ_TYPE_Q5_K].matmul && k->w[DJ_TYPE_TQ2_0].matmul && !k->w[DJ_TYPE_Q5_K].pack) {
+            k->w[DJ_TYPE_Q5_K].matmul = dj_q5_K_amx_matmul;
+            k->w[DJ_TYPE_Q3_K].matmul = dj_q3_K_amx_matmul;
+            k->w[DJ_TYPE_Q2_K].matmul = dj_q2_K_amx_matmul;
+            k->w[DJ_TYPE_IQ4_XS].matmul = dj_iq4_xs_amx_matmul;
+            k->w[DJ_TYPE_IQ2_XXS].matmul = dj_iq2_xxs_amx_matmul;
+            k->w[DJ_TYPE_IQ2_XS].matmul = dj_iq2_xs_amx_matmul;
+            k->w[DJ_TYPE_IQ2_S].matmul = dj_iq2_s_amx_matmul;
+            k->w[DJ_TYPE_IQ3_XXS].matmul = dj_iq3_xxs_amx_matmul;
+            k->w[DJ_TYPE_IQ3_S].matmul = dj_iq3_s_amx_matmul;
+            k->w[DJ_TYPE_IQ1_S].matmul = dj_iq1_s_amx_matmul;
+            k->w[DJ_TYPE_IQ1_M].matmul = dj_iq1_m_amx_matmul;
+            k->w[DJ_TYPE_TQ1_0].matmul = dj_tq1_0_amx_matmul;
+            k->w[DJ_TYPE_TQ2_0].matmul = dj_tq2_0_amx_matmul;
+        }
     }
     return true;
 }

@@ -1012,9 +1012,10 @@ static float q4_K_dot(int64_t k, const void *w, const void *a) {
 #define AMX_BARRIER DJ_AMX_BARRIER /* cpu_internal.h */
 /* Batches up to AMX_MIN_TOK tokens stay on the avx512 kernels (decode, small batches). */
 enum { AMX_MIN_TOK = 16 };
-/* The AMX-INT8 kernels' tiles: C 0-1 (tokens x 16 int32), A 4-5 (tokens x a_colsb bytes),
- * B 6-7 (a_colsb / 4 rows of 4-byte groups x 16 weight rows). */
-static void amx_int8_config(int rows, int a_colsb) {
+/* The AMX-INT8 kernels' tiles (cpu_internal.h; also quants32_avx2.c's): C 0-1 (tokens x 16
+ * int32), A 4-5 (tokens x a_colsb bytes), B 6-7 (a_colsb / 4 rows of 4-byte groups x 16
+ * weight rows). */
+void dj_amx_int8_config(int rows, int a_colsb) {
     _Alignas(64) struct dj_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
@@ -1130,7 +1131,7 @@ static void amxq_matmul(const int q8, int64_t k, const void *wv, size_t ws, cons
         for (int64_t t = 0; t < n_tok; t += 16) {
             const int nt = (int)(n_tok - t < 16 ? n_tok - t : 16);
             if (nt != cur_rows) {
-                amx_int8_config(nt, 32);
+                dj_amx_int8_config(nt, 32);
                 cur_rows = nt;
             }
             const uint8_t *at = a + (size_t)t * as + 2;
@@ -1225,7 +1226,7 @@ void dj_q4_K_amx_matmul_packed(int64_t k, const void *wv, size_t ws, const void 
         for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
             if (nt != cur_rows) {
-                amx_int8_config(nt, 64);
+                dj_amx_int8_config(nt, 64);
                 cur_rows = nt;
             }
             const uint8_t *at = a + (size_t)t0 * as + qso;
@@ -1515,7 +1516,7 @@ void dj_q6_K_amx_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
         for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
             if (nt != cur_rows) {
-                amx_int8_config(nt, 64);
+                dj_amx_int8_config(nt, 64);
                 cur_rows = nt;
             }
             const uint8_t *at = a + (size_t)t0 * as;

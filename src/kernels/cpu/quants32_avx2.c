@@ -535,21 +535,27 @@ static inline DJ_ALWAYS_INLINE __m256i k32_pu(const uint8_t *P, const int v, con
     return LUT ? _mm256_shuffle_epi8(lut, n) : n;
 }
 
-/* A packed block into the lanes form (registers, once inlined). */
-static inline DJ_ALWAYS_INLINE void k32_punpack(const uint8_t *P, const int q5, const int LUT, __m256i lut,
-                                                const int E8, const int MN, struct k32_lanes *g) {
-    DJ_UNROLL for (int v = 0; v < 8; v++) g->u[v] = k32_pu(P, v, q5, LUT, lut);
+/* A packed block's 8 scales d (E8: MXFP4's E8M0 bytes) and mins m (MN), as 8 lanes. */
+static inline DJ_ALWAYS_INLINE void k32_pscales(const uint8_t *P, const int q5, const int E8, const int MN, __m256 *d,
+                                                __m256 *m) {
     const uint8_t *S = P + 128 + (q5 ? 32 : 0);
     if (E8) { /* 2^(e-128) as dj_e8m0_to_f32_half: e < 2: 0x00200000 << e, else (e - 1) << 23 */
         const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)S));
         const __m256i lo = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
         const __m256i hi = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
         const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
-        g->d = _mm256_castsi256_ps(_mm256_blendv_epi8(hi, lo, small));
+        *d = _mm256_castsi256_ps(_mm256_blendv_epi8(hi, lo, small));
     } else {
-        g->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)S));
+        *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)S));
     }
-    g->m = MN ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S + 16))) : _mm256_setzero_ps();
+    *m = MN ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(S + 16))) : _mm256_setzero_ps();
+}
+
+/* A packed block into the lanes form (registers, once inlined). */
+static inline DJ_ALWAYS_INLINE void k32_punpack(const uint8_t *P, const int q5, const int LUT, __m256i lut,
+                                                const int E8, const int MN, struct k32_lanes *g) {
+    DJ_UNROLL for (int v = 0; v < 8; v++) g->u[v] = k32_pu(P, v, q5, LUT, lut);
+    k32_pscales(P, q5, E8, MN, &g->d, &g->m);
 }
 
 /* One token against a packed 8-row group, blocks in stream order: chain b % 8 of the 8 rows
@@ -683,6 +689,182 @@ K32_TYPE_ALL(q5_1, 0, 0, 1, 4, 1, 0, dj_kvalues_iq4nl, 0)
 K32_TYPE_ALL(q5_0, 1, 16, 0, 4, 1, 0, dj_kvalues_iq4nl, 0)
 K32_TYPE_ALL(iq4_nl, 1, 0, 0, 1, 0, 1, dj_kvalues_iq4nl, 0)
 K32_TYPE_ALL(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
+
+/* ---- prefill by AMX-INT8 (the amx table: kernels_amx.c) ------------------------------
+ *
+ * T_b, the block's exact integer dot, is what TDPBSSD computes: per 16-row group (the two
+ * packed 8-row groups) and block, the 32 signed levels of 16 rows go into one B tile (row
+ * v: elements 4v .. 4v+3, k32_pu of the two halves side by side: Q5_0 as level - 16, the
+ * LUT types through their levels without the offset, Q4_1 / Q5_1 as 0..31), the q8_0
+ * bytes of 16 tokens are the A tile straight from the activation rows, and one TDPBSSD
+ * gives the 16 x 16 dots in int32, exact whatever the hardware's order.  The float step is
+ * k32_block's, chain by chain (blocks kc, kc + 8, ...; chain kc of 16 rows in the 16 lanes
+ * of a token's accumulator), the mins' chains (Q4_1, Q5_1) after it, and lanes_hsum8's
+ * tree at the end: the same operations on the same values, so the bits are the avx2
+ * table's (and the dot's).  Batches of up to 16 tokens stay on the packed avx2 kernel.
+ * Compiled for AVX-512 and AMX by a target pragma; reached only from the amx table
+ * (kernels_amx.c checks the CPU, the OS and Linux's permission). */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")
+enum { K32_AMX_MIN_TOK = 16 };
+
+static inline DJ_ALWAYS_INLINE __m512 k32x_tree(const __m512 *x) { /* lanes_hsum8's tree, 16 lanes */
+    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x[0], x[4]), _mm512_add_ps(x[2], x[6])),
+                         _mm512_add_ps(_mm512_add_ps(x[1], x[5]), _mm512_add_ps(x[3], x[7])));
+}
+
+/* A 16-row group's blocks as B tiles (ub: 512 bytes a block) and their d (m) as 16 lanes. */
+static inline DJ_ALWAYS_INLINE void k32x_group(const int q5, const int LUT, const int E8, const int MN, const int SUB,
+                                               __m256i lut, size_t gbs, const uint8_t *P0, const uint8_t *P1,
+                                               int64_t nb, uint8_t *ub, float *dwv, float *mwv) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p0 = P0 + (size_t)b * gbs, *p1 = P1 + (size_t)b * gbs;
+        __m512i *o = (__m512i *)(ub + (size_t)b * 512);
+        DJ_UNROLL for (int v = 0; v < 8; v++) {
+            __m256i x0 = k32_pu(p0, v, q5, LUT, lut), x1 = k32_pu(p1, v, q5, LUT, lut);
+            if (SUB) {
+                x0 = _mm256_sub_epi8(x0, _mm256_set1_epi8(SUB));
+                x1 = _mm256_sub_epi8(x1, _mm256_set1_epi8(SUB));
+            }
+            _mm512_store_si512(o + v, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1));
+        }
+        __m256 d0, m0, d1, m1;
+        k32_pscales(p0, q5, E8, MN, &d0, &m0);
+        k32_pscales(p1, q5, E8, MN, &d1, &m1);
+        _mm512_store_ps(dwv + 16 * b, _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1));
+        if (MN) _mm512_store_ps(mwv + 16 * b, _mm512_insertf32x8(_mm512_castps256_ps512(m0), m1, 1));
+    }
+}
+
+/* False: a small batch or no scratch (the caller runs the avx2 kernel: the same bits). */
+static inline DJ_ALWAYS_INLINE bool k32_amx(const int q5, const int LUT, const int E8, const int MN, const int SUB,
+                                           size_t bs, const int8_t *lut8, int64_t k, const uint8_t *w, size_t ws,
+                                           const uint8_t *a, size_t as, float *c, int64_t ldc, int64_t r0,
+                                           int64_t r1, int64_t n_tok) {
+    const int64_t nb = k / 32, ntp = (n_tok + 15) / 16 * 16;
+    int64_t tc = (int64_t)(((size_t)256 << 10) / as); /* tokens a chunk: ~256 KiB of activations */
+    tc -= tc % 16;
+    if (tc < 16) tc = 16;
+    if (tc > ntp) tc = ntp;
+    const size_t ub_bytes = (size_t)nb * 512, sc_bytes = (size_t)nb * 64, ch_bytes = 2 * 8 * 16 * sizeof(__m512);
+    const size_t ntb = (size_t)tc * (size_t)nb;
+    uint8_t *scr = n_tok > K32_AMX_MIN_TOK && nb > 0
+                       ? dj_kernel_scratch(ub_bytes + 2 * sc_bytes + ch_bytes + ntb * (2 * sizeof(float) + sizeof(int32_t)))
+                       : NULL;
+    if (!scr) return false;
+    uint8_t *ub = scr;
+    float *dwv = (float *)(scr + ub_bytes), *mwv = dwv + 16 * nb;
+    __m512 *ch = (__m512 *)(mwv + 16 * nb), *chm = ch + 8 * 16; /* chain kc of token j: ch[16 * kc + j] */
+    struct k32_tp tp;
+    tp.d = (float *)(chm + 8 * 16);
+    tp.dsa = tp.d + ntb;
+    tp.sa = (int32_t *)(tp.dsa + ntb);
+    const __m256i lut = LUT ? dj_q_lut16(lut8) : _mm256_setzero_si256();
+    const size_t gbs = 8 * bs;
+    _Alignas(64) int32_t isum[2][16][16];
+    memset(isum, 0, sizeof isum);
+    int cur_rows = -1;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const int64_t nt_c = n_tok - t0 < tc ? n_tok - t0 : tc, ntc_p = (nt_c + 15) / 16 * 16;
+        k32_prep(a + (size_t)t0 * as, as, nt_c, nb, tp);
+        /* tokens past the chunk's last: 0 (their lanes are computed, never stored) */
+        memset(tp.d + nt_c * nb, 0, (size_t)(ntc_p - nt_c) * (size_t)nb * sizeof(float));
+        memset(tp.dsa + nt_c * nb, 0, (size_t)(ntc_p - nt_c) * (size_t)nb * sizeof(float));
+        for (int64_t r = r0; r < r1;) {
+            const int64_t g0 = r & ~(int64_t)15, hi = r1 - g0 < 16 ? r1 - g0 : 16;
+            const __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << (r - g0)) - 1));
+            k32x_group(q5, LUT, E8, MN, SUB, lut, gbs, w + (size_t)g0 * ws, w + (size_t)(g0 + 8) * ws, nb, ub, dwv,
+                       mwv);
+            r = g0 + hi;
+            for (int64_t t = 0; t < nt_c; t += 16) {
+                const int nt = (int)(nt_c - t < 16 ? nt_c - t : 16);
+                if (nt != cur_rows) {
+                    dj_amx_int8_config(nt, 32);
+                    cur_rows = nt;
+                }
+                const uint8_t *at = a + (size_t)(t0 + t) * as + 2;
+                const float *td = tp.d + t * nb;
+                for (int kc = 0; kc < 8; kc++) {
+                    __m512 acc[16];
+                    DJ_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+                    DJ_AMX_BARRIER();
+                    /* block b's sums go to tile (i % 2) and are stored while block b + 8's are made */
+                    for (int64_t b = kc, i = 0;; b += 8, i++) {
+                        if (b < nb) {
+                            const uint8_t *bq = ub + (size_t)b * 512, *aq = at + (size_t)b * sizeof(struct dj_block_q8_0);
+                            if (i % 2 == 0) {
+                                _tile_loadd(4, aq, (long)as);
+                                _tile_loadd(6, bq, 64);
+                                _tile_zero(0);
+                                _tile_dpbssd(0, 4, 6);
+                            } else {
+                                _tile_loadd(5, aq, (long)as);
+                                _tile_loadd(7, bq, 64);
+                                _tile_zero(1);
+                                _tile_dpbssd(1, 5, 7);
+                            }
+                        }
+                        if (i > 0) {
+                            const int64_t pb = b - 8;
+                            if ((i - 1) % 2 == 0) _tile_stored(0, isum[0], 64);
+                            else _tile_stored(1, isum[1], 64);
+                            DJ_AMX_BARRIER();
+                            const __m512 dw = _mm512_load_ps(dwv + 16 * pb);
+                            const int32_t(*is)[16] = isum[(i - 1) % 2];
+                            DJ_UNROLL for (int j = 0; j < 16; j++)
+                                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(is[j])),
+                                                         _mm512_mul_ps(dw, _mm512_set1_ps(td[j * nb + pb])), acc[j]);
+                        }
+                        if (b >= nb) break;
+                    }
+                    DJ_UNROLL for (int j = 0; j < 16; j++) ch[16 * kc + j] = acc[j];
+                }
+                if (MN) {
+                    const float *ts = tp.dsa + t * nb;
+                    for (int kc = 0; kc < 8; kc++) {
+                        __m512 am[16];
+                        DJ_UNROLL for (int j = 0; j < 16; j++) am[j] = _mm512_setzero_ps();
+                        for (int64_t b = kc; b < nb; b += 8) {
+                            const __m512 mw = _mm512_load_ps(mwv + 16 * b);
+                            DJ_UNROLL for (int j = 0; j < 16; j++)
+                                am[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ts[j * nb + b]), am[j]);
+                        }
+                        DJ_UNROLL for (int j = 0; j < 16; j++) chm[16 * kc + j] = am[j];
+                    }
+                }
+                for (int j = 0; j < nt; j++) {
+                    const __m512 x[8] = {ch[j],       ch[16 + j],  ch[32 + j],  ch[48 + j],
+                                         ch[64 + j],  ch[80 + j],  ch[96 + j],  ch[112 + j]};
+                    __m512 rr = k32x_tree(x);
+                    if (MN) {
+                        const __m512 y[8] = {chm[j],      chm[16 + j], chm[32 + j], chm[48 + j],
+                                             chm[64 + j], chm[80 + j], chm[96 + j], chm[112 + j]};
+                        rr = _mm512_add_ps(rr, k32x_tree(y));
+                    }
+                    _mm512_mask_storeu_ps(c + (t0 + t + j) * ldc + g0, m, rr);
+                }
+            }
+        }
+    }
+    _tile_release();
+    return true;
+}
+
+/* Type T on the amx table: K32_PACKED's Q5, LUT (levels LUTP, no offset), E8, the mins
+ * (MN), and SUB (Q5_0's 16). */
+#define K32_AMX(T, Q5, LUT, LUTP, E8, MN, SUB)                                                                     \
+    void dj_##T##_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c,        \
+                                    int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                           \
+        if (!k32_amx(Q5, LUT, E8, MN, SUB, sizeof(struct dj_block_##T), (const int8_t *)(LUTP), k, w, ws, a, as, c, \
+                     ldc, r0, r1, n_tok))                                                                           \
+            T##_matmul_packed(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                              \
+    }
+K32_AMX(q4_1, 0, 0, dj_kvalues_iq4nl, 0, 1, 0)
+K32_AMX(q5_1, 1, 0, dj_kvalues_iq4nl, 0, 1, 0)
+K32_AMX(q5_0, 1, 0, dj_kvalues_iq4nl, 0, 0, 16)
+K32_AMX(iq4_nl, 0, 1, dj_kvalues_iq4nl, 0, 0, 0)
+K32_AMX(mxfp4, 0, 1, dj_kvalues_fp4, 1, 0, 0)
+#pragma GCC pop_options
 
 #define K32_SET(k, TYPE, T)                                                                                        \
     do {                                                                                                           \

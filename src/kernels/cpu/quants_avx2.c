@@ -966,6 +966,235 @@ KT_DEQUANT(iq1_m, 9, 0)
 KT_DEQUANT(tq1_0, 1, 0)
 KT_DEQUANT(tq2_0, 1, 0)
 
+/* ---- prefill by AMX-INT8 (the amx table: kernels_amx.c) ------------------------------
+ *
+ * kt_core's integers are sums of the products scale * u (u = level + OFF; the signed
+ * level for IQ4_XS) times the activation bytes, plus bsums * cw (the offset) — exact in
+ * any order.  Per 16-row group and super-block, each row is decoded by the type's own
+ * T_dec, its 256 products (int16: at most 124 * 31 in magnitude) are split into the low
+ * byte (unsigned) and the rest >> 8 (signed), and both are laid out as B tiles: dword g
+ * (elements 4g .. 4g+3) of the 16 rows in one 64-byte tile row.  Per 16 tokens:
+ *   - the types with an offset (CR: Q3_K, IQ1/IQ2/IQ3, TQ), whose float step takes the
+ *     super-block's exact total: four K=64 TDPBSUD over the low bytes and four TDPBSSD
+ *     over the high ones (A: the tokens' q8_K bytes straight from the activation rows)
+ *     give lo + 256 * hi; the cw terms by vpdpwssd, then kt_core's fma in the row's lane;
+ *   - the types without (Q2_K, Q5_K, IQ4_XS), whose chain runs in 8 lanes of natural
+ *     partial sums (lane l: dwords 8c + l of the 8 chunks c): per lane one K=32 pair of
+ *     tile products over those dwords (the activations rearranged once per call so a
+ *     lane's 32 bytes are contiguous: the A tile), then kt_core's fma (and the mins'
+ *     fnmadd, lane l of madd(bsums, mw)) on lane l's chain, and dj_q_hsum8's tree.
+ * The same exact integers and the same float operations in the same order: the bits of
+ * the avx2 table's matmul and dot.  Batches of up to 16 tokens stay on T_matmul.  Compiled
+ * for AVX-512 and AMX by a target pragma; reached only from the amx table. */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8")
+enum { KTX_MIN_TOK = 16 };
+
+/* A super-block of a 16-row group: B tiles of the low bytes and high parts (T[g]: dword g
+ * of the 16 rows; lanes layout: lane l's tile row c at 8 l + c), the cw / mw word pairs
+ * (lane i: row i's words 2p, 2p+1) and the rows' d, dmin. */
+struct ktx_blk {
+    __m512i lo[64], hi[64];
+    __m512i cwp[8], mwp[8];
+    __m512 d, dmin;
+};
+
+typedef void (*ktx_dec_fn)(const uint8_t *p, struct kt_sb *o);
+
+static inline DJ_ALWAYS_INLINE __m512 ktx_tree(const __m512 *x) { /* dj_q_hsum8's tree, 16 lanes */
+    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x[0], x[4]), _mm512_add_ps(x[2], x[6])),
+                         _mm512_add_ps(_mm512_add_ps(x[1], x[5]), _mm512_add_ps(x[3], x[7])));
+}
+
+/* Rows row[0..15] (clamped to the matrix's range) of super-block b into o; tmp: the rows'
+ * low bytes (16 x 256), high parts (16 x 256), cw and mw (16 x 32 bytes each). */
+static inline DJ_ALWAYS_INLINE void ktx_decode(const int SG, const int CR, ktx_dec_fn dec, const uint8_t *const row[16],
+                                               size_t bs, int64_t b, uint8_t *tmp, struct ktx_blk *o) {
+    uint8_t *LO = tmp, *HI = tmp + 16 * 256, *CW = tmp + 32 * 256, *MW = CW + 16 * 32;
+    _Alignas(64) float d[16], dmin[16];
+    for (int i = 0; i < 16; i++) {
+        struct kt_sb D;
+        dec(row[i] + (size_t)b * bs, &D);
+        DJ_UNROLL for (int c = 0; c < 8; c++) {
+            const __m512i q16 = SG ? _mm512_cvtepi8_epi16(D.q[c]) : _mm512_cvtepu8_epi16(D.q[c]);
+            const short s0 = (short)_mm256_extract_epi16(D.scw[c], 0), s1 = (short)_mm256_extract_epi16(D.scw[c], 8);
+            const __m512i sc = _mm512_inserti64x4(_mm512_set1_epi16(s0), _mm256_set1_epi16(s1), 1);
+            const __m512i p = _mm512_mullo_epi16(q16, sc);
+            _mm256_storeu_si256((__m256i *)(LO + 256 * i + 32 * c), _mm512_cvtepi16_epi8(p));
+            _mm256_storeu_si256((__m256i *)(HI + 256 * i + 32 * c), _mm512_cvtepi16_epi8(_mm512_srai_epi16(p, 8)));
+        }
+        _mm256_storeu_si256((__m256i *)(CW + 32 * i), D.cw);
+        _mm256_storeu_si256((__m256i *)(MW + 32 * i), D.mw);
+        d[i] = D.d;
+        dmin[i] = D.dmin;
+    }
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(64)); /* dword index of row i's dword 0 */
+    for (int g = 0; g < 64; g++) {
+        const int at = CR ? g : 8 * (g % 8) + g / 8; /* lanes: dword g = 8c + l -> tile l, row c */
+        const __m512i idx = _mm512_add_epi32(rows, _mm512_set1_epi32(g));
+        _mm512_store_si512(&o->lo[at], _mm512_i32gather_epi32(idx, LO, 4));
+        _mm512_store_si512(&o->hi[at], _mm512_i32gather_epi32(idx, HI, 4));
+    }
+    const __m512i rows8 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(8));
+    for (int p = 0; p < 8; p++) {
+        const __m512i idx = _mm512_add_epi32(rows8, _mm512_set1_epi32(p));
+        _mm512_store_si512(&o->cwp[p], _mm512_i32gather_epi32(idx, CW, 4));
+        _mm512_store_si512(&o->mwp[p], _mm512_i32gather_epi32(idx, MW, 4));
+    }
+    o->d = _mm512_load_ps(d);
+    o->dmin = _mm512_load_ps(dmin);
+}
+
+/* False: a small batch or no scratch (the caller runs T_matmul: the same bits). */
+static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const int MN, ktx_dec_fn dec, size_t bs,
+                                              int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                                              float *c, int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
+    const int64_t nb = k / DJ_QK_K;
+    const size_t qso = offsetof(struct dj_block_q8_K, qs), bso = offsetof(struct dj_block_q8_K, bsums);
+    const size_t abs_ = sizeof(struct dj_block_q8_K);
+    /* the lanes form's rearranged activations: token t, super-block b, lane l's 32 bytes */
+    const size_t ap_bytes = CR ? 0 : (size_t)n_tok * (size_t)nb * 256;
+    const size_t blk_bytes = (size_t)nb * sizeof(struct ktx_blk), tmp_bytes = 32 * 256 + 2 * 16 * 32;
+    const size_t acc_bytes = (CR ? 16 : 8 * 16) * sizeof(__m512);
+    uint8_t *scr = n_tok > KTX_MIN_TOK && nb > 0 && ap_bytes <= ((size_t)64 << 20) && as <= (size_t)INT32_MAX
+                       ? dj_kernel_scratch(blk_bytes + ap_bytes + tmp_bytes + acc_bytes)
+                       : NULL;
+    if (!scr) return false;
+    struct ktx_blk *B = (struct ktx_blk *)scr;
+    __m512 *acc = (__m512 *)(scr + blk_bytes); /* CR: acc[t]; lanes: acc[16 l + t] */
+    uint8_t *tmp = scr + blk_bytes + acc_bytes, *ap = tmp + tmp_bytes;
+    const size_t aps = (size_t)nb * 256; /* ap's token stride */
+    if (!CR)
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *q = a + (size_t)t * as + (size_t)b * abs_ + qso;
+                uint8_t *o = ap + (size_t)t * aps + (size_t)b * 256;
+                for (int l = 0; l < 8; l++)
+                    for (int cc = 0; cc < 8; cc++) memcpy(o + 32 * l + 4 * cc, q + 32 * cc + 4 * l, 4);
+            }
+    _Alignas(64) int32_t xl[16][16], xh[16][16];
+    memset(xl, 0, sizeof xl);
+    memset(xh, 0, sizeof xh);
+    int cur_rows = -1;
+    for (int64_t r = r0; r < r1;) {
+        const int64_t g0 = r & ~(int64_t)15, hi = r1 - g0 < 16 ? r1 - g0 : 16;
+        const __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << (r - g0)) - 1));
+        const uint8_t *row[16];
+        for (int i = 0; i < 16; i++) {
+            int64_t ri = g0 + i < r ? r : g0 + i;
+            if (ri >= r1) ri = r1 - 1;
+            row[i] = w + (size_t)ri * ws;
+        }
+        for (int64_t b = 0; b < nb; b++) ktx_decode(SG, CR, dec, row, bs, b, tmp, &B[b]);
+        r = g0 + hi;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
+            const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
+            const int colsb = CR ? 64 : 32;
+            if (nt != cur_rows) {
+                dj_amx_int8_config(nt, colsb);
+                cur_rows = nt;
+            }
+            for (int j = 0; j < (CR ? 16 : 128); j++) acc[j] = _mm512_setzero_ps();
+            DJ_AMX_BARRIER();
+            for (int64_t b = 0; b < nb; b++) {
+                const struct ktx_blk *Bb = &B[b];
+                const uint8_t *ab = a + (size_t)t0 * as + (size_t)b * abs_;
+                float da[16] = {0}; /* the tokens' q8_K scales of this super-block */
+                for (int t = 0; t < nt; t++) da[t] = dj_q_load_f32(ab + (size_t)t * as);
+                __m512 dd[16];
+                DJ_UNROLL for (int t = 0; t < 16; t++) dd[t] = _mm512_mul_ps(Bb->d, _mm512_set1_ps(da[t]));
+                if (CR) {
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    for (int u = 0; u < 4; u++) {
+                        _tile_loadd(4, ab + qso + 64 * u, (long)as);
+                        _tile_loadd(6, &Bb->lo[16 * u], 64);
+                        _tile_loadd(7, &Bb->hi[16 * u], 64);
+                        _tile_dpbsud(0, 4, 6);
+                        _tile_dpbssd(1, 4, 7);
+                    }
+                    _tile_stored(0, xl, 64);
+                    _tile_stored(1, xh, 64);
+                    DJ_AMX_BARRIER();
+                    for (int t = 0; t < nt; t++) {
+                        const uint8_t *bsum = ab + (size_t)t * as + bso;
+                        __m512i is = _mm512_add_epi32(_mm512_load_si512(xl[t]), _mm512_slli_epi32(_mm512_load_si512(xh[t]), 8));
+                        DJ_UNROLL for (int p = 0; p < 8; p++)
+                            is = _mm512_dpwssd_epi32(is, Bb->cwp[p], _mm512_set1_epi32((int)dj_load_u32(bsum + 4 * p)));
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd[t], acc[t]);
+                    }
+                    DJ_AMX_BARRIER();
+                } else {
+                    const uint8_t *apb = ap + (size_t)t0 * aps + (size_t)b * 256;
+                    __m512 ddm[16];
+                    if (MN) DJ_UNROLL for (int t = 0; t < 16; t++) ddm[t] = _mm512_mul_ps(Bb->dmin, _mm512_set1_ps(da[t]));
+                    for (int l = 0; l < 8; l++) {
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        _tile_loadd(4, apb + 32 * l, (long)aps);
+                        _tile_loadd(6, &Bb->lo[8 * l], 64);
+                        _tile_loadd(7, &Bb->hi[8 * l], 64);
+                        _tile_dpbsud(0, 4, 6);
+                        _tile_dpbssd(1, 4, 7);
+                        _tile_stored(0, xl, 64);
+                        _tile_stored(1, xh, 64);
+                        DJ_AMX_BARRIER();
+                        for (int t = 0; t < nt; t++) {
+                            const __m512i S = _mm512_add_epi32(_mm512_load_si512(xl[t]),
+                                                               _mm512_slli_epi32(_mm512_load_si512(xh[t]), 8));
+                            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), dd[t], acc[16 * l + t]);
+                            if (MN) {
+                                const uint8_t *bsum = ab + (size_t)t * as + bso;
+                                const __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), Bb->mwp[l],
+                                                                      _mm512_set1_epi32((int)dj_load_u32(bsum + 4 * l)));
+                                v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), ddm[t], v);
+                            }
+                            acc[16 * l + t] = v;
+                        }
+                        DJ_AMX_BARRIER();
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                __m512 rr;
+                if (CR) {
+                    rr = acc[t];
+                } else {
+                    const __m512 x[8] = {acc[t],      acc[16 + t], acc[32 + t], acc[48 + t],
+                                         acc[64 + t], acc[80 + t], acc[96 + t], acc[112 + t]};
+                    rr = ktx_tree(x);
+                }
+                _mm512_mask_storeu_ps(c + (t0 + t) * ldc + g0, m, rr);
+            }
+        }
+    }
+    _tile_release();
+    return true;
+}
+
+#define KTX_AMX(T, SG, CR, MN)                                                                                     \
+    void dj_##T##_amx_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc, \
+                             int64_t r0, int64_t r1, int64_t n_tok) {                                              \
+        if (!ktx_matmul(SG, CR, MN, T##_dec, sizeof(struct dj_block_##T), k, w, ws, a, as, c, ldc, r0, r1, n_tok))  \
+            T##_matmul(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                                     \
+    }
+KTX_AMX(q5_K, 0, 0, 1)
+KTX_AMX(q3_K, 0, 1, 0)
+KTX_AMX(q2_K, 0, 0, 1)
+KTX_AMX(iq4_xs, 1, 0, 0)
+KTX_AMX(iq2_xxs, 0, 1, 0)
+KTX_AMX(iq2_xs, 0, 1, 0)
+KTX_AMX(iq2_s, 0, 1, 0)
+KTX_AMX(iq3_xxs, 0, 1, 0)
+KTX_AMX(iq3_s, 0, 1, 0)
+KTX_AMX(iq1_s, 0, 1, 0)
+KTX_AMX(iq1_m, 0, 1, 0)
+KTX_AMX(tq1_0, 0, 1, 0)
+KTX_AMX(tq2_0, 0, 1, 0)
+#pragma GCC pop_options
+
 #define KT_SET(k, TYPE, T)                                                                                         \
     do {                                                                                                           \
         (k)->w[TYPE].act_type = dj_kernels_act_type(TYPE);                                                         \
