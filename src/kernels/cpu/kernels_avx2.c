@@ -304,13 +304,14 @@ static inline DJ_ALWAYS_INLINE void q8l_run(const int q8, const int NT, const ui
 }
 /* A run of one type and token count (tp: that type's prepared token blocks). */
 typedef void (*q8l_run_fn)(const uint8_t *G, int64_t nbg, int64_t nbs, int first, int last, const uint8_t *a,
-                           size_t as, const void *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc, __m256i m,
-                           int pf);
+                           size_t as, const void *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,
+                           const __m256i *m, int pf); /* m by pointer: a function with a 256-bit argument returns
+                                                    * without vzeroupper (quants32_avx2.c) */
 #define Q8L_RUN(T, Q8, N)                                                                                        \
     static void T##_run_##N(const uint8_t *G, int64_t nbg, int64_t nbs, int first, int last, const uint8_t *a,    \
                             size_t as, const void *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,          \
-                            __m256i m, int pf) {                                                                 \
-        q8l_run(Q8, N, G, nbg, nbs, first, last, a, as, tp, tps, accb, c, ldc, m, pf);                           \
+                            const __m256i *m, int pf) {                                                          \
+        q8l_run(Q8, N, G, nbg, nbs, first, last, a, as, tp, tps, accb, c, ldc, *m, pf);                          \
     }
 Q8L_RUN(q4_0, 0, 1) Q8L_RUN(q4_0, 0, 2) Q8L_RUN(q4_0, 0, 3) Q8L_RUN(q4_0, 0, 4)
 Q8L_RUN(q8_0, 1, 1) Q8L_RUN(q8_0, 1, 2) Q8L_RUN(q8_0, 1, 3) Q8L_RUN(q8_0, 1, 4)
@@ -487,9 +488,9 @@ static inline DJ_ALWAYS_INLINE void q4kl_run(const int NT, const uint8_t *G, int
 #define Q4KL_RUN(N)                                                                                             \
     static void q4_K_run_##N(const uint8_t *G, int64_t nbg, int64_t nbs, int first, int last, const uint8_t *a,  \
                              size_t as, const void *tp, int64_t tps, __m256 *accb, float *c, int64_t ldc,         \
-                             __m256i m, int pf) {                                                                \
+                             const __m256i *m, int pf) {                                                         \
         (void)nbg; /* super-blocks are whole in a group: no pairs */                                            \
-        q4kl_run(N, G, nbs, first, last, a, as, tp, tps, accb, c, ldc, m, pf);                                   \
+        q4kl_run(N, G, nbs, first, last, a, as, tp, tps, accb, c, ldc, *m, pf);                                  \
     }
 Q4KL_RUN(1) Q4KL_RUN(2) Q4KL_RUN(3) Q4KL_RUN(4)
 
@@ -558,11 +559,12 @@ static float q8l_dot(const struct q8l_kind *K, int64_t k, const uint8_t *w, cons
     const uint8_t *src[8] = {w, w, w, w, w, w, w, w};
     float c = 0;
     __m256 acc = _mm256_setzero_ps();
+    const __m256i zero_m = _mm256_setzero_si256();
     for (int64_t b = 0; b < k / K->qk; b++) {
         const uint8_t *ab = a + (size_t)b * K->abs;
         K->prep(1, ab, tk);
         K->pack(src, b, b + 1, blk);
-        K->run[0](blk, 1, 1, b == 0, 0, ab, 0, tk, 0, &acc, NULL, 0, _mm256_setzero_si256(), 0);
+        K->run[0](blk, 1, 1, b == 0, 0, ab, 0, tk, 0, &acc, NULL, 0, &zero_m, 0);
     }
     _mm256_maskstore_ps(&c, q8l_lanes(0, 1), acc);
     return c;
@@ -612,7 +614,7 @@ static void q8l_matmul(const struct q8l_kind *K, const int pk, int64_t k, const 
                     const uint8_t *ab = a + (size_t)t * as + (size_t)b * K->abs;
                     K->prep(1, ab, tk);
                     K->run[0](K->one(G, b, nb, blk), 1, 1, b == 0, b == nb - 1, ab, 0, tk, 0, &acc, c + t * ldc + g0,
-                              0, m, 0);
+                              0, &m, 0);
                 }
             }
             r = g0 + 8;
@@ -637,7 +639,7 @@ static void q8l_matmul(const struct q8l_kind *K, const int pk, int64_t k, const 
                 for (int64_t t = 0; t < nt_c; t += Q8L_NT) {
                     const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
                     K->run[nt - 1](G, nb, nb, 1, 1, at + (size_t)t * as, as, tp + (size_t)(t * nb) * K->tok_bytes, nb,
-                                   NULL, cg + t * ldc, ldc, m, t == 0 && dj_avx2_pf);
+                                   NULL, cg + t * ldc, ldc, &m, t == 0 && dj_avx2_pf);
                 }
                 continue;
             }
@@ -659,7 +661,7 @@ static void q8l_matmul(const struct q8l_kind *K, const int pk, int64_t k, const 
                 for (int64_t t = 0; t < nt_c; t += Q8L_NT) {
                     const int nt = (int)(nt_c - t < Q8L_NT ? nt_c - t : Q8L_NT);
                     K->run[nt - 1](Gs, nbg, s1 - s0, s0 == 0, s1 == nb, at + (size_t)t * as + (size_t)s0 * K->abs, as,
-                                   tp + (size_t)(t * nb + s0) * K->tok_bytes, nb, accb + t, cg + t * ldc, ldc, m,
+                                   tp + (size_t)(t * nb + s0) * K->tok_bytes, nb, accb + t, cg + t * ldc, ldc, &m,
                                    pk && t == 0 && dj_avx2_pf);
                 }
             }

@@ -309,7 +309,7 @@ static inline __m256i lanes_to(int64_t n) {
 #define K32_SMALL 4 /* up to this many tokens: a row at a time */
 
 typedef void (*k32_tile_fn)(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as, struct k32_tp tp,
-                            int64_t tps, float *c, int64_t ldc, __m256i mask);
+                            int64_t tps, float *c, int64_t ldc, const __m256i *mask);
 
 /* Type T (struct dj_block_T, decoder T_dec): SG, OFF, MN, WSUM as above (SG for the row
  * path: the level bytes are signed; the lanes path takes Q5_0 and MXFP4 as u = level + OFF). */
@@ -371,20 +371,20 @@ typedef void (*k32_tile_fn)(const struct k32_lanes *G, int64_t nb, const uint8_t
         }                                                                                                          \
     }                                                                                                              \
     static void T##_lanes1(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as,                     \
-                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __m256i mask) {                     \
-        k32_lanes_body(1, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, mask);                         \
+                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, const __m256i *mask) {               \
+        k32_lanes_body(1, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, *mask);                        \
     }                                                                                                              \
     static void T##_lanes2(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as,                     \
-                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __m256i mask) {                     \
-        k32_lanes_body(2, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, mask);                         \
+                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, const __m256i *mask) {               \
+        k32_lanes_body(2, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, *mask);                        \
     }                                                                                                              \
     static void T##_lanes3(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as,                     \
-                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __m256i mask) {                     \
-        k32_lanes_body(3, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, mask);                         \
+                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, const __m256i *mask) {               \
+        k32_lanes_body(3, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, *mask);                        \
     }                                                                                                              \
     static void T##_lanes4(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as,                     \
-                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __m256i mask) {                     \
-        k32_lanes_body(4, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, mask);                         \
+                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, const __m256i *mask) {               \
+        k32_lanes_body(4, SG && !OFF, OFF, MN, WSUM, G, nb, a, as, tp, tps, c, ldc, *mask);                        \
     }                                                                                                              \
     static void T##_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc, \
                            int64_t r0, int64_t r1, int64_t n_tok) {                                                \
@@ -476,7 +476,7 @@ static void k32_matmul(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a
             for (int64_t t = 0; t < nt_c; t += K32_NT) {
                 const int nt = (int)(nt_c - t < K32_NT ? nt_c - t : K32_NT);
                 const struct k32_tp tt = {tp.d + t * nb, tp.dsa + t * nb, tp.sa + t * nb};
-                lanes[nt - 1](G, nb, at + (size_t)t * as, as, tt, nb, ct + t * ldc + r, ldc, mask);
+                lanes[nt - 1](G, nb, at + (size_t)t * as, as, tt, nb, ct + t * ldc + r, ldc, &mask);
             }
         }
     }
@@ -593,10 +593,11 @@ static inline DJ_ALWAYS_INLINE void k32_packed_1(const int SG, const int OFF, co
     _mm256_maskstore_ps(c, mask, r);
 }
 
-/* (lut: the type's 16 levels + OFF as bytes, not a vector: a function with a 256-bit argument
- * returns without vzeroupper, and the SSE code after it — expf in ffn_swiglu — then ran ~30x
- * slower on this machine) */
-typedef void (*k32_p1_fn)(const uint8_t *G, int64_t nb, const uint8_t *a, struct k32_tp tp, float *c, __m256i mask,
+/* (lut: the type's 16 levels + OFF as bytes, and mask by pointer, not vectors: a function with
+ * a 256-bit argument returns without vzeroupper, and the SSE code after it — expf in
+ * ffn_swiglu — then ran ~30x slower on this machine; the mask was still one until 2026-11-29,
+ * when ffn_swiglu and expf took 22 % of an IQ4_NL decode on a Xeon) */
+typedef void (*k32_p1_fn)(const uint8_t *G, int64_t nb, const uint8_t *a, struct k32_tp tp, float *c, const __m256i *mask,
                           const int8_t *lut);
 typedef void (*k32_pdec_fn)(const uint8_t *G, int64_t nb, struct k32_lanes *dst, const int8_t *lut);
 
@@ -623,14 +624,14 @@ static void k32_matmul_packed(int64_t nb, size_t ws, const uint8_t *w, const uin
             if (!G) { /* a token at a time (no scratch: each block's activation prepared on the way) */
                 for (int64_t t = 0; t < nt_c; t++) {
                     const struct k32_tp tt = tp.d ? (struct k32_tp){tp.d + t * nb, tp.dsa + t * nb, tp.sa + t * nb} : tp;
-                    one(Gp, nb, at + (size_t)t * as, tt, ct + t * ldc + g0, mask, lut);
+                    one(Gp, nb, at + (size_t)t * as, tt, ct + t * ldc + g0, &mask, lut);
                 }
             } else {
                 pdec(Gp, nb, G, lut);
                 for (int64_t t = 0; t < nt_c; t += K32_NT) {
                     const int nt = (int)(nt_c - t < K32_NT ? nt_c - t : K32_NT);
                     const struct k32_tp tt = {tp.d + t * nb, tp.dsa + t * nb, tp.sa + t * nb};
-                    lanes[nt - 1](G, nb, at + (size_t)t * as, as, tt, nb, ct + t * ldc + g0, ldc, mask);
+                    lanes[nt - 1](G, nb, at + (size_t)t * as, as, tt, nb, ct + t * ldc + g0, ldc, &mask);
                 }
             }
             r = g0 + hi;
@@ -659,10 +660,11 @@ static void k32_matmul_packed(int64_t nb, size_t ws, const uint8_t *w, const uin
                 }                                                                                                   \
             }                                                                                                       \
     }                                                                                                               \
-    static void T##_p1(const uint8_t *G, int64_t nb, const uint8_t *a, struct k32_tp tp, float *c, __m256i mask,   \
+    static void T##_p1(const uint8_t *G, int64_t nb, const uint8_t *a, struct k32_tp tp, float *c,                 \
+                       const __m256i *mask,                                                                          \
                        const int8_t *lut) {                                                                         \
         k32_packed_1(SG && !OFF, OFF, MN, WSUM, Q5, LUT, E8, dj_q_lut16(lut), 8 * sizeof(struct dj_block_##T), G, nb, \
-                     a, tp, c, mask);                                                                               \
+                     a, tp, c, *mask);                                                                              \
     }                                                                                                               \
     static void T##_pdec(const uint8_t *G, int64_t nb, struct k32_lanes *dst, const int8_t *lut) {                  \
         const __m256i l = dj_q_lut16(lut);                                                                          \
