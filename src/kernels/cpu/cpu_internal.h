@@ -57,7 +57,7 @@ void dj_q4_K_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *
 /* The same for the avx512 table's q6_K matmul (the file's layout: q6_K has no packed one). */
 void dj_q6_K_amx_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                         int64_t r0, int64_t r1, int64_t n_tok);
-/* Loads the AMX-INT8 kernels' tile configuration (kernels_avx512.c): C tiles 0-1 (rows x
+/* Loads the AMX-INT8 kernels' tile configuration (kernels_avx512.c): C tiles 0-3 (rows x
  * 16 int32), A tiles 4-5 (rows x a_colsb bytes), B tiles 6-7 (a_colsb / 4 rows x 64 bytes). */
 void dj_amx_int8_config(int rows, int a_colsb);
 /* The packed matmul of the 32-element block types (quants32_avx2.c, which the avx512 table

@@ -1012,7 +1012,7 @@ static float q4_K_dot(int64_t k, const void *w, const void *a) {
 #define AMX_BARRIER DJ_AMX_BARRIER /* cpu_internal.h */
 /* Batches up to AMX_MIN_TOK tokens stay on the avx512 kernels (decode, small batches). */
 enum { AMX_MIN_TOK = 16 };
-/* The AMX-INT8 kernels' tiles (cpu_internal.h; also quants32_avx2.c's): C 0-1 (tokens x 16
+/* The AMX-INT8 kernels' tiles (cpu_internal.h; also quants*_avx2.c's): C 0-3 (tokens x 16
  * int32), A 4-5 (tokens x a_colsb bytes), B 6-7 (a_colsb / 4 rows of 4-byte groups x 16
  * weight rows). */
 void dj_amx_int8_config(int rows, int a_colsb) {
@@ -1020,8 +1020,8 @@ void dj_amx_int8_config(int rows, int a_colsb) {
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int t = 0; t < 2; t++) {
-        c.rows[t] = (uint8_t)rows;
-        c.colsb[t] = 64;
+        c.rows[t] = c.rows[2 + t] = (uint8_t)rows;
+        c.colsb[t] = c.colsb[2 + t] = 64;
         c.rows[4 + t] = (uint8_t)rows;
         c.colsb[4 + t] = (uint16_t)a_colsb;
         c.rows[6 + t] = (uint8_t)(a_colsb / 4);

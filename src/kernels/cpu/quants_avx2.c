@@ -976,13 +976,17 @@ KT_DEQUANT(tq2_0, 1, 0)
  * (elements 4g .. 4g+3) of the 16 rows in one 64-byte tile row.  Per 16 tokens:
  *   - the types with an offset (CR: Q3_K, IQ1/IQ2/IQ3, TQ), whose float step takes the
  *     super-block's exact total: four K=64 TDPBSUD over the low bytes and four TDPBSSD
- *     over the high ones (A: the tokens' q8_K bytes straight from the activation rows)
- *     give lo + 256 * hi; the cw terms by vpdpwssd, then kt_core's fma in the row's lane;
+ *     over the high ones give lo + 256 * hi; the cw terms by vpdpwssd, then kt_core's fma
+ *     in the row's lane;
  *   - the types without (Q2_K, Q5_K, IQ4_XS), whose chain runs in 8 lanes of natural
  *     partial sums (lane l: dwords 8c + l of the 8 chunks c): per lane one K=32 pair of
- *     tile products over those dwords (the activations rearranged once per call so a
- *     lane's 32 bytes are contiguous: the A tile), then kt_core's fma (and the mins'
- *     fnmadd, lane l of madd(bsums, mw)) on lane l's chain, and dj_q_hsum8's tree.
+ *     tile products over those dwords, then kt_core's fma (and the mins' fnmadd, lane l of
+ *     madd(bsums, mw)) on lane l's chain, and dj_q_hsum8's tree.
+ * The tokens' q8_K bytes are rearranged once per call so that every A tile is one
+ * contiguous run (16 tokens x 64 bytes, or x a lane's 32), and their scales gathered; where
+ * a super-block's high parts are all zero (Q2_K's products fit a byte, TQ's too) its
+ * high-part tile ops are skipped (a zero adds nothing).  Step s's sums (a super-block, or a
+ * super-block's lane) are stored and folded into the chains while step s + 1's are made. 
  * The same exact integers and the same float operations in the same order: the bits of
  * the avx2 table's matmul and dot.  Batches of up to 16 tokens stay on T_matmul.  Compiled
  * for AVX-512 and AMX by a target pragma; reached only from the amx table. */
@@ -997,6 +1001,8 @@ struct ktx_blk {
     __m512i lo[64], hi[64];
     __m512i cwp[8], mwp[8];
     __m512 d, dmin;
+    int hz; /* every high part 0 (Q2_K, TQ: the products fit a byte): no high-part tile op */
+    uint8_t pad_[60];
 };
 
 typedef void (*ktx_dec_fn)(const uint8_t *p, struct kt_sb *o);
@@ -1045,6 +1051,9 @@ static inline DJ_ALWAYS_INLINE void ktx_decode(const int SG, const int CR, ktx_d
     }
     o->d = _mm512_load_ps(d);
     o->dmin = _mm512_load_ps(dmin);
+    __m512i any = _mm512_setzero_si512();
+    for (int i = 0; i < 16 * 256; i += 64) any = _mm512_or_si512(any, _mm512_loadu_si512(HI + i));
+    o->hz = _mm512_test_epi64_mask(any, any) == 0;
 }
 
 /* False: a small batch or no scratch (the caller runs T_matmul: the same bits). */
@@ -1054,27 +1063,35 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
     const int64_t nb = k / DJ_QK_K;
     const size_t qso = offsetof(struct dj_block_q8_K, qs), bso = offsetof(struct dj_block_q8_K, bsums);
     const size_t abs_ = sizeof(struct dj_block_q8_K);
-    /* the lanes form's rearranged activations: token t, super-block b, lane l's 32 bytes */
-    const size_t ap_bytes = CR ? 0 : (size_t)n_tok * (size_t)nb * 256;
+    /* The activations' bytes rearranged once per call so that every A tile is one run of
+     * 512 (lanes: 16 tokens x a lane's 32 bytes) or 1024 (CR: 16 tokens x 64 bytes) bytes:
+     * token tile T, super-block b at ap + (T nb + b) 4096; there, lane l's (CR: the 64
+     * values u's) bytes of token t at 512 l + 32 t (1024 u + 64 t). */
+    const int64_t n_tt = (n_tok + 15) / 16;
+    const size_t ap_bytes = (size_t)n_tt * (size_t)nb * 4096;
     const size_t blk_bytes = (size_t)nb * sizeof(struct ktx_blk), tmp_bytes = 32 * 256 + 2 * 16 * 32;
-    const size_t acc_bytes = (CR ? 16 : 8 * 16) * sizeof(__m512);
+    const size_t acc_bytes = (CR ? 16 : 8 * 16) * sizeof(__m512), da_bytes = (size_t)n_tt * (size_t)nb * 64;
     uint8_t *scr = n_tok > KTX_MIN_TOK && nb > 0 && ap_bytes <= ((size_t)64 << 20) && as <= (size_t)INT32_MAX
-                       ? dj_kernel_scratch(blk_bytes + ap_bytes + tmp_bytes + acc_bytes)
+                       ? dj_kernel_scratch(blk_bytes + ap_bytes + tmp_bytes + acc_bytes + da_bytes)
                        : NULL;
     if (!scr) return false;
     struct ktx_blk *B = (struct ktx_blk *)scr;
     __m512 *acc = (__m512 *)(scr + blk_bytes); /* CR: acc[t]; lanes: acc[16 l + t] */
-    uint8_t *tmp = scr + blk_bytes + acc_bytes, *ap = tmp + tmp_bytes;
-    const size_t aps = (size_t)nb * 256; /* ap's token stride */
-    if (!CR)
-        for (int64_t t = 0; t < n_tok; t++)
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *q = a + (size_t)t * as + (size_t)b * abs_ + qso;
-                uint8_t *o = ap + (size_t)t * aps + (size_t)b * 256;
+    float *da = (float *)(scr + blk_bytes + acc_bytes); /* da[16 (T nb + b) + t]: the d of token 16 T + t, super-block b */
+    uint8_t *tmp = scr + blk_bytes + acc_bytes + da_bytes, *ap = tmp + tmp_bytes;
+    memset(da, 0, da_bytes); /* (0 past the last token) */
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            da[((t / 16) * nb + b) * 16 + t % 16] = dj_q_load_f32(a + (size_t)t * as + (size_t)b * abs_);
+            const uint8_t *q = a + (size_t)t * as + (size_t)b * abs_ + qso;
+            uint8_t *o = ap + ((size_t)(t / 16) * (size_t)nb + (size_t)b) * 4096;
+            if (CR)
+                for (int u = 0; u < 4; u++) memcpy(o + 1024 * u + 64 * (t % 16), q + 64 * u, 64);
+            else
                 for (int l = 0; l < 8; l++)
-                    for (int cc = 0; cc < 8; cc++) memcpy(o + 32 * l + 4 * cc, q + 32 * cc + 4 * l, 4);
-            }
-    _Alignas(64) int32_t xl[16][16], xh[16][16];
+                    for (int cc = 0; cc < 8; cc++) memcpy(o + 512 * l + 32 * (t % 16) + 4 * cc, q + 32 * cc + 4 * l, 4);
+        }
+    _Alignas(64) int32_t xl[2][16][16], xh[3][16][16];
     memset(xl, 0, sizeof xl);
     memset(xh, 0, sizeof xh);
     int cur_rows = -1;
@@ -1091,71 +1108,107 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
         r = g0 + hi;
         for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
-            const int colsb = CR ? 64 : 32;
             if (nt != cur_rows) {
-                dj_amx_int8_config(nt, colsb);
+                dj_amx_int8_config(nt, CR ? 64 : 32);
                 cur_rows = nt;
             }
             for (int j = 0; j < (CR ? 16 : 128); j++) acc[j] = _mm512_setzero_ps();
+            const uint8_t *at = a + (size_t)t0 * as, *apt = ap + (size_t)(t0 / 16) * (size_t)nb * 4096;
+            /* Steps (CR: a super-block; else a super-block's lane): step s's sums go to the C
+             * tiles 2 (s % 2), 2 (s % 2) + 1 and are stored, and folded into the chains, while
+             * step s + 1's are made. */
+            const int64_t n_steps = CR ? nb : 8 * nb;
             DJ_AMX_BARRIER();
-            for (int64_t b = 0; b < nb; b++) {
-                const struct ktx_blk *Bb = &B[b];
-                const uint8_t *ab = a + (size_t)t0 * as + (size_t)b * abs_;
-                float da[16] = {0}; /* the tokens' q8_K scales of this super-block */
-                for (int t = 0; t < nt; t++) da[t] = dj_q_load_f32(ab + (size_t)t * as);
-                __m512 dd[16];
-                DJ_UNROLL for (int t = 0; t < 16; t++) dd[t] = _mm512_mul_ps(Bb->d, _mm512_set1_ps(da[t]));
-                if (CR) {
-                    _tile_zero(0);
-                    _tile_zero(1);
-                    for (int u = 0; u < 4; u++) {
-                        _tile_loadd(4, ab + qso + 64 * u, (long)as);
-                        _tile_loadd(6, &Bb->lo[16 * u], 64);
-                        _tile_loadd(7, &Bb->hi[16 * u], 64);
-                        _tile_dpbsud(0, 4, 6);
-                        _tile_dpbssd(1, 4, 7);
-                    }
-                    _tile_stored(0, xl, 64);
-                    _tile_stored(1, xh, 64);
-                    DJ_AMX_BARRIER();
-                    for (int t = 0; t < nt; t++) {
-                        const uint8_t *bsum = ab + (size_t)t * as + bso;
-                        __m512i is = _mm512_add_epi32(_mm512_load_si512(xl[t]), _mm512_slli_epi32(_mm512_load_si512(xh[t]), 8));
-                        DJ_UNROLL for (int p = 0; p < 8; p++)
-                            is = _mm512_dpwssd_epi32(is, Bb->cwp[p], _mm512_set1_epi32((int)dj_load_u32(bsum + 4 * p)));
-                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dd[t], acc[t]);
-                    }
-                    DJ_AMX_BARRIER();
-                } else {
-                    const uint8_t *apb = ap + (size_t)t0 * aps + (size_t)b * 256;
-                    __m512 ddm[16];
-                    if (MN) DJ_UNROLL for (int t = 0; t < 16; t++) ddm[t] = _mm512_mul_ps(Bb->dmin, _mm512_set1_ps(da[t]));
-                    for (int l = 0; l < 8; l++) {
-                        _tile_zero(0);
-                        _tile_zero(1);
-                        _tile_loadd(4, apb + 32 * l, (long)aps);
-                        _tile_loadd(6, &Bb->lo[8 * l], 64);
-                        _tile_loadd(7, &Bb->hi[8 * l], 64);
-                        _tile_dpbsud(0, 4, 6);
-                        _tile_dpbssd(1, 4, 7);
-                        _tile_stored(0, xl, 64);
-                        _tile_stored(1, xh, 64);
-                        DJ_AMX_BARRIER();
-                        for (int t = 0; t < nt; t++) {
-                            const __m512i S = _mm512_add_epi32(_mm512_load_si512(xl[t]),
-                                                               _mm512_slli_epi32(_mm512_load_si512(xh[t]), 8));
-                            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), dd[t], acc[16 * l + t]);
-                            if (MN) {
-                                const uint8_t *bsum = ab + (size_t)t * as + bso;
-                                const __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), Bb->mwp[l],
-                                                                      _mm512_set1_epi32((int)dj_load_u32(bsum + 4 * l)));
-                                v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), ddm[t], v);
-                            }
-                            acc[16 * l + t] = v;
+            for (int64_t st = 0; st <= n_steps; st++) {
+                if (st < n_steps) {
+                    const int p2 = (int)(st % 2);
+                    if (CR) {
+                        const struct ktx_blk *Bb = &B[st];
+                        const uint8_t *aq = apt + (size_t)st * 4096;
+                        if (p2 == 0) {
+                            _tile_zero(0);
+                            _tile_zero(1);
+                        } else {
+                            _tile_zero(2);
+                            _tile_zero(3);
                         }
-                        DJ_AMX_BARRIER();
+                        for (int u = 0; u < 4; u++) {
+                            _tile_loadd(4, aq + 1024 * u, 64);
+                            _tile_loadd(6, &Bb->lo[16 * u], 64);
+                            if (p2 == 0) _tile_dpbsud(0, 4, 6);
+                            else _tile_dpbsud(2, 4, 6);
+                            if (Bb->hz) continue;
+                            _tile_loadd(7, &Bb->hi[16 * u], 64);
+                            if (p2 == 0) _tile_dpbssd(1, 4, 7);
+                            else _tile_dpbssd(3, 4, 7);
+                        }
+                    } else {
+                        const int64_t b = st / 8;
+                        const int l = (int)(st % 8);
+                        const struct ktx_blk *Bb = &B[b];
+                        if (p2 == 0) {
+                            _tile_loadd(4, apt + (size_t)b * 4096 + 512 * l, 32);
+                            _tile_loadd(6, &Bb->lo[8 * l], 64);
+                            _tile_zero(0);
+                            _tile_dpbsud(0, 4, 6);
+                            if (!Bb->hz) {
+                                _tile_loadd(7, &Bb->hi[8 * l], 64);
+                                _tile_zero(1);
+                                _tile_dpbssd(1, 4, 7);
+                            }
+                        } else {
+                            _tile_loadd(5, apt + (size_t)b * 4096 + 512 * l, 32);
+                            _tile_loadd(6, &Bb->lo[8 * l], 64);
+                            _tile_zero(2);
+                            _tile_dpbsud(2, 5, 6);
+                            if (!Bb->hz) {
+                                _tile_loadd(7, &Bb->hi[8 * l], 64);
+                                _tile_zero(3);
+                                _tile_dpbssd(3, 5, 7);
+                            }
+                        }
                     }
                 }
+                if (st == 0) continue;
+                const int64_t ps = st - 1; /* the step to fold in */
+                const int64_t b = CR ? ps : ps / 8;
+                const struct ktx_blk *Bb = &B[b];
+                if (ps % 2 == 0) {
+                    _tile_stored(0, xl[0], 64);
+                    if (!Bb->hz) _tile_stored(1, xh[0], 64);
+                } else {
+                    _tile_stored(2, xl[1], 64);
+                    if (!Bb->hz) _tile_stored(3, xh[1], 64);
+                }
+                DJ_AMX_BARRIER();
+                const int32_t(*sl)[16] = xl[ps % 2], (*sh)[16] = xh[Bb->hz ? 2 : ps % 2]; /* xh[2]: zeros */
+                const uint8_t *ab = at + (size_t)b * abs_;
+                const float *dab = da + (size_t)((t0 / 16) * nb + b) * 16;
+                if (CR) {
+                    for (int t = 0; t < nt; t++) {
+                        const uint8_t *bsum = ab + (size_t)t * as + bso;
+                        __m512i is = _mm512_add_epi32(_mm512_load_si512(sl[t]), _mm512_slli_epi32(_mm512_load_si512(sh[t]), 8));
+                        DJ_UNROLL for (int q = 0; q < 8; q++)
+                            is = _mm512_dpwssd_epi32(is, Bb->cwp[q], _mm512_set1_epi32((int)dj_load_u32(bsum + 4 * q)));
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(Bb->d, _mm512_set1_ps(dab[t])), acc[t]);
+                    }
+                } else {
+                    const int l = (int)(ps % 8);
+                    __m512 *al = acc + 16 * l;
+                    for (int t = 0; t < nt; t++) {
+                        const __m512i S = _mm512_add_epi32(_mm512_load_si512(sl[t]), _mm512_slli_epi32(_mm512_load_si512(sh[t]), 8));
+                        const __m512 da_t = _mm512_set1_ps(dab[t]);
+                        __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(Bb->d, da_t), al[t]);
+                        if (MN) {
+                            const uint8_t *bsum = ab + (size_t)t * as + bso;
+                            const __m512i M = _mm512_dpwssd_epi32(_mm512_setzero_si512(), Bb->mwp[l],
+                                                                  _mm512_set1_epi32((int)dj_load_u32(bsum + 4 * l)));
+                            v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(Bb->dmin, da_t), v);
+                        }
+                        al[t] = v;
+                    }
+                }
+                DJ_AMX_BARRIER();
             }
             for (int t = 0; t < nt; t++) {
                 __m512 rr;
