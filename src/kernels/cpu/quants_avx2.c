@@ -966,6 +966,113 @@ KT_DEQUANT(iq1_m, 9, 0)
 KT_DEQUANT(tq1_0, 1, 0)
 KT_DEQUANT(tq2_0, 1, 0)
 
+/* ---- TQ1_0 decode on AVX-512 (the avx512 table and those above it) ---------------------
+ *
+ * TQ1_0's decode is compute-bound on AVX2 (its base-3 digits: 0.74-0.80x llama.cpp).  Here
+ * one super-block's 256 digits are made in four 512-bit vectors in element order (as
+ * tq1_0_dec's eight: qs[0..31] times 3^n, qs[32..47] times 3^n, qh times 3^n), each digit
+ * ((q * 3) >> 8, ggml's) as two unsigned compares — q > 85 and q > 170 — and the total
+ * sum(u * a) - sum(a) (u = digit = level + 1; sum(a) from the bsums) by vpdpbusd: the same
+ * exact integer as kt_core's, and kt_epilogue's fma after it, so the bits are the avx2
+ * table's (batches of more than 4 tokens run tq1_0_matmul itself). */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+static inline DJ_ALWAYS_INLINE __m512i tq1x_tri(__m512i x) { return _mm512_add_epi8(_mm512_add_epi8(x, x), x); }
+/* A block's digits u (0..2) in element order, 64 a vector. */
+static inline DJ_ALWAYS_INLINE void tq1x_digits(const struct dj_block_tq1_0 *x, __m512i u[4]) {
+    const __m512i X = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->qs));
+    const __m512i X3 = tq1x_tri(X), X9 = tq1x_tri(X3), X27 = tq1x_tri(X9), X81 = tq1x_tri(X27);
+    const __m512i Y = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(x->qs + 32)));
+    const __m512i Y3 = tq1x_tri(Y), Y9 = tq1x_tri(Y3), Y27 = tq1x_tri(Y9), Y81 = tq1x_tri(Y27);
+    const __m128i H = _mm_set1_epi32((int)dj_load_u32(x->qh)), H3 = _mm_add_epi8(_mm_add_epi8(H, H), H);
+    const __m128i H9 = _mm_add_epi8(_mm_add_epi8(H3, H3), H3), H27 = _mm_add_epi8(_mm_add_epi8(H9, H9), H9);
+    /* byte 4n + j: qh[j] * 3^n */
+    const __m128i Hn = _mm_blend_epi32(_mm_blend_epi32(H, H3, 0x2), _mm_blend_epi32(H9, H27, 0x8), 0xC);
+    __m512i z[4];
+    z[0] = _mm512_mask_blend_epi64(0xF0, X, X3);                                   /* q0, q0 * 3 */
+    z[1] = _mm512_mask_blend_epi64(0xF0, X9, X27);                                 /* q0 * 9, * 27 */
+    z[2] = _mm512_mask_blend_epi64(0xC0, _mm512_mask_blend_epi64(0x30, X81, Y), Y3); /* q0 * 81, q1, q1 * 3 */
+    z[3] = _mm512_inserti32x4(_mm512_mask_blend_epi64(0x0C, Y9, Y27), _mm512_castsi512_si128(Y81), 2);
+    z[3] = _mm512_inserti32x4(z[3], Hn, 3); /* q1 * 9, * 27, * 81, qh * 3^n */
+    const __m512i one = _mm512_set1_epi8(1);
+    DJ_UNROLL for (int v = 0; v < 4; v++) {
+        const __mmask64 m1 = _mm512_cmpgt_epu8_mask(z[v], _mm512_set1_epi8(85));
+        const __mmask64 m2 = _mm512_cmpgt_epu8_mask(z[v], _mm512_set1_epi8((char)170));
+        u[v] = _mm512_add_epi8(_mm512_maskz_mov_epi8(m1, one), _mm512_maskz_mov_epi8(m2, one));
+    }
+}
+static inline DJ_ALWAYS_INLINE void tq1x_rows(const int NT, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
+                                              size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1) {
+    const size_t bs = sizeof(struct dj_block_tq1_0), abs_ = sizeof(struct dj_block_q8_K);
+    const size_t qso = offsetof(struct dj_block_q8_K, qs), bso = offsetof(struct dj_block_q8_K, bsums);
+    enum { SA_MAX = 64 };
+    int32_t sa[4][SA_MAX]; /* each token's sum(a) per super-block, made once (k <= 16384) */
+    const int pre = nb <= SA_MAX;
+    DJ_UNROLL for (int j = 0; j < NT; j++)
+        for (int64_t b = 0; pre && b < nb; b++) {
+            const uint8_t *ab = a + (size_t)j * as + (size_t)b * abs_;
+            sa[j][b] = dj_q_hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(ab + bso)), _mm256_set1_epi16(1)));
+        }
+    for (int64_t r = r0; r < r1; r++) {
+        float acc[4] = {0, 0, 0, 0};
+        const uint8_t *wr = w + (size_t)r * ws;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *wb = wr + (size_t)b * bs;
+            for (size_t l_ = 0; dj_avx2_pf && 64 * l_ < bs; l_++)
+                _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);
+            const struct dj_block_tq1_0 *x = (const void *)wb;
+            __m512i u[4];
+            tq1x_digits(x, u);
+            const float d = dj_q_f16(&x->d);
+            DJ_UNROLL for (int j = 0; j < NT; j++) {
+                const uint8_t *ab = a + (size_t)j * as + (size_t)b * abs_;
+                __m512i s = _mm512_setzero_si512();
+                DJ_UNROLL for (int v = 0; v < 4; v++) s = _mm512_dpbusd_epi32(s, u[v], _mm512_loadu_si512(ab + qso + 64 * v));
+                const int32_t s_a = pre ? sa[j][b]
+                                        : dj_q_hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(ab + bso)),
+                                                                          _mm256_set1_epi16(1)));
+                const int32_t isum = _mm512_reduce_add_epi32(s) - s_a;
+                acc[j] = __builtin_fmaf((float)isum, d * dj_q_load_f32(ab), acc[j]);
+            }
+        }
+        DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = acc[j];
+    }
+}
+static void tq1x_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1) {
+    tq1x_rows(1, nb, w, ws, a, as, c, ldc, r0, r1);
+}
+static void tq1x_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1) {
+    tq1x_rows(2, nb, w, ws, a, as, c, ldc, r0, r1);
+}
+static void tq1x_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1) {
+    tq1x_rows(4, nb, w, ws, a, as, c, ldc, r0, r1);
+}
+void dj_tq1_0_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
+                            int64_t r0, int64_t r1, int64_t n_tok) {
+    if (n_tok > KT_SMALL) { /* the avx2 batch paths: the same totals and float step */
+        tq1_0_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
+    const uint8_t *w = wv, *a = av;
+    for (int64_t t = 0; t < n_tok;) {
+        const int64_t n = n_tok - t;
+        const uint8_t *at = a + (size_t)t * as;
+        float *ct = c + t * ldc;
+        if (n >= 4) tq1x_rows4(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 4;
+        else if (n >= 2) tq1x_rows2(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 2;
+        else tq1x_rows1(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 1;
+    }
+}
+float dj_tq1_0_avx512_dot(int64_t k, const void *w, const void *a) {
+    float c;
+    tq1x_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);
+    return c;
+}
+#pragma GCC pop_options
+
 /* ---- prefill by AMX-INT8 (the amx table: kernels_amx.c) ------------------------------
  *
  * kt_core's integers are sums of the products scale * u (u = level + OFF; the signed
@@ -1227,25 +1334,26 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
     return true;
 }
 
-#define KTX_AMX(T, SG, CR, MN)                                                                                     \
+/* (FALLBACK: the matmul below 17 tokens — the avx512 table's) */
+#define KTX_AMX(T, SG, CR, MN, FALLBACK)                                                                           \
     void dj_##T##_amx_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc, \
                              int64_t r0, int64_t r1, int64_t n_tok) {                                              \
         if (!ktx_matmul(SG, CR, MN, T##_dec, sizeof(struct dj_block_##T), k, w, ws, a, as, c, ldc, r0, r1, n_tok))  \
-            T##_matmul(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                                     \
+            FALLBACK(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                                       \
     }
-KTX_AMX(q5_K, 0, 0, 1)
-KTX_AMX(q3_K, 0, 1, 0)
-KTX_AMX(q2_K, 0, 0, 1)
-KTX_AMX(iq4_xs, 1, 0, 0)
-KTX_AMX(iq2_xxs, 0, 1, 0)
-KTX_AMX(iq2_xs, 0, 1, 0)
-KTX_AMX(iq2_s, 0, 1, 0)
-KTX_AMX(iq3_xxs, 0, 1, 0)
-KTX_AMX(iq3_s, 0, 1, 0)
-KTX_AMX(iq1_s, 0, 1, 0)
-KTX_AMX(iq1_m, 0, 1, 0)
-KTX_AMX(tq1_0, 0, 1, 0)
-KTX_AMX(tq2_0, 0, 1, 0)
+KTX_AMX(q5_K, 0, 0, 1, q5_K_matmul)
+KTX_AMX(q3_K, 0, 1, 0, q3_K_matmul)
+KTX_AMX(q2_K, 0, 0, 1, q2_K_matmul)
+KTX_AMX(iq4_xs, 1, 0, 0, iq4_xs_matmul)
+KTX_AMX(iq2_xxs, 0, 1, 0, iq2_xxs_matmul)
+KTX_AMX(iq2_xs, 0, 1, 0, iq2_xs_matmul)
+KTX_AMX(iq2_s, 0, 1, 0, iq2_s_matmul)
+KTX_AMX(iq3_xxs, 0, 1, 0, iq3_xxs_matmul)
+KTX_AMX(iq3_s, 0, 1, 0, iq3_s_matmul)
+KTX_AMX(iq1_s, 0, 1, 0, iq1_s_matmul)
+KTX_AMX(iq1_m, 0, 1, 0, iq1_m_matmul)
+KTX_AMX(tq1_0, 0, 1, 0, dj_tq1_0_avx512_matmul)
+KTX_AMX(tq2_0, 0, 1, 0, tq2_0_matmul)
 #pragma GCC pop_options
 
 #define KT_SET(k, TYPE, T)                                                                                         \
