@@ -1282,6 +1282,8 @@ static inline DJ_ALWAYS_INLINE void q6k_row(const int NT, int64_t k, const uint8
     for (int64_t ib = 0; ib < k / DJ_QK_K; ib++) {
         const struct dj_block_q6_K *wb = (const struct dj_block_q6_K *)w + ib;
         const struct dj_block_q8_K *ab[2];
+        if (pk_pf) /* the rows are one stream (row r + 1 follows row r): pk_pf ahead of it */
+            for (int l = 0; l < 4; l++) _mm_prefetch((const char *)wb + pk_pf + 64 * l, _MM_HINT_T0);
         const __m512i scw = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales)));
         __m512i isum[2];
         DJ_UNROLL for (int j = 0; j < NT; j++) {
