@@ -1850,6 +1850,8 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->w[DJ_TYPE_Q4_0].dequantize_row = dequant_q4_0;
     k->w[DJ_TYPE_TQ1_0].matmul = dj_tq1_0_avx512_matmul; /* quants_avx2.c: the avx2 table's bits */
     k->w[DJ_TYPE_TQ1_0].dot = dj_tq1_0_avx512_dot;
+    k->w[DJ_TYPE_IQ4_XS].matmul = dj_iq4_xs_avx512_matmul;
+    k->w[DJ_TYPE_IQ4_XS].dot = dj_iq4_xs_avx512_dot;
     DJ_KERNELS_SET_PACKED(k);
     pk_pf = dj_kernels_prefetch_distance(pk_pf);
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;

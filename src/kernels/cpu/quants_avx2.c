@@ -1071,6 +1071,113 @@ float dj_tq1_0_avx512_dot(int64_t k, const void *w, const void *a) {
     tq1x_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);
     return c;
 }
+
+/* IQ4_XS decode on AVX-512, the same way: kt_core keeps IQ4_XS's chain in 8 lanes of natural
+ * partial sums (lane l: bytes 4l .. 4l+3 of each 32-element chunk, times the chunk's scale).
+ * Here a vector holds two chunks (dword i: chunk 2p + i / 8, bytes 4 (i % 8) ..), the levels
+ * + 128 (unsigned, through a shifted table) by vpdpbusd less 128 * sum(a) of the same 4
+ * bytes (made once per call), times the chunk's scale; folding the two halves gives lane l
+ * of kt_core's integer vector exactly, and its fma and dj_q_hsum8 follow. */
+static inline DJ_ALWAYS_INLINE void iq4x_rows(const int NT, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
+                                              size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1,
+                                              const __m512i *corr) {
+    const size_t bs = sizeof(struct dj_block_iq4_xs), abs_ = sizeof(struct dj_block_q8_K);
+    const size_t qso = offsetof(struct dj_block_q8_K, qs);
+    _Alignas(16) int8_t lut[16];
+    for (int i = 0; i < 16; i++) lut[i] = (int8_t)(dj_kvalues_iq4nl[i] + 128);
+    const __m512i lutv = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)lut)), m4 = _mm512_set1_epi8(0x0F);
+    for (int64_t r = r0; r < r1; r++) {
+        __m256 vc[4];
+        DJ_UNROLL for (int j = 0; j < NT; j++) vc[j] = _mm256_setzero_ps();
+        const uint8_t *wr = w + (size_t)r * ws;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *wb = wr + (size_t)b * bs;
+            for (size_t l_ = 0; dj_avx2_pf && 64 * l_ < bs; l_++)
+                _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);
+            const struct dj_block_iq4_xs *x = (const void *)wb;
+            const unsigned sh = dj_load_u16(&x->scales_h);
+            __m512i u[4], sc[4];
+            DJ_UNROLL for (int p = 0; p < 4; p++) {
+                const __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * p)));
+                const __m512i z = _mm512_shuffle_i64x2(q, q, 0x50); /* 128-bit lanes 0, 0, 1, 1 */
+                const __m512i nib = _mm512_mask_blend_epi64(0xCC, _mm512_and_si512(z, m4),
+                                                            _mm512_and_si512(_mm512_srli_epi16(z, 4), m4));
+                u[p] = _mm512_shuffle_epi8(lutv, nib);
+                const int c0 = 2 * p, c1 = 2 * p + 1;
+                const int l0 = ((x->scales_l[c0 / 2] >> 4 * (c0 % 2)) & 0xf) | (((sh >> 2 * c0) & 3) << 4);
+                const int l1 = ((x->scales_l[c1 / 2] >> 4 * (c1 % 2)) & 0xf) | (((sh >> 2 * c1) & 3) << 4);
+                sc[p] = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(l0 - 32), _mm512_set1_epi32(l1 - 32));
+            }
+            const float d = dj_q_f16(&x->d);
+            DJ_UNROLL for (int j = 0; j < NT; j++) {
+                const uint8_t *ab = a + (size_t)j * as + (size_t)b * abs_;
+                __m512i is = _mm512_setzero_si512();
+                DJ_UNROLL for (int p = 0; p < 4; p++) {
+                    const __m512i t = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[p],
+                                                                           _mm512_loadu_si512(ab + qso + 64 * p)),
+                                                       corr[((size_t)j * (size_t)nb + (size_t)b) * 4 + (size_t)p]);
+                    is = _mm512_add_epi32(is, _mm512_mullo_epi32(t, sc[p]));
+                }
+                const __m256i is8 = _mm256_add_epi32(_mm512_castsi512_si256(is), _mm512_extracti64x4_epi64(is, 1));
+                vc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is8), _mm256_set1_ps(d * dj_q_load_f32(ab)), vc[j]);
+            }
+        }
+        DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = dj_q_hsum8(vc[j]);
+    }
+}
+static void iq4x_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1, const __m512i *corr) {
+    iq4x_rows(1, nb, w, ws, a, as, c, ldc, r0, r1, corr);
+}
+static void iq4x_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1, const __m512i *corr) {
+    iq4x_rows(2, nb, w, ws, a, as, c, ldc, r0, r1, corr);
+}
+static void iq4x_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1, const __m512i *corr) {
+    iq4x_rows(4, nb, w, ws, a, as, c, ldc, r0, r1, corr);
+}
+/* 128 * the sums of each 4 activation bytes, tokens [0, nt) (as apart), nb super-blocks:
+ * corr[(j nb + b) 4 + p], dword i: bytes 64 p + 4 i .. +3 */
+static void iq4x_corr(int64_t nt, int64_t nb, const uint8_t *a, size_t as, __m512i *corr) {
+    const size_t abs_ = sizeof(struct dj_block_q8_K), qso = offsetof(struct dj_block_q8_K, qs);
+    for (int64_t j = 0; j < nt; j++)
+        for (int64_t b = 0; b < nb; b++)
+            for (int p = 0; p < 4; p++)
+                corr[((size_t)j * (size_t)nb + (size_t)b) * 4 + (size_t)p] =
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80),
+                                        _mm512_loadu_si512(a + (size_t)j * as + (size_t)b * abs_ + qso + 64 * p));
+}
+void dj_iq4_xs_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
+                             int64_t r0, int64_t r1, int64_t n_tok) {
+    const int64_t nb = k / DJ_QK_K;
+    __m512i *corr = n_tok <= KT_SMALL ? dj_kernel_scratch((size_t)n_tok * (size_t)nb * 4 * sizeof(__m512i)) : NULL;
+    if (!corr) { /* more tokens (or no scratch): the avx2 kernel, the same bits */
+        iq4_xs_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
+    const uint8_t *w = wv, *a = av;
+    iq4x_corr(n_tok, nb, a, as, corr);
+    for (int64_t t = 0; t < n_tok;) {
+        const int64_t n = n_tok - t;
+        const uint8_t *at = a + (size_t)t * as;
+        const __m512i *ct_corr = corr + (size_t)t * (size_t)nb * 4;
+        float *ct = c + t * ldc;
+        if (n >= 4) iq4x_rows4(nb, w, ws, at, as, ct, ldc, r0, r1, ct_corr), t += 4;
+        else if (n >= 2) iq4x_rows2(nb, w, ws, at, as, ct, ldc, r0, r1, ct_corr), t += 2;
+        else iq4x_rows1(nb, w, ws, at, as, ct, ldc, r0, r1, ct_corr), t += 1;
+    }
+}
+float dj_iq4_xs_avx512_dot(int64_t k, const void *w, const void *a) {
+    /* (on the stack, not the thread's scratch, which a caller of a dot may hold) */
+    const int64_t nb = k / DJ_QK_K;
+    if (nb > 16) return iq4_xs_dot(k, w, a); /* the same bits */
+    __m512i corr[16 * 4];
+    float c;
+    iq4x_corr(1, nb, a, 0, corr);
+    iq4x_rows1(nb, w, 0, a, 0, &c, 1, 0, 1, corr);
+    return c;
+}
 #pragma GCC pop_options
 
 /* ---- prefill by AMX-INT8 (the amx table: kernels_amx.c) ------------------------------
@@ -1344,7 +1451,7 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
 KTX_AMX(q5_K, 0, 0, 1, q5_K_matmul)
 KTX_AMX(q3_K, 0, 1, 0, q3_K_matmul)
 KTX_AMX(q2_K, 0, 0, 1, q2_K_matmul)
-KTX_AMX(iq4_xs, 1, 0, 0, iq4_xs_matmul)
+KTX_AMX(iq4_xs, 1, 0, 0, dj_iq4_xs_avx512_matmul)
 KTX_AMX(iq2_xxs, 0, 1, 0, iq2_xxs_matmul)
 KTX_AMX(iq2_xs, 0, 1, 0, iq2_xs_matmul)
 KTX_AMX(iq2_s, 0, 1, 0, iq2_s_matmul)
