@@ -42,6 +42,30 @@ struct dj_tilecfg {
     uint8_t rows[16];
 };
 #define DJ_AMX_BARRIER() __asm__ volatile("" ::: "memory")
+/* The block step of the AMX-INT8 kernels with q8_0 activations (kernels_avx512.c's q4_0 /
+ * q8_0, quants32_avx2.c's 32-element block types): block i's 16 tokens' bytes (aq, as apart)
+ * against its B tile (bq: 16 rows' signed levels), TDPBSSD into C tile i % 2 (A 4 + i % 2,
+ * B 6 + i % 2); DJ_AMX_Q8_STORE stores C tile i % 2 to isum[i % 2] (int32 [2][16][16]).
+ * Macros: the tile intrinsics take their tile numbers as literals. */
+#define DJ_AMX_Q8_ISSUE(i, aq, as, bq)           \
+    do {                                         \
+        if ((i) % 2 == 0) {                      \
+            _tile_loadd(4, (aq), (long)(as));    \
+            _tile_loadd(6, (bq), 64);            \
+            _tile_zero(0);                       \
+            _tile_dpbssd(0, 4, 6);               \
+        } else {                                 \
+            _tile_loadd(5, (aq), (long)(as));    \
+            _tile_loadd(7, (bq), 64);            \
+            _tile_zero(1);                       \
+            _tile_dpbssd(1, 5, 7);               \
+        }                                        \
+    } while (0)
+#define DJ_AMX_Q8_STORE(i, isum)                                   \
+    do {                                                           \
+        if ((i) % 2 == 0) _tile_stored(0, (isum)[0], 64);          \
+        else _tile_stored(1, (isum)[1], 64);                       \
+    } while (0)
 /* The avx512 table's packed q4_0 / q8_0 matmul with batches of more than 16 tokens on
  * AMX-INT8 (kernels_avx512.c: that file's packed layout and float step, so the same bits);
  * only for a table whose CPU and OS run AMX (kernels_amx.c). */

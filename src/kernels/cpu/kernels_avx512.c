@@ -1140,24 +1140,10 @@ static void amxq_matmul(const int q8, int64_t k, const void *wv, size_t ws, cons
             DJ_UNROLL for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
             AMX_BARRIER();
             for (int64_t b = 0; b <= nb; b++) {
-                if (b < nb) {
-                    const uint8_t *bq = ub + (size_t)b * 512, *aq = at + (size_t)b * sizeof(struct dj_block_q8_0);
-                    if (b % 2 == 0) {
-                        _tile_loadd(4, aq, (long)as);
-                        _tile_loadd(6, bq, 64);
-                        _tile_zero(0);
-                        _tile_dpbssd(0, 4, 6);
-                    } else {
-                        _tile_loadd(5, aq, (long)as);
-                        _tile_loadd(7, bq, 64);
-                        _tile_zero(1);
-                        _tile_dpbssd(1, 5, 7);
-                    }
-                }
+                if (b < nb) DJ_AMX_Q8_ISSUE(b, at + (size_t)b * sizeof(struct dj_block_q8_0), as, ub + (size_t)b * 512);
                 if (b > 0) {
                     const int64_t pb = b - 1;
-                    if (pb % 2 == 0) _tile_stored(0, isum[0], 64);
-                    else _tile_stored(1, isum[1], 64);
+                    DJ_AMX_Q8_STORE(pb, isum);
                     AMX_BARRIER();
                     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q16p_d(q8, wg, pb, nb)));
                     amxq_epilogue((const int32_t(*)[16])isum[pb % 2], dw, tt + pb, nb, acc);

@@ -792,24 +792,11 @@ static inline DJ_ALWAYS_INLINE bool k32_amx(const int q5, const int LUT, const i
                     DJ_AMX_BARRIER();
                     /* block b's sums go to tile (i % 2) and are stored while block b + 8's are made */
                     for (int64_t b = kc, i = 0;; b += 8, i++) {
-                        if (b < nb) {
-                            const uint8_t *bq = ub + (size_t)b * 512, *aq = at + (size_t)b * sizeof(struct dj_block_q8_0);
-                            if (i % 2 == 0) {
-                                _tile_loadd(4, aq, (long)as);
-                                _tile_loadd(6, bq, 64);
-                                _tile_zero(0);
-                                _tile_dpbssd(0, 4, 6);
-                            } else {
-                                _tile_loadd(5, aq, (long)as);
-                                _tile_loadd(7, bq, 64);
-                                _tile_zero(1);
-                                _tile_dpbssd(1, 5, 7);
-                            }
-                        }
+                        if (b < nb)
+                            DJ_AMX_Q8_ISSUE(i, at + (size_t)b * sizeof(struct dj_block_q8_0), as, ub + (size_t)b * 512);
                         if (i > 0) {
                             const int64_t pb = b - 8;
-                            if ((i - 1) % 2 == 0) _tile_stored(0, isum[0], 64);
-                            else _tile_stored(1, isum[1], 64);
+                            DJ_AMX_Q8_STORE(i - 1, isum);
                             DJ_AMX_BARRIER();
                             const __m512 dw = _mm512_load_ps(dwv + 16 * pb);
                             const int32_t(*is)[16] = isum[(i - 1) % 2];
