@@ -559,7 +559,8 @@ static enum dj_status bind_tensors(struct dj_model *m) {
  * small router) is copied out of the file mapping into one anonymous mapping with
  * transparent huge pages asked: in the kernel table's repacked layout where it
  * has one for the type (kernels.h: pack — Q8_0, Q4_0, Q4_K on AVX-512 and AVX2, and
- * Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 on AVX2: decode then streams it without transposing), as it is otherwise.  Huge pages: the
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 on AVX2 and the tables above it: decode then streams it
+ * without transposing), as it is otherwise.  Huge pages: the
  * file's 4 KiB pages cost a TLB miss (two-level page walk in a VM) every 4 KiB
  * of a weight stream — F16 decode of a 1.1B model read 7-12 GB/s from the
  * mapping, ~25 GB/s from the copy, same kernel, same machine (docs/
