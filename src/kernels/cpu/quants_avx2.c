@@ -1095,7 +1095,16 @@ static inline DJ_ALWAYS_INLINE void iq4x_rows(const int NT, int64_t nb, const ui
             for (size_t l_ = 0; dj_avx2_pf && 64 * l_ < bs; l_++)
                 _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);
             const struct dj_block_iq4_xs *x = (const void *)wb;
-            const unsigned sh = dj_load_u16(&x->scales_h);
+            /* the 8 chunks' scales (as iq4_xs_dec: low 4 bits from scales_l, high 2 from
+             * scales_h, less 32) in 8 dwords, then chunks 2p, 2p + 1 as halves of sc[p] */
+            const __m256i sl = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)dj_load_u32(x->scales_l)),
+                                                                  _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                                _mm256_set1_epi32(0xF));
+            const __m256i shv = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)dj_load_u16(&x->scales_h)),
+                                                                   _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                                 _mm256_set1_epi32(3));
+            const __m512i s8 = _mm512_castsi256_si512(
+                _mm256_sub_epi32(_mm256_or_si256(sl, _mm256_slli_epi32(shv, 4)), _mm256_set1_epi32(32)));
             __m512i u[4], sc[4];
             DJ_UNROLL for (int p = 0; p < 4; p++) {
                 const __m512i q = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * p)));
@@ -1103,10 +1112,8 @@ static inline DJ_ALWAYS_INLINE void iq4x_rows(const int NT, int64_t nb, const ui
                 const __m512i nib = _mm512_mask_blend_epi64(0xCC, _mm512_and_si512(z, m4),
                                                             _mm512_and_si512(_mm512_srli_epi16(z, 4), m4));
                 u[p] = _mm512_shuffle_epi8(lutv, nib);
-                const int c0 = 2 * p, c1 = 2 * p + 1;
-                const int l0 = ((x->scales_l[c0 / 2] >> 4 * (c0 % 2)) & 0xf) | (((sh >> 2 * c0) & 3) << 4);
-                const int l1 = ((x->scales_l[c1 / 2] >> 4 * (c1 % 2)) & 0xf) | (((sh >> 2 * c1) & 3) << 4);
-                sc[p] = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(l0 - 32), _mm512_set1_epi32(l1 - 32));
+                sc[p] = _mm512_permutexvar_epi32(_mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(2 * p),
+                                                                         _mm512_set1_epi32(2 * p + 1)), s8);
             }
             const float d = dj_q_f16(&x->d);
             DJ_UNROLL for (int j = 0; j < NT; j++) {
