@@ -13,9 +13,13 @@
 
 #include "core/status.h"
 
+/* JSON_ALLOW_NUL: "\u0000" is valid JSON (RFC 8259), and agents send it back — a model can
+ * emit a byte-fallback 0x00 token, which deja writes as \u0000, and Claude Code returns that
+ * text in the next turn's history (e2e/test_agent_claude failed on it with a 400).  Message
+ * content keeps its length through the template (jinja_value.c takes jansson's lengths). */
 json_t *server_parse_body(const char *body, size_t n) {
     json_error_t err;
-    json_t *req = json_loadb(body, n, 0, &err);
+    json_t *req = json_loadb(body, n, JSON_ALLOW_NUL, &err);
     if (json_is_object(req)) return req;
     if (req) {
         json_decref(req);

@@ -405,8 +405,22 @@ static void test_fim_prompt(const struct dj_vocab *ds, const struct dj_vocab *sp
     CHECK(server_fim_batch(4096) == 2048 && server_fim_batch(100000) == 2048 && server_fim_batch(2048) == 1024);
 }
 
+/* A body with "\u0000" in a string is valid JSON: parsed, the string's length kept. */
+static void test_body_nul(void) {
+    static const char body[] = "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\\u0000b\"}]}";
+    json_t *j = server_parse_body(body, sizeof body - 1);
+    CHECKF(j != NULL, "a body with \\u0000 in a string refused: %s", dj_last_error());
+    if (!j) return;
+    const json_t *c = json_object_get(json_array_get(json_object_get(j, "messages"), 0), "content");
+    CHECK(json_is_string(c) && json_string_length(c) == 3 && memcmp(json_string_value(c), "a\0b", 3) == 0);
+    json_decref(j);
+    static const char bad_body[] = "{\"a\":\"\\u0000\""; /* no closing brace */
+    CHECK(server_parse_body(bad_body, sizeof bad_body - 1) == NULL);
+}
+
 int main(int argc, char **argv) {
     shared = argc > 1 ? argv[1] : "../shared";
+    test_body_nul();
     struct dj_vocab *ds = NULL, *spm = NULL;
     CHECK(dj_vocab_load_file(test_shared_path(shared, "vocab/ggml-vocab-deepseek-coder.gguf"), &ds) == DJ_OK);
     CHECK(dj_vocab_load_file(test_shared_path(shared, "models/stories260K.gguf"), &spm) == DJ_OK);
