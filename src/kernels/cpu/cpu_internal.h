@@ -84,6 +84,20 @@ void dj_q6_K_amx_matmul(int64_t k, const void *w, size_t ws, const void *a, size
 /* Loads the AMX-INT8 kernels' tile configuration (kernels_avx512.c): C tiles 0-3 (rows x
  * 16 int32), A tiles 4-5 (rows x a_colsb bytes), B tiles 6-7 (a_colsb / 4 rows x 64 bytes). */
 void dj_amx_int8_config(int rows, int a_colsb);
+/* The configuration for rows token rows, loaded only when *cur_rows (the rows configured
+ * now; -1 at first) differs. */
+static inline void dj_amx_int8_rows(int rows, int a_colsb, int *cur_rows) {
+    if (rows == *cur_rows) return;
+    dj_amx_int8_config(rows, a_colsb);
+    *cur_rows = rows;
+}
+/* The 16-row group that holds row r of [.., r1): *g0 (r rounded down to 16), and its rows
+ * in [r, r1) as bits of the result. */
+static inline uint16_t dj_group16(int64_t r, int64_t r1, int64_t *g0) {
+    *g0 = r & ~(int64_t)15;
+    const int64_t hi = r1 - *g0 < 16 ? r1 - *g0 : 16;
+    return (uint16_t)(((1u << hi) - 1) & (0xFFFFu << (r - *g0)));
+}
 /* The packed matmul of the 32-element block types (quants32_avx2.c, which the avx512 table
  * inherits) with batches of more than 16 tokens on AMX-INT8: that file's packed layout and
  * float steps, so the same bits; only for a table whose CPU and OS run AMX. */

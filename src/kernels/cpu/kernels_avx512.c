@@ -373,9 +373,7 @@ static inline DJ_ALWAYS_INLINE void q16p_unpack(const int q8, const uint8_t *g, 
  * apart): *g0 its first row, *m the lanes of [r, r1) in it. */
 static inline const uint8_t *q16p_group(const uint8_t *w, size_t ws, int64_t r, int64_t r1, int64_t *g0,
                                         __mmask16 *m) {
-    *g0 = r & ~(int64_t)15;
-    const int64_t hi = r1 - *g0 < 16 ? r1 - *g0 : 16;
-    *m = (__mmask16)(((1u << hi) - 1) & (0xFFFFu << (r - *g0)));
+    *m = dj_group16(r, r1, g0);
     return w + (size_t)*g0 * ws;
 }
 
@@ -1130,10 +1128,7 @@ static void amxq_matmul(const int q8, int64_t k, const void *wv, size_t ws, cons
         }
         for (int64_t t = 0; t < n_tok; t += 16) {
             const int nt = (int)(n_tok - t < 16 ? n_tok - t : 16);
-            if (nt != cur_rows) {
-                dj_amx_int8_config(nt, 32);
-                cur_rows = nt;
-            }
+            dj_amx_int8_rows(nt, 32, &cur_rows);
             const uint8_t *at = a + (size_t)t * as + 2;
             const float *tt = td + t * nb;
             __m512 acc[16];
@@ -1211,10 +1206,7 @@ void dj_q4_K_amx_matmul_packed(int64_t k, const void *wv, size_t ws, const void 
         }
         for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
-            if (nt != cur_rows) {
-                dj_amx_int8_config(nt, 64);
-                cur_rows = nt;
-            }
+            dj_amx_int8_rows(nt, 64, &cur_rows);
             const uint8_t *at = a + (size_t)t0 * as + qso;
             memset(accm, 0, sizeof accm);
             AMX_BARRIER();
@@ -1503,10 +1495,7 @@ void dj_q6_K_amx_matmul(int64_t k, const void *wv, size_t ws, const void *av, si
         }
         for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
-            if (nt != cur_rows) {
-                dj_amx_int8_config(nt, 64);
-                cur_rows = nt;
-            }
+            dj_amx_int8_rows(nt, 64, &cur_rows);
             const uint8_t *at = a + (size_t)t0 * as;
             memset(accm, 0, sizeof accm);
             AMX_BARRIER();

@@ -710,11 +710,6 @@ K32_TYPE_ALL(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")
 enum { K32_AMX_MIN_TOK = 16 };
 
-static inline DJ_ALWAYS_INLINE __m512 k32x_tree(const __m512 *x) { /* lanes_hsum8's tree, 16 lanes */
-    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x[0], x[4]), _mm512_add_ps(x[2], x[6])),
-                         _mm512_add_ps(_mm512_add_ps(x[1], x[5]), _mm512_add_ps(x[3], x[7])));
-}
-
 /* A 16-row group's blocks as B tiles (ub: 512 bytes a block) and their d (m) as 16 lanes. */
 static inline DJ_ALWAYS_INLINE void k32x_group(const int q5, const int LUT, const int E8, const int MN, const int SUB,
                                                __m256i lut, size_t gbs, const uint8_t *P0, const uint8_t *P1,
@@ -773,17 +768,14 @@ static inline DJ_ALWAYS_INLINE bool k32_amx(const int q5, const int LUT, const i
         memset(tp.d + nt_c * nb, 0, (size_t)(ntc_p - nt_c) * (size_t)nb * sizeof(float));
         memset(tp.dsa + nt_c * nb, 0, (size_t)(ntc_p - nt_c) * (size_t)nb * sizeof(float));
         for (int64_t r = r0; r < r1;) {
-            const int64_t g0 = r & ~(int64_t)15, hi = r1 - g0 < 16 ? r1 - g0 : 16;
-            const __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << (r - g0)) - 1));
+            int64_t g0;
+            const __mmask16 m = dj_group16(r, r1, &g0);
             k32x_group(q5, LUT, E8, MN, SUB, lut, gbs, w + (size_t)g0 * ws, w + (size_t)(g0 + 8) * ws, nb, ub, dwv,
                        mwv);
-            r = g0 + hi;
+            r = g0 + 16;
             for (int64_t t = 0; t < nt_c; t += 16) {
                 const int nt = (int)(nt_c - t < 16 ? nt_c - t : 16);
-                if (nt != cur_rows) {
-                    dj_amx_int8_config(nt, 32);
-                    cur_rows = nt;
-                }
+                dj_amx_int8_rows(nt, 32, &cur_rows);
                 const uint8_t *at = a + (size_t)(t0 + t) * as + 2;
                 const float *td = tp.d + t * nb;
                 for (int kc = 0; kc < 8; kc++) {
@@ -821,15 +813,9 @@ static inline DJ_ALWAYS_INLINE bool k32_amx(const int q5, const int LUT, const i
                         DJ_UNROLL for (int j = 0; j < 16; j++) chm[16 * kc + j] = am[j];
                     }
                 }
-                for (int j = 0; j < nt; j++) {
-                    const __m512 x[8] = {ch[j],       ch[16 + j],  ch[32 + j],  ch[48 + j],
-                                         ch[64 + j],  ch[80 + j],  ch[96 + j],  ch[112 + j]};
-                    __m512 rr = k32x_tree(x);
-                    if (MN) {
-                        const __m512 y[8] = {chm[j],      chm[16 + j], chm[32 + j], chm[48 + j],
-                                             chm[64 + j], chm[80 + j], chm[96 + j], chm[112 + j]};
-                        rr = _mm512_add_ps(rr, k32x_tree(y));
-                    }
+                for (int j = 0; j < nt; j++) { /* lanes_hsum8's tree (and the mins') */
+                    __m512 rr = DJ_Q_HSUM8_512(ch + j, 16);
+                    if (MN) rr = _mm512_add_ps(rr, DJ_Q_HSUM8_512(chm + j, 16));
                     _mm512_mask_storeu_ps(c + (t0 + t + j) * ldc + g0, m, rr);
                 }
             }

@@ -1228,11 +1228,6 @@ struct ktx_blk {
 
 typedef void (*ktx_dec_fn)(const uint8_t *p, struct kt_sb *o);
 
-static inline DJ_ALWAYS_INLINE __m512 ktx_tree(const __m512 *x) { /* dj_q_hsum8's tree, 16 lanes */
-    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x[0], x[4]), _mm512_add_ps(x[2], x[6])),
-                         _mm512_add_ps(_mm512_add_ps(x[1], x[5]), _mm512_add_ps(x[3], x[7])));
-}
-
 /* Rows row[0..15] (clamped to the matrix's range) of super-block b into o; tmp: the rows'
  * low bytes (16 x 256), high parts (16 x 256), cw and mw (16 x 32 bytes each). */
 static inline DJ_ALWAYS_INLINE void ktx_decode(const int SG, const int CR, ktx_dec_fn dec, const uint8_t *const row[16],
@@ -1317,8 +1312,8 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
     memset(xh, 0, sizeof xh);
     int cur_rows = -1;
     for (int64_t r = r0; r < r1;) {
-        const int64_t g0 = r & ~(int64_t)15, hi = r1 - g0 < 16 ? r1 - g0 : 16;
-        const __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << (r - g0)) - 1));
+        int64_t g0;
+        const __mmask16 m = dj_group16(r, r1, &g0);
         const uint8_t *row[16];
         for (int i = 0; i < 16; i++) {
             int64_t ri = g0 + i < r ? r : g0 + i;
@@ -1326,13 +1321,10 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
             row[i] = w + (size_t)ri * ws;
         }
         for (int64_t b = 0; b < nb; b++) ktx_decode(SG, CR, dec, row, bs, b, tmp, &B[b]);
-        r = g0 + hi;
+        r = g0 + 16;
         for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
-            if (nt != cur_rows) {
-                dj_amx_int8_config(nt, CR ? 64 : 32);
-                cur_rows = nt;
-            }
+            dj_amx_int8_rows(nt, CR ? 64 : 32, &cur_rows);
             for (int j = 0; j < (CR ? 16 : 128); j++) acc[j] = _mm512_setzero_ps();
             const uint8_t *at = a + (size_t)t0 * as, *apt = ap + (size_t)(t0 / 16) * (size_t)nb * 4096;
             /* Steps (CR: a super-block; else a super-block's lane): step s's sums go to the C
@@ -1431,17 +1423,8 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
                 }
                 DJ_AMX_BARRIER();
             }
-            for (int t = 0; t < nt; t++) {
-                __m512 rr;
-                if (CR) {
-                    rr = acc[t];
-                } else {
-                    const __m512 x[8] = {acc[t],      acc[16 + t], acc[32 + t], acc[48 + t],
-                                         acc[64 + t], acc[80 + t], acc[96 + t], acc[112 + t]};
-                    rr = ktx_tree(x);
-                }
-                _mm512_mask_storeu_ps(c + (t0 + t) * ldc + g0, m, rr);
-            }
+            for (int t = 0; t < nt; t++) /* CR: the chain; else dj_q_hsum8's tree of the 8 lanes' */
+                _mm512_mask_storeu_ps(c + (t0 + t) * ldc + g0, m, CR ? acc[t] : DJ_Q_HSUM8_512(acc + t, 16));
         }
     }
     _tile_release();

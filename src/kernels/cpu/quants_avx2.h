@@ -18,6 +18,13 @@
 /* quants32_avx2.c: Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (called by dj_kernels_init_avx2_quants) */
 void dj_kernels_init_avx2_quants32(struct dj_kernels *k);
 
+/* dj_q_hsum8's tree, ((0+4)+(2+6))+((1+5)+(3+7)), lane for lane over the 8 vectors p[0],
+ * p[s], .., p[7 s] of 16 floats (the AMX kernels' chains; a macro: it is expanded only
+ * inside their AVX-512 target pragma). */
+#define DJ_Q_HSUM8_512(p, s)                                                                          \
+    _mm512_add_ps(_mm512_add_ps(_mm512_add_ps((p)[0], (p)[4 * (s)]), _mm512_add_ps((p)[2 * (s)], (p)[6 * (s)])), \
+                  _mm512_add_ps(_mm512_add_ps((p)[(s)], (p)[5 * (s)]), _mm512_add_ps((p)[3 * (s)], (p)[7 * (s)])))
+
 static inline float dj_q_hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
