@@ -34,6 +34,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bench_rng.h"
 #include "core/fp16.h"
 #include "core/ggml_type.h"
 #include "kernels/kernels.h"
@@ -47,13 +48,6 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t rs = 88172645463325252ull;
-static uint64_t rnd(void) {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return rs;
-}
 static float frnd(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 - 0.5); }
 
 /* Where a block of a type without a deja quantizer keeps its f16 scales (byte offsets;

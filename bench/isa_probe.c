@@ -24,31 +24,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_rng.h"
+#include "core/fp16.h"
+
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
-static uint64_t rs = 88172645463325252ull;
-static uint64_t rnd(void) {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return rs;
-}
 static float rf(void) {
     return (float)(((double)(rnd() >> 11) / 9007199254740992.0 - 0.5) * exp(((double)(rnd() % 1000) / 1000 - 0.5) * 8));
-}
-static float bf(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint16_t tobf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static void probe_dpbf16(void) {
@@ -141,17 +126,17 @@ static void probe_amx_rounding(void) {
     long mism[4] = {0, 0, 0, 0}, total = 0, inv = 0, inv_total = 0;
     for (int trial = 0; trial < 200; trial++) {
         for (int m = 0; m < 16; m++)
-            for (int k = 0; k < 2 * NK; k++) A[m][k] = tobf(rf());
+            for (int k = 0; k < 2 * NK; k++) A[m][k] = dj_f32_to_bf16(rf());
         for (int k = 0; k < NK; k++)
-            for (int n = 0; n < 32; n++) B[k][n] = tobf(rf());
+            for (int n = 0; n < 32; n++) B[k][n] = dj_f32_to_bf16(rf());
         amx_run(16, A, C);
         for (int m = 0; m < 16; m++)
             for (int n = 0; n < 16; n++) {
                 float e[4] = {0, 0, 0, 0};
                 double tile = 0;
                 for (int k = 0; k < NK; k++) {
-                    const float ae = bf(A[m][2 * k]), ao = bf(A[m][2 * k + 1]), be = bf(B[k][2 * n]),
-                                bo = bf(B[k][2 * n + 1]);
+                    const float ae = dj_bf16_to_f32(A[m][2 * k]), ao = dj_bf16_to_f32(A[m][2 * k + 1]);
+                    const float be = dj_bf16_to_f32(B[k][2 * n]), bo = dj_bf16_to_f32(B[k][2 * n + 1]);
                     e[0] = fmaf(ao, bo, fmaf(ae, be, e[0]));
                     e[1] = fmaf(ae, be, fmaf(ao, bo, e[1]));
                     e[2] = (float)((double)e[2] + ((double)ae * be + (double)ao * bo));
@@ -170,7 +155,7 @@ static void probe_amx_rounding(void) {
             amx_run(1, A1, C1);
             inv += memcmp(C1[0], C[m], 64) != 0;
             for (int i = 0; i < 16; i++)
-                for (int k = 0; k < 2 * NK; k++) A1[i][k] = tobf(rf());
+                for (int k = 0; k < 2 * NK; k++) A1[i][k] = dj_f32_to_bf16(rf());
             memcpy(A1[(m + 5) % 16], A[m], sizeof A[0]);
             amx_run(16, A1, C1);
             inv += memcmp(C1[(m + 5) % 16], C[m], 64) != 0;
