@@ -1827,6 +1827,16 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->w[DJ_TYPE_TQ1_0].dot = dj_tq1_0_avx512_dot;
     k->w[DJ_TYPE_IQ4_XS].matmul = dj_iq4_xs_avx512_matmul;
     k->w[DJ_TYPE_IQ4_XS].dot = dj_iq4_xs_avx512_dot;
+    k->w[DJ_TYPE_IQ2_XXS].matmul = dj_iq2_xxs_avx512_matmul; /* the grid types' decode: gathers */
+    k->w[DJ_TYPE_IQ2_XXS].dot = dj_iq2_xxs_avx512_dot;
+    k->w[DJ_TYPE_IQ2_XS].matmul = dj_iq2_xs_avx512_matmul;
+    k->w[DJ_TYPE_IQ2_XS].dot = dj_iq2_xs_avx512_dot;
+    k->w[DJ_TYPE_IQ2_S].matmul = dj_iq2_s_avx512_matmul;
+    k->w[DJ_TYPE_IQ2_S].dot = dj_iq2_s_avx512_dot;
+    k->w[DJ_TYPE_IQ3_XXS].matmul = dj_iq3_xxs_avx512_matmul;
+    k->w[DJ_TYPE_IQ3_XXS].dot = dj_iq3_xxs_avx512_dot;
+    k->w[DJ_TYPE_IQ3_S].matmul = dj_iq3_s_avx512_matmul;
+    k->w[DJ_TYPE_IQ3_S].dot = dj_iq3_s_avx512_dot;
     DJ_KERNELS_SET_PACKED(k);
     pk_pf = dj_kernels_prefetch_distance(pk_pf);
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;

@@ -1185,6 +1185,183 @@ float dj_iq4_xs_avx512_dot(int64_t k, const void *w, const void *a) {
     iq4x_rows1(nb, w, 0, a, 0, &c, 1, 0, 1, corr);
     return c;
 }
+
+/* The grid types' decode on AVX-512 (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S).  Their totals
+ * are exact (kt_epilogue's one fma a super-block), so any integer route gives the avx2
+ * table's bits.  A vector holds two chunks (64 elements): the grid entries by one gather
+ * (16 dwords or 8 qwords; AVX2's T_sb1 builds each vector from scalar loads and inserts),
+ * the signs as a 64-bit mask (explicit sign bytes, or the 7-bit sign indices through
+ * dj_ksigns64 by a qword gather) that negates the activations (q8_K bytes are >= -127, so
+ * negation is exact), vpdpbusd of the unsigned grid bytes by them, and each dword (|.| <=
+ * 4 * 62 * 127 < 2^15) times its 4 elements' scale 2s+1 by vpmaddwd against (scale, 0)
+ * words.  The T_gx functions make a super-block's four vectors, masks and scale vectors
+ * once for up to 4 tokens. */
+struct gx_sb {
+    __m512i g[4], sw[4];
+    __mmask64 sg[4];
+};
+static inline DJ_ALWAYS_INLINE __mmask64 gx_ksigns8(__m512i sidx) { /* 8 qword sign indices -> 64 sign bits */
+    return _mm512_movepi8_mask(_mm512_i64gather_epi64(sidx, (const void *)dj_ksigns64, 8));
+}
+/* the four 7-bit sign indices (bits 0, 7, 14, 21) of aux0 and of aux1, as 8 qwords */
+static inline DJ_ALWAYS_INLINE __m512i gx_sidx(uint32_t aux0, uint32_t aux1) {
+    const __m512i A = _mm512_inserti64x4(_mm512_set1_epi64(aux0), _mm256_set1_epi64x(aux1), 1);
+    return _mm512_and_si512(_mm512_srlv_epi64(A, _mm512_setr_epi64(0, 7, 14, 21, 0, 7, 14, 21)), _mm512_set1_epi64(127));
+}
+/* dword scales 2s+1: chunk 2v's s = (aux0 >> 28), chunk 2v+1's (aux1 >> 28) */
+static inline DJ_ALWAYS_INLINE __m512i gx_sw32(uint32_t aux0, uint32_t aux1) {
+    return _mm512_inserti64x4(_mm512_set1_epi32((int)(2 * (aux0 >> 28) + 1)),
+                              _mm256_set1_epi32((int)(2 * (aux1 >> 28) + 1)), 1);
+}
+/* dword scales 2s+1 per 16 elements: the four nibbles of the 16-bit s (low first) */
+static inline DJ_ALWAYS_INLINE __m512i gx_sw16(unsigned s) {
+    const __m512i n = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)s),
+                                                          _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)),
+                                       _mm512_set1_epi32(0xF));
+    return _mm512_add_epi32(_mm512_add_epi32(n, n), _mm512_set1_epi32(1));
+}
+static inline DJ_ALWAYS_INLINE float iq3_s_gx(const uint8_t *p, struct gx_sb *o) {
+    const struct dj_block_iq3_s *x = (const void *)p;
+    const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+    const __m512i s4 = _mm512_set1_epi32((int)dj_load_u32(x->scales));
+    DJ_UNROLL for (int v = 0; v < 4; v++) {
+        /* 9-bit indices: qs, and bit i of the chunk pair's qh bytes */
+        __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * v)));
+        idx = _mm512_mask_or_epi32(idx, (__mmask16)dj_load_u16(x->qh + 2 * v), idx, _mm512_set1_epi32(256));
+        o->g[v] = _mm512_i32gather_epi32(idx, (const void *)dj_iq3s_grid, 4);
+        const __m512i sc = _mm512_and_si512(_mm512_srlv_epi32(s4, _mm512_add_epi32(half, _mm512_set1_epi32(8 * v))),
+                                            _mm512_set1_epi32(0xF));
+        o->sw[v] = _mm512_add_epi32(_mm512_add_epi32(sc, sc), _mm512_set1_epi32(1));
+        uint64_t sb;
+        memcpy(&sb, x->signs + 8 * v, 8);
+        o->sg[v] = (__mmask64)sb;
+    }
+    return dj_q_f16(&x->d);
+}
+static inline DJ_ALWAYS_INLINE float iq3_xxs_gx(const uint8_t *p, struct gx_sb *o) {
+    const struct dj_block_iq3_xxs *x = (const void *)p;
+    const uint8_t *sas = x->qs + DJ_QK_K / 4;
+    DJ_UNROLL for (int v = 0; v < 4; v++) {
+        const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * v)));
+        o->g[v] = _mm512_i32gather_epi32(idx, (const void *)dj_iq3xxs_grid, 4);
+        const uint32_t a0 = dj_load_u32(sas + 8 * v), a1 = dj_load_u32(sas + 8 * v + 4);
+        o->sg[v] = gx_ksigns8(gx_sidx(a0, a1));
+        o->sw[v] = gx_sw32(a0, a1);
+    }
+    return dj_q_f16(&x->d) * 0.25f;
+}
+static inline DJ_ALWAYS_INLINE float iq2_xxs_gx(const uint8_t *p, struct gx_sb *o) {
+    const struct dj_block_iq2_xxs *x = (const void *)p;
+    const uint8_t *qs = (const uint8_t *)x->qs;
+    const __m128i pick = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1);
+    DJ_UNROLL for (int v = 0; v < 4; v++) {
+        /* chunk c: 4 grid index bytes, then its 32-bit signs-and-scale word */
+        const __m128i q = _mm_loadu_si128((const __m128i *)(qs + 16 * v));
+        const __m256i idx = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(q, pick));
+        o->g[v] = _mm512_i32gather_epi64(idx, (const void *)dj_iq2xxs_grid, 8);
+        const uint32_t a0 = dj_load_u32(qs + 16 * v + 4), a1 = dj_load_u32(qs + 16 * v + 12);
+        o->sg[v] = gx_ksigns8(gx_sidx(a0, a1));
+        o->sw[v] = gx_sw32(a0, a1);
+    }
+    return dj_q_f16(&x->d) * 0.125f;
+}
+static inline DJ_ALWAYS_INLINE float iq2_xs_gx(const uint8_t *p, struct gx_sb *o) {
+    const struct dj_block_iq2_xs *x = (const void *)p;
+    DJ_UNROLL for (int v = 0; v < 4; v++) {
+        /* 8 words: a 9-bit grid index and a 7-bit sign index each */
+        const __m512i q = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(x->qs + 8 * v)));
+        o->g[v] = _mm512_i64gather_epi64(_mm512_and_si512(q, _mm512_set1_epi64(511)), (const void *)dj_iq2xs_grid, 8);
+        o->sg[v] = gx_ksigns8(_mm512_srli_epi64(q, 9));
+        o->sw[v] = gx_sw16(dj_load_u16(x->scales + 2 * v));
+    }
+    return dj_q_f16(&x->d) * 0.125f;
+}
+static inline DJ_ALWAYS_INLINE float iq2_s_gx(const uint8_t *p, struct gx_sb *o) {
+    const struct dj_block_iq2_s *x = (const void *)p;
+    const uint8_t *signs = x->qs + DJ_QK_K / 8;
+    DJ_UNROLL for (int v = 0; v < 4; v++) {
+        /* 10-bit indices: qs, and 2 bits of the group's qh byte (group i: bits 2 (i % 4)) */
+        const __m512i lo = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * v)));
+        const __m512i hi = _mm512_and_si512(_mm512_srlv_epi64(_mm512_set1_epi64(dj_load_u16(x->qh + 2 * v)),
+                                                              _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14)),
+                                            _mm512_set1_epi64(3));
+        o->g[v] = _mm512_i64gather_epi64(_mm512_or_si512(lo, _mm512_slli_epi64(hi, 8)), (const void *)dj_iq2s_grid, 8);
+        uint64_t sb;
+        memcpy(&sb, signs + 8 * v, 8);
+        o->sg[v] = (__mmask64)sb;
+        o->sw[v] = gx_sw16(dj_load_u16(x->scales + 2 * v));
+    }
+    return dj_q_f16(&x->d) * 0.125f;
+}
+static inline DJ_ALWAYS_INLINE void gx_rows(const int NT, const int BS, float (*gx)(const uint8_t *, struct gx_sb *),
+                                            int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                                            float *c, int64_t ldc, int64_t r0, int64_t r1) {
+    const size_t abs_ = sizeof(struct dj_block_q8_K), qso = offsetof(struct dj_block_q8_K, qs);
+    for (int64_t r = r0; r < r1; r++) {
+        float acc[4] = {0, 0, 0, 0};
+        const uint8_t *wr = w + (size_t)r * ws;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *wb = wr + (size_t)b * (size_t)BS;
+            for (int l_ = 0; dj_avx2_pf && 64 * l_ < BS; l_++)
+                _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);
+            struct gx_sb o;
+            const float d = gx(wb, &o);
+            DJ_UNROLL for (int j = 0; j < NT; j++) {
+                const uint8_t *ab = a + (size_t)j * as + (size_t)b * abs_;
+                __m512i s = _mm512_setzero_si512();
+                DJ_UNROLL for (int v = 0; v < 4; v++) {
+                    const __m512i av = _mm512_loadu_si512(ab + qso + 64 * v);
+                    const __m512i sa = _mm512_mask_sub_epi8(av, o.sg[v], _mm512_setzero_si512(), av);
+                    s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_dpbusd_epi32(_mm512_setzero_si512(), o.g[v], sa), o.sw[v]));
+                }
+                acc[j] = __builtin_fmaf((float)_mm512_reduce_add_epi32(s), d * dj_q_load_f32(ab), acc[j]);
+            }
+        }
+        DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = acc[j];
+    }
+}
+/* per type: rows of 1, 2 and 4 tokens; the matmul (more than KT_SMALL tokens: the avx2
+ * table's batch paths, the same totals and float step) and the dot */
+#define GX_TYPE(T)                                                                                                 \
+    static void T##_gx_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,       \
+                             int64_t ldc, int64_t r0, int64_t r1) {                                                \
+        gx_rows(1, sizeof(struct dj_block_##T), T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
+    }                                                                                                              \
+    static void T##_gx_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,       \
+                             int64_t ldc, int64_t r0, int64_t r1) {                                                \
+        gx_rows(2, sizeof(struct dj_block_##T), T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
+    }                                                                                                              \
+    static void T##_gx_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,       \
+                             int64_t ldc, int64_t r0, int64_t r1) {                                                \
+        gx_rows(4, sizeof(struct dj_block_##T), T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
+    }                                                                                                              \
+    void dj_##T##_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c,        \
+                                int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                              \
+        if (n_tok > KT_SMALL) {                                                                                    \
+            T##_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);                                                  \
+            return;                                                                                                \
+        }                                                                                                          \
+        const uint8_t *w = wv, *a = av;                                                                            \
+        for (int64_t t = 0; t < n_tok;) {                                                                          \
+            const int64_t n = n_tok - t;                                                                           \
+            const uint8_t *at = a + (size_t)t * as;                                                                \
+            float *ct = c + t * ldc;                                                                               \
+            if (n >= 4) T##_gx_rows4(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 4;                         \
+            else if (n >= 2) T##_gx_rows2(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 2;                    \
+            else T##_gx_rows1(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 1;                                \
+        }                                                                                                          \
+    }                                                                                                              \
+    float dj_##T##_avx512_dot(int64_t k, const void *w, const void *a) {                                           \
+        float c;                                                                                                   \
+        T##_gx_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);                                                        \
+        return c;                                                                                                  \
+    }
+GX_TYPE(iq2_xxs)
+GX_TYPE(iq2_xs)
+GX_TYPE(iq2_s)
+GX_TYPE(iq3_xxs)
+GX_TYPE(iq3_s)
+#undef GX_TYPE
 #pragma GCC pop_options
 
 /* ---- prefill by AMX-INT8 (the amx table: kernels_amx.c) ------------------------------
@@ -1442,11 +1619,11 @@ KTX_AMX(q5_K, 0, 0, 1, q5_K_matmul)
 KTX_AMX(q3_K, 0, 1, 0, q3_K_matmul)
 KTX_AMX(q2_K, 0, 0, 1, q2_K_matmul)
 KTX_AMX(iq4_xs, 1, 0, 0, dj_iq4_xs_avx512_matmul)
-KTX_AMX(iq2_xxs, 0, 1, 0, iq2_xxs_matmul)
-KTX_AMX(iq2_xs, 0, 1, 0, iq2_xs_matmul)
-KTX_AMX(iq2_s, 0, 1, 0, iq2_s_matmul)
-KTX_AMX(iq3_xxs, 0, 1, 0, iq3_xxs_matmul)
-KTX_AMX(iq3_s, 0, 1, 0, iq3_s_matmul)
+KTX_AMX(iq2_xxs, 0, 1, 0, dj_iq2_xxs_avx512_matmul)
+KTX_AMX(iq2_xs, 0, 1, 0, dj_iq2_xs_avx512_matmul)
+KTX_AMX(iq2_s, 0, 1, 0, dj_iq2_s_avx512_matmul)
+KTX_AMX(iq3_xxs, 0, 1, 0, dj_iq3_xxs_avx512_matmul)
+KTX_AMX(iq3_s, 0, 1, 0, dj_iq3_s_avx512_matmul)
 KTX_AMX(iq1_s, 0, 1, 0, iq1_s_matmul)
 KTX_AMX(iq1_m, 0, 1, 0, iq1_m_matmul)
 KTX_AMX(tq1_0, 0, 1, 0, dj_tq1_0_avx512_matmul)
