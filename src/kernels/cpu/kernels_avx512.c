@@ -1837,6 +1837,10 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->w[DJ_TYPE_IQ3_XXS].dot = dj_iq3_xxs_avx512_dot;
     k->w[DJ_TYPE_IQ3_S].matmul = dj_iq3_s_avx512_matmul;
     k->w[DJ_TYPE_IQ3_S].dot = dj_iq3_s_avx512_dot;
+    k->w[DJ_TYPE_IQ1_S].matmul = dj_iq1_s_avx512_matmul;
+    k->w[DJ_TYPE_IQ1_S].dot = dj_iq1_s_avx512_dot;
+    k->w[DJ_TYPE_IQ1_M].matmul = dj_iq1_m_avx512_matmul;
+    k->w[DJ_TYPE_IQ1_M].dot = dj_iq1_m_avx512_dot;
     DJ_KERNELS_SET_PACKED(k);
     pk_pf = dj_kernels_prefetch_distance(pk_pf);
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;

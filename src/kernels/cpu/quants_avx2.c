@@ -1199,6 +1199,7 @@ float dj_iq4_xs_avx512_dot(int64_t k, const void *w, const void *a) {
 struct gx_sb {
     __m512i g[4], sw[4];
     __mmask64 sg[4];
+    __m256i cw; /* IQ1: the offset's multipliers of the 16 bsums (kt_sb's cw) */
 };
 static inline DJ_ALWAYS_INLINE __mmask64 gx_ksigns8(__m512i sidx) { /* 8 qword sign indices -> 64 sign bits */
     return _mm512_movepi8_mask(_mm512_i64gather_epi64(sidx, (const void *)dj_ksigns64, 8));
@@ -1293,10 +1294,69 @@ static inline DJ_ALWAYS_INLINE float iq2_s_gx(const uint8_t *p, struct gx_sb *o)
     }
     return dj_q_f16(&x->d) * 0.125f;
 }
-static inline DJ_ALWAYS_INLINE void gx_rows(const int NT, const int BS, float (*gx)(const uint8_t *, struct gx_sb *),
+/* IQ1_S: u = grid + 1 (0..2), times 8 (2s+1) per 32; the rest of (8 grid + delta) (2s+1),
+ * (delta - 8) (2s+1) per 32 (delta = -1 where bit 15 of the chunk's qh word is set, else
+ * +1), through the bsums, as iq1_s_sb1 */
+static inline DJ_ALWAYS_INLINE float iq1_s_gx(const uint8_t *p, struct gx_sb *o) {
+    const struct dj_block_iq1_s *x = (const void *)p;
+    {   /* word g: chunk g / 2's (2s+1) (delta - 8) */
+        const __m256i q = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)x->qh));
+        const __m256i w2 = _mm256_or_si256(q, _mm256_slli_epi32(q, 16));
+        const __m256i s = _mm256_and_si256(_mm256_srli_epi16(w2, 12), _mm256_set1_epi16(7));
+        const __m256i off = _mm256_sub_epi16(_mm256_set1_epi16(-7), _mm256_slli_epi16(_mm256_srli_epi16(w2, 15), 1));
+        o->cw = _mm256_mullo_epi16(_mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1)), off);
+    }
+    DJ_UNROLL for (int v = 0; v < 4; v++) {
+        const unsigned h0 = x->qh[2 * v], h1 = x->qh[2 * v + 1];
+        /* 11-bit indices: qs, and 3 bits of the chunk's qh word (group i: bits 3 (i % 4)) */
+        const __m512i lo = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * v)));
+        const __m512i H = _mm512_inserti64x4(_mm512_set1_epi64(h0), _mm256_set1_epi64x(h1), 1);
+        const __m512i hi = _mm512_and_si512(_mm512_srlv_epi64(H, _mm512_setr_epi64(0, 3, 6, 9, 0, 3, 6, 9)), _mm512_set1_epi64(7));
+        const __m512i g = _mm512_i64gather_epi64(_mm512_or_si512(lo, _mm512_slli_epi64(hi, 8)), (const void *)dj_iq1s_grid, 8);
+        o->g[v] = _mm512_add_epi8(g, _mm512_set1_epi8(1));
+        o->sg[v] = 0;
+        const int s0 = 2 * (int)((h0 >> 12) & 7) + 1, s1 = 2 * (int)((h1 >> 12) & 7) + 1;
+        o->sw[v] = _mm512_inserti64x4(_mm512_set1_epi32(8 * s0), _mm256_set1_epi32(8 * s1), 1);
+    }
+    return dj_q_f16(&x->d) * 0.125f;
+}
+/* IQ1_M: u = 8 (grid + 1) + delta + 1 per 8 (delta = -1 where bit 3 of the group's qh nibble
+ * is set), times 2s+1 per 16 (3-bit scales); the -9 (2s+1) offset through the bsums, as
+ * iq1_m_sb1 */
+static inline DJ_ALWAYS_INLINE float iq1_m_gx(const uint8_t *p, struct gx_sb *o) {
+    const struct dj_block_iq1_m *x = (const void *)p;
+    uint16_t sc[4];
+    memcpy(sc, x->scales, 8);
+    /* word g: 2s+1 of 16-element group g (bits 3 (g % 4) of scale word g / 4) */
+    const __m256i sw16 = _mm256_permutexvar_epi16(_mm256_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                                  _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)x->scales)));
+    const __m256i s16 = _mm256_and_si256(_mm256_srlv_epi16(sw16, _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9)),
+                                         _mm256_set1_epi16(7));
+    const __m256i s2 = _mm256_add_epi16(_mm256_add_epi16(s16, s16), _mm256_set1_epi16(1));
+    o->cw = _mm256_mullo_epi16(s2, _mm256_set1_epi16(-9));
+    DJ_UNROLL for (int v = 0; v < 4; v++) {
+        const uint32_t h = dj_load_u32(x->qh + 4 * v); /* groups 8v .. 8v+7: nibble i */
+        const __m512i lo = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * v)));
+        const __m512i H = _mm512_set1_epi64(h);
+        const __m512i hi = _mm512_and_si512(_mm512_srlv_epi64(H, _mm512_setr_epi64(0, 4, 8, 12, 16, 20, 24, 28)), _mm512_set1_epi64(7));
+        const __m512i g = _mm512_i64gather_epi64(_mm512_or_si512(lo, _mm512_slli_epi64(hi, 8)), (const void *)dj_iq1s_grid, 8);
+        const __mmask8 neg = _mm512_test_epi64_mask(H, _mm512_setr_epi64(8, 0x80, 0x800, 0x8000, 0x80000, 0x800000, 0x8000000, 0x80000000));
+        const __m512i dp1 = _mm512_maskz_mov_epi64((__mmask8)~neg, _mm512_set1_epi8(2));
+        o->g[v] = _mm512_add_epi8(_mm512_slli_epi16(_mm512_add_epi8(g, _mm512_set1_epi8(1)), 3), dp1);
+        o->sg[v] = 0;
+        o->sw[v] = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(sc[v]), _mm512_setr_epi32(0, 0, 0, 0, 3, 3, 3, 3, 6, 6, 6, 6, 9, 9, 9, 9)),
+                                    _mm512_set1_epi32(7));
+        o->sw[v] = _mm512_add_epi32(_mm512_add_epi32(o->sw[v], o->sw[v]), _mm512_set1_epi32(1));
+    }
+    const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+    return dj_q_f16(&dh) * 0.125f;
+}
+static inline DJ_ALWAYS_INLINE void gx_rows(const int NT, const int BS, const int CW,
+                                            float (*gx)(const uint8_t *, struct gx_sb *),
                                             int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
                                             float *c, int64_t ldc, int64_t r0, int64_t r1) {
     const size_t abs_ = sizeof(struct dj_block_q8_K), qso = offsetof(struct dj_block_q8_K, qs);
+    const size_t bso = offsetof(struct dj_block_q8_K, bsums);
     for (int64_t r = r0; r < r1; r++) {
         float acc[4] = {0, 0, 0, 0};
         const uint8_t *wr = w + (size_t)r * ws;
@@ -1314,6 +1374,9 @@ static inline DJ_ALWAYS_INLINE void gx_rows(const int NT, const int BS, float (*
                     const __m512i sa = _mm512_mask_sub_epi8(av, o.sg[v], _mm512_setzero_si512(), av);
                     s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_dpbusd_epi32(_mm512_setzero_si512(), o.g[v], sa), o.sw[v]));
                 }
+                if (CW)
+                    s = _mm512_add_epi32(s, _mm512_zextsi256_si512(_mm256_madd_epi16(
+                                                _mm256_loadu_si256((const __m256i *)(ab + bso)), o.cw)));
                 acc[j] = __builtin_fmaf((float)_mm512_reduce_add_epi32(s), d * dj_q_load_f32(ab), acc[j]);
             }
         }
@@ -1322,18 +1385,18 @@ static inline DJ_ALWAYS_INLINE void gx_rows(const int NT, const int BS, float (*
 }
 /* per type: rows of 1, 2 and 4 tokens; the matmul (more than KT_SMALL tokens: the avx2
  * table's batch paths, the same totals and float step) and the dot */
-#define GX_TYPE(T)                                                                                                 \
+#define GX_TYPE(T, CW)                                                                                               \
     static void T##_gx_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,       \
                              int64_t ldc, int64_t r0, int64_t r1) {                                                \
-        gx_rows(1, sizeof(struct dj_block_##T), T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
+        gx_rows(1, sizeof(struct dj_block_##T), CW, T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
     }                                                                                                              \
     static void T##_gx_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,       \
                              int64_t ldc, int64_t r0, int64_t r1) {                                                \
-        gx_rows(2, sizeof(struct dj_block_##T), T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
+        gx_rows(2, sizeof(struct dj_block_##T), CW, T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
     }                                                                                                              \
     static void T##_gx_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,       \
                              int64_t ldc, int64_t r0, int64_t r1) {                                                \
-        gx_rows(4, sizeof(struct dj_block_##T), T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
+        gx_rows(4, sizeof(struct dj_block_##T), CW, T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
     }                                                                                                              \
     void dj_##T##_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c,        \
                                 int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                              \
@@ -1356,11 +1419,13 @@ static inline DJ_ALWAYS_INLINE void gx_rows(const int NT, const int BS, float (*
         T##_gx_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);                                                        \
         return c;                                                                                                  \
     }
-GX_TYPE(iq2_xxs)
-GX_TYPE(iq2_xs)
-GX_TYPE(iq2_s)
-GX_TYPE(iq3_xxs)
-GX_TYPE(iq3_s)
+GX_TYPE(iq2_xxs, 0)
+GX_TYPE(iq2_xs, 0)
+GX_TYPE(iq2_s, 0)
+GX_TYPE(iq3_xxs, 0)
+GX_TYPE(iq3_s, 0)
+GX_TYPE(iq1_s, 1)
+GX_TYPE(iq1_m, 1)
 #undef GX_TYPE
 #pragma GCC pop_options
 
@@ -1624,8 +1689,8 @@ KTX_AMX(iq2_xs, 0, 1, 0, dj_iq2_xs_avx512_matmul)
 KTX_AMX(iq2_s, 0, 1, 0, dj_iq2_s_avx512_matmul)
 KTX_AMX(iq3_xxs, 0, 1, 0, dj_iq3_xxs_avx512_matmul)
 KTX_AMX(iq3_s, 0, 1, 0, dj_iq3_s_avx512_matmul)
-KTX_AMX(iq1_s, 0, 1, 0, iq1_s_matmul)
-KTX_AMX(iq1_m, 0, 1, 0, iq1_m_matmul)
+KTX_AMX(iq1_s, 0, 1, 0, dj_iq1_s_avx512_matmul)
+KTX_AMX(iq1_m, 0, 1, 0, dj_iq1_m_avx512_matmul)
 KTX_AMX(tq1_0, 0, 1, 0, dj_tq1_0_avx512_matmul)
 KTX_AMX(tq2_0, 0, 1, 0, tq2_0_matmul)
 #pragma GCC pop_options
