@@ -1472,7 +1472,7 @@ typedef void (*ktx_dec_fn)(const uint8_t *p, struct kt_sb *o);
 
 /* Rows row[0..15] (clamped to the matrix's range) of super-block b into o; tmp: the rows'
  * low bytes (16 x 256), high parts (16 x 256), cw and mw (16 x 32 bytes each). */
-static inline DJ_ALWAYS_INLINE void ktx_decode(const int SG, const int CR, ktx_dec_fn dec, const uint8_t *const row[16],
+static inline DJ_ALWAYS_INLINE void ktx_decode(const int SG, const int CR, const int HZ, ktx_dec_fn dec, const uint8_t *const row[16],
                                                size_t bs, int64_t b, uint8_t *tmp, struct ktx_blk *o) {
     uint8_t *LO = tmp, *HI = tmp + 16 * 256, *CW = tmp + 32 * 256, *MW = CW + 16 * 32;
     _Alignas(64) float d[16], dmin[16];
@@ -1485,7 +1485,7 @@ static inline DJ_ALWAYS_INLINE void ktx_decode(const int SG, const int CR, ktx_d
             const __m512i sc = _mm512_inserti64x4(_mm512_set1_epi16(s0), _mm256_set1_epi16(s1), 1);
             const __m512i p = _mm512_mullo_epi16(q16, sc);
             _mm256_storeu_si256((__m256i *)(LO + 256 * i + 32 * c), _mm512_cvtepi16_epi8(p));
-            _mm256_storeu_si256((__m256i *)(HI + 256 * i + 32 * c), _mm512_cvtepi16_epi8(_mm512_srai_epi16(p, 8)));
+            if (!HZ) _mm256_storeu_si256((__m256i *)(HI + 256 * i + 32 * c), _mm512_cvtepi16_epi8(_mm512_srai_epi16(p, 8)));
         }
         _mm256_storeu_si256((__m256i *)(CW + 32 * i), D.cw);
         _mm256_storeu_si256((__m256i *)(MW + 32 * i), D.mw);
@@ -1498,7 +1498,7 @@ static inline DJ_ALWAYS_INLINE void ktx_decode(const int SG, const int CR, ktx_d
         const int at = CR ? g : 8 * (g % 8) + g / 8; /* lanes: dword g = 8c + l -> tile l, row c */
         const __m512i idx = _mm512_add_epi32(rows, _mm512_set1_epi32(g));
         _mm512_store_si512(&o->lo[at], _mm512_i32gather_epi32(idx, LO, 4));
-        _mm512_store_si512(&o->hi[at], _mm512_i32gather_epi32(idx, HI, 4));
+        if (!HZ) _mm512_store_si512(&o->hi[at], _mm512_i32gather_epi32(idx, HI, 4));
     }
     const __m512i rows8 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                              _mm512_set1_epi32(8));
@@ -1509,13 +1509,76 @@ static inline DJ_ALWAYS_INLINE void ktx_decode(const int SG, const int CR, ktx_d
     }
     o->d = _mm512_load_ps(d);
     o->dmin = _mm512_load_ps(dmin);
+    if (HZ) { /* the type's products always fit a byte */
+        o->hz = 1;
+        return;
+    }
     __m512i any = _mm512_setzero_si512();
     for (int i = 0; i < 16 * 256; i += 64) any = _mm512_or_si512(any, _mm512_loadu_si512(HI + i));
     o->hz = _mm512_test_epi64_mask(any, any) == 0;
 }
 
-/* False: a small batch or no scratch (the caller runs T_matmul: the same bits). */
-static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const int MN, ktx_dec_fn dec, size_t bs,
+/* The lane form's steps without high parts (ktx_matmul's HZ): lane l of super-block b is
+ * step 8 b + l; its sums go to C tile s % 4 (A and B tiles alternate 4/5 and 6/7) and are
+ * stored and folded three steps later: v = fma(float(S), d da, acc) and, with mins,
+ * fnmadd(float(madd(bsums pair l, mw pair l)), dmin da, v) — the fold of ktx_matmul,
+ * the same operations. */
+static inline DJ_ALWAYS_INLINE void ktx_lanes_hz(const int MN, int64_t nb, const struct ktx_blk *B, const uint8_t *apt,
+                                                 const uint8_t *at, size_t as, const float *dab0, int nt, __m512 *acc,
+                                                 int32_t (*xq)[16][16], __m512 *ddv) {
+    const size_t bso = offsetof(struct dj_block_q8_K, bsums), abs_ = sizeof(struct dj_block_q8_K);
+    const int64_t n_steps = 8 * nb;
+    DJ_AMX_BARRIER();
+    for (int64_t st = 0; st < n_steps + 3; st++) {
+        if (st < n_steps) {
+            const uint8_t *aq = apt + (size_t)(st / 8) * 4096 + 512 * (size_t)(st % 8);
+            const void *bq = &B[st / 8].lo[8 * (st % 8)];
+            switch (st % 4) {
+            case 0: _tile_loadd(4, aq, 32); _tile_loadd(6, bq, 64); _tile_zero(0); _tile_dpbsud(0, 4, 6); break;
+            case 1: _tile_loadd(5, aq, 32); _tile_loadd(7, bq, 64); _tile_zero(1); _tile_dpbsud(1, 5, 7); break;
+            case 2: _tile_loadd(4, aq, 32); _tile_loadd(6, bq, 64); _tile_zero(2); _tile_dpbsud(2, 4, 6); break;
+            default: _tile_loadd(5, aq, 32); _tile_loadd(7, bq, 64); _tile_zero(3); _tile_dpbsud(3, 5, 7); break;
+            }
+        }
+        if (st < 3) continue;
+        const int64_t ps = st - 3, b = ps / 8;
+        const int l = (int)(ps % 8);
+        switch (ps % 4) {
+        case 0: _tile_stored(0, xq[0], 64); break;
+        case 1: _tile_stored(1, xq[1], 64); break;
+        case 2: _tile_stored(2, xq[2], 64); break;
+        default: _tile_stored(3, xq[3], 64); break;
+        }
+        DJ_AMX_BARRIER();
+        const struct ktx_blk *Bb = &B[b];
+        const float *dab = dab0 + (size_t)b * 16;
+        if (l == 0)
+            for (int t = 0; t < nt; t++) {
+                ddv[t] = _mm512_mul_ps(Bb->d, _mm512_set1_ps(dab[t]));
+                if (MN) ddv[16 + t] = _mm512_mul_ps(Bb->dmin, _mm512_set1_ps(dab[t]));
+            }
+        const int32_t(*sl)[16] = xq[ps % 4];
+        const uint8_t *bsum = at + (size_t)b * abs_ + bso + 4 * (size_t)l;
+        const __m512i mw = Bb->mwp[l];
+        __m512 *al = acc + 16 * l;
+        for (int t = 0; t < nt; t++) {
+            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sl[t])), ddv[t], al[t]);
+            if (MN) {
+                const __m512i M = _mm512_madd_epi16(mw, _mm512_set1_epi32((int)dj_load_u32(bsum + (size_t)t * as)));
+                v = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), ddv[16 + t], v);
+            }
+            al[t] = v;
+        }
+        DJ_AMX_BARRIER();
+    }
+}
+
+/* HZ: the type's products always fit a byte (Q2_K, TQ): no high parts at all; in the lane form
+ * four C tiles then take turns, and a step is folded three steps after its tile op (the
+ * store of a C tile right after its op waited for it: ~45 ns a step), with d * da (and
+ * dmin * da) made once per super-block and token instead of once per lane.
+ * False: a small batch or no scratch (the caller runs T_matmul: the same bits). */
+static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const int MN, const int HZ, ktx_dec_fn dec, size_t bs,
                                               int64_t k, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
                                               float *c, int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
     const int64_t nb = k / DJ_QK_K;
@@ -1549,7 +1612,8 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
                 for (int l = 0; l < 8; l++)
                     for (int cc = 0; cc < 8; cc++) memcpy(o + 512 * l + 32 * (t % 16) + 4 * cc, q + 32 * cc + 4 * l, 4);
         }
-    _Alignas(64) int32_t xl[2][16][16], xh[3][16][16];
+    _Alignas(64) int32_t xl[2][16][16], xh[3][16][16], xq[4][16][16];
+    __m512 ddv[32];
     memset(xl, 0, sizeof xl);
     memset(xh, 0, sizeof xh);
     int cur_rows = -1;
@@ -1562,13 +1626,19 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
             if (ri >= r1) ri = r1 - 1;
             row[i] = w + (size_t)ri * ws;
         }
-        for (int64_t b = 0; b < nb; b++) ktx_decode(SG, CR, dec, row, bs, b, tmp, &B[b]);
+        for (int64_t b = 0; b < nb; b++) ktx_decode(SG, CR, HZ, dec, row, bs, b, tmp, &B[b]);
         r = g0 + 16;
         for (int64_t t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = (int)(n_tok - t0 < 16 ? n_tok - t0 : 16);
             dj_amx_int8_rows(nt, CR ? 64 : 32, &cur_rows);
             for (int j = 0; j < (CR ? 16 : 128); j++) acc[j] = _mm512_setzero_ps();
             const uint8_t *at = a + (size_t)t0 * as, *apt = ap + (size_t)(t0 / 16) * (size_t)nb * 4096;
+            if (HZ && !CR) {
+                ktx_lanes_hz(MN, nb, B, apt, at, as, da + (size_t)(t0 / 16) * (size_t)nb * 16, nt, acc, xq, ddv);
+                for (int t = 0; t < nt; t++)
+                    _mm512_mask_storeu_ps(c + (t0 + t) * ldc + g0, m, DJ_Q_HSUM8_512(acc + t, 16));
+                continue;
+            }
             /* Steps (CR: a super-block; else a super-block's lane): step s's sums go to the C
              * tiles 2 (s % 2), 2 (s % 2) + 1 and are stored, and folded into the chains, while
              * step s + 1's are made. */
@@ -1674,25 +1744,25 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
 }
 
 /* (FALLBACK: the matmul below 17 tokens — the avx512 table's) */
-#define KTX_AMX(T, SG, CR, MN, FALLBACK)                                                                           \
+#define KTX_AMX(T, SG, CR, MN, HZ, FALLBACK)                                                                         \
     void dj_##T##_amx_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc, \
                              int64_t r0, int64_t r1, int64_t n_tok) {                                              \
-        if (!ktx_matmul(SG, CR, MN, T##_dec, sizeof(struct dj_block_##T), k, w, ws, a, as, c, ldc, r0, r1, n_tok))  \
+        if (!ktx_matmul(SG, CR, MN, HZ, T##_dec, sizeof(struct dj_block_##T), k, w, ws, a, as, c, ldc, r0, r1, n_tok)) \
             FALLBACK(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                                       \
     }
-KTX_AMX(q5_K, 0, 0, 1, q5_K_matmul)
-KTX_AMX(q3_K, 0, 1, 0, q3_K_matmul)
-KTX_AMX(q2_K, 0, 0, 1, q2_K_matmul)
-KTX_AMX(iq4_xs, 1, 0, 0, dj_iq4_xs_avx512_matmul)
-KTX_AMX(iq2_xxs, 0, 1, 0, dj_iq2_xxs_avx512_matmul)
-KTX_AMX(iq2_xs, 0, 1, 0, dj_iq2_xs_avx512_matmul)
-KTX_AMX(iq2_s, 0, 1, 0, dj_iq2_s_avx512_matmul)
-KTX_AMX(iq3_xxs, 0, 1, 0, dj_iq3_xxs_avx512_matmul)
-KTX_AMX(iq3_s, 0, 1, 0, dj_iq3_s_avx512_matmul)
-KTX_AMX(iq1_s, 0, 1, 0, dj_iq1_s_avx512_matmul)
-KTX_AMX(iq1_m, 0, 1, 0, dj_iq1_m_avx512_matmul)
-KTX_AMX(tq1_0, 0, 1, 0, dj_tq1_0_avx512_matmul)
-KTX_AMX(tq2_0, 0, 1, 0, tq2_0_matmul)
+KTX_AMX(q5_K, 0, 0, 1, 0, q5_K_matmul)
+KTX_AMX(q3_K, 0, 1, 0, 0, q3_K_matmul)
+KTX_AMX(q2_K, 0, 0, 1, 1, q2_K_matmul)
+KTX_AMX(iq4_xs, 1, 0, 0, 0, dj_iq4_xs_avx512_matmul)
+KTX_AMX(iq2_xxs, 0, 1, 0, 0, dj_iq2_xxs_avx512_matmul)
+KTX_AMX(iq2_xs, 0, 1, 0, 0, dj_iq2_xs_avx512_matmul)
+KTX_AMX(iq2_s, 0, 1, 0, 0, dj_iq2_s_avx512_matmul)
+KTX_AMX(iq3_xxs, 0, 1, 0, 0, dj_iq3_xxs_avx512_matmul)
+KTX_AMX(iq3_s, 0, 1, 0, 0, dj_iq3_s_avx512_matmul)
+KTX_AMX(iq1_s, 0, 1, 0, 0, dj_iq1_s_avx512_matmul)
+KTX_AMX(iq1_m, 0, 1, 0, 0, dj_iq1_m_avx512_matmul)
+KTX_AMX(tq1_0, 0, 1, 0, 1, dj_tq1_0_avx512_matmul)
+KTX_AMX(tq2_0, 0, 1, 0, 1, tq2_0_matmul)
 #pragma GCC pop_options
 
 #define KT_SET(k, TYPE, T)                                                                                         \
