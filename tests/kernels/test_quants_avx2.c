@@ -124,7 +124,7 @@ int main(void) {
     }
     printf("avx2: %d types of quants_avx2.c checked\n", n_types);
     CHECK(n_types >= 18);
-    /* The avx512 table's own kernels of quants_avx2.c's types (TQ1_0, IQ4_XS, the grid types: decode): the same
+    /* The avx512 table's own kernels of quants_avx2.c's types (TQ1_0, IQ4_XS, Q5_K, the grid types: decode): the same
      * cases, and their dot bitwise the avx2 table's (the same exact totals, the same fma). */
     const struct dj_kernels *k512 = dj_kernels_for_isa(DJ_ISA_AVX512);
     int n_512 = 0;
@@ -160,7 +160,7 @@ int main(void) {
         CHECKF(bad == 0, "%s: avx512 dot differs from the avx2 dot in %d of 64 rows", dj_type_name(t), bad);
     }
     printf("avx512: %d super-block types with their own kernels checked\n", n_512);
-    if (k512) CHECK(n_512 >= 9); /* TQ1_0, IQ4_XS, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S */
+    if (k512) CHECK(n_512 >= 10); /* TQ1_0, IQ4_XS, Q5_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S */
     /* The amx table's AMX-INT8 matmul of the super-block types (batches of more than 16
      * tokens): the avx2 table's dot, bitwise, over 16-row groups cut by the row range. */
     const struct dj_kernels *amx = dj_kernels_for_isa(DJ_ISA_AMX);

@@ -135,12 +135,13 @@ DJ_KTX_AMX_DECL(tq2_0)
 void dj_tq1_0_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
                             int64_t r0, int64_t r1, int64_t n_tok);
 float dj_tq1_0_avx512_dot(int64_t k, const void *w, const void *a);
-/* IQ4_XS's and the grid types' (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), the same way. */
+/* IQ4_XS's, Q5_K's and the grid types' (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), the same way. */
 #define DJ_AVX512_DECODE_DECL(T)                                                                                     \
     void dj_##T##_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc, \
                                 int64_t r0, int64_t r1, int64_t n_tok);                                              \
     float dj_##T##_avx512_dot(int64_t k, const void *w, const void *a);
 DJ_AVX512_DECODE_DECL(iq4_xs)
+DJ_AVX512_DECODE_DECL(q5_K)
 DJ_AVX512_DECODE_DECL(iq2_xxs)
 DJ_AVX512_DECODE_DECL(iq2_xs)
 DJ_AVX512_DECODE_DECL(iq2_s)

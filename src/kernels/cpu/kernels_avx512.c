@@ -1827,6 +1827,8 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->w[DJ_TYPE_TQ1_0].dot = dj_tq1_0_avx512_dot;
     k->w[DJ_TYPE_IQ4_XS].matmul = dj_iq4_xs_avx512_matmul;
     k->w[DJ_TYPE_IQ4_XS].dot = dj_iq4_xs_avx512_dot;
+    k->w[DJ_TYPE_Q5_K].matmul = dj_q5_K_avx512_matmul;
+    k->w[DJ_TYPE_Q5_K].dot = dj_q5_K_avx512_dot;
     k->w[DJ_TYPE_IQ2_XXS].matmul = dj_iq2_xxs_avx512_matmul; /* the grid types' decode: gathers */
     k->w[DJ_TYPE_IQ2_XXS].dot = dj_iq2_xxs_avx512_dot;
     k->w[DJ_TYPE_IQ2_XS].matmul = dj_iq2_xs_avx512_matmul;

@@ -1186,6 +1186,95 @@ float dj_iq4_xs_avx512_dot(int64_t k, const void *w, const void *a) {
     return c;
 }
 
+/* Q5_K decode on AVX-512, as IQ4_XS's: kt_core keeps Q5_K's chain in 8 lanes of natural partial
+ * sums (lane l: bytes 4l .. 4l+3 of each chunk, times the chunk's scale) and its mins' in
+ * lane l of madd(bsums, mw).  A vector holds chunks 2p (nibbles low) and 2p + 1 (high) of
+ * qs[32p ..], the fifth bit by a mask test of qh (bit 2p, bit 2p + 1), vpdpbusd of the
+ * levels (0..31) by the activations, and each dword (<= 4 * 31 * 127 < 2^15) times the
+ * chunk's scale by vpmaddwd against (scale, 0) words; folding the two halves gives lane l of
+ * kt_core's integer vector exactly, and its fma, fnmadd and dj_q_hsum8 follow. */
+static inline DJ_ALWAYS_INLINE void q5kx_rows(const int NT, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a,
+                                              size_t as, float *c, int64_t ldc, int64_t r0, int64_t r1) {
+    const size_t bs = sizeof(struct dj_block_q5_K), abs_ = sizeof(struct dj_block_q8_K);
+    const size_t qso = offsetof(struct dj_block_q8_K, qs), bso = offsetof(struct dj_block_q8_K, bsums);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b5 = _mm512_set1_epi8(0x10);
+    for (int64_t r = r0; r < r1; r++) {
+        __m256 vc[4];
+        DJ_UNROLL for (int j = 0; j < NT; j++) vc[j] = _mm256_setzero_ps();
+        const uint8_t *wr = w + (size_t)r * ws;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *wb = wr + (size_t)b * bs;
+            for (size_t l_ = 0; dj_avx2_pf && 64 * l_ < bs; l_++)
+                _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);
+            const struct dj_block_q5_K *x = (const void *)wb;
+            uint64_t sc, mn;
+            dj_q4_K_unpack_scales(x->scales, &sc, &mn);
+            const __m128i mnb = _mm_cvtsi64_si128((long long)mn);
+            const __m256i mw = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
+            const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->qh));
+            __m512i u[4], sw[4];
+            DJ_UNROLL for (int p = 0; p < 4; p++) {
+                const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * p)));
+                const __m512i nib = _mm512_mask_blend_epi64(0xF0, _mm512_and_si512(q, m4),
+                                                            _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+                const __m512i hb = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi8((char)(1 << (2 * p))),
+                                                           _mm512_set1_epi8((char)(1 << (2 * p + 1))));
+                u[p] = _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(qh, hb), nib, b5);
+                sw[p] = _mm512_inserti64x4(_mm512_set1_epi32((int)((sc >> (16 * p)) & 0xFF)),
+                                           _mm256_set1_epi32((int)((sc >> (16 * p + 8)) & 0xFF)), 1);
+            }
+            const float d = dj_q_f16(&x->d), dmin = dj_q_f16(&x->dmin);
+            DJ_UNROLL for (int j = 0; j < NT; j++) {
+                const uint8_t *ab = a + (size_t)j * as + (size_t)b * abs_;
+                __m512i is = _mm512_setzero_si512();
+                DJ_UNROLL for (int p = 0; p < 4; p++)
+                    is = _mm512_add_epi32(is, _mm512_madd_epi16(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[p],
+                                                                                    _mm512_loadu_si512(ab + qso + 64 * p)),
+                                                                sw[p]));
+                const __m256i is8 = _mm256_add_epi32(_mm512_castsi512_si256(is), _mm512_extracti64x4_epi64(is, 1));
+                const float da = dj_q_load_f32(ab);
+                vc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is8), _mm256_set1_ps(d * da), vc[j]);
+                vc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(ab + bso)), mw)),
+                                         _mm256_set1_ps(dmin * da), vc[j]);
+            }
+        }
+        DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = dj_q_hsum8(vc[j]);
+    }
+}
+static void q5kx_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1) {
+    q5kx_rows(1, nb, w, ws, a, as, c, ldc, r0, r1);
+}
+static void q5kx_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1) {
+    q5kx_rows(2, nb, w, ws, a, as, c, ldc, r0, r1);
+}
+static void q5kx_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
+                       int64_t r0, int64_t r1) {
+    q5kx_rows(4, nb, w, ws, a, as, c, ldc, r0, r1);
+}
+void dj_q5_K_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
+                           int64_t r0, int64_t r1, int64_t n_tok) {
+    if (n_tok > KT_SMALL) { /* the avx2 batch paths: the same totals and float steps */
+        q5_K_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
+    const uint8_t *w = wv, *a = av;
+    for (int64_t t = 0; t < n_tok;) {
+        const int64_t n = n_tok - t;
+        const uint8_t *at = a + (size_t)t * as;
+        float *ct = c + t * ldc;
+        if (n >= 4) q5kx_rows4(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 4;
+        else if (n >= 2) q5kx_rows2(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 2;
+        else q5kx_rows1(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 1;
+    }
+}
+float dj_q5_K_avx512_dot(int64_t k, const void *w, const void *a) {
+    float c;
+    q5kx_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);
+    return c;
+}
+
 /* The grid types' decode on AVX-512 (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S).  Their totals
  * are exact (kt_epilogue's one fma a super-block), so any integer route gives the avx2
  * table's bits.  A vector holds two chunks (64 elements): the grid entries by one gather
@@ -1750,7 +1839,7 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
         if (!ktx_matmul(SG, CR, MN, HZ, T##_dec, sizeof(struct dj_block_##T), k, w, ws, a, as, c, ldc, r0, r1, n_tok)) \
             FALLBACK(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                                       \
     }
-KTX_AMX(q5_K, 0, 0, 1, 0, q5_K_matmul)
+KTX_AMX(q5_K, 0, 0, 1, 0, dj_q5_K_avx512_matmul)
 KTX_AMX(q3_K, 0, 1, 0, 0, q3_K_matmul)
 KTX_AMX(q2_K, 0, 0, 1, 1, q2_K_matmul)
 KTX_AMX(iq4_xs, 1, 0, 0, 0, dj_iq4_xs_avx512_matmul)
