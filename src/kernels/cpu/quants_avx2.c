@@ -976,7 +976,7 @@ KT_DEQUANT(tq2_0, 1, 0)
  * exact integer as kt_core's, and kt_epilogue's fma after it, so the bits are the avx2
  * table's (batches of more than 4 tokens run tq1_0_matmul itself). */
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,bmi2")
 static inline DJ_ALWAYS_INLINE __m512i tq1x_tri(__m512i x) { return _mm512_add_epi8(_mm512_add_epi8(x, x), x); }
 /* A block's digits u (0..2) in element order, 64 a vector. */
 static inline DJ_ALWAYS_INLINE void tq1x_digits(const struct dj_block_tq1_0 *x, __m512i u[4]) {
@@ -1290,13 +1290,19 @@ struct gx_sb {
     __mmask64 sg[4];
     __m256i cw; /* IQ1: the offset's multipliers of the 16 bsums (kt_sb's cw) */
 };
-static inline DJ_ALWAYS_INLINE __mmask64 gx_ksigns8(__m512i sidx) { /* 8 qword sign indices -> 64 sign bits */
-    return _mm512_movepi8_mask(_mm512_i64gather_epi64(sidx, (const void *)dj_ksigns64, 8));
+/* 8 sign indices of 7 bits (x: index g at bits 7g) -> 64 sign bits: byte g is index g with
+ * its parity as bit 7 (dj_ksigns_iq2xs[s]), in scalar code (pdep and a parity fold per byte),
+ * which runs beside the vector work; a qword gather of dj_ksigns64 was slower */
+static inline DJ_ALWAYS_INLINE __mmask64 gx_ksigns56(uint64_t x) {
+    const uint64_t y = _pdep_u64(x, 0x7F7F7F7F7F7F7F7FULL);
+    uint64_t t = y ^ (y >> 4);
+    t ^= t >> 2;
+    t ^= t >> 1;
+    return (__mmask64)(y | (t & 0x0101010101010101ULL) << 7);
 }
-/* the four 7-bit sign indices (bits 0, 7, 14, 21) of aux0 and of aux1, as 8 qwords */
-static inline DJ_ALWAYS_INLINE __m512i gx_sidx(uint32_t aux0, uint32_t aux1) {
-    const __m512i A = _mm512_inserti64x4(_mm512_set1_epi64(aux0), _mm256_set1_epi64x(aux1), 1);
-    return _mm512_and_si512(_mm512_srlv_epi64(A, _mm512_setr_epi64(0, 7, 14, 21, 0, 7, 14, 21)), _mm512_set1_epi64(127));
+/* the four 7-bit sign indices (bits 0 .. 27) of aux0 and of aux1 */
+static inline DJ_ALWAYS_INLINE __mmask64 gx_ksigns_aux(uint32_t aux0, uint32_t aux1) {
+    return gx_ksigns56((aux0 & 0x0FFFFFFFu) | (uint64_t)(aux1 & 0x0FFFFFFFu) << 28);
 }
 /* dword scales 2s+1: chunk 2v's s = (aux0 >> 28), chunk 2v+1's (aux1 >> 28) */
 static inline DJ_ALWAYS_INLINE __m512i gx_sw32(uint32_t aux0, uint32_t aux1) {
@@ -1335,7 +1341,7 @@ static inline DJ_ALWAYS_INLINE float iq3_xxs_gx(const uint8_t *p, struct gx_sb *
         const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * v)));
         o->g[v] = _mm512_i32gather_epi32(idx, (const void *)dj_iq3xxs_grid, 4);
         const uint32_t a0 = dj_load_u32(sas + 8 * v), a1 = dj_load_u32(sas + 8 * v + 4);
-        o->sg[v] = gx_ksigns8(gx_sidx(a0, a1));
+        o->sg[v] = gx_ksigns_aux(a0, a1);
         o->sw[v] = gx_sw32(a0, a1);
     }
     return dj_q_f16(&x->d) * 0.25f;
@@ -1350,7 +1356,7 @@ static inline DJ_ALWAYS_INLINE float iq2_xxs_gx(const uint8_t *p, struct gx_sb *
         const __m256i idx = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(q, pick));
         o->g[v] = _mm512_i32gather_epi64(idx, (const void *)dj_iq2xxs_grid, 8);
         const uint32_t a0 = dj_load_u32(qs + 16 * v + 4), a1 = dj_load_u32(qs + 16 * v + 12);
-        o->sg[v] = gx_ksigns8(gx_sidx(a0, a1));
+        o->sg[v] = gx_ksigns_aux(a0, a1);
         o->sw[v] = gx_sw32(a0, a1);
     }
     return dj_q_f16(&x->d) * 0.125f;
@@ -1361,7 +1367,10 @@ static inline DJ_ALWAYS_INLINE float iq2_xs_gx(const uint8_t *p, struct gx_sb *o
         /* 8 words: a 9-bit grid index and a 7-bit sign index each */
         const __m512i q = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(x->qs + 8 * v)));
         o->g[v] = _mm512_i64gather_epi64(_mm512_and_si512(q, _mm512_set1_epi64(511)), (const void *)dj_iq2xs_grid, 8);
-        o->sg[v] = gx_ksigns8(_mm512_srli_epi64(q, 9));
+        uint64_t q0, q1; /* the 7-bit sign indices: bits 9 .. 15 of each word */
+        memcpy(&q0, x->qs + 8 * v, 8);
+        memcpy(&q1, x->qs + 8 * v + 4, 8);
+        o->sg[v] = gx_ksigns56(_pext_u64(q0, 0xFE00FE00FE00FE00ULL) | _pext_u64(q1, 0xFE00FE00FE00FE00ULL) << 28);
         o->sw[v] = gx_sw16(dj_load_u16(x->scales + 2 * v));
     }
     return dj_q_f16(&x->d) * 0.125f;
