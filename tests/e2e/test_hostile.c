@@ -145,6 +145,8 @@ static double metric(const char *name) {
 
 static atomic_bool poll_stop;
 static atomic_long worst_ms, n_polls, n_poll_fail;
+static _Atomic(const char *) cur_probe = "start"; /* the probe running, for a failed poll's report */
+static char first_fail[256];                      /* the first failed poll: written once, by the poller */
 
 static void *health_poller(void *arg) {
     (void)arg;
@@ -153,7 +155,12 @@ static void *health_poller(void *arg) {
         bool eof = false;
         char *r = exchange("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 52, 5000, &eof);
         const long dt = (long)(now_ms() - t0);
-        if (status_of(r) != 200) atomic_fetch_add(&n_poll_fail, 1);
+        if (status_of(r) != 200 && atomic_fetch_add(&n_poll_fail, 1) == 0) {
+            /* what it got (empty: no connection or no bytes), how long it took, during what */
+            const size_t n = strcspn(r, "\r\n");
+            snprintf(first_fail, sizeof first_fail, "status %d after %ld ms during %s, first line '%.*s'%s", status_of(r),
+                     (long)(now_ms() - t0), atomic_load(&cur_probe), (int)(n < 120 ? n : 120), r, eof ? " (eof)" : "");
+        }
         if (dt > atomic_load(&worst_ms)) atomic_store(&worst_ms, dt);
         atomic_fetch_add(&n_polls, 1);
         free(r);
@@ -606,19 +613,26 @@ int main(int argc, char **argv) {
     pthread_create(&lr, NULL, log_reader, NULL);
     pthread_create(&hp, NULL, health_poller, NULL);
 
+    atomic_store(&cur_probe, "exhaustion");
     probe_exhaustion();
+    atomic_store(&cur_probe, "slowloris");
     probe_slowloris();
+    atomic_store(&cur_probe, "preauth");
     probe_preauth(s.pid);
+    atomic_store(&cur_probe, "half_close");
     probe_half_close();
+    atomic_store(&cur_probe, "framing");
     probe_framing();
+    atomic_store(&cur_probe, "errors");
     probe_errors();
+    atomic_store(&cur_probe, "chaos");
     probe_chaos();
 
     atomic_store(&poll_stop, true);
     pthread_join(hp, NULL);
     CHECKF(atomic_load(&n_poll_fail) == 0 && atomic_load(&worst_ms) < 1000 && atomic_load(&n_polls) > 10,
-           "/health throughout: %ld polls, %ld failed, worst %ld ms", atomic_load(&n_polls), atomic_load(&n_poll_fail),
-           atomic_load(&worst_ms));
+           "/health throughout: %ld polls, %ld failed (first: %s), worst %ld ms", atomic_load(&n_polls),
+           atomic_load(&n_poll_fail), first_fail[0] ? first_fail : "none", atomic_load(&worst_ms));
     CHECK(srv_stop(&s) == 0);
     pthread_join(lr, NULL);
     TEST_END();
