@@ -977,6 +977,43 @@ KT_DEQUANT(tq2_0, 1, 0)
  * table's (batches of more than 4 tokens run tq1_0_matmul itself). */
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,bmi2")
+/* X_rows(NT, ...), a type's rows of NT tokens (an always-inline template), as functions of
+ * 1, 2 and 4 tokens; T's avx512 matmul over them (more than KT_SMALL tokens: T_matmul, the avx2
+ * batch paths: the same totals and float steps) and its dot */
+#define X512_DRIVER(T, X)                                                                                          \
+    static void X##_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
+                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
+        X##_rows(1, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
+    }                                                                                                              \
+    static void X##_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
+                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
+        X##_rows(2, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
+    }                                                                                                              \
+    static void X##_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
+                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
+        X##_rows(4, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
+    }                                                                                                              \
+    void dj_##T##_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c,        \
+                                int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                              \
+        if (n_tok > KT_SMALL) {                                                                                    \
+            T##_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);                                                  \
+            return;                                                                                                \
+        }                                                                                                          \
+        const uint8_t *w = wv, *a = av;                                                                            \
+        for (int64_t t = 0; t < n_tok;) {                                                                          \
+            const int64_t n = n_tok - t;                                                                           \
+            const uint8_t *at = a + (size_t)t * as;                                                                \
+            float *ct = c + t * ldc;                                                                               \
+            if (n >= 4) X##_rows4(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 4;                            \
+            else if (n >= 2) X##_rows2(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 2;                       \
+            else X##_rows1(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 1;                                   \
+        }                                                                                                          \
+    }                                                                                                              \
+    float dj_##T##_avx512_dot(int64_t k, const void *w, const void *a) {                                           \
+        float c;                                                                                                   \
+        X##_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);                                                           \
+        return c;                                                                                                  \
+    }
 static inline DJ_ALWAYS_INLINE __m512i tq1x_tri(__m512i x) { return _mm512_add_epi8(_mm512_add_epi8(x, x), x); }
 /* A block's digits u (0..2) in element order, 64 a vector. */
 static inline DJ_ALWAYS_INLINE void tq1x_digits(const struct dj_block_tq1_0 *x, __m512i u[4]) {
@@ -1038,39 +1075,7 @@ static inline DJ_ALWAYS_INLINE void tq1x_rows(const int NT, int64_t nb, const ui
         DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = acc[j];
     }
 }
-static void tq1x_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
-                       int64_t r0, int64_t r1) {
-    tq1x_rows(1, nb, w, ws, a, as, c, ldc, r0, r1);
-}
-static void tq1x_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
-                       int64_t r0, int64_t r1) {
-    tq1x_rows(2, nb, w, ws, a, as, c, ldc, r0, r1);
-}
-static void tq1x_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
-                       int64_t r0, int64_t r1) {
-    tq1x_rows(4, nb, w, ws, a, as, c, ldc, r0, r1);
-}
-void dj_tq1_0_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
-                            int64_t r0, int64_t r1, int64_t n_tok) {
-    if (n_tok > KT_SMALL) { /* the avx2 batch paths: the same totals and float step */
-        tq1_0_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
-        return;
-    }
-    const uint8_t *w = wv, *a = av;
-    for (int64_t t = 0; t < n_tok;) {
-        const int64_t n = n_tok - t;
-        const uint8_t *at = a + (size_t)t * as;
-        float *ct = c + t * ldc;
-        if (n >= 4) tq1x_rows4(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 4;
-        else if (n >= 2) tq1x_rows2(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 2;
-        else tq1x_rows1(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 1;
-    }
-}
-float dj_tq1_0_avx512_dot(int64_t k, const void *w, const void *a) {
-    float c;
-    tq1x_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);
-    return c;
-}
+X512_DRIVER(tq1_0, tq1x)
 
 /* IQ4_XS decode on AVX-512, the same way: kt_core keeps IQ4_XS's chain in 8 lanes of natural
  * partial sums (lane l: bytes 4l .. 4l+3 of each 32-element chunk, times the chunk's scale).
@@ -1241,39 +1246,7 @@ static inline DJ_ALWAYS_INLINE void q5kx_rows(const int NT, int64_t nb, const ui
         DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = dj_q_hsum8(vc[j]);
     }
 }
-static void q5kx_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
-                       int64_t r0, int64_t r1) {
-    q5kx_rows(1, nb, w, ws, a, as, c, ldc, r0, r1);
-}
-static void q5kx_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
-                       int64_t r0, int64_t r1) {
-    q5kx_rows(2, nb, w, ws, a, as, c, ldc, r0, r1);
-}
-static void q5kx_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
-                       int64_t r0, int64_t r1) {
-    q5kx_rows(4, nb, w, ws, a, as, c, ldc, r0, r1);
-}
-void dj_q5_K_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc,
-                           int64_t r0, int64_t r1, int64_t n_tok) {
-    if (n_tok > KT_SMALL) { /* the avx2 batch paths: the same totals and float steps */
-        q5_K_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
-        return;
-    }
-    const uint8_t *w = wv, *a = av;
-    for (int64_t t = 0; t < n_tok;) {
-        const int64_t n = n_tok - t;
-        const uint8_t *at = a + (size_t)t * as;
-        float *ct = c + t * ldc;
-        if (n >= 4) q5kx_rows4(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 4;
-        else if (n >= 2) q5kx_rows2(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 2;
-        else q5kx_rows1(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 1;
-    }
-}
-float dj_q5_K_avx512_dot(int64_t k, const void *w, const void *a) {
-    float c;
-    q5kx_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);
-    return c;
-}
+X512_DRIVER(q5_K, q5kx)
 
 /* The grid types' decode on AVX-512 (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S).  Their totals
  * are exact (kt_epilogue's one fma a super-block), so any integer route gives the avx2
@@ -1481,42 +1454,13 @@ static inline DJ_ALWAYS_INLINE void gx_rows(const int NT, const int BS, const in
         DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = acc[j];
     }
 }
-/* per type: rows of 1, 2 and 4 tokens; the matmul (more than KT_SMALL tokens: the avx2
- * table's batch paths, the same totals and float step) and the dot */
 #define GX_TYPE(T, CW)                                                                                               \
-    static void T##_gx_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,       \
-                             int64_t ldc, int64_t r0, int64_t r1) {                                                \
-        gx_rows(1, sizeof(struct dj_block_##T), CW, T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
-    }                                                                                                              \
-    static void T##_gx_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,       \
-                             int64_t ldc, int64_t r0, int64_t r1) {                                                \
-        gx_rows(2, sizeof(struct dj_block_##T), CW, T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
-    }                                                                                                              \
-    static void T##_gx_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,       \
-                             int64_t ldc, int64_t r0, int64_t r1) {                                                \
-        gx_rows(4, sizeof(struct dj_block_##T), CW, T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                         \
-    }                                                                                                              \
-    void dj_##T##_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c,        \
-                                int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                              \
-        if (n_tok > KT_SMALL) {                                                                                    \
-            T##_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);                                                  \
-            return;                                                                                                \
-        }                                                                                                          \
-        const uint8_t *w = wv, *a = av;                                                                            \
-        for (int64_t t = 0; t < n_tok;) {                                                                          \
-            const int64_t n = n_tok - t;                                                                           \
-            const uint8_t *at = a + (size_t)t * as;                                                                \
-            float *ct = c + t * ldc;                                                                               \
-            if (n >= 4) T##_gx_rows4(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 4;                         \
-            else if (n >= 2) T##_gx_rows2(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 2;                    \
-            else T##_gx_rows1(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 1;                                \
-        }                                                                                                          \
-    }                                                                                                              \
-    float dj_##T##_avx512_dot(int64_t k, const void *w, const void *a) {                                           \
-        float c;                                                                                                   \
-        T##_gx_rows1(k / DJ_QK_K, w, 0, a, 0, &c, 1, 0, 1);                                                        \
-        return c;                                                                                                  \
-    }
+    static inline DJ_ALWAYS_INLINE void T##_gx_rows(const int NT, int64_t nb, const uint8_t *w, size_t ws,           \
+                                                    const uint8_t *a, size_t as, float *c, int64_t ldc, int64_t r0,  \
+                                                    int64_t r1) {                                                    \
+        gx_rows(NT, sizeof(struct dj_block_##T), CW, T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                      \
+    }                                                                                                                \
+    X512_DRIVER(T, T##_gx)
 GX_TYPE(iq2_xxs, 0)
 GX_TYPE(iq2_xs, 0)
 GX_TYPE(iq2_s, 0)
@@ -1525,6 +1469,7 @@ GX_TYPE(iq3_s, 0)
 GX_TYPE(iq1_s, 1)
 GX_TYPE(iq1_m, 1)
 #undef GX_TYPE
+#undef X512_DRIVER
 #pragma GCC pop_options
 
 /* ---- prefill by AMX-INT8 (the amx table: kernels_amx.c) ------------------------------
