@@ -826,6 +826,35 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
 
 /* K-type T (block struct dj_block_T, decoder T_dec): the rows path for NT tokens, the
  * matmul, the dot. */
+/* the prefetch of a weight block dj_avx2_pf bytes ahead (the rows are one stream: row r + 1
+ * follows row r; without it, decode read ~60 % of the bandwidth) */
+static inline DJ_ALWAYS_INLINE void kt_prefetch(const uint8_t *wb, size_t bs) {
+    for (size_t l = 0; dj_avx2_pf && 64 * l < bs; l++) _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l, _MM_HINT_T0);
+}
+/* X_rows(NT, ...), an always-inline template over NT tokens, as functions of 1, 2 and 4 tokens;
+ * and the loop that runs n_tok tokens through them (in a matmul: w, ws, a, as, c, ldc, r0, r1) */
+#define KT_ROWS124(X)                                                                                              \
+    static void X##_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
+                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
+        X##_rows(1, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
+    }                                                                                                              \
+    static void X##_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
+                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
+        X##_rows(2, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
+    }                                                                                                              \
+    static void X##_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
+                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
+        X##_rows(4, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
+    }
+#define KT_TOKENS(X, NB)                                                                                           \
+    for (int64_t t = 0; t < n_tok;) {                                                                              \
+        const int64_t n = n_tok - t;                                                                               \
+        const uint8_t *at = a + (size_t)t * as;                                                                    \
+        float *ct = c + t * ldc;                                                                                   \
+        if (n >= 4) X##_rows4(NB, w, ws, at, as, ct, ldc, r0, r1), t += 4;                                         \
+        else if (n >= 2) X##_rows2(NB, w, ws, at, as, ct, ldc, r0, r1), t += 2;                                    \
+        else X##_rows1(NB, w, ws, at, as, ct, ldc, r0, r1), t += 1;                                                \
+    }
 #define KT_TYPE(T, SG, CR, MN, UN, TILES, D1, SB1)                                                                     \
     static void T##_dec_row(const uint8_t *w, int64_t nb, struct kt_sb *o) {                                       \
         for (int64_t b = 0; b < nb; b++) T##_dec(w + (size_t)b * sizeof(struct dj_block_##T), o + b);             \
@@ -844,10 +873,7 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
             for (int64_t b = 0; b < nb; b++) {                                                                     \
                 const uint8_t *wb = wr + (size_t)b * sizeof(struct dj_block_##T);                                  \
                 const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_K);                                  \
-                /* the rows are one stream (row r + 1 follows row r): without this, decode \
-                 * read ~60 % of the bandwidth */                                                  \
-                for (size_t l_ = 0; dj_avx2_pf && 64 * l_ < sizeof(struct dj_block_##T); l_++)                     \
-                    _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);                            \
+                kt_prefetch(wb, sizeof(struct dj_block_##T));                                                      \
                 if (NT == 1 && D1) { /* one token: the type's own integer dot, the same total */                   \
                     const struct kt_tot t = kt_sb1_call(SB1, wb, ab);                                              \
                     kt_epilogue(MN, t, ab, acc[0]);                                                                \
@@ -861,18 +887,7 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
             DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = CR ? acc[0][j] : dj_q_hsum8(vc[0][j]);         \
         }                                                                                                          \
     }                                                                                                              \
-    static void T##_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
-                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
-        T##_rows(1, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
-    }                                                                                                              \
-    static void T##_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
-                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
-        T##_rows(2, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
-    }                                                                                                              \
-    static void T##_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
-                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
-        T##_rows(4, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
-    }                                                                                                              \
+    KT_ROWS124(T)                                                                                                  \
     static void T##_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc, \
                            int64_t r0, int64_t r1, int64_t n_tok) {                                                \
         const uint8_t *w = wv, *a = av;                                                                            \
@@ -883,14 +898,7 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
             kt_drive(TILES, T##_dec_row, nb, w, ws, a, as, c, ldc, r0, r1, n_tok, buf);                            \
             return;                                                                                                \
         }                                                                                                          \
-        for (int64_t t = 0; t < n_tok;) { /* few tokens, or no scratch: decode as we go */                         \
-            const int64_t n = n_tok - t;                                                                           \
-            const uint8_t *at = a + (size_t)t * as;                                                                \
-            float *ct = c + t * ldc;                                                                               \
-            if (n >= 4) T##_rows4(nb, w, ws, at, as, ct, ldc, r0, r1), t += 4;                                     \
-            else if (n >= 2) T##_rows2(nb, w, ws, at, as, ct, ldc, r0, r1), t += 2;                                \
-            else T##_rows1(nb, w, ws, at, as, ct, ldc, r0, r1), t += 1;                                            \
-        }                                                                                                          \
+        KT_TOKENS(T, nb) /* few tokens, or no scratch: decode as we go */                                       \
     }                                                                                                              \
     static float T##_dot(int64_t k, const void *w, const void *a) {                                                \
         float c;                                                                                                   \
@@ -981,18 +989,7 @@ KT_DEQUANT(tq2_0, 1, 0)
  * 1, 2 and 4 tokens; T's avx512 matmul over them (more than KT_SMALL tokens: T_matmul, the avx2
  * batch paths: the same totals and float steps) and its dot */
 #define X512_DRIVER(T, X)                                                                                          \
-    static void X##_rows1(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
-                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
-        X##_rows(1, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
-    }                                                                                                              \
-    static void X##_rows2(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
-                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
-        X##_rows(2, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
-    }                                                                                                              \
-    static void X##_rows4(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c,          \
-                          int64_t ldc, int64_t r0, int64_t r1) {                                                   \
-        X##_rows(4, nb, w, ws, a, as, c, ldc, r0, r1);                                                             \
-    }                                                                                                              \
+    KT_ROWS124(X)                                                                                                  \
     void dj_##T##_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c,        \
                                 int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                              \
         if (n_tok > KT_SMALL) {                                                                                    \
@@ -1000,14 +997,7 @@ KT_DEQUANT(tq2_0, 1, 0)
             return;                                                                                                \
         }                                                                                                          \
         const uint8_t *w = wv, *a = av;                                                                            \
-        for (int64_t t = 0; t < n_tok;) {                                                                          \
-            const int64_t n = n_tok - t;                                                                           \
-            const uint8_t *at = a + (size_t)t * as;                                                                \
-            float *ct = c + t * ldc;                                                                               \
-            if (n >= 4) X##_rows4(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 4;                            \
-            else if (n >= 2) X##_rows2(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 2;                       \
-            else X##_rows1(k / DJ_QK_K, w, ws, at, as, ct, ldc, r0, r1), t += 1;                                   \
-        }                                                                                                          \
+        KT_TOKENS(X, k / DJ_QK_K)                                                                                  \
     }                                                                                                              \
     float dj_##T##_avx512_dot(int64_t k, const void *w, const void *a) {                                           \
         float c;                                                                                                   \
@@ -1055,8 +1045,7 @@ static inline DJ_ALWAYS_INLINE void tq1x_rows(const int NT, int64_t nb, const ui
         const uint8_t *wr = w + (size_t)r * ws;
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *wb = wr + (size_t)b * bs;
-            for (size_t l_ = 0; dj_avx2_pf && 64 * l_ < bs; l_++)
-                _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);
+            kt_prefetch(wb, (size_t)bs);
             const struct dj_block_tq1_0 *x = (const void *)wb;
             __m512i u[4];
             tq1x_digits(x, u);
@@ -1097,8 +1086,7 @@ static inline DJ_ALWAYS_INLINE void iq4x_rows(const int NT, int64_t nb, const ui
         const uint8_t *wr = w + (size_t)r * ws;
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *wb = wr + (size_t)b * bs;
-            for (size_t l_ = 0; dj_avx2_pf && 64 * l_ < bs; l_++)
-                _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);
+            kt_prefetch(wb, (size_t)bs);
             const struct dj_block_iq4_xs *x = (const void *)wb;
             /* the 8 chunks' scales (as iq4_xs_dec: low 4 bits from scales_l, high 2 from
              * scales_h, less 32) in 8 dwords, then chunks 2p, 2p + 1 as halves of sc[p] */
@@ -1209,8 +1197,7 @@ static inline DJ_ALWAYS_INLINE void q5kx_rows(const int NT, int64_t nb, const ui
         const uint8_t *wr = w + (size_t)r * ws;
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *wb = wr + (size_t)b * bs;
-            for (size_t l_ = 0; dj_avx2_pf && 64 * l_ < bs; l_++)
-                _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);
+            kt_prefetch(wb, (size_t)bs);
             const struct dj_block_q5_K *x = (const void *)wb;
             uint64_t sc, mn;
             dj_q4_K_unpack_scales(x->scales, &sc, &mn);
@@ -1433,8 +1420,7 @@ static inline DJ_ALWAYS_INLINE void gx_rows(const int NT, const int BS, const in
         const uint8_t *wr = w + (size_t)r * ws;
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *wb = wr + (size_t)b * (size_t)BS;
-            for (int l_ = 0; dj_avx2_pf && 64 * l_ < BS; l_++)
-                _mm_prefetch((const char *)wb + dj_avx2_pf + 64 * l_, _MM_HINT_T0);
+            kt_prefetch(wb, (size_t)BS);
             struct gx_sb o;
             const float d = gx(wb, &o);
             DJ_UNROLL for (int j = 0; j < NT; j++) {
