@@ -824,8 +824,6 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
     }
 }
 
-/* K-type T (block struct dj_block_T, decoder T_dec): the rows path for NT tokens, the
- * matmul, the dot. */
 /* the prefetch of a weight block dj_avx2_pf bytes ahead (the rows are one stream: row r + 1
  * follows row r; without it, decode read ~60 % of the bandwidth) */
 static inline DJ_ALWAYS_INLINE void kt_prefetch(const uint8_t *wb, size_t bs) {
@@ -855,6 +853,8 @@ static inline DJ_ALWAYS_INLINE void kt_prefetch(const uint8_t *wb, size_t bs) {
         else if (n >= 2) X##_rows2(NB, w, ws, at, as, ct, ldc, r0, r1), t += 2;                                    \
         else X##_rows1(NB, w, ws, at, as, ct, ldc, r0, r1), t += 1;                                                \
     }
+/* K-type T (block struct dj_block_T, decoder T_dec): the rows path for NT tokens, the
+ * matmul, the dot. */
 #define KT_TYPE(T, SG, CR, MN, UN, TILES, D1, SB1)                                                                     \
     static void T##_dec_row(const uint8_t *w, int64_t nb, struct kt_sb *o) {                                       \
         for (int64_t b = 0; b < nb; b++) T##_dec(w + (size_t)b * sizeof(struct dj_block_##T), o + b);             \
@@ -1741,7 +1741,8 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
                 if (CR) {
                     for (int t = 0; t < nt; t++) {
                         const uint8_t *bsum = ab + (size_t)t * as + bso;
-                        __m512i is = _mm512_add_epi32(_mm512_load_si512(sl[t]), _mm512_slli_epi32(_mm512_load_si512(sh[t]), 8));
+                        __m512i is = _mm512_load_si512(sl[t]);
+                        if (!HZ) is = _mm512_add_epi32(is, _mm512_slli_epi32(_mm512_load_si512(sh[t]), 8));
                         DJ_UNROLL for (int q = 0; q < 8; q++)
                             is = _mm512_dpwssd_epi32(is, Bb->cwp[q], _mm512_set1_epi32((int)dj_load_u32(bsum + 4 * q)));
                         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(Bb->d, _mm512_set1_ps(dab[t])), acc[t]);
