@@ -415,41 +415,34 @@ static inline DJ_ALWAYS_INLINE void q4kl_run(const int NT, const uint8_t *G, int
         __m256i isum[4];
         DJ_UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
         DJ_UNROLL for (int ch = 0; ch < 4; ch++) {
-            __m256i xl[4], xh[4];
-            DJ_UNROLL for (int t = 0; t < NT; t++) xl[t] = xh[t] = _mm256_setzero_si256();
             /* vector i of chunks 1 + 2ch, 2 + 2ch: elements 4i..4i+3 of sub-blocks 2ch (low
-             * nibbles) and 2ch + 1 (high); rolled for several tokens (see q8l_run) */
+             * nibbles) and 2ch + 1 (high).  One pass per sub-block, so only NT word sums
+             * are live besides isum (16 ymm registers: no spills at NT = 4) */
             const __m256i *q = v + 4 * (1 + 2 * ch);
             const uint8_t *ac = a + (size_t)b * abs_ + qso + 64 * ch;
-#define Q4KL_STEP(i)                                                                                                 \
-    do {                                                                                                             \
-        const __m256i x = _mm256_loadu_si256(q + (i));                                                               \
-        const __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);              \
-        DJ_UNROLL for (int t = 0; t < NT; t++) {                                                                     \
-            const uint8_t *at = ac + (size_t)t * as + 4 * (size_t)(i);                                               \
-            xl[t] = _mm256_add_epi16(xl[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32((int)dj_load_u32(at))));      \
-            xh[t] = _mm256_add_epi16(xh[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32((int)dj_load_u32(at + 32)))); \
-        }                                                                                                            \
-    } while (0)
-            if (NT == 1) {
-                DJ_UNROLL for (int i = 0; i < 8; i++) Q4KL_STEP(i);
-            } else {
-#pragma GCC unroll 1
-                for (int i = 0; i < 8; i++) Q4KL_STEP(i);
-            }
-#undef Q4KL_STEP
-            /* the scales of sub-blocks 2ch, 2ch + 1 as a word pair in each lane */
-            __m256i scw[2];
-            DJ_UNROLL for (int u = 0; u < 2; u++) {
-                const int s = 2 * ch + u, bb = s % 4;
+            DJ_UNROLL for (int h = 0; h < 2; h++) {
+                const int s = 2 * ch + h, bb = s % 4;
+                __m256i xs[4];
+                DJ_UNROLL for (int t = 0; t < NT; t++) xs[t] = _mm256_setzero_si256();
+                DJ_UNROLL for (int i = 0; i < 8; i++) {
+                    const __m256i x = _mm256_loadu_si256(q + i);
+                    const __m256i n = _mm256_and_si256(h ? _mm256_srli_epi16(x, 4) : x, m4);
+                    DJ_UNROLL for (int t = 0; t < NT; t++) {
+                        const uint8_t *at = ac + (size_t)t * as + 4 * (size_t)i + 32 * (size_t)h;
+                        xs[t] = _mm256_add_epi16(xs[t], _mm256_maddubs_epi16(n, _mm256_set1_epi32((int)dj_load_u32(at))));
+                        DJ_CHAIN(xs[t]);
+                    }
+                }
+                /* the sub-block's scale as a word pair in each lane */
                 const __m256i ctl = _mm256_setr_epi8(bb, -1, bb, -1, 4 + bb, -1, 4 + bb, -1, 8 + bb, -1, 8 + bb, -1,
                                                      12 + bb, -1, 12 + bb, -1, bb, -1, bb, -1, 4 + bb, -1, 4 + bb, -1,
                                                      8 + bb, -1, 8 + bb, -1, 12 + bb, -1, 12 + bb, -1);
-                scw[u] = _mm256_shuffle_epi8(sc4[s / 4], ctl);
+                const __m256i scw = _mm256_shuffle_epi8(sc4[s / 4], ctl);
+                DJ_UNROLL for (int t = 0; t < NT; t++) {
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(xs[t], scw));
+                    DJ_CHAIN(isum[t]);
+                }
             }
-            DJ_UNROLL for (int t = 0; t < NT; t++)
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(xl[t], scw[0]),
-                                                                     _mm256_madd_epi16(xh[t], scw[1])));
         }
         /* the mins as word pairs (m_{2t}, m_{2t+1}); d and dmin */
         const __m256i m4b[2] = {_mm256_and_si256(u1, c3f),

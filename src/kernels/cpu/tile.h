@@ -29,6 +29,15 @@
 #define DJ_UNROLL _Pragma("GCC unroll 16")
 #endif
 
+/* An accumulator kept as one serial chain in a register.  Integer adds are associative,
+ * so GCC's reassociation turns a few accumulators fed by many products into a tree of
+ * the products, which then no longer fit the 16 ymm registers and spill (AVX2 q4_K
+ * prefill: 42 stack accesses in its inner loop, half the speed).  An empty asm that
+ * "changes" the register ends that: the value is the same, the order of the integer sum
+ * is free anyway.  Use it on integer chains only (a float chain's order is fixed by
+ * the source already). */
+#define DJ_CHAIN(v) __asm__("" : "+x"(v))
+
 typedef void (*dj_tile_shape_fn)(int64_t k, const uint8_t *w, size_t ws, const uint8_t *a,
                                  size_t as, float *c, int64_t ldc);
 
