@@ -38,7 +38,9 @@
  *              -OFF * scale_g (takes the offset off exactly) and min_g
  *
  *     isum = sum_c madd(maddubs(q[c], a[c]), scw[c]) + madd(bsums, cw)
- *            (IQ4_XS: maddubs(|q|, sign(a, q)), the sign trick)
+ *            (IQ4_XS: maddubs(|q|, sign(a, q)), the sign trick; Q2_K's prefill tiles:
+ *            q[c] = u * scale, two chunks' maddubs added as words, then madd by 1 —
+ *            the same total in every lane, a third fewer multiplies)
  *
  * Paths (T_matmul):
  *   - up to KT_SMALL tokens, or without scratch: rows one at a time (one sequential
@@ -162,6 +164,34 @@ static inline DJ_ALWAYS_INLINE void q2_K_dec(const uint8_t *p, struct kt_sb *o) 
         DJ_UNROLL for (int j = 0; j < 4; j++) {
             const int c = 4 * h + j;
             o->q[c] = _mm256_and_si256(shl16(q, -2 * j), m3);
+        }
+    }
+    o->cw = _mm256_setzero_si256();
+    o->d = dj_q_f16(&x->d);
+    o->dmin = dj_q_f16(&x->dmin);
+}
+
+/* Q2_K for the prefill tiles (kt_core's PM): q[c] = u * scale (<= 3 * 15 = 45: a byte),
+ * so two chunks' maddubs sum as words (<= 2 * 2 * 45 * 128 = 23040) before one madd by 1.
+ * A lane's total is the same integer as q2_K_dec's madd by scw gives it (the scale is
+ * one per 16 elements: 4 lanes), so the same bits.  The products by a table per group:
+ * dword g = s_g * 0x03020100 (bytes 0, s, 2s, 3s: no carries), chunk c's table in its
+ * lanes' byte 0-3 (low lane group 2c, high 2c + 1), looked up by the 2-bit values. */
+static inline DJ_ALWAYS_INLINE void q2_K_decpm(const uint8_t *p, struct kt_sb *o) {
+    const struct dj_block_q2_K *x = (const void *)p;
+    const __m128i sb = _mm_loadu_si128((const __m128i *)x->scales);
+    const __m128i sc = _mm_and_si128(sb, _mm_set1_epi8(0x0F));
+    o->mw = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
+    const __m256i k0123 = _mm256_set1_epi32(0x03020100);
+    const __m256i lut[2] = {_mm256_mullo_epi32(_mm256_cvtepu8_epi32(sc), k0123),
+                            _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(sc, 8)), k0123)};
+    const __m256i m3 = _mm256_set1_epi8(3);
+    DJ_UNROLL for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+        DJ_UNROLL for (int j = 0; j < 4; j++) {
+            const int c = 4 * h + j, g = (2 * c) % 8;
+            const __m256i t = _mm256_permutevar8x32_epi32(lut[c / 4], _mm256_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1));
+            o->q[c] = _mm256_shuffle_epi8(t, _mm256_and_si256(shl16(q, -2 * j), m3));
         }
     }
     o->cw = _mm256_setzero_si256();
@@ -426,11 +456,27 @@ static inline DJ_ALWAYS_INLINE void tq1_0_dec(const uint8_t *p, struct kt_sb *o)
  * *vacc (pair (i, j) in lane 4i + j) instead of acc — lane for lane the same float
  * operations on the same totals, so the same bits. */
 static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const int SG, const int CR, const int MN,
-                                            const int UN, const int VEC, const struct kt_sb *const *D, const uint8_t *a, size_t as,
-                                            float acc[2][4], __m256 *vacc, __m256 vc[2][4]) {
+                                            const int UN, const int PM, const int VEC, const struct kt_sb *const *D,
+                                            const uint8_t *a, size_t as, float acc[2][4], __m256 *vacc, __m256 vc[2][4]) {
     const size_t qo = offsetof(struct dj_block_q8_K, qs), bo = offsetof(struct dj_block_q8_K, bsums);
     __m256i is[2][4];
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) is[i][j] = _mm256_setzero_si256();
+    if (PM) { /* scales premultiplied (q2_K_decpm): two chunks as words, one madd by 1 */
+        const __m256i one = _mm256_set1_epi16(1);
+#pragma GCC unroll 1
+        for (int c = 0; c < 8; c += 2) {
+            DJ_UNROLL for (int i = 0; i < MR; i++) {
+                const __m256i q0 = D[i]->q[c], q1 = D[i]->q[c + 1];
+                DJ_UNROLL for (int j = 0; j < NT; j++) {
+                    const __m256i *av = (const __m256i *)(a + (size_t)j * as + qo + 32 * (size_t)c);
+                    const __m256i w = _mm256_add_epi16(_mm256_maddubs_epi16(q0, _mm256_loadu_si256(av)),
+                                                       _mm256_maddubs_epi16(q1, _mm256_loadu_si256(av + 1)));
+                    is[i][j] = _mm256_add_epi32(is[i][j], _mm256_madd_epi16(w, one));
+                    DJ_CHAIN(is[i][j]);
+                }
+            }
+        }
+    } else {
 #define KT_STEP(c)                                                                                                   \
     do {                                                                                                             \
         DJ_UNROLL for (int i = 0; i < MR; i++) {                                                                     \
@@ -443,6 +489,7 @@ static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const in
                     is[i][j] = _mm256_add_epi16(is[i][j], _mm256_maddubs_epi16(qa, av));                             \
                 else                                                                                                 \
                     is[i][j] = _mm256_add_epi32(is[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, av), s));      \
+                DJ_CHAIN(is[i][j]);                                                                                  \
             }                                                                                                        \
         }                                                                                                            \
     } while (0)
@@ -453,6 +500,7 @@ static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const in
         for (int c = 0; c < 8; c++) KT_STEP(c);
     }
 #undef KT_STEP
+    }
     if (UN) DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
         is[i][j] = _mm256_madd_epi16(is[i][j], _mm256_set1_epi16(1));
     if (!CR) { /* no offset: 8 lanes of natural partial sums, the pair's chain in 8 lanes */
@@ -756,7 +804,7 @@ static inline struct kt_tot iq2_xxs_sb1(const uint8_t *p, const uint8_t *ab) {
 
 /* MR rows x NT tokens from the decoded rows D (row i at D + i * nb), all nb super-blocks */
 static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, const int SG, const int CR,
-                                                 const int MN, const int UN, const struct kt_sb *D, int64_t nb, const uint8_t *a,
+                                                 const int MN, const int UN, const int PM, const struct kt_sb *D, int64_t nb, const uint8_t *a,
                                                  size_t as, float *c, int64_t ldc) {
     float acc[2][4];
     __m256 vacc = _mm256_setzero_ps(), vc[2][4];
@@ -766,7 +814,7 @@ static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, con
     }
     for (int64_t b = 0; b < nb; b++) {
         const struct kt_sb *Db[2] = {D + b, D + nb + b};
-        kt_core(MR, NT, SG, CR, MN, UN, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc, vc);
+        kt_core(MR, NT, SG, CR, MN, UN, PM, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc, vc);
     }
     if (!CR) {
         DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + i] = dj_q_hsum8(vc[i][j]);
@@ -783,10 +831,10 @@ static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, con
 
 typedef void (*kt_tile_fn)(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c, int64_t ldc);
 
-#define KT_TILE_FN(name, MR, NT, SG, CR, MN, UN)                                                                   \
+#define KT_TILE_FN(name, MR, NT, SG, CR, MN, UN, PM)                                                                 \
     static void name##_##MR##x##NT(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c,       \
                                    int64_t ldc) {                                                                  \
-        kt_tile_body(MR, NT, SG, CR, MN, UN, D, nb, a, as, c, ldc);                                                \
+        kt_tile_body(MR, NT, SG, CR, MN, UN, PM, D, nb, a, as, c, ldc);                                              \
     }
 #define KT_TILE_SET(name, DEF, ...)                                                                                \
     DEF(name, 1, 1, __VA_ARGS__) DEF(name, 1, 2, __VA_ARGS__) DEF(name, 1, 3, __VA_ARGS__)                         \
@@ -795,11 +843,12 @@ typedef void (*kt_tile_fn)(const struct kt_sb *D, int64_t nb, const uint8_t *a, 
     static const kt_tile_fn name[2][4] = {{name##_1x1, name##_1x2, name##_1x3, name##_1x4},                        \
                                           {name##_2x1, name##_2x2, name##_2x3, name##_2x4}};
 
-/* the flag combinations the types use: (signed, correction, mins, unit scales) */
-KT_TILE_SET(kt_tiles_min, KT_TILE_FN, 0, 0, 1, 0)  /* Q2_K, Q5_K */
-KT_TILE_SET(kt_tiles_off, KT_TILE_FN, 0, 1, 0, 0)  /* Q3_K, IQ1/IQ2/IQ3 */
-KT_TILE_SET(kt_tiles_sgn, KT_TILE_FN, 1, 0, 0, 0)  /* IQ4_XS */
-KT_TILE_SET(kt_tiles_unit, KT_TILE_FN, 0, 1, 0, 1) /* TQ1_0, TQ2_0 */
+/* the flag combinations the types use: (signed, correction, mins, unit scales, premultiplied) */
+KT_TILE_SET(kt_tiles_min, KT_TILE_FN, 0, 0, 1, 0, 0) /* Q5_K */
+KT_TILE_SET(kt_tiles_pm, KT_TILE_FN, 0, 0, 1, 0, 1)  /* Q2_K (decoded by q2_K_decpm) */
+KT_TILE_SET(kt_tiles_off, KT_TILE_FN, 0, 1, 0, 0, 0) /* Q3_K, IQ1/IQ2/IQ3 */
+KT_TILE_SET(kt_tiles_sgn, KT_TILE_FN, 1, 0, 0, 0, 0) /* IQ4_XS */
+KT_TILE_SET(kt_tiles_unit, KT_TILE_FN, 0, 1, 0, 1, 0) /* TQ1_0, TQ2_0 */
 
 /* ---- per type: decode-as-you-go rows, matmul, dot, dequantize ------------------------ */
 
@@ -853,11 +902,12 @@ static inline DJ_ALWAYS_INLINE void kt_prefetch(const uint8_t *wb, size_t bs) {
         else if (n >= 2) X##_rows2(NB, w, ws, at, as, ct, ldc, r0, r1), t += 2;                                    \
         else X##_rows1(NB, w, ws, at, as, ct, ldc, r0, r1), t += 1;                                                \
     }
-/* K-type T (block struct dj_block_T, decoder T_dec): the rows path for NT tokens, the
+/* K-type T (block struct dj_block_T, decoder T_dec; TD: the decoder of the prefill tiles, T_dec
+ * or one for them): the rows path for NT tokens, the
  * matmul, the dot. */
-#define KT_TYPE(T, SG, CR, MN, UN, TILES, D1, SB1)                                                                     \
+#define KT_TYPE(T, SG, CR, MN, UN, TILES, TD, D1, SB1)                                                                   \
     static void T##_dec_row(const uint8_t *w, int64_t nb, struct kt_sb *o) {                                       \
-        for (int64_t b = 0; b < nb; b++) T##_dec(w + (size_t)b * sizeof(struct dj_block_##T), o + b);             \
+        for (int64_t b = 0; b < nb; b++) TD(w + (size_t)b * sizeof(struct dj_block_##T), o + b);                  \
     }                                                                                                              \
     static inline DJ_ALWAYS_INLINE void T##_rows(const int NT, int64_t nb, const uint8_t *w, size_t ws,           \
                                                  const uint8_t *a, size_t as, float *c, int64_t ldc, int64_t r0,   \
@@ -882,7 +932,7 @@ static inline DJ_ALWAYS_INLINE void kt_prefetch(const uint8_t *wb, size_t bs) {
                 struct kt_sb blk;                                                                                  \
                 const struct kt_sb *D[2] = {&blk, &blk};                                                           \
                 T##_dec(wb, &blk);                                                                                 \
-                kt_core(1, NT, SG, CR, MN, UN, 0, D, ab, as, acc, NULL, vc);                                       \
+                kt_core(1, NT, SG, CR, MN, UN, 0, 0, D, ab, as, acc, NULL, vc);                                       \
             }                                                                                                      \
             DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = CR ? acc[0][j] : dj_q_hsum8(vc[0][j]);         \
         }                                                                                                          \
@@ -906,19 +956,19 @@ static inline DJ_ALWAYS_INLINE void kt_prefetch(const uint8_t *wb, size_t bs) {
         return c;                                                                                                  \
     }
 
-KT_TYPE(q5_K, 0, 0, 1, 0, kt_tiles_min, 0, kt_no_sb1)
-KT_TYPE(q3_K, 0, 1, 0, 0, kt_tiles_off, 0, kt_no_sb1)
-KT_TYPE(q2_K, 0, 0, 1, 0, kt_tiles_min, 0, kt_no_sb1)
-KT_TYPE(iq4_xs, 1, 0, 0, 0, kt_tiles_sgn, 0, kt_no_sb1)
-KT_TYPE(iq2_xxs, 0, 1, 0, 0, kt_tiles_off, 1, iq2_xxs_sb1)
-KT_TYPE(iq2_xs, 0, 1, 0, 0, kt_tiles_off, 1, iq2_xs_sb1)
-KT_TYPE(iq2_s, 0, 1, 0, 0, kt_tiles_off, 1, iq2_s_sb1)
-KT_TYPE(iq3_xxs, 0, 1, 0, 0, kt_tiles_off, 1, iq3_xxs_sb1)
-KT_TYPE(iq3_s, 0, 1, 0, 0, kt_tiles_off, 1, iq3_s_sb1)
-KT_TYPE(iq1_s, 0, 1, 0, 0, kt_tiles_off, 1, iq1_s_sb1)
-KT_TYPE(iq1_m, 0, 1, 0, 0, kt_tiles_off, 1, iq1_m_sb1)
-KT_TYPE(tq1_0, 0, 1, 0, 1, kt_tiles_unit, 0, kt_no_sb1)
-KT_TYPE(tq2_0, 0, 1, 0, 1, kt_tiles_unit, 0, kt_no_sb1)
+KT_TYPE(q5_K, 0, 0, 1, 0, kt_tiles_min, q5_K_dec, 0, kt_no_sb1)
+KT_TYPE(q3_K, 0, 1, 0, 0, kt_tiles_off, q3_K_dec, 0, kt_no_sb1)
+KT_TYPE(q2_K, 0, 0, 1, 0, kt_tiles_pm, q2_K_decpm, 0, kt_no_sb1)
+KT_TYPE(iq4_xs, 1, 0, 0, 0, kt_tiles_sgn, iq4_xs_dec, 0, kt_no_sb1)
+KT_TYPE(iq2_xxs, 0, 1, 0, 0, kt_tiles_off, iq2_xxs_dec, 1, iq2_xxs_sb1)
+KT_TYPE(iq2_xs, 0, 1, 0, 0, kt_tiles_off, iq2_xs_dec, 1, iq2_xs_sb1)
+KT_TYPE(iq2_s, 0, 1, 0, 0, kt_tiles_off, iq2_s_dec, 1, iq2_s_sb1)
+KT_TYPE(iq3_xxs, 0, 1, 0, 0, kt_tiles_off, iq3_xxs_dec, 1, iq3_xxs_sb1)
+KT_TYPE(iq3_s, 0, 1, 0, 0, kt_tiles_off, iq3_s_dec, 1, iq3_s_sb1)
+KT_TYPE(iq1_s, 0, 1, 0, 0, kt_tiles_off, iq1_s_dec, 1, iq1_s_sb1)
+KT_TYPE(iq1_m, 0, 1, 0, 0, kt_tiles_off, iq1_m_dec, 1, iq1_m_sb1)
+KT_TYPE(tq1_0, 0, 1, 0, 1, kt_tiles_unit, tq1_0_dec, 0, kt_no_sb1)
+KT_TYPE(tq2_0, 0, 1, 0, 1, kt_tiles_unit, tq2_0_dec, 0, kt_no_sb1)
 
 /* ---- dequantizers ------------------------------------------------------------------
  *
