@@ -3,6 +3,7 @@
  * at hand (docs/ARCHITECTURE.md "Kernels and dispatch", docs/BENCHMARKS.md "BF16 by
  * AVX512_BF16 and AMX"):
  *
+ *   0. the ceiling of the AVX2 int8 prefill mix (vpmaddubsw + vpaddw), in GOP/s;
  *   1. throughput of vdpbf16ps against vfmadd231ps (24 independent chains, registers only);
  *   2. throughput of TDPBF16PS (4 independent accumulator tiles);
  *   3. how one TDPBF16PS rounds: 16 x 16 outputs of random bf16 tiles (k = 64 pairs: 4
@@ -34,6 +35,60 @@ static double now(void) {
 }
 static float rf(void) {
     return (float)(((double)(rnd() >> 11) / 9007199254740992.0 - 0.5) * exp(((double)(rnd() % 1000) / 1000 - 0.5) * 8));
+}
+
+/* 0. The ceiling of the AVX2 int8 prefill mix on this core (docs/BENCHMARKS.md, the AVX2
+ * tables): kernels_avx2.c's q4_K inner step — a 32-byte weight vector's nibbles (one
+ * vpand) against 4 tokens' broadcast activation dwords, vpmaddubsw + vpaddw each, the data
+ * in L1, no outer loop — and vpmaddubsw + vpaddw alone (12 chains, registers only).  Both
+ * in GOP/s (2 a multiply-add), the unit of bench_kernels. */
+__attribute__((target("avx2"))) static void probe_avx2_int8(void) {
+    static uint8_t wq[8][32] __attribute__((aligned(32))), act[4][32] __attribute__((aligned(32)));
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 32; j++) wq[i][j] = (uint8_t)rnd();
+    for (int t = 0; t < 4; t++)
+        for (int j = 0; j < 32; j++) act[t][j] = (uint8_t)(rnd() % 255);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i xs[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    const long n = 20000000;
+    const uint8_t *wp = &wq[0][0], *ap = &act[0][0];
+    const double t0 = now();
+    for (long r = 0; r < n; r++) {
+        __asm__ volatile("" : "+r"(wp), "+r"(ap)); /* reload every pass, as the kernel does */
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m256i q = _mm256_and_si256(_mm256_load_si256((const __m256i *)(wp + 32 * i)), m4);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) {
+                uint32_t v;
+                memcpy(&v, ap + 32 * t + 4 * i, 4);
+                xs[t] = _mm256_add_epi16(xs[t], _mm256_maddubs_epi16(q, _mm256_set1_epi32((int)v)));
+                __asm__("" : "+x"(xs[t]));
+            }
+        }
+    }
+    const double t1 = now();
+    __m256i ch[12], qa = _mm256_set1_epi8(3), qb = _mm256_set1_epi8(-5);
+    for (int i = 0; i < 12; i++) ch[i] = _mm256_set1_epi16((short)i);
+    for (long r = 0; r < n; r++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) {
+            ch[i] = _mm256_add_epi16(ch[i], _mm256_maddubs_epi16(qa, qb));
+            __asm__("" : "+x"(ch[i]));
+        }
+        __asm__ volatile("" : "+x"(qa));
+    }
+    const double t2 = now();
+    int16_t out[16];
+    long s = 0;
+    for (int t = 0; t < 4; t++) ch[t] = _mm256_add_epi16(ch[t], xs[t]);
+    for (int i = 0; i < 12; i++) {
+        _mm256_storeu_si256((__m256i *)out, ch[i]);
+        s += out[0];
+    }
+    printf("0. AVX2 int8: the q4_K prefill step (load, vpand, 4 x vpbroadcastd + vpmaddubsw + vpaddw) %.0f GOP/s; "
+           "vpmaddubsw + vpaddw alone %.0f GOP/s  [%ld]\n",
+           (double)n * 8 * 4 * 32 * 2 / (t1 - t0) / 1e9, (double)n * 12 * 32 * 2 / (t2 - t1) / 1e9, s);
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static void probe_dpbf16(void) {
@@ -172,6 +227,9 @@ int main(void) {
     unsigned a, b, c, d;
     const int bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
     const int amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1);
+    const int avx2 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 5 & 1);
+    if (avx2) probe_avx2_int8();
+    else printf("0. no AVX2\n");
     if (bf16) probe_dpbf16();
     else printf("1. no AVX512_BF16\n");
     if (!amx || syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) != 0) {

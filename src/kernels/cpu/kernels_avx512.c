@@ -1829,6 +1829,9 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->w[DJ_TYPE_IQ4_XS].dot = dj_iq4_xs_avx512_dot;
     k->w[DJ_TYPE_Q5_K].matmul = dj_q5_K_avx512_matmul;
     k->w[DJ_TYPE_Q5_K].dot = dj_q5_K_avx512_dot;
+    k->w[DJ_TYPE_Q2_K].matmul = dj_q2_K_avx512_matmul; /* prefill on the VNNI tiles (quants_avx2.c) */
+    k->w[DJ_TYPE_Q3_K].matmul = dj_q3_K_avx512_matmul;
+    k->w[DJ_TYPE_TQ2_0].matmul = dj_tq2_0_avx512_matmul;
     k->w[DJ_TYPE_IQ2_XXS].matmul = dj_iq2_xxs_avx512_matmul; /* the grid types' decode: gathers */
     k->w[DJ_TYPE_IQ2_XXS].dot = dj_iq2_xxs_avx512_dot;
     k->w[DJ_TYPE_IQ2_XS].matmul = dj_iq2_xs_avx512_matmul;

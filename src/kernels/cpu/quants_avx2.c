@@ -455,10 +455,13 @@ static inline DJ_ALWAYS_INLINE void tq1_0_dec(const uint8_t *p, struct kt_sb *o)
  * cw; MN: the mins; UN: every scale 1 (TQ: maddubs summed as words, one madd).  VEC, for a full 2 x 4 tile: the 8 pairs' chains in the 8 lanes of
  * *vacc (pair (i, j) in lane 4i + j) instead of acc — lane for lane the same float
  * operations on the same totals, so the same bits. */
+static inline DJ_ALWAYS_INLINE void kt_fold(const int MR, const int NT, const int CR, const int MN, const int VEC,
+                                            const struct kt_sb *const *D, const uint8_t *a, size_t as,
+                                            __m256i is[2][4], float acc[2][4], __m256 *vacc, __m256 vc[2][4]);
 static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const int SG, const int CR, const int MN,
                                             const int UN, const int PM, const int VEC, const struct kt_sb *const *D,
                                             const uint8_t *a, size_t as, float acc[2][4], __m256 *vacc, __m256 vc[2][4]) {
-    const size_t qo = offsetof(struct dj_block_q8_K, qs), bo = offsetof(struct dj_block_q8_K, bsums);
+    const size_t qo = offsetof(struct dj_block_q8_K, qs);
     __m256i is[2][4];
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) is[i][j] = _mm256_setzero_si256();
     if (PM) { /* scales premultiplied (q2_K_decpm): two chunks as words, one madd by 1 */
@@ -503,6 +506,15 @@ static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const in
     }
     if (UN) DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
         is[i][j] = _mm256_madd_epi16(is[i][j], _mm256_set1_epi16(1));
+    kt_fold(MR, NT, CR, MN, VEC, D, a, as, is, acc, vacc, vc);
+}
+
+/* kt_core's float step on the integer sums is[i][j] (8 lanes: lane l holds bytes 4l .. 4l+3
+ * of every 32-element chunk, times their scales; plus, for CR, nothing else yet). */
+static inline DJ_ALWAYS_INLINE void kt_fold(const int MR, const int NT, const int CR, const int MN, const int VEC,
+                                            const struct kt_sb *const *D, const uint8_t *a, size_t as,
+                                            __m256i is[2][4], float acc[2][4], __m256 *vacc, __m256 vc[2][4]) {
+    const size_t bo = offsetof(struct dj_block_q8_K, bsums);
     if (!CR) { /* no offset: 8 lanes of natural partial sums, the pair's chain in 8 lanes */
         DJ_UNROLL for (int j = 0; j < NT; j++) {
             const uint8_t *ab = a + (size_t)j * as;
@@ -802,40 +814,46 @@ static inline struct kt_tot iq2_xxs_sb1(const uint8_t *p, const uint8_t *ab) {
 #define KT_NT 4     /* tokens a tile */
 #define KT_SMALL 4  /* up to this many tokens: decode as we go, no buffer */
 
-/* MR rows x NT tokens from the decoded rows D (row i at D + i * nb), all nb super-blocks */
-static inline DJ_ALWAYS_INLINE void kt_tile_body(const int MR, const int NT, const int SG, const int CR,
-                                                 const int MN, const int UN, const int PM, const struct kt_sb *D, int64_t nb, const uint8_t *a,
-                                                 size_t as, float *c, int64_t ldc) {
-    float acc[2][4];
-    __m256 vacc = _mm256_setzero_ps(), vc[2][4];
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) {
-        acc[i][j] = 0;
-        vc[i][j] = _mm256_setzero_ps();
+/* NAME(MR, NT, flags, D, nb, a, as, c, ldc): MR rows x NT tokens from the decoded rows D
+ * (row i at D + i * nb), all nb super-blocks, through CORE (kt_core, or kt512_core on
+ * AVX-512: the same integers and float steps) */
+#define KT_TILE_BODY(NAME, CORE)                                                                                   \
+    static inline DJ_ALWAYS_INLINE void NAME(const int MR, const int NT, const int SG, const int CR, const int MN,  \
+                                             const int UN, const int PM, const struct kt_sb *D, int64_t nb,          \
+                                             const uint8_t *a, size_t as, float *c, int64_t ldc) {                   \
+        float acc[2][4];                                                                                           \
+        __m256 vacc = _mm256_setzero_ps(), vc[2][4];                                                               \
+        DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) {                            \
+            acc[i][j] = 0;                                                                                         \
+            vc[i][j] = _mm256_setzero_ps();                                                                        \
+        }                                                                                                          \
+        for (int64_t b = 0; b < nb; b++) {                                                                         \
+            const struct kt_sb *Db[2] = {D + b, D + nb + b};                                                       \
+            CORE(MR, NT, SG, CR, MN, UN, PM, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc, vc); \
+        }                                                                                                          \
+        if (!CR) {                                                                                                 \
+            DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)                          \
+                c[j * ldc + i] = dj_q_hsum8(vc[i][j]);                                                             \
+            return;                                                                                                \
+        }                                                                                                          \
+        if (MR == 2 && NT == 4) {                                                                                  \
+            float v[8];                                                                                            \
+            _mm256_storeu_ps(v, vacc);                                                                             \
+            DJ_UNROLL for (int i = 0; i < 2; i++) DJ_UNROLL for (int j = 0; j < 4; j++) c[j * ldc + i] = v[4 * i + j]; \
+            return;                                                                                                \
+        }                                                                                                          \
+        DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + i] = acc[i][j];  \
     }
-    for (int64_t b = 0; b < nb; b++) {
-        const struct kt_sb *Db[2] = {D + b, D + nb + b};
-        kt_core(MR, NT, SG, CR, MN, UN, PM, 1, Db, a + (size_t)b * sizeof(struct dj_block_q8_K), as, acc, &vacc, vc);
-    }
-    if (!CR) {
-        DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + i] = dj_q_hsum8(vc[i][j]);
-        return;
-    }
-    if (MR == 2 && NT == 4) {
-        float v[8];
-        _mm256_storeu_ps(v, vacc);
-        DJ_UNROLL for (int i = 0; i < 2; i++) DJ_UNROLL for (int j = 0; j < 4; j++) c[j * ldc + i] = v[4 * i + j];
-        return;
-    }
-    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + i] = acc[i][j];
-}
+KT_TILE_BODY(kt_tile_body, kt_core)
 
 typedef void (*kt_tile_fn)(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c, int64_t ldc);
 
-#define KT_TILE_FN(name, MR, NT, SG, CR, MN, UN, PM)                                                                 \
+#define KT_TILE_FN_OF(BODY, name, MR, NT, SG, CR, MN, UN, PM)                                                     \
     static void name##_##MR##x##NT(const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as, float *c,       \
                                    int64_t ldc) {                                                                  \
-        kt_tile_body(MR, NT, SG, CR, MN, UN, PM, D, nb, a, as, c, ldc);                                              \
+        BODY(MR, NT, SG, CR, MN, UN, PM, D, nb, a, as, c, ldc);                                                    \
     }
+#define KT_TILE_FN(name, MR, NT, SG, CR, MN, UN, PM) KT_TILE_FN_OF(kt_tile_body, name, MR, NT, SG, CR, MN, UN, PM)
 #define KT_TILE_SET(name, DEF, ...)                                                                                \
     DEF(name, 1, 1, __VA_ARGS__) DEF(name, 1, 2, __VA_ARGS__) DEF(name, 1, 3, __VA_ARGS__)                         \
     DEF(name, 1, 4, __VA_ARGS__) DEF(name, 2, 1, __VA_ARGS__) DEF(name, 2, 2, __VA_ARGS__)                         \
@@ -1035,15 +1053,87 @@ KT_DEQUANT(tq2_0, 1, 0)
  * table's (batches of more than 4 tokens run tq1_0_matmul itself). */
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,bmi2")
+/* ---- prefill tiles on AVX-512 VNNI (the avx512 table; the amx table's batches of 5-16) ---
+ *
+ * kt_core's integers two chunks a 512-bit vector (q[2p], q[2p + 1] and the activations' 64
+ * bytes are adjacent): the scaled types by vpmaddubsw then vpdpwssd against the scale words
+ * (kt_core's madd and add in one instruction), the premultiplied (Q2_K) and unit-scale (TQ)
+ * ones by vpdpbusd alone (exact int32: nothing to saturate), IQ4_XS's signs by abs and a
+ * masked negation (vpsignb has no 512-bit form).  Lanes l and l + 8 (chunks 2p and 2p + 1)
+ * are added at the end: lane l's integer is then the one kt_core's lane l holds, and
+ * kt_fold's float steps follow — the avx2 table's bits. */
+static inline DJ_ALWAYS_INLINE void kt512_core(const int MR, const int NT, const int SG, const int CR, const int MN,
+                                               const int UN, const int PM, const int VEC, const struct kt_sb *const *D,
+                                               const uint8_t *a, size_t as, float acc[2][4], __m256 *vacc,
+                                               __m256 vc[2][4]) {
+    const size_t qo = offsetof(struct dj_block_q8_K, qs);
+    __m512i z[2][4];
+    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) z[i][j] = _mm512_setzero_si512();
+    DJ_UNROLL for (int p = 0; p < 4; p++) {
+        DJ_UNROLL for (int i = 0; i < MR; i++) {
+            const __m512i q = _mm512_loadu_si512(&D[i]->q[2 * p]);
+            const __m512i qa = SG ? _mm512_abs_epi8(q) : q;
+            const __mmask64 neg = SG ? _mm512_movepi8_mask(q) : 0;
+            const __m512i sc = UN || PM ? _mm512_setzero_si512() : _mm512_loadu_si512(&D[i]->scw[2 * p]);
+            DJ_UNROLL for (int j = 0; j < NT; j++) {
+                __m512i av = _mm512_loadu_si512(a + (size_t)j * as + qo + 64 * (size_t)p);
+                if (SG) av = _mm512_mask_sub_epi8(av, neg, _mm512_setzero_si512(), av);
+                z[i][j] = UN || PM ? _mm512_dpbusd_epi32(z[i][j], qa, av)
+                                   : _mm512_dpwssd_epi32(z[i][j], _mm512_maddubs_epi16(qa, av), sc);
+            }
+        }
+    }
+    __m256i is[2][4];
+    DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
+        is[i][j] = _mm256_add_epi32(_mm512_castsi512_si256(z[i][j]), _mm512_extracti64x4_epi64(z[i][j], 1));
+    kt_fold(MR, NT, CR, MN, VEC, D, a, as, is, acc, vacc, vc);
+}
+KT_TILE_BODY(kt512_tile_body, kt512_core)
+#define KT512_TILE_FN(name, MR, NT, SG, CR, MN, UN, PM) KT_TILE_FN_OF(kt512_tile_body, name, MR, NT, SG, CR, MN, UN, PM)
+KT_TILE_SET(kt512_tiles_min, KT512_TILE_FN, 0, 0, 1, 0, 0)
+KT_TILE_SET(kt512_tiles_pm, KT512_TILE_FN, 0, 0, 1, 0, 1)
+KT_TILE_SET(kt512_tiles_off, KT512_TILE_FN, 0, 1, 0, 0, 0)
+KT_TILE_SET(kt512_tiles_sgn, KT512_TILE_FN, 1, 0, 0, 0, 0)
+KT_TILE_SET(kt512_tiles_unit, KT512_TILE_FN, 0, 1, 0, 1, 0)
+#undef KT512_TILE_FN
+
+typedef void (*kt_matmul_fn)(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
+                             int64_t r0, int64_t r1, int64_t n_tok);
+/* A batch of more than KT_SMALL tokens on the kt512 tiles over rows decoded by dec_row (the
+ * type's T_dec_row: the avx2 path's buffer); without scratch the avx2 matmul (the same bits). */
+static void kt512_matmul(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t *w, int64_t nb, struct kt_sb *dst),
+                         kt_matmul_fn avx2, int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c,
+                         int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
+    const int64_t nb = k / DJ_QK_K;
+    struct kt_sb *buf = dj_kernel_scratch((size_t)KT_MR * (size_t)nb * sizeof(struct kt_sb));
+    if (!buf) {
+        avx2(k, w, ws, a, as, c, ldc, r0, r1, n_tok);
+        return;
+    }
+    kt_drive(tiles, dec_row, nb, w, ws, a, as, c, ldc, r0, r1, n_tok, buf);
+}
+/* T's avx512 matmul for the types without an avx512 decode (Q2_K, Q3_K, TQ2_0): batches of
+ * more than KT_SMALL tokens on the kt512 tiles, fewer on the avx2 kernel */
+#define X512_PREFILL(T, TILES)                                                                                     \
+    void dj_##T##_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c,          \
+                                int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                              \
+        if (n_tok > KT_SMALL) kt512_matmul(TILES, T##_dec_row, T##_matmul, k, w, ws, a, as, c, ldc, r0, r1, n_tok); \
+        else T##_matmul(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                                    \
+    }
+X512_PREFILL(q2_K, kt512_tiles_pm)
+X512_PREFILL(q3_K, kt512_tiles_off)
+X512_PREFILL(tq2_0, kt512_tiles_unit)
+#undef X512_PREFILL
+
 /* X_rows(NT, ...), a type's rows of NT tokens (an always-inline template), as functions of
- * 1, 2 and 4 tokens; T's avx512 matmul over them (more than KT_SMALL tokens: T_matmul, the avx2
- * batch paths: the same totals and float steps) and its dot */
-#define X512_DRIVER(T, X)                                                                                          \
+ * 1, 2 and 4 tokens; T's avx512 matmul over them (more than KT_SMALL tokens: the kt512
+ * tiles TILES) and its dot */
+#define X512_DRIVER(T, X, TILES)                                                                                   \
     KT_ROWS124(X)                                                                                                  \
     void dj_##T##_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c,        \
                                 int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                              \
         if (n_tok > KT_SMALL) {                                                                                    \
-            T##_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);                                                  \
+            kt512_matmul(TILES, T##_dec_row, T##_matmul, k, wv, ws, av, as, c, ldc, r0, r1, n_tok);               \
             return;                                                                                                \
         }                                                                                                          \
         const uint8_t *w = wv, *a = av;                                                                            \
@@ -1114,7 +1204,7 @@ static inline DJ_ALWAYS_INLINE void tq1x_rows(const int NT, int64_t nb, const ui
         DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = acc[j];
     }
 }
-X512_DRIVER(tq1_0, tq1x)
+X512_DRIVER(tq1_0, tq1x, kt512_tiles_unit)
 
 /* IQ4_XS decode on AVX-512, the same way: kt_core keeps IQ4_XS's chain in 8 lanes of natural
  * partial sums (lane l: bytes 4l .. 4l+3 of each 32-element chunk, times the chunk's scale).
@@ -1202,8 +1292,9 @@ void dj_iq4_xs_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *a
                              int64_t r0, int64_t r1, int64_t n_tok) {
     const int64_t nb = k / DJ_QK_K;
     __m512i *corr = n_tok <= KT_SMALL ? dj_kernel_scratch((size_t)n_tok * (size_t)nb * 4 * sizeof(__m512i)) : NULL;
-    if (!corr) { /* more tokens (or no scratch): the avx2 kernel, the same bits */
-        iq4_xs_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
+    if (!corr) { /* more tokens: the kt512 tiles; no scratch: the avx2 kernel; the same bits */
+        if (n_tok > KT_SMALL) kt512_matmul(kt512_tiles_sgn, iq4_xs_dec_row, iq4_xs_matmul, k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
+        else iq4_xs_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
         return;
     }
     const uint8_t *w = wv, *a = av;
@@ -1283,7 +1374,7 @@ static inline DJ_ALWAYS_INLINE void q5kx_rows(const int NT, int64_t nb, const ui
         DJ_UNROLL for (int j = 0; j < NT; j++) c[j * ldc + r] = dj_q_hsum8(vc[j]);
     }
 }
-X512_DRIVER(q5_K, q5kx)
+X512_DRIVER(q5_K, q5kx, kt512_tiles_min)
 
 /* The grid types' decode on AVX-512 (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S).  Their totals
  * are exact (kt_epilogue's one fma a super-block), so any integer route gives the avx2
@@ -1496,7 +1587,7 @@ static inline DJ_ALWAYS_INLINE void gx_rows(const int NT, const int BS, const in
                                                     int64_t r1) {                                                    \
         gx_rows(NT, sizeof(struct dj_block_##T), CW, T##_gx, nb, w, ws, a, as, c, ldc, r0, r1);                      \
     }                                                                                                                \
-    X512_DRIVER(T, T##_gx)
+    X512_DRIVER(T, T##_gx, kt512_tiles_off)
 GX_TYPE(iq2_xxs, 0)
 GX_TYPE(iq2_xs, 0)
 GX_TYPE(iq2_s, 0)
@@ -1831,8 +1922,8 @@ static inline DJ_ALWAYS_INLINE bool ktx_matmul(const int SG, const int CR, const
             FALLBACK(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                                       \
     }
 KTX_AMX(q5_K, 0, 0, 1, 0, dj_q5_K_avx512_matmul)
-KTX_AMX(q3_K, 0, 1, 0, 0, q3_K_matmul)
-KTX_AMX(q2_K, 0, 0, 1, 1, q2_K_matmul)
+KTX_AMX(q3_K, 0, 1, 0, 0, dj_q3_K_avx512_matmul)
+KTX_AMX(q2_K, 0, 0, 1, 1, dj_q2_K_avx512_matmul)
 KTX_AMX(iq4_xs, 1, 0, 0, 0, dj_iq4_xs_avx512_matmul)
 KTX_AMX(iq2_xxs, 0, 1, 0, 0, dj_iq2_xxs_avx512_matmul)
 KTX_AMX(iq2_xs, 0, 1, 0, 0, dj_iq2_xs_avx512_matmul)
@@ -1842,7 +1933,7 @@ KTX_AMX(iq3_s, 0, 1, 0, 0, dj_iq3_s_avx512_matmul)
 KTX_AMX(iq1_s, 0, 1, 0, 0, dj_iq1_s_avx512_matmul)
 KTX_AMX(iq1_m, 0, 1, 0, 0, dj_iq1_m_avx512_matmul)
 KTX_AMX(tq1_0, 0, 1, 0, 1, dj_tq1_0_avx512_matmul)
-KTX_AMX(tq2_0, 0, 1, 0, 1, tq2_0_matmul)
+KTX_AMX(tq2_0, 0, 1, 0, 1, dj_tq2_0_avx512_matmul)
 #pragma GCC pop_options
 
 #define KT_SET(k, TYPE, T)                                                                                         \
