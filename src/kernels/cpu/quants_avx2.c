@@ -1062,12 +1062,11 @@ KT_DEQUANT(tq2_0, 1, 0)
  * masked negation (vpsignb has no 512-bit form).  Lanes l and l + 8 (chunks 2p and 2p + 1)
  * are added at the end: lane l's integer is then the one kt_core's lane l holds, and
  * kt_fold's float steps follow — the avx2 table's bits. */
-static inline DJ_ALWAYS_INLINE void kt512_core(const int MR, const int NT, const int SG, const int CR, const int MN,
-                                               const int UN, const int PM, const int VEC, const struct kt_sb *const *D,
-                                               const uint8_t *a, size_t as, float acc[2][4], __m256 *vacc,
-                                               __m256 vc[2][4]) {
+/* the integer part: z[i][j], 16 lanes (lane l + 8h: chunks 2p + h) */
+static inline DJ_ALWAYS_INLINE void kt512_int(const int MR, const int NT, const int SG, const int UN, const int PM,
+                                              const struct kt_sb *const *D, const uint8_t *a, size_t as,
+                                              __m512i z[2][4]) {
     const size_t qo = offsetof(struct dj_block_q8_K, qs);
-    __m512i z[2][4];
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++) z[i][j] = _mm512_setzero_si512();
     DJ_UNROLL for (int p = 0; p < 4; p++) {
         DJ_UNROLL for (int i = 0; i < MR; i++) {
@@ -1083,12 +1082,75 @@ static inline DJ_ALWAYS_INLINE void kt512_core(const int MR, const int NT, const
             }
         }
     }
+}
+static inline DJ_ALWAYS_INLINE void kt512_core(const int MR, const int NT, const int SG, const int CR, const int MN,
+                                               const int UN, const int PM, const int VEC, const struct kt_sb *const *D,
+                                               const uint8_t *a, size_t as, float acc[2][4], __m256 *vacc,
+                                               __m256 vc[2][4]) {
+    __m512i z[2][4];
+    kt512_int(MR, NT, SG, UN, PM, D, a, as, z);
     __m256i is[2][4];
     DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
         is[i][j] = _mm256_add_epi32(_mm512_castsi512_si256(z[i][j]), _mm512_extracti64x4_epi64(z[i][j], 1));
     kt_fold(MR, NT, CR, MN, VEC, D, a, as, is, acc, vacc, vc);
 }
-KT_TILE_BODY(kt512_tile_body, kt512_core)
+
+/* A full 2 x 4 tile of a type without an offset (Q2_K, Q5_K, IQ4_XS): kt_fold's 8-lane
+ * chains two pairs a 512-bit vector (tokens 2h and 2h + 1 of row i in its halves), so the
+ * lane fold, the conversions, the fma and the mins' madd / fnmadd each serve two pairs; the
+ * multipliers d_i * da_j (dmin_i * da_j) made for the 8 pairs by one multiply and spread
+ * by a permute — the same float operations on the same values as kt_fold's, lane for lane. */
+static inline DJ_ALWAYS_INLINE void kt512_lanes24(const int SG, const int MN, const int UN, const int PM,
+                                                  const struct kt_sb *D, int64_t nb, const uint8_t *a, size_t as,
+                                                  float *c, int64_t ldc) {
+    const size_t bo = offsetof(struct dj_block_q8_K, bsums), abs_ = sizeof(struct dj_block_q8_K);
+    __m512 vc[2][2];
+    DJ_UNROLL for (int i = 0; i < 2; i++) DJ_UNROLL for (int h = 0; h < 2; h++) vc[i][h] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct kt_sb *Db[2] = {D + b, D + nb + b};
+        const uint8_t *ab = a + (size_t)b * abs_;
+        __m512i z[2][4];
+        kt512_int(2, 4, SG, UN, PM, Db, ab, as, z);
+        const __m128 da4 = _mm_setr_ps(dj_q_load_f32(ab), dj_q_load_f32(ab + as), dj_q_load_f32(ab + 2 * as),
+                                       dj_q_load_f32(ab + 3 * as));
+        const __m256 da = _mm256_set_m128(da4, da4);
+        const __m512 P = _mm512_castps256_ps512(
+            _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(Db[1]->d), _mm_set1_ps(Db[0]->d)), da));
+        const __m512 Pm = MN ? _mm512_castps256_ps512(_mm256_mul_ps(
+                                   _mm256_set_m128(_mm_set1_ps(Db[1]->dmin), _mm_set1_ps(Db[0]->dmin)), da))
+                             : _mm512_setzero_ps();
+        __m512i bs[2];
+        DJ_UNROLL for (int h = 0; h < 2; h++)
+            bs[h] = MN ? _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(
+                                                (const __m256i *)(ab + (size_t)(2 * h) * as + bo))),
+                                            _mm256_loadu_si256((const __m256i *)(ab + (size_t)(2 * h + 1) * as + bo)), 1)
+                       : _mm512_setzero_si512();
+        DJ_UNROLL for (int i = 0; i < 2; i++) {
+            const __m512i mw = MN ? _mm512_broadcast_i64x4(Db[i]->mw) : _mm512_setzero_si512();
+            DJ_UNROLL for (int h = 0; h < 2; h++) {
+                const int k0 = 4 * i + 2 * h; /* pairs (i, 2h), (i, 2h + 1): lanes k0, k0 + 1 of P */
+                const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32(k0), _mm256_set1_epi32(k0 + 1), 1);
+                const __m512i zs = _mm512_add_epi32(_mm512_shuffle_i64x2(z[i][2 * h], z[i][2 * h + 1], 0x44),
+                                                    _mm512_shuffle_i64x2(z[i][2 * h], z[i][2 * h + 1], 0xEE));
+                vc[i][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(zs), _mm512_permutexvar_ps(idx, P), vc[i][h]);
+                if (MN)
+                    vc[i][h] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(bs[h], mw)),
+                                                _mm512_permutexvar_ps(idx, Pm), vc[i][h]);
+            }
+        }
+    }
+    DJ_UNROLL for (int i = 0; i < 2; i++) DJ_UNROLL for (int h = 0; h < 2; h++) {
+        c[(2 * h) * ldc + i] = dj_q_hsum8(_mm512_castps512_ps256(vc[i][h]));
+        c[(2 * h + 1) * ldc + i] = dj_q_hsum8(_mm512_extractf32x8_ps(vc[i][h], 1));
+    }
+}
+KT_TILE_BODY(kt512_tile_core, kt512_core)
+static inline DJ_ALWAYS_INLINE void kt512_tile_body(const int MR, const int NT, const int SG, const int CR,
+                                                    const int MN, const int UN, const int PM, const struct kt_sb *D,
+                                                    int64_t nb, const uint8_t *a, size_t as, float *c, int64_t ldc) {
+    if (!CR && MR == 2 && NT == 4) kt512_lanes24(SG, MN, UN, PM, D, nb, a, as, c, ldc);
+    else kt512_tile_core(MR, NT, SG, CR, MN, UN, PM, D, nb, a, as, c, ldc);
+}
 #define KT512_TILE_FN(name, MR, NT, SG, CR, MN, UN, PM) KT_TILE_FN_OF(kt512_tile_body, name, MR, NT, SG, CR, MN, UN, PM)
 KT_TILE_SET(kt512_tiles_min, KT512_TILE_FN, 0, 0, 1, 0, 0)
 KT_TILE_SET(kt512_tiles_pm, KT512_TILE_FN, 0, 0, 1, 0, 1)
