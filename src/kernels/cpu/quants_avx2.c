@@ -52,7 +52,9 @@
  *     activations), then every KT_MR x KT_NT tile of the chunk over them — decoding
  *     amortized over the chunk, where llama.cpp decodes per row-token pair.  A full
  *     2 x 4 tile runs its 8 pairs' chains in the 8 lanes of one vector (the 8 totals
- *     by a transpose tree, dj_q_tree8), lane for lane the same operations.
+ *     by a transpose tree, dj_q_tree8), lane for lane the same operations.  On
+ *     AVX-512 VNNI (kt512_core, below) the same tiles over the same buffer, two chunks
+ *     a 512-bit vector.
  *
  * maddubs never saturates: a pair is at most 2 * 124 * 127 = 31496 (IQ3_XXS, u <= 124;
  * the others less; IQ4_XS |level| <= 127, 32258).  The int32 sums are far from
