@@ -152,12 +152,13 @@ DJ_AVX512_DECODE_DECL(iq1_m)
 #undef DJ_AVX512_DECODE_DECL
 /* Q2_K's, Q3_K's and TQ2_0's: batches of more than 4 tokens on the AVX-512 VNNI prefill tiles
  * (quants_avx2.c, the avx2 table's bits), fewer on the avx2 kernel. */
-void dj_q2_K_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                           int64_t r0, int64_t r1, int64_t n_tok);
-void dj_q3_K_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                           int64_t r0, int64_t r1, int64_t n_tok);
-void dj_tq2_0_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                            int64_t r0, int64_t r1, int64_t n_tok);
+#define DJ_AVX512_PREFILL_DECL(T)                                                                                    \
+    void dj_##T##_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc, \
+                                int64_t r0, int64_t r1, int64_t n_tok);
+DJ_AVX512_PREFILL_DECL(q2_K)
+DJ_AVX512_PREFILL_DECL(q3_K)
+DJ_AVX512_PREFILL_DECL(tq2_0)
+#undef DJ_AVX512_PREFILL_DECL
 /* The weight types beyond the seven of kernels_*.c (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
  * IQ*, TQ*, MXFP4, NVFP4, Q1_0, Q2_0): quants_generic.c sets their reference-path
  * kernels in the generic table (called by dj_kernels_init_generic); quants_avx2.c
