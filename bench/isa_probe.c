@@ -226,8 +226,8 @@ static void probe_amx_rounding(void) {
 int main(void) {
     unsigned a, b, c, d;
     const int bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
-    const int amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1);
-    const int avx2 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 5 & 1);
+    const int leaf7 = __get_cpuid_count(7, 0, &a, &b, &c, &d);
+    const int amx = leaf7 && (d >> 22 & 1) && (d >> 24 & 1), avx2 = leaf7 && (b >> 5 & 1);
     if (avx2) probe_avx2_int8();
     else printf("0. no AVX2\n");
     if (bf16) probe_dpbf16();

@@ -130,16 +130,18 @@ DJ_KTX_AMX_DECL(iq1_m)
 DJ_KTX_AMX_DECL(tq1_0)
 DJ_KTX_AMX_DECL(tq2_0)
 #undef DJ_KTX_AMX_DECL
-/* TQ1_0's decode (up to 4 tokens; more: the avx2 kernel) and dot on AVX-512 (quants_avx2.c,
- * bitwise the avx2 table's): the avx512 table's, and so the tables above it. */
-void dj_tq1_0_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                            int64_t r0, int64_t r1, int64_t n_tok);
-float dj_tq1_0_avx512_dot(int64_t k, const void *w, const void *a);
-/* IQ4_XS's, Q5_K's and the grid types' (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), the same way. */
-#define DJ_AVX512_DECODE_DECL(T)                                                                                     \
+/* The avx512 table's matmul of super-block types (quants_avx2.c, bitwise the avx2 table's):
+ * batches of more than 4 tokens on the AVX-512 VNNI prefill tiles; fewer on the type's
+ * AVX-512 decode where it has one (TQ1_0, IQ4_XS, Q5_K and the grid types, which also have
+ * an AVX-512 dot), else on the avx2 kernel (Q2_K, Q3_K, TQ2_0).  The tables above avx512
+ * inherit them. */
+#define DJ_AVX512_MATMUL_DECL(T)                                                                                     \
     void dj_##T##_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc, \
-                                int64_t r0, int64_t r1, int64_t n_tok);                                              \
+                                int64_t r0, int64_t r1, int64_t n_tok);
+#define DJ_AVX512_DECODE_DECL(T)                                                                                     \
+    DJ_AVX512_MATMUL_DECL(T)                                                                                         \
     float dj_##T##_avx512_dot(int64_t k, const void *w, const void *a);
+DJ_AVX512_DECODE_DECL(tq1_0)
 DJ_AVX512_DECODE_DECL(iq4_xs)
 DJ_AVX512_DECODE_DECL(q5_K)
 DJ_AVX512_DECODE_DECL(iq2_xxs)
@@ -149,16 +151,11 @@ DJ_AVX512_DECODE_DECL(iq3_xxs)
 DJ_AVX512_DECODE_DECL(iq3_s)
 DJ_AVX512_DECODE_DECL(iq1_s)
 DJ_AVX512_DECODE_DECL(iq1_m)
+DJ_AVX512_MATMUL_DECL(q2_K)
+DJ_AVX512_MATMUL_DECL(q3_K)
+DJ_AVX512_MATMUL_DECL(tq2_0)
 #undef DJ_AVX512_DECODE_DECL
-/* Q2_K's, Q3_K's and TQ2_0's: batches of more than 4 tokens on the AVX-512 VNNI prefill tiles
- * (quants_avx2.c, the avx2 table's bits), fewer on the avx2 kernel. */
-#define DJ_AVX512_PREFILL_DECL(T)                                                                                    \
-    void dj_##T##_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc, \
-                                int64_t r0, int64_t r1, int64_t n_tok);
-DJ_AVX512_PREFILL_DECL(q2_K)
-DJ_AVX512_PREFILL_DECL(q3_K)
-DJ_AVX512_PREFILL_DECL(tq2_0)
-#undef DJ_AVX512_PREFILL_DECL
+#undef DJ_AVX512_MATMUL_DECL
 /* The weight types beyond the seven of kernels_*.c (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
  * IQ*, TQ*, MXFP4, NVFP4, Q1_0, Q2_0): quants_generic.c sets their reference-path
  * kernels in the generic table (called by dj_kernels_init_generic); quants_avx2.c

@@ -448,18 +448,77 @@ static inline DJ_ALWAYS_INLINE void tq1_0_dec(const uint8_t *p, struct kt_sb *o)
 
 /* ---- the shared cores ------------------------------------------------------------- */
 
+/* A full 2 x 4 tile's multipliers x_i * d_a(j), pair (i, j) in lane 4i + j (x: the two
+ * rows' d, or dmin; the tokens' d_a at a + j * as): one multiply for the 8 pairs, each
+ * lane the product the pair's own scalar multiply gives. */
+static inline DJ_ALWAYS_INLINE __m256 kt_da8(const uint8_t *a, size_t as) {
+    const __m128 da4 = _mm_setr_ps(dj_q_load_f32(a), dj_q_load_f32(a + as), dj_q_load_f32(a + 2 * as),
+                                   dj_q_load_f32(a + 3 * as));
+    return _mm256_set_m128(da4, da4);
+}
+static inline DJ_ALWAYS_INLINE __m256 kt_pair8(float x0, float x1, __m256 da8) {
+    return _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(x1), _mm_set1_ps(x0)), da8);
+}
+
+/* kt_core's float step on the integer sums is[i][j] (8 lanes: lane l holds bytes 4l .. 4l+3
+ * of every 32-element chunk, times their scales; CR's offset terms are added here). */
+static inline DJ_ALWAYS_INLINE void kt_fold(const int MR, const int NT, const int CR, const int MN, const int VEC,
+                                            const struct kt_sb *const *D, const uint8_t *a, size_t as,
+                                            __m256i is[2][4], float acc[2][4], __m256 *vacc, __m256 vc[2][4]) {
+    const size_t bo = offsetof(struct dj_block_q8_K, bsums);
+    if (!CR) { /* no offset: 8 lanes of natural partial sums, the pair's chain in 8 lanes */
+        DJ_UNROLL for (int j = 0; j < NT; j++) {
+            const uint8_t *ab = a + (size_t)j * as;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
+            const float da = dj_q_load_f32(ab);
+            DJ_UNROLL for (int i = 0; i < MR; i++) {
+                vc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i][j]), _mm256_set1_ps(D[i]->d * da), vc[i][j]);
+                if (MN)
+                    vc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, D[i]->mw)),
+                                                _mm256_set1_ps(D[i]->dmin * da), vc[i][j]);
+            }
+        }
+        return;
+    }
+    if (VEC && MR == 2 && NT == 4) { /* the 8 pairs of a full tile at once, pair 4i + j in lane 4i + j */
+        __m256i t[8], m[8];
+        DJ_UNROLL for (int j = 0; j < 4; j++) {
+            const uint8_t *ab = a + (size_t)j * as;
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
+            DJ_UNROLL for (int i = 0; i < 2; i++) {
+                t[4 * i + j] = CR ? _mm256_add_epi32(is[i][j], _mm256_madd_epi16(bs, D[i]->cw)) : is[i][j];
+                if (MN) m[4 * i + j] = _mm256_madd_epi16(bs, D[i]->mw);
+            }
+        }
+        const __m256 da = kt_da8(a, as);
+        *vacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dj_q_tree8(t)), kt_pair8(D[0]->d, D[1]->d, da), *vacc);
+        if (MN) *vacc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(dj_q_tree8(m)), kt_pair8(D[0]->dmin, D[1]->dmin, da), *vacc);
+        return;
+    }
+    DJ_UNROLL for (int j = 0; j < NT; j++) {
+        const uint8_t *ab = a + (size_t)j * as;
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
+        const float da = dj_q_load_f32(ab);
+        DJ_UNROLL for (int i = 0; i < MR; i++) {
+            __m256i t = is[i][j];
+            if (CR) t = _mm256_add_epi32(t, _mm256_madd_epi16(bs, D[i]->cw));
+            acc[i][j] = __builtin_fmaf((float)dj_q_hsum_i32(t), D[i]->d * da, acc[i][j]);
+            if (MN) acc[i][j] = __builtin_fmaf(-(float)dj_q_hsum_i32(_mm256_madd_epi16(bs, D[i]->mw)), D[i]->dmin * da,
+                                               acc[i][j]);
+        }
+    }
+}
+
 /* One super-block of MR decoded rows (D[i]) against NT q8_K tokens (their block at
  * a + j * as).  acc[i][j] is the pair's float chain, one fma per super-block on the
  * exact integer total (and one for the mins): the 8 lanes are summed in integers first,
  * because with an offset (OFF > 0) a lane's partial sum holds offset terms that cancel
  * only across lanes, and rounding it would scale the error with the offset rather than
  * with the dot's own terms.  SG: signed values (sign trick); CR: the offset correction
- * cw; MN: the mins; UN: every scale 1 (TQ: maddubs summed as words, one madd).  VEC, for a full 2 x 4 tile: the 8 pairs' chains in the 8 lanes of
+ * cw; MN: the mins; UN: every scale 1 (TQ: maddubs summed as words, one madd); PM: the
+ * scales premultiplied into q (q2_K_decpm).  VEC, for a full 2 x 4 tile: the 8 pairs' chains in the 8 lanes of
  * *vacc (pair (i, j) in lane 4i + j) instead of acc — lane for lane the same float
- * operations on the same totals, so the same bits. */
-static inline DJ_ALWAYS_INLINE void kt_fold(const int MR, const int NT, const int CR, const int MN, const int VEC,
-                                            const struct kt_sb *const *D, const uint8_t *a, size_t as,
-                                            __m256i is[2][4], float acc[2][4], __m256 *vacc, __m256 vc[2][4]);
+ * operations on the same totals, so the same bits.  The float step is kt_fold's (above). */
 static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const int SG, const int CR, const int MN,
                                             const int UN, const int PM, const int VEC, const struct kt_sb *const *D,
                                             const uint8_t *a, size_t as, float acc[2][4], __m256 *vacc, __m256 vc[2][4]) {
@@ -509,61 +568,6 @@ static inline DJ_ALWAYS_INLINE void kt_core(const int MR, const int NT, const in
     if (UN) DJ_UNROLL for (int i = 0; i < MR; i++) DJ_UNROLL for (int j = 0; j < NT; j++)
         is[i][j] = _mm256_madd_epi16(is[i][j], _mm256_set1_epi16(1));
     kt_fold(MR, NT, CR, MN, VEC, D, a, as, is, acc, vacc, vc);
-}
-
-/* kt_core's float step on the integer sums is[i][j] (8 lanes: lane l holds bytes 4l .. 4l+3
- * of every 32-element chunk, times their scales; plus, for CR, nothing else yet). */
-static inline DJ_ALWAYS_INLINE void kt_fold(const int MR, const int NT, const int CR, const int MN, const int VEC,
-                                            const struct kt_sb *const *D, const uint8_t *a, size_t as,
-                                            __m256i is[2][4], float acc[2][4], __m256 *vacc, __m256 vc[2][4]) {
-    const size_t bo = offsetof(struct dj_block_q8_K, bsums);
-    if (!CR) { /* no offset: 8 lanes of natural partial sums, the pair's chain in 8 lanes */
-        DJ_UNROLL for (int j = 0; j < NT; j++) {
-            const uint8_t *ab = a + (size_t)j * as;
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
-            const float da = dj_q_load_f32(ab);
-            DJ_UNROLL for (int i = 0; i < MR; i++) {
-                vc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i][j]), _mm256_set1_ps(D[i]->d * da), vc[i][j]);
-                if (MN)
-                    vc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, D[i]->mw)),
-                                                _mm256_set1_ps(D[i]->dmin * da), vc[i][j]);
-            }
-        }
-        return;
-    }
-    if (VEC && MR == 2 && NT == 4) { /* the 8 pairs of a full tile at once, pair 4i + j in lane 4i + j */
-        __m256i t[8], m[8];
-        const __m128 da4 = _mm_setr_ps(dj_q_load_f32(a), dj_q_load_f32(a + as), dj_q_load_f32(a + 2 * as),
-                                       dj_q_load_f32(a + 3 * as));
-        DJ_UNROLL for (int j = 0; j < 4; j++) {
-            const uint8_t *ab = a + (size_t)j * as;
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
-            DJ_UNROLL for (int i = 0; i < 2; i++) {
-                t[4 * i + j] = CR ? _mm256_add_epi32(is[i][j], _mm256_madd_epi16(bs, D[i]->cw)) : is[i][j];
-                if (MN) m[4 * i + j] = _mm256_madd_epi16(bs, D[i]->mw);
-            }
-        }
-        const __m256 da = _mm256_set_m128(da4, da4);
-        *vacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dj_q_tree8(t)),
-                                _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(D[1]->d), _mm_set1_ps(D[0]->d)), da), *vacc);
-        if (MN)
-            *vacc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(dj_q_tree8(m)),
-                                     _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(D[1]->dmin), _mm_set1_ps(D[0]->dmin)), da),
-                                     *vacc);
-        return;
-    }
-    DJ_UNROLL for (int j = 0; j < NT; j++) {
-        const uint8_t *ab = a + (size_t)j * as;
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)(ab + bo));
-        const float da = dj_q_load_f32(ab);
-        DJ_UNROLL for (int i = 0; i < MR; i++) {
-            __m256i t = is[i][j];
-            if (CR) t = _mm256_add_epi32(t, _mm256_madd_epi16(bs, D[i]->cw));
-            acc[i][j] = __builtin_fmaf((float)dj_q_hsum_i32(t), D[i]->d * da, acc[i][j]);
-            if (MN) acc[i][j] = __builtin_fmaf(-(float)dj_q_hsum_i32(_mm256_madd_epi16(bs, D[i]->mw)), D[i]->dmin * da,
-                                               acc[i][j]);
-        }
-    }
 }
 
 /* ---- one token, one super-block: a type's own integer dot ---------------------------
@@ -873,10 +877,13 @@ KT_TILE_SET(kt_tiles_unit, KT_TILE_FN, 0, 1, 0, 1, 0) /* TQ1_0, TQ2_0 */
 /* ---- per type: decode-as-you-go rows, matmul, dot, dequantize ------------------------ */
 
 /* The shared drive of the decoded-buffer path: token chunks, KT_MR-row tiles decoded
- * into buf (dec(row, buf) decodes one whole row), KT_NT-token tiles. */
-static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t *w, int64_t nb, struct kt_sb *dst),
+ * into the thread's scratch (dec(row, buf) decodes one whole row), KT_NT-token tiles.
+ * false, and nothing done, without scratch. */
+static bool kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t *w, int64_t nb, struct kt_sb *dst),
                      int64_t nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *c, int64_t ldc,
-                     int64_t r0, int64_t r1, int64_t n_tok, struct kt_sb *buf) {
+                     int64_t r0, int64_t r1, int64_t n_tok) {
+    struct kt_sb *buf = dj_kernel_scratch((size_t)KT_MR * (size_t)nb * sizeof(struct kt_sb));
+    if (!buf) return false;
     int64_t tok_chunk = (int64_t)(((size_t)256 << 10) / as);
     tok_chunk -= tok_chunk % KT_NT;
     if (tok_chunk < KT_NT) tok_chunk = KT_NT;
@@ -891,6 +898,7 @@ static void kt_drive(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t
             }
         }
     }
+    return true;
 }
 
 /* the prefetch of a weight block dj_avx2_pf bytes ahead (the rows are one stream: row r + 1
@@ -958,17 +966,18 @@ static inline DJ_ALWAYS_INLINE void kt_prefetch(const uint8_t *wb, size_t bs) {
         }                                                                                                          \
     }                                                                                                              \
     KT_ROWS124(T)                                                                                                  \
-    static void T##_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc, \
-                           int64_t r0, int64_t r1, int64_t n_tok) {                                                \
+    /* the matmul on the prefill tiles `tiles` (TILES; the avx512 table: its kt512 ones) */                  \
+    static inline DJ_ALWAYS_INLINE void T##_matmul_on(const kt_tile_fn tiles[2][4], int64_t k, const void *wv,       \
+                                                      size_t ws, const void *av, size_t as, float *c, int64_t ldc,   \
+                                                      int64_t r0, int64_t r1, int64_t n_tok) {                       \
         const uint8_t *w = wv, *a = av;                                                                            \
         const int64_t nb = k / DJ_QK_K;                                                                            \
-        struct kt_sb *buf = n_tok > KT_SMALL ? dj_kernel_scratch((size_t)KT_MR * (size_t)nb * sizeof(struct kt_sb)) \
-                                             : NULL;                                                               \
-        if (buf) {                                                                                                 \
-            kt_drive(TILES, T##_dec_row, nb, w, ws, a, as, c, ldc, r0, r1, n_tok, buf);                            \
-            return;                                                                                                \
-        }                                                                                                          \
+        if (n_tok > KT_SMALL && kt_drive(tiles, T##_dec_row, nb, w, ws, a, as, c, ldc, r0, r1, n_tok)) return;     \
         KT_TOKENS(T, nb) /* few tokens, or no scratch: decode as we go */                                       \
+    }                                                                                                              \
+    static void T##_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c, int64_t ldc, \
+                           int64_t r0, int64_t r1, int64_t n_tok) {                                                \
+        T##_matmul_on(TILES, k, wv, ws, av, as, c, ldc, r0, r1, n_tok);                                            \
     }                                                                                                              \
     static float T##_dot(int64_t k, const void *w, const void *a) {                                                \
         float c;                                                                                                   \
@@ -1113,14 +1122,9 @@ static inline DJ_ALWAYS_INLINE void kt512_lanes24(const int SG, const int MN, co
         const uint8_t *ab = a + (size_t)b * abs_;
         __m512i z[2][4];
         kt512_int(2, 4, SG, UN, PM, Db, ab, as, z);
-        const __m128 da4 = _mm_setr_ps(dj_q_load_f32(ab), dj_q_load_f32(ab + as), dj_q_load_f32(ab + 2 * as),
-                                       dj_q_load_f32(ab + 3 * as));
-        const __m256 da = _mm256_set_m128(da4, da4);
-        const __m512 P = _mm512_castps256_ps512(
-            _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(Db[1]->d), _mm_set1_ps(Db[0]->d)), da));
-        const __m512 Pm = MN ? _mm512_castps256_ps512(_mm256_mul_ps(
-                                   _mm256_set_m128(_mm_set1_ps(Db[1]->dmin), _mm_set1_ps(Db[0]->dmin)), da))
-                             : _mm512_setzero_ps();
+        const __m256 da = kt_da8(ab, as);
+        const __m512 P = _mm512_castps256_ps512(kt_pair8(Db[0]->d, Db[1]->d, da));
+        const __m512 Pm = MN ? _mm512_castps256_ps512(kt_pair8(Db[0]->dmin, Db[1]->dmin, da)) : _mm512_setzero_ps();
         __m512i bs[2];
         DJ_UNROLL for (int h = 0; h < 2; h++)
             bs[h] = MN ? _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(
@@ -1161,28 +1165,12 @@ KT_TILE_SET(kt512_tiles_sgn, KT512_TILE_FN, 1, 0, 0, 0, 0)
 KT_TILE_SET(kt512_tiles_unit, KT512_TILE_FN, 0, 1, 0, 1, 0)
 #undef KT512_TILE_FN
 
-typedef void (*kt_matmul_fn)(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, int64_t ldc,
-                             int64_t r0, int64_t r1, int64_t n_tok);
-/* A batch of more than KT_SMALL tokens on the kt512 tiles over rows decoded by dec_row (the
- * type's T_dec_row: the avx2 path's buffer); without scratch the avx2 matmul (the same bits). */
-static void kt512_matmul(const kt_tile_fn tiles[2][4], void (*dec_row)(const uint8_t *w, int64_t nb, struct kt_sb *dst),
-                         kt_matmul_fn avx2, int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c,
-                         int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {
-    const int64_t nb = k / DJ_QK_K;
-    struct kt_sb *buf = dj_kernel_scratch((size_t)KT_MR * (size_t)nb * sizeof(struct kt_sb));
-    if (!buf) {
-        avx2(k, w, ws, a, as, c, ldc, r0, r1, n_tok);
-        return;
-    }
-    kt_drive(tiles, dec_row, nb, w, ws, a, as, c, ldc, r0, r1, n_tok, buf);
-}
-/* T's avx512 matmul for the types without an avx512 decode (Q2_K, Q3_K, TQ2_0): batches of
- * more than KT_SMALL tokens on the kt512 tiles, fewer on the avx2 kernel */
+/* T's avx512 matmul for the types without an avx512 decode (Q2_K, Q3_K, TQ2_0): the avx2
+ * matmul on the kt512 tiles */
 #define X512_PREFILL(T, TILES)                                                                                     \
     void dj_##T##_avx512_matmul(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c,          \
                                 int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                              \
-        if (n_tok > KT_SMALL) kt512_matmul(TILES, T##_dec_row, T##_matmul, k, w, ws, a, as, c, ldc, r0, r1, n_tok); \
-        else T##_matmul(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                                    \
+        T##_matmul_on(TILES, k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                              \
     }
 X512_PREFILL(q2_K, kt512_tiles_pm)
 X512_PREFILL(q3_K, kt512_tiles_off)
@@ -1196,12 +1184,10 @@ X512_PREFILL(tq2_0, kt512_tiles_unit)
     KT_ROWS124(X)                                                                                                  \
     void dj_##T##_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *av, size_t as, float *c,        \
                                 int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                              \
-        if (n_tok > KT_SMALL) {                                                                                    \
-            kt512_matmul(TILES, T##_dec_row, T##_matmul, k, wv, ws, av, as, c, ldc, r0, r1, n_tok);               \
-            return;                                                                                                \
-        }                                                                                                          \
         const uint8_t *w = wv, *a = av;                                                                            \
-        KT_TOKENS(X, k / DJ_QK_K)                                                                                  \
+        if (n_tok > KT_SMALL && kt_drive(TILES, T##_dec_row, k / DJ_QK_K, w, ws, a, as, c, ldc, r0, r1, n_tok))   \
+            return;                                                                                                \
+        KT_TOKENS(X, k / DJ_QK_K) /* few tokens, or no scratch */                                               \
     }                                                                                                              \
     float dj_##T##_avx512_dot(int64_t k, const void *w, const void *a) {                                           \
         float c;                                                                                                   \
@@ -1356,9 +1342,8 @@ void dj_iq4_xs_avx512_matmul(int64_t k, const void *wv, size_t ws, const void *a
                              int64_t r0, int64_t r1, int64_t n_tok) {
     const int64_t nb = k / DJ_QK_K;
     __m512i *corr = n_tok <= KT_SMALL ? dj_kernel_scratch((size_t)n_tok * (size_t)nb * 4 * sizeof(__m512i)) : NULL;
-    if (!corr) { /* more tokens: the kt512 tiles; no scratch: the avx2 kernel; the same bits */
-        if (n_tok > KT_SMALL) kt512_matmul(kt512_tiles_sgn, iq4_xs_dec_row, iq4_xs_matmul, k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
-        else iq4_xs_matmul(k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
+    if (!corr) { /* more tokens (the kt512 tiles), or no scratch: the avx2 matmul, the same bits */
+        iq4_xs_matmul_on(kt512_tiles_sgn, k, wv, ws, av, as, c, ldc, r0, r1, n_tok);
         return;
     }
     const uint8_t *w = wv, *a = av;
