@@ -11,7 +11,7 @@
 /* dj_logits_fn: folds each logits vector into the FNV-1a hash at ud. */
 static inline void test_hash_logits(void *ud, const float *logits, size_t n) {
     uint64_t *h = ud;
-    *h = dj_fnv1a(*h, logits, n * sizeof(float));
+    *h = test_hash_f32(*h, logits, n);
 }
 
 /* One turn of n_gen (<= 64) greedy tokens, checked to succeed; its logits are
@@ -38,7 +38,7 @@ static struct {
 /* dj_request_params.on_logits: remembers the hash of the logits. */
 static inline void test_tap_logits(void *ud, const float *l, size_t n) {
     (void)ud;
-    test_tap.pending = dj_fnv1a(DJ_FNV_OFFSET, l, n * sizeof(float));
+    test_tap.pending = test_hash_f32(DJ_FNV_OFFSET, l, n);
     test_tap.has = true;
 }
 

@@ -161,7 +161,7 @@ struct out {
 };
 static void on_logits(void *ud, const float *l, size_t n) {
     struct out *o = ud;
-    o->lhash = dj_fnv1a(o->lhash, l, n * sizeof(float));
+    o->lhash = test_hash_f32(o->lhash, l, n);
 }
 static void on_token(void *ud, const struct dj_token_event *ev) {
     (void)ev;

@@ -50,7 +50,7 @@ static uint32_t rnd(uint32_t n) {
     return (uint32_t)((rng_state * 0x2545F4914F6CDD1DULL) >> 33) % n;
 }
 
-static uint64_t row_hash(const float *row, size_t n) { return dj_fnv1a(DJ_FNV_OFFSET, row, n * sizeof(float)); }
+static uint64_t row_hash(const float *row, size_t n) { return test_hash_f32(DJ_FNV_OFFSET, row, n); }
 
 struct seqdata {
     dj_token tok[MAX_LEN];

@@ -48,7 +48,7 @@ struct out {
 
 static void on_logits(void *ud, const float *l, size_t n) {
     struct out *o = ud;
-    o->h = dj_fnv1a(o->h, l, n * sizeof(float));
+    o->h = test_hash_f32(o->h, l, n);
 }
 static void on_token(void *ud, const struct dj_token_event *ev) {
     struct out *o = ud;
