@@ -16,9 +16,11 @@
  * position's logits (ctx_decode, one call), hashed per row.  Then random
  * schedules over one shared pool: each step picks 1-16 of the unfinished
  * sequences in random order; each contributes either one token (decode) or a
- * random chunk of up to 40 (prefill); the step is one ctx_forward of random
- * ubatch size asking logits for a random subset of its rows (always at least
- * one), on a context with 1 or 2 threads.  Every logits row must hash equal
+ * random chunk of up to 40 (prefill); the step is one ctx_forward asking
+ * logits for a random subset of its rows (always at least one), on a context
+ * whose ubatch size (1, 3, 7, 16, 64, 512) and thread count (1, 2) the
+ * schedule's index picks: every ubatch size in a model's 6 schedules (3 for
+ * the K/V types other than f16: ubatch 1, 16, 512).  Every logits row must hash equal
  * to the reference row of the same (sequence, position), and each sequence's
  * K/V rows must equal the reference run's, bitwise.
  *
@@ -107,7 +109,7 @@ static void gpu_vs_cpu(const struct dj_model *m, struct kv_pool *pool, const dj_
            "not compared)\n", n_pos, worst, amax, n_argmax_close);
 }
 
-static uint64_t row_hash(const float *row, size_t n) { return dj_fnv1a(DJ_FNV_OFFSET, row, n * sizeof(float)); }
+static uint64_t row_hash(const float *row, size_t n) { return test_hash_f32(DJ_FNV_OFFSET, row, n); }
 
 struct seqdata {
     dj_token tok[MAX_LEN];
@@ -115,7 +117,7 @@ struct seqdata {
     uint64_t ref[MAX_LEN]; /* hash of the logits after each position */
 };
 
-static void check_model(const char *path, int n_schedules) {
+static void check_model(const char *path, int n_schedules, const int *pick) {
     struct dj_model *m = NULL;
     CHECKF(model_load(path, &m) == DJ_OK, "%s", path);
     if (!m) return;
@@ -166,13 +168,19 @@ static void check_model(const char *path, int n_schedules) {
         ctx_free(c);
     }
 
-    const uint32_t ubatches[] = {1, 3, 7, 16, 64, 512};
+    /* schedule i's ubatch size and thread count: sched[i % 12], so every ubatch size within 6
+     * schedules (the first six alternate 2 and 1 threads), every pair within 12; a list of
+     * schedules picks its own (kv_sched) */
+    static const struct { uint32_t ubatch; int threads; } sched[12] = {
+        {1, 2}, {3, 1}, {7, 2}, {16, 1}, {64, 2}, {512, 1}, {1, 1}, {3, 2}, {7, 1}, {16, 2}, {64, 1}, {512, 2},
+    };
     size_t n_rows = 0, n_bad = 0, n_kv_bad = 0, n_mixed = 0;
     for (int sch = 0; sch < n_schedules; sch++) {
         struct dj_ctx_params cp = ctx_default_params();
+        const int si = pick ? pick[sch] : sch % 12;
         cp.n_ctx = 256;
-        cp.n_ubatch = ubatches[rnd(6)];
-        cp.n_threads = 1 + (int)rnd(2);
+        cp.n_ubatch = sched[si].ubatch;
+        cp.n_threads = sched[si].threads;
         cp.pool = pool;
         cp.gpu = g_gpu;
         struct dj_context *c = NULL;
@@ -304,34 +312,46 @@ int main(int argc, char **argv) {
     char dir[] = "/tmp/deja_test_batch_XXXXXX";
     if (!mkdtemp(dir)) return 2;
     if (g_gpu) { /* lavapipe runs codelm's 32k-row output product at ~40 M MAC/s: the tiny models only */
-        check_model(test_shared_path(argv[1], "models/stories260K.gguf"), 2);
-        check_model(test_shared_path(argv[1], "golden/moe/qwen3moe-tiny.gguf"), 1); /* experts, q/k norms */
+        check_model(test_shared_path(argv[1], "models/stories260K.gguf"), 2, NULL);
+        check_model(test_shared_path(argv[1], "golden/moe/qwen3moe-tiny.gguf"), 1, NULL); /* experts, q/k norms */
         rmdir(dir);
         TEST_END();
     }
     const char *codelm = test_shared_path(argv[1], "models/codelm-15m-f16.gguf");
-    char q[600];
-    snprintf(q, sizeof q, "%s/codelm-q4_k_m.gguf", dir);
-    char *out = NULL;
-    int rc = RUN(&out, "quantize", (char *)codelm, q, "q4_k_m");
-    CHECKF(rc == 0, "quantize: %s", out);
-    free(out);
+    /* The default (f16) K/V: every ubatch size in each model's 6 schedules, every (ubatch, threads)
+     * pair in stories260K's 12.  The other K/V types (CTest's model/test_batch_kv_*): what the type
+     * changes is how rows are stored and read back in attention, the same code at any ubatch size
+     * and for any weight type, so 3 schedules per model — ubatch 1 (2 threads), 16 (1 thread) and
+     * 512 (2 threads) — and not codelm-q4_k_m, which differs from codelm in its weights only. */
+    const bool kv_other = kv_type_default() != DJ_TYPE_F16;
+    static const int kv_pick[3] = {0, 3, 11};
+    const int *pick = kv_other ? kv_pick : NULL;
 #ifdef DJ_SANITIZE_BUILD
-    const int n_sched = 2;
+    const int n_sched = 2, n_stories = 6;
 #else
-    const int n_sched = 8;
+    const int n_sched = kv_other ? 3 : 6, n_stories = kv_other ? 3 : 12;
 #endif
-    check_model(test_shared_path(argv[1], "models/stories260K.gguf"), 3 * n_sched);
-    check_model(codelm, n_sched);
-    if (rc == 0) check_model(q, n_sched);
-    check_model(test_shared_path(argv[1], "golden/moe/deepseek2-lite-tiny.gguf"), n_sched);
+    char q[600];
+    char *out = NULL;
+    int rc = 0;
+    check_model(test_shared_path(argv[1], "models/stories260K.gguf"), n_stories, pick);
+    check_model(codelm, n_sched, pick);
+    if (!kv_other) {
+        snprintf(q, sizeof q, "%s/codelm-q4_k_m.gguf", dir);
+        rc = RUN(&out, "quantize", (char *)codelm, q, "q4_k_m");
+        CHECKF(rc == 0, "quantize: %s", out);
+        free(out);
+        if (rc == 0) check_model(q, n_sched, pick);
+        unlink(q);
+    }
+    check_model(test_shared_path(argv[1], "golden/moe/deepseek2-lite-tiny.gguf"), n_sched, pick);
     char g3[600];
     snprintf(g3, sizeof g3, "%s/gemma3-tiny.gguf", dir);
     rc = RUN(&out, "synth", "--arch", "gemma3", "--preset", "tiny", "--vocab-from",
              (char *)test_shared_path(argv[1], "vocab/ggml-vocab-llama-spm.gguf"), "-o", g3, "-t", "2");
     CHECKF(rc == 0, "synth gemma3: %s", out);
     free(out);
-    if (rc == 0) check_model(g3, n_sched);
+    if (rc == 0) check_model(g3, n_sched, pick);
     unlink(g3);
     /* gpt-oss: sliding windows of 16 on even layers (the sequences run to 120 tokens),
      * attention sinks, biased MXFP4 experts */
@@ -341,9 +361,8 @@ int main(int argc, char **argv) {
              (char *)codelm, "-o", oss);
     CHECKF(rc == 0, "synth gpt-oss: %s", out);
     free(out);
-    if (rc == 0) check_model(oss, n_sched);
+    if (rc == 0) check_model(oss, n_sched, pick);
     unlink(oss);
-    unlink(q);
     static const char *const archs[] = {"glm4moe", "mistral3"};
     for (int i = 0; i < 2; i++) {
         snprintf(q, sizeof q, "%s/%s-tiny.gguf", dir, archs[i]);
@@ -351,7 +370,7 @@ int main(int argc, char **argv) {
                  q, "-t", "2");
         CHECKF(rc == 0, "synth %s: %s", archs[i], out);
         free(out);
-        if (rc == 0) check_model(q, n_sched);
+        if (rc == 0) check_model(q, n_sched, pick);
         unlink(q);
     }
     rmdir(dir);
