@@ -1847,6 +1847,13 @@ bool dj_kernels_init_avx512(struct dj_kernels *k) {
     k->w[DJ_TYPE_IQ1_M].matmul = dj_iq1_m_avx512_matmul;
     k->w[DJ_TYPE_IQ1_M].dot = dj_iq1_m_avx512_dot;
     DJ_KERNELS_SET_PACKED(k);
+    if (k->w[DJ_TYPE_Q4_1].matmul_packed) { /* quants32_avx2.c's packed layout, T_b by VNNI: the same bits */
+        k->w[DJ_TYPE_Q4_1].matmul_packed = dj_q4_1_avx512_matmul_packed;
+        k->w[DJ_TYPE_Q5_1].matmul_packed = dj_q5_1_avx512_matmul_packed;
+        k->w[DJ_TYPE_Q5_0].matmul_packed = dj_q5_0_avx512_matmul_packed;
+        k->w[DJ_TYPE_IQ4_NL].matmul_packed = dj_iq4_nl_avx512_matmul_packed;
+        k->w[DJ_TYPE_MXFP4].matmul_packed = dj_mxfp4_avx512_matmul_packed;
+    }
     pk_pf = dj_kernels_prefetch_distance(pk_pf);
     k->quantize_act[DJ_TYPE_Q8_0] = quant_q8_0;
     k->quantize_act[DJ_TYPE_Q8_K] = quant_q8_K;

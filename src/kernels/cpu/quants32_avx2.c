@@ -692,6 +692,170 @@ K32_TYPE_ALL(q5_0, 1, 16, 0, 4, 1, 0, dj_kvalues_iq4nl, 0)
 K32_TYPE_ALL(iq4_nl, 1, 0, 0, 1, 0, 1, dj_kvalues_iq4nl, 0)
 K32_TYPE_ALL(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
 
+/* ---- the avx512 table: AVX512-VNNI, 16 rows in the lanes ----------------------------
+ *
+ * The same packed layout, chains and float steps; only T_b is made otherwise, and 16 rows
+ * go through at once.  VPDPBUSD multiplies unsigned bytes by signed ones and adds each 4
+ * products to a dword with no saturation, so one instruction a vector and token takes the
+ * place of maddubs + add (+ madd) and T_b needs no word sums: u = level + OFF >= 0 for
+ * every type (IQ4_NL, signed in the avx2 table's lanes form, as level + 128 here), and
+ * the offset comes off as OFF * sum(a) as before.  |T_b + OFF * sum(a)| <= 32 * 255 * 128
+ * < 2^31: the same integer, so the same bits as the avx2 table's kernels and the dot.  Two
+ * partial sums a token (vectors even and odd) halve the dependent VPDPBUSD chain; they are
+ * added as integers.
+ *
+ * Every batch runs k32_s16_body: a 16-row group (the two 8-row halves of the packed copy
+ * side by side, row i in lane i of a 512-bit vector) against up to 8 tokens at once,
+ * straight from the packed stream with no lanes-form copy, chain by chain (blocks k,
+ * k + 8, ...: each token's chain in one register).  That order walks a group 8 times with
+ * a stride, which the hardware prefetchers do not follow from DRAM: the first token tile
+ * prefetches the next group's block b as it reaches its own block b, so the group after
+ * it is in cache when its turn comes (without it, decode from DRAM was 40 % slower than
+ * k32_packed_1's stream order; with it 7-30 % faster, small batches 2-2.8x the former
+ * path: docs/BENCHMARKS.md).  A type with an offset starts each sum from -OFF * sum(a)
+ * (k32_s16 turns tp.sa into it).  Without scratch for the prepared activations the avx2
+ * table's kernel runs (the same bits). */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+/* vector v of a packed block for 16 rows (rows 0-7 from p0, 8-15 from p1), as k32_pu */
+static inline DJ_ALWAYS_INLINE __m512i k32_pu16(const uint8_t *p0, const uint8_t *p1, const int v, const int q5,
+                                                const int LUT, __m512i lut) {
+#define K32_LD16(o)                                                                                                   \
+    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p0 + (o)))),                      \
+                       _mm256_loadu_si256((const __m256i *)(p1 + (o))), 1)
+    const __m512i q = K32_LD16(32 * (v & 3));
+    __m512i n = _mm512_and_si512(v < 4 ? q : _mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0F));
+    if (q5) {
+        const __m512i h = K32_LD16(128);
+        const __m512i hb = v < 4 ? _mm512_slli_epi16(h, 4 - v) : v > 4 ? _mm512_srli_epi16(h, v - 4) : h;
+        n = _mm512_or_si512(n, _mm512_and_si512(hb, _mm512_set1_epi8(0x10)));
+    }
+#undef K32_LD16
+    return LUT ? _mm512_shuffle_epi8(lut, n) : n;
+}
+
+static inline DJ_ALWAYS_INLINE void k32_s16_body(const int NT, const int OFF, const int MN, const int q5, const int LUT,
+                                                 const int E8, __m512i lut, size_t gbs, const uint8_t *P0,
+                                                 const uint8_t *P1, const uint8_t *N0, const uint8_t *N1, int64_t nb,
+                                                 const uint8_t *a, size_t as, struct k32_tp tp, int64_t tps, float *c,
+                                                 int64_t ldc, __mmask16 m) {
+    __m512 ch[8 * 8], chm[8 * 8]; /* chain k of token j at [8 * k + j] */
+    for (int k = 0; k < 8; k++) {
+        __m512 ac[8], am[8];
+        DJ_UNROLL for (int j = 0; j < NT; j++) ac[j] = am[j] = _mm512_setzero_ps();
+        for (int64_t b = k; b < nb; b += 8) {
+            const uint8_t *p0 = P0 + (size_t)b * gbs, *p1 = P1 + (size_t)b * gbs;
+            if (N0)
+                for (size_t l = 0; l < gbs + 63; l += 64) {
+                    _mm_prefetch((const char *)N0 + (size_t)b * gbs + l, _MM_HINT_T0);
+                    _mm_prefetch((const char *)N1 + (size_t)b * gbs + l, _MM_HINT_T0);
+                }
+            __m512i u[8];
+            DJ_UNROLL for (int v = 0; v < 8; v++) u[v] = k32_pu16(p0, p1, v, q5, LUT, lut);
+            __m256 d0, m0, d1, m1;
+            k32_pscales(p0, q5, E8, MN, &d0, &m0);
+            k32_pscales(p1, q5, E8, MN, &d1, &m1);
+            const __m512 dw = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
+            const __m512 mw = _mm512_insertf32x8(_mm512_castps256_ps512(m0), m1, 1);
+            const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_0) + 2;
+            DJ_UNROLL for (int j = 0; j < NT; j++) {
+                const uint8_t *aj = ab + (size_t)j * as;
+                const size_t i = (size_t)j * (size_t)tps + (size_t)b;
+                /* tp.sa holds -OFF * sum(a) here (k32_s16): the sum starts from it */
+                __m512i s0 = OFF ? _mm512_set1_epi32(tp.sa[i]) : _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+                DJ_UNROLL for (int v = 0; v < 8; v += 2) {
+                    s0 = _mm512_dpbusd_epi32(s0, u[v], _mm512_set1_epi32((int)dj_load_u32(aj + 4 * v)));
+                    s1 = _mm512_dpbusd_epi32(s1, u[v + 1], _mm512_set1_epi32((int)dj_load_u32(aj + 4 * v + 4)));
+                }
+                const __m512i t = _mm512_add_epi32(s0, s1);
+                ac[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(tp.d[i])), ac[j]);
+                if (MN) am[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(tp.dsa[i]), am[j]);
+            }
+        }
+        DJ_UNROLL for (int j = 0; j < NT; j++) {
+            ch[8 * k + j] = ac[j];
+            chm[8 * k + j] = am[j];
+        }
+    }
+    DJ_UNROLL for (int j = 0; j < NT; j++) {
+        __m512 r = DJ_Q_HSUM8_512(ch + j, 8);
+        if (MN) r = _mm512_add_ps(r, DJ_Q_HSUM8_512(chm + j, 8));
+        _mm512_mask_storeu_ps(c + (size_t)j * (size_t)ldc, m, r);
+    }
+}
+typedef void (*k32_s16_fn)(size_t gbs, const uint8_t *P0, const uint8_t *P1, const uint8_t *N0, const uint8_t *N1,
+                           int64_t nb, const uint8_t *a, size_t as, struct k32_tp tp, int64_t tps, float *c,
+                           int64_t ldc, __mmask16 m, const int8_t *lut);
+
+/* The driver of k32_s16_body: per token chunk (~256 KiB of activations) and 16-row group,
+ * tiles of up to 8 tokens.  False without scratch for the prepared activations (the caller
+ * runs k32_matmul_packed, the same bits). */
+static bool k32_s16(int64_t nb, size_t ws, size_t gbs, const uint8_t *w, const uint8_t *a, size_t as, float *c,
+                    int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok, const k32_s16_fn fn[8], const int8_t *lut,
+                    int32_t off) {
+    int64_t tok_chunk;
+    struct k32_tp tp;
+    if (!k32_scratch(nb, as, n_tok, 0, &tok_chunk, &tp)) return false;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tok_chunk) {
+        const int64_t nt_c = n_tok - t0 < tok_chunk ? n_tok - t0 : tok_chunk;
+        const uint8_t *at = a + (size_t)t0 * as;
+        k32_prep(at, as, nt_c, nb, tp);
+        for (int64_t i = 0; i < nt_c * nb; i++) tp.sa[i] *= -off; /* the sums' start */
+        for (int64_t r = r0; r < r1;) {
+            int64_t g0;
+            const __mmask16 m = dj_group16(r, r1, &g0);
+            const uint8_t *P0 = w + (size_t)g0 * ws, *P1 = w + (size_t)(g0 + 8) * ws;
+            const bool nx = g0 + 16 < r1; /* the next group, prefetched at this one's pace by the first tile */
+            for (int64_t t = 0; t < nt_c; t += 8) {
+                const int nt = (int)(nt_c - t < 8 ? nt_c - t : 8);
+                const struct k32_tp tt = {tp.d + t * nb, tp.dsa + t * nb, tp.sa + t * nb};
+                fn[nt - 1](gbs, P0, P1, nx && !t ? P0 + 16 * ws : NULL, P1 + 16 * ws, nb, at + (size_t)t * as, as, tt,
+                           nb, c + (t0 + t) * ldc + g0, ldc, m, lut);
+            }
+            r = g0 + 16;
+        }
+    }
+    return true;
+}
+
+/* Type T's matmul_packed on the avx512 table: K32_PACKED's Q5, LUT, LUTP, E8, the mins
+ * (MN), and OFFV, the offset that makes its levels unsigned. */
+#define K32_VNNI(T, OFFV, MN, Q5, LUT, LUTP, E8)                                                                   \
+    K32_S16(T, OFFV, MN, Q5, LUT, E8, 1)                                                                           \
+    K32_S16(T, OFFV, MN, Q5, LUT, E8, 2)                                                                           \
+    K32_S16(T, OFFV, MN, Q5, LUT, E8, 3)                                                                           \
+    K32_S16(T, OFFV, MN, Q5, LUT, E8, 4)                                                                           \
+    K32_S16(T, OFFV, MN, Q5, LUT, E8, 5)                                                                           \
+    K32_S16(T, OFFV, MN, Q5, LUT, E8, 6)                                                                           \
+    K32_S16(T, OFFV, MN, Q5, LUT, E8, 7)                                                                           \
+    K32_S16(T, OFFV, MN, Q5, LUT, E8, 8)                                                                           \
+    void dj_##T##_avx512_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c,    \
+                                       int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                       \
+        static const k32_s16_fn s16[8] = {T##_s16_1, T##_s16_2, T##_s16_3, T##_s16_4,                              \
+                                          T##_s16_5, T##_s16_6, T##_s16_7, T##_s16_8};                             \
+        _Alignas(16) int8_t t[16] = {0};                                                                           \
+        if (LUT)                                                                                                   \
+            for (int i = 0; i < 16; i++) t[i] = (int8_t)(uint8_t)((LUTP)[i] + OFFV);                               \
+        if (!k32_s16(k / 32, ws, 8 * sizeof(struct dj_block_##T), w, a, as, c, ldc, r0, r1, n_tok, s16, t, OFFV))  \
+            T##_matmul_packed(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                             \
+    }
+/* k32_s16_body for N tokens (lut: the levels + OFFV, broadcast to the four 128-bit lanes) */
+#define K32_S16(T, OFFV, MN, Q5, LUT, E8, N)                                                                       \
+    static void T##_s16_##N(size_t gbs, const uint8_t *P0, const uint8_t *P1, const uint8_t *N0, const uint8_t *N1, \
+                            int64_t nb, const uint8_t *a, size_t as, struct k32_tp tp, int64_t tps, float *c,      \
+                            int64_t ldc, __mmask16 m, const int8_t *lut) {                                         \
+        k32_s16_body(N, OFFV, MN, Q5, LUT, E8, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut)), gbs, \
+                     P0, P1, N0, N1, nb, a, as, tp, tps, c, ldc, m);                                               \
+    }
+K32_VNNI(q4_1, 0, 1, 0, 0, dj_kvalues_iq4nl, 0)
+K32_VNNI(q5_1, 0, 1, 1, 0, dj_kvalues_iq4nl, 0)
+K32_VNNI(q5_0, 16, 0, 1, 0, dj_kvalues_iq4nl, 0)
+K32_VNNI(iq4_nl, 128, 0, 0, 1, dj_kvalues_iq4nl, 0)
+K32_VNNI(mxfp4, 12, 0, 0, 1, dj_kvalues_fp4, 1)
+#undef K32_VNNI
+#undef K32_S16
+#pragma GCC pop_options
+
 /* ---- prefill by AMX-INT8 (the amx table: kernels_amx.c) ------------------------------
  *
  * T_b, the block's exact integer dot, is what TDPBSSD computes: per 16-row group (the two
@@ -703,7 +867,7 @@ K32_TYPE_ALL(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
  * k32_block's, chain by chain (blocks kc, kc + 8, ...; chain kc of 16 rows in the 16 lanes
  * of a token's accumulator), the mins' chains (Q4_1, Q5_1) after it, and lanes_hsum8's
  * tree at the end: the same operations on the same values, so the bits are the avx2
- * table's (and the dot's).  Batches of up to 16 tokens stay on the packed avx2 kernel.
+ * table's (and the dot's).  Batches of up to 16 tokens run the avx512 table's kernel.
  * Compiled for AVX-512 and AMX by a target pragma; reached only from the amx table
  * (kernels_amx.c checks the CPU, the OS and Linux's permission). */
 #pragma GCC push_options
@@ -832,7 +996,7 @@ static inline DJ_ALWAYS_INLINE bool k32_amx(const int q5, const int LUT, const i
                                     int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok) {                           \
         if (!k32_amx(Q5, LUT, E8, MN, SUB, sizeof(struct dj_block_##T), (const int8_t *)(LUTP), k, w, ws, a, as, c, \
                      ldc, r0, r1, n_tok))                                                                           \
-            T##_matmul_packed(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                              \
+            dj_##T##_avx512_matmul_packed(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                  \
     }
 K32_AMX(q4_1, 0, 0, dj_kvalues_iq4nl, 0, 1, 0)
 K32_AMX(q5_1, 1, 0, dj_kvalues_iq4nl, 0, 1, 0)
