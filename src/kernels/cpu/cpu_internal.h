@@ -98,29 +98,22 @@ static inline uint16_t dj_group16(int64_t r, int64_t r1, int64_t *g0) {
     const int64_t hi = r1 - *g0 < 16 ? r1 - *g0 : 16;
     return (uint16_t)(((1u << hi) - 1) & (0xFFFFu << (r - *g0)));
 }
-/* The packed matmul of the 32-element block types (quants32_avx2.c, which the avx512 table
- * inherits) with batches of more than 16 tokens on AMX-INT8: that file's packed layout and
- * float steps, so the same bits; only for a table whose CPU and OS run AMX. */
-#define DJ_K32_AMX_DECL(T)                                                                                     \
-    void dj_##T##_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, \
-                                    int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok);
-DJ_K32_AMX_DECL(q4_1)
-DJ_K32_AMX_DECL(q5_1)
-DJ_K32_AMX_DECL(q5_0)
-DJ_K32_AMX_DECL(iq4_nl)
-DJ_K32_AMX_DECL(mxfp4)
-#undef DJ_K32_AMX_DECL
-/* The same types' packed matmul on the avx512 table: T_b by AVX512-VNNI (quants32_avx2.c),
- * the avx2 table's bits; also the amx table's batches of up to 16 tokens. */
-#define DJ_K32_AVX512_DECL(T)                                                                                     \
+/* The packed matmul of the 32-element block types (quants32_avx2.c), both with that file's
+ * packed layout and float steps, so the avx2 table's bits: the avx512 table's (T_b by
+ * AVX512-VNNI, 16 rows a vector; also the amx table's batches of up to 16 tokens), and the
+ * amx table's batches of more than 16 tokens on AMX-INT8 (only for a table whose CPU and OS
+ * run AMX). */
+#define DJ_K32_DECL(T)                                                                                            \
     void dj_##T##_avx512_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c, \
-                                       int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok);
-DJ_K32_AVX512_DECL(q4_1)
-DJ_K32_AVX512_DECL(q5_1)
-DJ_K32_AVX512_DECL(q5_0)
-DJ_K32_AVX512_DECL(iq4_nl)
-DJ_K32_AVX512_DECL(mxfp4)
-#undef DJ_K32_AVX512_DECL
+                                       int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok);                    \
+    void dj_##T##_amx_matmul_packed(int64_t k, const void *w, size_t ws, const void *a, size_t as, float *c,    \
+                                    int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok);
+DJ_K32_DECL(q4_1)
+DJ_K32_DECL(q5_1)
+DJ_K32_DECL(q5_0)
+DJ_K32_DECL(iq4_nl)
+DJ_K32_DECL(mxfp4)
+#undef DJ_K32_DECL
 /* The matmul of the super-block types of quants_avx2.c (which the avx512 table inherits)
  * with batches of more than 16 tokens on AMX-INT8: that file's decoders, exact integers and
  * float steps, so the same bits; only for a table whose CPU and OS run AMX. */
