@@ -307,6 +307,7 @@ static inline __m256i lanes_to(int64_t n) {
 
 #define K32_NT 4    /* tokens a prefill tile */
 #define K32_SMALL 4 /* up to this many tokens: a row at a time */
+#define K32_P1_MAX 2 /* packed: up to this many tokens, each group a token at a time */
 
 typedef void (*k32_tile_fn)(const struct k32_lanes *G, int64_t nb, const uint8_t *a, size_t as, struct k32_tp tp,
                             int64_t tps, float *c, int64_t ldc, const __m256i *mask);
@@ -601,13 +602,15 @@ typedef void (*k32_p1_fn)(const uint8_t *G, int64_t nb, const uint8_t *a, struct
                           const int8_t *lut);
 typedef void (*k32_pdec_fn)(const uint8_t *G, int64_t nb, struct k32_lanes *dst, const int8_t *lut);
 
-/* matmul_packed of every 32-block type: one token (or no scratch) a packed group at a time
- * with k32_packed_1; more tokens, each group decoded into the lanes form once per token
- * chunk, then the prefill tiles (as k32_matmul). */
+/* matmul_packed of every 32-block type: up to K32_P1_MAX tokens (or no scratch) a packed
+ * group at a time with k32_packed_1, token after token (the group is in cache for the
+ * second: 2 tokens from DRAM, 4096 x 4096, 2.2-2.6 -> 1.8-2.0 ms; at 3 and 4 tokens the lanes
+ * tiles were as fast or faster); more tokens, each group decoded into the lanes form once
+ * per token chunk, then the prefill tiles (as k32_matmul). */
 static void k32_matmul_packed(int64_t nb, size_t ws, const uint8_t *w, const uint8_t *a, size_t as, float *c,
                               int64_t ldc, int64_t r0, int64_t r1, int64_t n_tok, k32_p1_fn one, k32_pdec_fn pdec,
                               const k32_tile_fn lanes[K32_NT], const int8_t *lut) {
-    const size_t gbytes = n_tok > 1 ? (size_t)nb * sizeof(struct k32_lanes) : 0;
+    const size_t gbytes = n_tok > K32_P1_MAX ? (size_t)nb * sizeof(struct k32_lanes) : 0;
     int64_t tok_chunk;
     struct k32_tp tp;
     uint8_t *scr = k32_scratch(nb, as, n_tok, gbytes, &tok_chunk, &tp);
