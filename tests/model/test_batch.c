@@ -327,7 +327,7 @@ int main(int argc, char **argv) {
     static const int kv_pick[3] = {0, 3, 11};
     const int *pick = kv_other ? kv_pick : NULL;
 #ifdef DJ_SANITIZE_BUILD
-    const int n_sched = 2, n_stories = 6;
+    const int n_sched = 2, n_stories = kv_other ? 3 : 6; /* (pick has 3 entries) */
 #else
     const int n_sched = kv_other ? 3 : 6, n_stories = kv_other ? 3 : 12;
 #endif
