@@ -695,6 +695,43 @@ K32_TYPE_ALL(q5_0, 1, 16, 0, 4, 1, 0, dj_kvalues_iq4nl, 0)
 K32_TYPE_ALL(iq4_nl, 1, 0, 0, 1, 0, 1, dj_kvalues_iq4nl, 0)
 K32_TYPE_ALL(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
 
+/* ---- a packed 16-row group in 512-bit vectors (the avx512 and amx kernels below) ------
+ * The two 8-row halves of a 16-row group, hs bytes apart in the packed copy, side by side:
+ * row i in lane i. */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+/* vector v of the packed block at p for 16 rows (rows 8-15 at p + hs), as k32_pu gives it
+ * for 8 (lut: broadcast to the four 128-bit lanes) */
+static inline DJ_ALWAYS_INLINE __m512i k32_pu16(const uint8_t *p, size_t hs, const int v, const int q5, const int LUT,
+                                                __m512i lut) {
+#define K32_LD16(o)                                                                                                   \
+    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + (o)))),                       \
+                       _mm256_loadu_si256((const __m256i *)(p + hs + (o))), 1)
+    const __m512i q = K32_LD16(32 * (v & 3));
+    __m512i n = _mm512_and_si512(v < 4 ? q : _mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0F));
+    if (q5) {
+        const __m512i h = K32_LD16(128);
+        const __m512i hb = v < 4 ? _mm512_slli_epi16(h, 4 - v) : v > 4 ? _mm512_srli_epi16(h, v - 4) : h;
+        n = _mm512_or_si512(n, _mm512_and_si512(hb, _mm512_set1_epi8(0x10)));
+    }
+#undef K32_LD16
+    return LUT ? _mm512_shuffle_epi8(lut, n) : n;
+}
+/* the 16 rows' d and m (MN) of the packed block at p, as k32_pscales gives them for 8 */
+static inline DJ_ALWAYS_INLINE void k32_pscales16(const uint8_t *p, size_t hs, const int q5, const int E8, const int MN,
+                                                  __m512 *d, __m512 *m) {
+    __m256 d0, m0, d1, m1;
+    k32_pscales(p, q5, E8, MN, &d0, &m0);
+    k32_pscales(p + hs, q5, E8, MN, &d1, &m1);
+    *d = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
+    *m = _mm512_insertf32x8(_mm512_castps256_ps512(m0), m1, 1);
+}
+/* the 16-byte lut broadcast to the four 128-bit lanes */
+static inline __m512i k32_lut512(const int8_t *lut) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut));
+}
+#pragma GCC pop_options
+
 /* ---- the avx512 table: AVX512-VNNI, 16 rows in the lanes ----------------------------
  *
  * The same packed layout, chains and float steps; only T_b is made otherwise, and 16 rows
@@ -720,46 +757,27 @@ K32_TYPE_ALL(mxfp4, 1, 12, 0, 4, 0, 1, dj_kvalues_fp4, 1)
  * table's kernel runs (the same bits). */
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
-/* vector v of a packed block for 16 rows (rows 0-7 from p0, 8-15 from p1), as k32_pu */
-static inline DJ_ALWAYS_INLINE __m512i k32_pu16(const uint8_t *p0, const uint8_t *p1, const int v, const int q5,
-                                                const int LUT, __m512i lut) {
-#define K32_LD16(o)                                                                                                   \
-    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p0 + (o)))),                      \
-                       _mm256_loadu_si256((const __m256i *)(p1 + (o))), 1)
-    const __m512i q = K32_LD16(32 * (v & 3));
-    __m512i n = _mm512_and_si512(v < 4 ? q : _mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0F));
-    if (q5) {
-        const __m512i h = K32_LD16(128);
-        const __m512i hb = v < 4 ? _mm512_slli_epi16(h, 4 - v) : v > 4 ? _mm512_srli_epi16(h, v - 4) : h;
-        n = _mm512_or_si512(n, _mm512_and_si512(hb, _mm512_set1_epi8(0x10)));
-    }
-#undef K32_LD16
-    return LUT ? _mm512_shuffle_epi8(lut, n) : n;
-}
-
+/* NT tokens against the 16-row group at P (halves hs apart; pf: prefetch the next group, at
+ * P + 2 hs) */
 static inline DJ_ALWAYS_INLINE void k32_s16_body(const int NT, const int OFF, const int MN, const int q5, const int LUT,
-                                                 const int E8, __m512i lut, size_t gbs, const uint8_t *P0,
-                                                 const uint8_t *P1, const uint8_t *N0, const uint8_t *N1, int64_t nb,
-                                                 const uint8_t *a, size_t as, struct k32_tp tp, int64_t tps, float *c,
-                                                 int64_t ldc, __mmask16 m) {
+                                                 const int E8, __m512i lut, size_t gbs, const uint8_t *P, size_t hs,
+                                                 bool pf, int64_t nb, const uint8_t *a, size_t as, struct k32_tp tp,
+                                                 int64_t tps, float *c, int64_t ldc, __mmask16 m) {
     __m512 ch[8 * 8], chm[8 * 8]; /* chain k of token j at [8 * k + j] */
     for (int k = 0; k < 8; k++) {
         __m512 ac[8], am[8];
         DJ_UNROLL for (int j = 0; j < NT; j++) ac[j] = am[j] = _mm512_setzero_ps();
         for (int64_t b = k; b < nb; b += 8) {
-            const uint8_t *p0 = P0 + (size_t)b * gbs, *p1 = P1 + (size_t)b * gbs;
-            if (N0)
+            const uint8_t *p = P + (size_t)b * gbs;
+            if (pf)
                 for (size_t l = 0; l < gbs + 63; l += 64) {
-                    _mm_prefetch((const char *)N0 + (size_t)b * gbs + l, _MM_HINT_T0);
-                    _mm_prefetch((const char *)N1 + (size_t)b * gbs + l, _MM_HINT_T0);
+                    _mm_prefetch((const char *)p + 2 * hs + l, _MM_HINT_T0);
+                    _mm_prefetch((const char *)p + 3 * hs + l, _MM_HINT_T0);
                 }
             __m512i u[8];
-            DJ_UNROLL for (int v = 0; v < 8; v++) u[v] = k32_pu16(p0, p1, v, q5, LUT, lut);
-            __m256 d0, m0, d1, m1;
-            k32_pscales(p0, q5, E8, MN, &d0, &m0);
-            k32_pscales(p1, q5, E8, MN, &d1, &m1);
-            const __m512 dw = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
-            const __m512 mw = _mm512_insertf32x8(_mm512_castps256_ps512(m0), m1, 1);
+            DJ_UNROLL for (int v = 0; v < 8; v++) u[v] = k32_pu16(p, hs, v, q5, LUT, lut);
+            __m512 dw, mw;
+            k32_pscales16(p, hs, q5, E8, MN, &dw, &mw);
             const uint8_t *ab = a + (size_t)b * sizeof(struct dj_block_q8_0) + 2;
             DJ_UNROLL for (int j = 0; j < NT; j++) {
                 const uint8_t *aj = ab + (size_t)j * as;
@@ -786,9 +804,8 @@ static inline DJ_ALWAYS_INLINE void k32_s16_body(const int NT, const int OFF, co
         _mm512_mask_storeu_ps(c + (size_t)j * (size_t)ldc, m, r);
     }
 }
-typedef void (*k32_s16_fn)(size_t gbs, const uint8_t *P0, const uint8_t *P1, const uint8_t *N0, const uint8_t *N1,
-                           int64_t nb, const uint8_t *a, size_t as, struct k32_tp tp, int64_t tps, float *c,
-                           int64_t ldc, __mmask16 m, const int8_t *lut);
+typedef void (*k32_s16_fn)(size_t gbs, const uint8_t *P, size_t hs, bool pf, int64_t nb, const uint8_t *a, size_t as,
+                           struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __mmask16 m, const int8_t *lut);
 
 /* The driver of k32_s16_body: per token chunk (~256 KiB of activations) and 16-row group,
  * tiles of up to 8 tokens.  False without scratch for the prepared activations (the caller
@@ -807,13 +824,12 @@ static bool k32_s16(int64_t nb, size_t ws, size_t gbs, const uint8_t *w, const u
         for (int64_t r = r0; r < r1;) {
             int64_t g0;
             const __mmask16 m = dj_group16(r, r1, &g0);
-            const uint8_t *P0 = w + (size_t)g0 * ws, *P1 = w + (size_t)(g0 + 8) * ws;
             const bool nx = g0 + 16 < r1; /* the next group, prefetched at this one's pace by the first tile */
             for (int64_t t = 0; t < nt_c; t += 8) {
                 const int nt = (int)(nt_c - t < 8 ? nt_c - t : 8);
                 const struct k32_tp tt = {tp.d + t * nb, tp.dsa + t * nb, tp.sa + t * nb};
-                fn[nt - 1](gbs, P0, P1, nx && !t ? P0 + 16 * ws : NULL, P1 + 16 * ws, nb, at + (size_t)t * as, as, tt,
-                           nb, c + (t0 + t) * ldc + g0, ldc, m, lut);
+                fn[nt - 1](gbs, w + (size_t)g0 * ws, 8 * ws, nx && !t, nb, at + (size_t)t * as, as, tt, nb,
+                           c + (t0 + t) * ldc + g0, ldc, m, lut);
             }
             r = g0 + 16;
         }
@@ -842,13 +858,12 @@ static bool k32_s16(int64_t nb, size_t ws, size_t gbs, const uint8_t *w, const u
         if (!k32_s16(k / 32, ws, 8 * sizeof(struct dj_block_##T), w, a, as, c, ldc, r0, r1, n_tok, s16, t, OFFV))  \
             T##_matmul_packed(k, w, ws, a, as, c, ldc, r0, r1, n_tok);                                             \
     }
-/* k32_s16_body for N tokens (lut: the levels + OFFV, broadcast to the four 128-bit lanes) */
+/* k32_s16_body for N tokens (lut: the levels + OFFV) */
 #define K32_S16(T, OFFV, MN, Q5, LUT, E8, N)                                                                       \
-    static void T##_s16_##N(size_t gbs, const uint8_t *P0, const uint8_t *P1, const uint8_t *N0, const uint8_t *N1, \
-                            int64_t nb, const uint8_t *a, size_t as, struct k32_tp tp, int64_t tps, float *c,      \
-                            int64_t ldc, __mmask16 m, const int8_t *lut) {                                         \
-        k32_s16_body(N, OFFV, MN, Q5, LUT, E8, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut)), gbs, \
-                     P0, P1, N0, N1, nb, a, as, tp, tps, c, ldc, m);                                               \
+    static void T##_s16_##N(size_t gbs, const uint8_t *P, size_t hs, bool pf, int64_t nb, const uint8_t *a,        \
+                            size_t as, struct k32_tp tp, int64_t tps, float *c, int64_t ldc, __mmask16 m,          \
+                            const int8_t *lut) {                                                                   \
+        k32_s16_body(N, OFFV, MN, Q5, LUT, E8, k32_lut512(lut), gbs, P, hs, pf, nb, a, as, tp, tps, c, ldc, m);    \
     }
 K32_VNNI(q4_1, 0, 1, 0, 0, dj_kvalues_iq4nl, 0)
 K32_VNNI(q5_1, 0, 1, 1, 0, dj_kvalues_iq4nl, 0)
@@ -863,7 +878,7 @@ K32_VNNI(mxfp4, 12, 0, 0, 1, dj_kvalues_fp4, 1)
  *
  * T_b, the block's exact integer dot, is what TDPBSSD computes: per 16-row group (the two
  * packed 8-row groups) and block, the 32 signed levels of 16 rows go into one B tile (row
- * v: elements 4v .. 4v+3, k32_pu of the two halves side by side: Q5_0 as level - 16, the
+ * v: elements 4v .. 4v+3, k32_pu16 of the two halves side by side: Q5_0 as level - 16, the
  * LUT types through their levels without the offset, Q4_1 / Q5_1 as 0..31), the q8_0
  * bytes of 16 tokens are the A tile straight from the activation rows, and one TDPBSSD
  * gives the 16 x 16 dots in int32, exact whatever the hardware's order.  The float step is
@@ -879,24 +894,19 @@ enum { K32_AMX_MIN_TOK = 16 };
 
 /* A 16-row group's blocks as B tiles (ub: 512 bytes a block) and their d (m) as 16 lanes. */
 static inline DJ_ALWAYS_INLINE void k32x_group(const int q5, const int LUT, const int E8, const int MN, const int SUB,
-                                               __m256i lut, size_t gbs, const uint8_t *P0, const uint8_t *P1,
-                                               int64_t nb, uint8_t *ub, float *dwv, float *mwv) {
+                                               __m512i lut, size_t gbs, const uint8_t *P, size_t hs, int64_t nb,
+                                               uint8_t *ub, float *dwv, float *mwv) {
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *p0 = P0 + (size_t)b * gbs, *p1 = P1 + (size_t)b * gbs;
+        const uint8_t *p = P + (size_t)b * gbs;
         __m512i *o = (__m512i *)(ub + (size_t)b * 512);
         DJ_UNROLL for (int v = 0; v < 8; v++) {
-            __m256i x0 = k32_pu(p0, v, q5, LUT, lut), x1 = k32_pu(p1, v, q5, LUT, lut);
-            if (SUB) {
-                x0 = _mm256_sub_epi8(x0, _mm256_set1_epi8(SUB));
-                x1 = _mm256_sub_epi8(x1, _mm256_set1_epi8(SUB));
-            }
-            _mm512_store_si512(o + v, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1));
+            const __m512i x = k32_pu16(p, hs, v, q5, LUT, lut);
+            _mm512_store_si512(o + v, SUB ? _mm512_sub_epi8(x, _mm512_set1_epi8(SUB)) : x);
         }
-        __m256 d0, m0, d1, m1;
-        k32_pscales(p0, q5, E8, MN, &d0, &m0);
-        k32_pscales(p1, q5, E8, MN, &d1, &m1);
-        _mm512_store_ps(dwv + 16 * b, _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1));
-        if (MN) _mm512_store_ps(mwv + 16 * b, _mm512_insertf32x8(_mm512_castps256_ps512(m0), m1, 1));
+        __m512 d, m;
+        k32_pscales16(p, hs, q5, E8, MN, &d, &m);
+        _mm512_store_ps(dwv + 16 * b, d);
+        if (MN) _mm512_store_ps(mwv + 16 * b, m);
     }
 }
 
@@ -923,7 +933,7 @@ static inline DJ_ALWAYS_INLINE bool k32_amx(const int q5, const int LUT, const i
     tp.d = (float *)(chm + 8 * 16);
     tp.dsa = tp.d + ntb;
     tp.sa = (int32_t *)(tp.dsa + ntb);
-    const __m256i lut = LUT ? dj_q_lut16(lut8) : _mm256_setzero_si256();
+    const __m512i lut = LUT ? k32_lut512(lut8) : _mm512_setzero_si512();
     const size_t gbs = 8 * bs;
     _Alignas(64) int32_t isum[2][16][16];
     memset(isum, 0, sizeof isum);
@@ -937,8 +947,7 @@ static inline DJ_ALWAYS_INLINE bool k32_amx(const int q5, const int LUT, const i
         for (int64_t r = r0; r < r1;) {
             int64_t g0;
             const __mmask16 m = dj_group16(r, r1, &g0);
-            k32x_group(q5, LUT, E8, MN, SUB, lut, gbs, w + (size_t)g0 * ws, w + (size_t)(g0 + 8) * ws, nb, ub, dwv,
-                       mwv);
+            k32x_group(q5, LUT, E8, MN, SUB, lut, gbs, w + (size_t)g0 * ws, 8 * ws, nb, ub, dwv, mwv);
             r = g0 + 16;
             for (int64_t t = 0; t < nt_c; t += 16) {
                 const int nt = (int)(nt_c - t < 16 ? nt_c - t : 16);
